@@ -1,0 +1,15 @@
+"""drumbeat: a polite, crash-safe web crawler whose memory is fixed by configuration.
+
+Layers (imports only go down; nothing below ``manager``/``fetcher`` imports ``cli``):
+
+1. foundations  ``urls``, ``settings``, ``stats``, ``drum``, ``store``, ``queue``, ``simweb``
+2. net          ``fetch`` (DNS cache, address guard, HTTP client)
+3. crawl logic  ``frontier`` (URL-seen, robots cache, politeness), ``parse`` (links)
+4. roles        ``manager`` (owns crawl state), ``fetcher`` (stateless fetch + parse + archive)
+5. faces        ``cli``
+
+``simweb`` is a synthetic web for tests, benchmarks and the demo; it imports nothing
+of the crawler.
+"""
+
+__version__ = "0.1.0"
