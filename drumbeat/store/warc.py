@@ -1,0 +1,420 @@
+"""WARC/1.1 output: a size-rotated writer, crash recovery and a read-back helper.
+
+File format
+-----------
+Each file is ``{prefix}-{UTC YYYYmmddHHMMSS}-{seq:05d}-{pid}.warc.gz``: a sequence of
+gzip members, **exactly one WARC record per member**, the first record a ``warcinfo``.
+Standard readers (warcio, pywb, jwat) read it as an ordinary record-compressed WARC,
+and the ``(offset, length)`` of a member is a seekable address of its record.
+
+While a file is being written it is named ``<name>.open``; it is renamed to ``<name>``
+when it is rotated or the writer is closed. A fetch produces a ``response`` record
+(block = the HTTP head as received + the body) followed by a ``request`` record
+(block = the request head) whose ``WARC-Concurrent-To`` names the response.
+
+Records are built by warcio (headers, record ids, SHA-1 block and payload digests);
+compression is ours, because warcio's gzip runs at level 9 and is the bottleneck of a
+fast crawl (see MEASURED.md).
+
+Crash safety
+------------
+The process may be killed at any byte. Everything up to the last complete gzip member
+holding a readable record survives: :func:`recover_directory` cuts the torn tail of
+every ``.open`` file and renames it. Data is durable only after :meth:`WarcWriter.sync`.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import socket
+import time
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import BinaryIO
+
+from warcio.archiveiterator import ArchiveIterator
+from warcio.exceptions import ArchiveLoadFailed
+from warcio.recordloader import ArcWarcRecord
+from warcio.statusandheaders import (
+    StatusAndHeaders,
+    StatusAndHeadersParser,
+    StatusAndHeadersParserException,
+)
+from warcio.timeutils import datetime_to_iso_date
+from warcio.warcwriter import WARCWriter
+
+OPEN_SUFFIX = ".open"
+WARC_SUFFIX = ".warc.gz"
+_GZIP_WBITS = 31  # zlib: gzip container, 32 KiB window
+_WRITE_BUFFER_BYTES = 1 << 20
+_SCAN_CHUNK_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class WarcLocation:
+    """Where a record lives: ``filename`` (final name, no directory) and the byte
+    ``offset``/``length`` of its gzip member. ``str()`` gives the crawl-log form
+    ``"file:offset"``."""
+
+    filename: str
+    offset: int
+    length: int
+
+    def __str__(self) -> str:
+        return f"{self.filename}:{self.offset}"
+
+
+@dataclass(frozen=True, slots=True)
+class WarcWriterStats:
+    files_finished: int
+    records: int
+    bytes_written: int  # compressed bytes, warcinfo records included
+    current_file: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveredFile:
+    """Outcome of recovering one ``.open`` file. ``final_path`` is None when the file
+    held no complete record and was removed."""
+
+    open_path: Path
+    final_path: Path | None
+    bytes_cut: int
+    records_kept: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRecord:
+    """One record read back by :func:`iter_records`. ``content`` is the payload (the
+    block minus the HTTP head) exactly as stored, not content-decoded."""
+
+    offset: int
+    length: int
+    rec_type: str
+    rec_headers: StatusAndHeaders
+    http_headers: StatusAndHeaders | None
+    content: bytes
+
+    def header(self, name: str) -> str | None:
+        return self.rec_headers.get_header(name)
+
+
+class _RawHead(StatusAndHeaders):
+    """Parsed HTTP head that serializes to the exact bytes received.
+
+    warcio re-formats HTTP headers when writing (``Name: value``, non-ASCII
+    percent-encoded, folded lines joined), but a response block must hold the head
+    as it came off the wire; ``compute_headers_buffer`` is the one place warcio asks
+    for those bytes, for both the block digest and the output.
+    """
+
+    def __init__(self, parsed: StatusAndHeaders, raw: bytes) -> None:
+        super().__init__(parsed.statusline, parsed.headers, parsed.protocol, len(raw))
+        self._raw = raw
+
+    def compute_headers_buffer(self, header_filter: object = None) -> None:
+        self.headers_buff = self._raw
+
+
+class WarcWriter:
+    """Writes fetches as WARC/1.1 records into size-rotated files in ``directory``.
+
+    A file is opened on the first write after construction or rotation, so an idle
+    writer leaves no file behind. A writer never appends to an existing file. Not
+    thread-safe: use it from one thread (the event loop).
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        prefix: str = "drumbeat",
+        max_file_bytes: int = 1 << 30,
+        gzip_level: int = 6,
+        software: str = "drumbeat/0.1",
+    ) -> None:
+        if max_file_bytes <= 0:
+            raise ValueError("max_file_bytes must be positive")
+        self._dir = Path(directory)
+        self._dir.mkdir(parents=True, exist_ok=True)
+        self._prefix = prefix
+        self._max_file_bytes = max_file_bytes
+        self._level = gzip_level
+        self._software = software
+        self._buf = io.BytesIO()
+        self._builder = WARCWriter(self._buf, gzip=False, warc_version="1.1")
+        self._head_parser = StatusAndHeadersParser([], verify=False)
+        self._seq = 0
+        self._file: BinaryIO | None = None
+        self._name = ""
+        self._size = 0
+        self._files_finished = 0
+        self._records = 0
+        self._bytes_written = 0
+        self._closed = False
+
+    @property
+    def directory(self) -> Path:
+        return self._dir
+
+    def write_fetch(
+        self,
+        url: str,
+        *,
+        ip: str | None,
+        request_head: bytes,
+        response_head: bytes,
+        body: bytes,
+        truncated: bool,
+        fetch_time: float,
+    ) -> WarcLocation:
+        """Write a ``response`` record then its ``request`` record; return the
+        response's location.
+
+        ``response_head`` is the status line + headers + CRLFCRLF as received and
+        ``body`` the bytes that followed it (the fetcher must not decode them: a
+        ``Content-Encoding`` or ``Transfer-Encoding`` named in the head must still
+        describe ``body``, or readers will mis-decode it). ``fetch_time`` (epoch
+        seconds) becomes ``WARC-Date`` with microseconds. ``truncated`` marks a body
+        cut at the size limit (``WARC-Truncated: length``).
+        """
+        if self._closed:
+            raise ValueError("write to a closed WarcWriter")
+        date = datetime_to_iso_date(
+            datetime.fromtimestamp(fetch_time, timezone.utc).replace(tzinfo=None),
+            use_micros=True,
+        )
+        response_headers = {"WARC-Date": date}
+        if ip:
+            response_headers["WARC-IP-Address"] = ip
+        if truncated:
+            response_headers["WARC-Truncated"] = "length"
+        response = self._builder.create_warc_record(
+            url,
+            "response",
+            payload=io.BytesIO(body),
+            length=len(body),
+            warc_headers_dict=response_headers,
+            http_headers=self._raw_head(response_head),
+        )
+        response_id = response.rec_headers.get_header("WARC-Record-ID")
+        request = self._builder.create_warc_record(
+            url,
+            "request",
+            payload=io.BytesIO(b""),
+            length=0,
+            warc_headers_dict={"WARC-Date": date, "WARC-Concurrent-To": response_id},
+            http_headers=self._raw_head(request_head),
+        )
+        response_member = self._compress(response)
+        request_member = self._compress(request)
+
+        f = self._ensure_open()
+        location = WarcLocation(self._name, self._size, len(response_member))
+        f.write(response_member)
+        f.write(request_member)
+        self._advance(2, len(response_member) + len(request_member))
+        if self._size >= self._max_file_bytes:
+            self._finish_file()
+        return location
+
+    def flush(self) -> None:
+        """Hand buffered bytes to the OS (survives a process kill, not a power loss)."""
+        if self._file is not None:
+            self._file.flush()
+
+    def sync(self) -> None:
+        """Flush and fsync the current file: everything written so far is durable."""
+        if self._file is not None:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        """Sync and rename the current file to its final name. Idempotent."""
+        if self._file is not None:
+            self._finish_file()
+        self._closed = True
+
+    def stats(self) -> WarcWriterStats:
+        return WarcWriterStats(
+            files_finished=self._files_finished,
+            records=self._records,
+            bytes_written=self._bytes_written,
+            current_file=self._name if self._file is not None else None,
+        )
+
+    def __enter__(self) -> WarcWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _raw_head(self, raw: bytes) -> _RawHead:
+        return _RawHead(self._head_parser.parse(io.BytesIO(raw)), raw)
+
+    def _compress(self, record: ArcWarcRecord) -> bytes:
+        self._buf.seek(0)
+        self._buf.truncate()
+        self._builder.write_record(record)
+        return zlib.compress(self._buf.getvalue(), self._level, _GZIP_WBITS)
+
+    def _advance(self, records: int, nbytes: int) -> None:
+        self._size += nbytes
+        self._records += records
+        self._bytes_written += nbytes
+
+    def _ensure_open(self) -> BinaryIO:
+        if self._file is not None:
+            return self._file
+        while True:
+            stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime())
+            name = f"{self._prefix}-{stamp}-{self._seq:05d}-{os.getpid()}{WARC_SUFFIX}"
+            self._seq += 1
+            if (self._dir / name).exists():
+                continue
+            try:
+                # "x": a restarted process may reuse a pid within the same second.
+                f = open(self._dir / (name + OPEN_SUFFIX), "xb", buffering=_WRITE_BUFFER_BYTES)
+            except FileExistsError:
+                continue
+            break
+        _fsync_dir(self._dir)
+        self._file, self._name, self._size = f, name, 0
+        info = {
+            "software": self._software,
+            "format": "WARC File Format 1.1",
+            "conformsTo": "http://iipc.github.io/warc-specifications/specifications/warc-format/warc-1.1/",
+            "hostname": socket.gethostname(),
+        }
+        member = self._compress(self._builder.create_warcinfo_record(name, info))
+        f.write(member)
+        self._advance(1, len(member))
+        return f
+
+    def _finish_file(self) -> None:
+        assert self._file is not None
+        self.sync()
+        self._file.close()
+        self._file = None
+        os.rename(self._dir / (self._name + OPEN_SUFFIX), self._dir / self._name)
+        _fsync_dir(self._dir)
+        self._files_finished += 1
+
+
+def recover_directory(directory: Path) -> list[RecoveredFile]:
+    """Make every ``*.warc.gz.open`` file in ``directory`` (left by a killed writer)
+    a valid, final WARC file.
+
+    Each file is cut right after its last complete gzip member that holds one
+    readable record (digests checked) and renamed to its final name; a file with no
+    such record is removed. Nothing before the first bad member is lost. Call it at
+    startup, before any writer opens the directory.
+    """
+    directory = Path(directory)
+    results: list[RecoveredFile] = []
+    if not directory.is_dir():
+        return results
+    for open_path in sorted(directory.glob("*" + WARC_SUFFIX + OPEN_SUFFIX)):
+        results.append(_recover_file(open_path))
+    if results:
+        _fsync_dir(directory)
+    return results
+
+
+def _recover_file(open_path: Path) -> RecoveredFile:
+    with open(open_path, "r+b") as f:
+        size = os.fstat(f.fileno()).st_size
+        keep = 0
+        records = 0
+        for offset, length, data in _complete_members(f):
+            if not _is_one_readable_record(data):
+                break
+            keep = offset + length
+            records += 1
+        if records and keep < size:
+            f.truncate(keep)
+            os.fsync(f.fileno())
+    if not records:
+        open_path.unlink()
+        return RecoveredFile(open_path, None, size, 0)
+    final_path = open_path.with_name(open_path.name[: -len(OPEN_SUFFIX)])
+    os.rename(open_path, final_path)
+    return RecoveredFile(open_path, final_path, size - keep, records)
+
+
+def _complete_members(f: BinaryIO) -> Iterator[tuple[int, int, bytes]]:
+    """Yield ``(offset, length, decompressed)`` for each complete, CRC-valid gzip
+    member from the start of ``f``; stop silently at the first torn or invalid one."""
+    offset = 0  # start of the member being decoded
+    consumed = 0  # its compressed bytes fed to the decoder so far
+    decoder = zlib.decompressobj(_GZIP_WBITS)
+    parts: list[bytes] = []
+    pending = b""
+    while True:
+        if not pending:
+            pending = f.read(_SCAN_CHUNK_BYTES)
+            if not pending:
+                return
+        try:
+            parts.append(decoder.decompress(pending))
+        except zlib.error:
+            return
+        if not decoder.eof:
+            consumed += len(pending)
+            pending = b""
+            continue
+        length = consumed + len(pending) - len(decoder.unused_data)
+        yield offset, length, b"".join(parts)
+        offset += length
+        pending = decoder.unused_data
+        decoder = zlib.decompressobj(_GZIP_WBITS)
+        parts = []
+        consumed = 0
+
+
+def _is_one_readable_record(data: bytes) -> bool:
+    """True if ``data`` is exactly one WARC record that warcio reads in full with a
+    matching block digest."""
+    try:
+        records = 0
+        for record in ArchiveIterator(io.BytesIO(data), check_digests="raise"):
+            records += 1
+            if records > 1 or not record.rec_headers.get_header("WARC-Block-Digest"):
+                return False
+            expected = record.payload_length if record.http_headers else record.length
+            # A short block never reaches the digest check, so compare lengths too.
+            if len(record.raw_stream.read()) != expected:
+                return False
+        return records == 1
+    except (ArchiveLoadFailed, StatusAndHeadersParserException, ValueError, EOFError):
+        return False
+
+
+def iter_records(path: Path) -> Iterator[StoredRecord]:
+    """Read every record of a WARC file with warcio, checking digests (a mismatch
+    raises ``warcio.exceptions.ArchiveLoadFailed``)."""
+    with open(path, "rb") as f:
+        it = ArchiveIterator(f, check_digests="raise")
+        for record in it:
+            content = record.raw_stream.read()
+            yield StoredRecord(
+                offset=it.get_record_offset(),
+                length=it.get_record_length(),
+                rec_type=record.rec_type,
+                rec_headers=record.rec_headers,
+                http_headers=record.http_headers,
+                content=content,
+            )
+
+
+def _fsync_dir(directory: Path) -> None:
+    # A rename or create is durable only once the directory entry is synced.
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
