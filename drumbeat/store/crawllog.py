@@ -1,0 +1,166 @@
+"""The crawl log: one JSON object per line, one line per fetch attempt or URL outcome.
+
+Format (UTF-8 JSON Lines, each line ends with ``\\n``; keys in any order):
+
+==============  ==========================================================================
+key             value
+==============  ==========================================================================
+``time``        epoch seconds (float) when the attempt ended
+``url``         the URL attempted
+``kind``        ``"page"`` or ``"robots"``
+``status``      HTTP status (int), or null when no response was received
+``error``       null, or a reason such as ``"dns:nxdomain"``, ``"connect"``, ``"timeout"``,
+                ``"robots_disallowed"``, ``"guard:loopback"``
+``bytes``       body bytes received (int)
+``content_type`` the response's Content-Type, or null
+``fetch_ms``    fetch duration in milliseconds (float), or null
+``ip``          server IP address, or null
+``depth``       link depth from the seeds (int)
+``via``         URL the link was discovered on, or null for seeds
+``truncated``   true when the body was cut at the size limit
+``warc``        ``"file:offset"`` of the response record, or null
+==============  ==========================================================================
+
+Writers may add keys; readers keep them. A line is complete only once its ``\\n`` is
+written, so a torn last line (the process was killed mid-write) is recognizable and is
+cut off the next time the log is opened for writing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+_FLUSH_BYTES = 1 << 16
+_TAIL_CHUNK = 1 << 16
+
+
+class CrawlLog:
+    """Appends entries to the crawl log at ``path``.
+
+    Opening repairs a torn last line: ``repaired_bytes`` says how many bytes were cut.
+    ``append`` only encodes and buffers; whole lines reach the file when the buffer
+    fills, on ``flush``, ``sync`` and ``close``. Lines are durable after ``sync``.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._path = Path(path)
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        self.repaired_bytes = _cut_torn_tail(self._path)
+        # Unbuffered: our own buffer holds whole lines, so every write() ends on "\n".
+        self._file = open(self._path, "ab", buffering=0)
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self.lines_written = 0
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    def append(self, entry: Mapping[str, Any]) -> None:
+        """Buffer one entry. Raises ``ValueError`` for values JSON cannot represent
+        (NaN, infinity) and ``TypeError`` for non-JSON types."""
+        line = json.dumps(entry, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+        self._pending.append(line)
+        self._pending_bytes += len(line)
+        if self._pending_bytes >= _FLUSH_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write buffered lines to the OS (survives a process kill, not a power loss)."""
+        if not self._pending:
+            return
+        data = memoryview(b"".join(self._pending))
+        while data:  # a raw write() may be partial
+            data = data[self._file.write(data) :]
+        self.lines_written += len(self._pending)
+        self._pending.clear()
+        self._pending_bytes = 0
+
+    def sync(self) -> None:
+        """Flush and fsync: every appended entry is durable."""
+        self.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        """Sync and close. Idempotent."""
+        if self._file.closed:
+            return
+        self.sync()
+        self._file.close()
+
+    def __enter__(self) -> CrawlLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _cut_torn_tail(path: Path) -> int:
+    """Truncate ``path`` after its last ``\\n``; return the number of bytes cut."""
+    try:
+        f = open(path, "r+b")
+    except FileNotFoundError:
+        return 0
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        end = size
+        while end > 0:
+            start = max(0, end - _TAIL_CHUNK)
+            f.seek(start)
+            chunk = f.read(end - start)
+            newline = chunk.rfind(b"\n")
+            if newline >= 0:
+                end = start + newline + 1
+                break
+            end = start
+        if end == size:
+            return 0
+        f.truncate(end)
+        os.fsync(f.fileno())
+        return size - end
+
+
+class CrawlLogReader:
+    """Iterates the entries (dicts) of a crawl log, streaming.
+
+    Skips and counts ``malformed`` lines (not a JSON object) and the ``torn_bytes``
+    of a last line without ``\\n`` (a writer was killed, or is writing it right now).
+    The counts restart with each iteration and are final when it ends. A missing
+    file reads as empty.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._path = Path(path)
+        self.malformed = 0
+        self.torn_bytes = 0
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        self.malformed = 0
+        self.torn_bytes = 0
+        try:
+            f = open(self._path, "rb")
+        except FileNotFoundError:
+            return
+        with f:
+            for line in f:
+                if not line.endswith(b"\n"):
+                    self.torn_bytes = len(line)
+                    return
+                try:
+                    entry = json.loads(line)
+                except ValueError:  # includes invalid UTF-8
+                    self.malformed += 1
+                    continue
+                if isinstance(entry, dict):
+                    yield entry
+                else:
+                    self.malformed += 1
+
+
+def read_crawl_log(path: Path) -> CrawlLogReader:
+    """The entries of the crawl log at ``path``; see :class:`CrawlLogReader`."""
+    return CrawlLogReader(path)
