@@ -1,0 +1,5 @@
+import sys
+
+from drumbeat.cli import main
+
+sys.exit(main())

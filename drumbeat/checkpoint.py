@@ -1,0 +1,132 @@
+"""Crash-consistent checkpoints of the manager's state under ``DIR/checkpoints/``.
+
+Layout (format version 1)::
+
+    DIR/checkpoints/CURRENT        text: the name of the live checkpoint directory
+    DIR/checkpoints/ckpt-000042/   one complete checkpoint
+        state.json                 {"version": 1, "seeds": [...], "pages_done": n,
+                                    "next_item_id": n, "counters": {...}, "time": epoch}
+        queue.jsonl                one queued URL per line: [url, depth, via]
+        urlseen.npy, robots.json   written by URL-seen and the robots cache
+
+A checkpoint is written completely into a fresh directory, every file fsynced, and only
+then made live by atomically replacing ``CURRENT``; so a crash at any instant leaves
+either the old or the new checkpoint, never a mixture. Older directories are removed
+after the switch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+FORMAT_VERSION = 1
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint exists but cannot be read; the message names the file."""
+
+
+@dataclass
+class CheckpointMeta:
+    seeds: list[str] = field(default_factory=list)
+    pages_done: int = 0
+    next_item_id: int = 0
+    counters: dict[str, int] = field(default_factory=dict)
+    time: float = 0.0
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Checkpoints:
+    def __init__(self, state_dir: Path) -> None:
+        self.root = state_dir / "checkpoints"
+
+    def current(self) -> Path | None:
+        pointer = self.root / "CURRENT"
+        if not pointer.exists():
+            return None
+        name = pointer.read_text(encoding="utf-8").strip()
+        path = self.root / name
+        if not name or not path.is_dir():
+            raise CheckpointError(f"{pointer} names a missing checkpoint {name!r}")
+        return path
+
+    def write(
+        self,
+        meta: CheckpointMeta,
+        queued: Iterable[tuple[str, int, str | None]],
+        savers: Iterable[Callable[[Path], None]],
+    ) -> Path:
+        """Write a new checkpoint and make it live. ``savers`` write their own files into it."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        previous = self.current()
+        number = int(previous.name.rsplit("-", 1)[1]) + 1 if previous else 1
+        target = self.root / f"ckpt-{number:06d}"
+        if target.exists():  # left by a crash before CURRENT moved: never live, safe to drop
+            shutil.rmtree(target)
+        target.mkdir()
+        with open(target / "queue.jsonl", "w", encoding="utf-8") as f:
+            for row in queued:
+                f.write(json.dumps(row, ensure_ascii=False))
+                f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        for save in savers:
+            save(target)
+        state = {"version": FORMAT_VERSION, **meta.__dict__}
+        with open(target / "state.json", "w", encoding="utf-8") as f:
+            json.dump(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        _fsync_dir(target)
+        tmp = self.root / "CURRENT.tmp"
+        tmp.write_text(target.name, encoding="utf-8")
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, self.root / "CURRENT")
+        _fsync_dir(self.root)
+        for old in self.root.glob("ckpt-*"):
+            if old != target:
+                shutil.rmtree(old, ignore_errors=True)
+        return target
+
+    def read_meta(self, path: Path) -> CheckpointMeta:
+        file = path / "state.json"
+        try:
+            data = json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise CheckpointError(f"cannot read checkpoint {file}: {e}") from None
+        if data.get("version") != FORMAT_VERSION:
+            raise CheckpointError(f"{file} has format version {data.get('version')!r}, "
+                                  f"this drumbeat reads {FORMAT_VERSION}")
+        data.pop("version")
+        return CheckpointMeta(**data)
+
+    @staticmethod
+    def read_queue(path: Path) -> Iterator[tuple[str, int, str | None]]:
+        file = path / "queue.jsonl"
+        with open(file, encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                try:
+                    url, depth, via = json.loads(line)
+                except ValueError:
+                    raise CheckpointError(f"{file} line {number} is corrupt") from None
+                yield url, depth, via
+
+
+def read_counters(state_dir: Path) -> dict[str, Any] | None:
+    """The manager's counters from the live checkpoint, for ``drumbeat stats``; None if none."""
+    cps = Checkpoints(state_dir)
+    path = cps.current()
+    return cps.read_meta(path).counters if path else None

@@ -1,0 +1,242 @@
+"""The command line: ``drumbeat crawl | stats | demo | simweb``.
+
+Exit codes: 0 the command did its job (a crawl that completed or stopped at a limit or a
+signal); 1 it could not run (state dir in use, unreadable checkpoint); 2 bad arguments,
+settings or config file (one line on stderr naming the setting).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, NoReturn, Sequence
+
+from drumbeat import __version__
+from drumbeat.settings import SCOPES, Settings, SettingsError, build, load_toml
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+_D = Settings()
+
+CRAWL_EPILOG = f"""\
+Resuming: run the same command (or just `drumbeat crawl --state DIR`) on an existing state
+directory and the crawl continues from its last checkpoint; nothing queued is lost, even
+after `kill -9`. SIGINT/SIGTERM stop gracefully (a second one stops at once).
+
+Limits: --max-pages counts pages over the whole crawl (resumes included); --max-time
+counts this run only.
+
+Config file: TOML with setting names as keys, at top level or under [crawl], e.g.
+    host_delay_s = 1.5
+    user_agent = "examplebot/1.0 (+https://example.org/bot)"
+Flags override the file. Every setting of drumbeat.settings.Settings can be set there
+(timeouts, body caps, robots expiry, WARC rotation, checkpoint interval ...).
+
+Defaults are polite: {_D.host_delay_s:g} s between requests to one host, {_D.ip_delay_s:g} s to
+one IP, robots.txt obeyed (Crawl-delay up to {_D.crawl_delay_max_s:g} s), private and
+loopback addresses refused. Set --user-agent to name you and a contact URL.
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad argument in one line and exits 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _nonneg_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}")
+    return value
+
+
+def _pos_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {text!r}")
+    return value
+
+
+def _add_crawl_args(p: argparse.ArgumentParser) -> None:
+    S = argparse.SUPPRESS
+    p.add_argument("urls", nargs="*", metavar="URL", help="seed URLs")
+    p.add_argument("--seeds", dest="seeds_file", metavar="FILE", default=S,
+                   help="file of seed URLs, one per line ('#' comments)")
+    p.add_argument("--state", dest="state_dir", metavar="DIR", required=True,
+                   help="state directory: checkpoints, WARC files, crawl.log (created if missing; "
+                        "an existing one is resumed)")
+    p.add_argument("--max-pages", type=_pos_int, metavar="N", default=S,
+                   help="stop after N pages fetched in total (default: no limit)")
+    p.add_argument("--max-time", dest="max_time_s", type=_nonneg_float, metavar="SECONDS",
+                   default=S, help="stop this run after SECONDS (default: no limit)")
+    p.add_argument("--host-delay", dest="host_delay_s", type=_nonneg_float, metavar="SECONDS",
+                   default=S, help=f"min seconds between requests to one host "
+                                   f"(default {_D.host_delay_s:g})")
+    p.add_argument("--ip-delay", dest="ip_delay_s", type=_nonneg_float, metavar="SECONDS",
+                   default=S, help=f"min seconds between requests to one server IP "
+                                   f"(default {_D.ip_delay_s:g}; 0 = no per-IP limit)")
+    p.add_argument("--concurrency", type=_pos_int, metavar="N", default=S,
+                   help=f"fetches in flight at once (default {_D.concurrency})")
+    p.add_argument("--dns-server", metavar="HOST[:PORT]", default=S,
+                   help="send every DNS lookup to this server (default: system resolvers)")
+    p.add_argument("--allow-loopback", action="store_true", default=S,
+                   help="allow connecting to 127.0.0.0/8 and ::1 (tests, local servers)")
+    p.add_argument("--allow-private", action="store_true", default=S,
+                   help="allow private, loopback and link-local addresses (intranet crawls)")
+    p.add_argument("--user-agent", metavar="UA", default=S,
+                   help="User-Agent header; name your crawler and a contact URL")
+    p.add_argument("--scope", choices=SCOPES, default=S,
+                   help="follow links to any host (default), only the seeds' hosts, "
+                        "or only the seeds' pay-level domains")
+    p.add_argument("--config", metavar="FILE.toml", default=S,
+                   help="TOML file of settings (see below); flags override it")
+    p.add_argument("--progress", dest="progress", action="store_true", default=S,
+                   help="live progress panel even when stderr is not a terminal")
+    p.add_argument("--no-progress", dest="progress", action="store_false", default=S,
+                   help="periodic progress lines instead of the live panel")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="drumbeat", description="A polite, crash-safe web crawler.")
+    parser.add_argument("--version", action="version", version=f"drumbeat {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    crawl = sub.add_parser("crawl", help="crawl from seed URLs (or resume a crawl)",
+                           description="Crawl from seed URLs, or resume the crawl in --state DIR.",
+                           epilog=CRAWL_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_crawl_args(crawl)
+
+    stats = sub.add_parser("stats", help="summarise a crawl's state directory")
+    stats.add_argument("state_dir", metavar="DIR")
+    stats.add_argument("--json", action="store_true", help="print one JSON object")
+
+    demo = sub.add_parser("demo", help="crawl the bundled synthetic web for about 30 s")
+    demo.add_argument("--seconds", type=_nonneg_float, default=30.0, help="crawl time (default 30)")
+    demo.add_argument("--hosts", type=_pos_int, default=300, help="synthetic hosts (default 300)")
+    demo.add_argument("--state", dest="state_dir", metavar="DIR", default=None,
+                      help="state directory (default: ./drumbeat-demo/<time>)")
+
+    sub.add_parser("simweb", help="serve the synthetic web on loopback (see simweb --help)",
+                   add_help=False, prefix_chars="\0")
+    return parser
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """Defaults < --config file < flags."""
+    flags: dict[str, Any] = {k: v for k, v in vars(args).items()
+                             if k not in ("command", "urls", "config")}
+    file_layer = load_toml(Path(args.config)) if getattr(args, "config", None) else {}
+    file_seeds = list(file_layer.pop("seeds", []) or [])
+    flags["seeds"] = file_seeds + list(args.urls)
+    return build(Settings(), file_layer, flags)
+
+
+def cmd_crawl(args: argparse.Namespace) -> int:
+    from drumbeat.checkpoint import CheckpointError
+    from drumbeat.embedded import CrawlError, run_crawl
+
+    settings = settings_from_args(args)
+    try:
+        outcome = run_crawl(settings)
+    except (CrawlError, CheckpointError) as e:
+        print(f"drumbeat crawl: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"crawl stopped ({outcome.stop_reason}) after {outcome.elapsed_s:,.1f} s: "
+          f"{outcome.pages_done:,} pages in total, {outcome.queued:,} URLs still queued; "
+          f"state in {outcome.state_dir}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from drumbeat.checkpoint import CheckpointError, read_counters
+    from drumbeat.store.summary import render_summary, summarize
+
+    state_dir = Path(args.state_dir)
+    if not (state_dir / "crawl.log").exists():
+        print(f"drumbeat stats: {state_dir} is not a crawl state directory (no crawl.log)",
+              file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        counters = read_counters(state_dir)
+    except CheckpointError as e:
+        print(f"drumbeat stats: warning: {e}", file=sys.stderr)
+        counters = None
+    summary = summarize(state_dir, counters)
+    if args.json:
+        print(json.dumps(summary, sort_keys=True))
+    else:
+        render_summary(summary, Console())
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from drumbeat.checkpoint import read_counters
+    from drumbeat.embedded import run_crawl
+    from drumbeat.store.summary import render_summary, summarize
+
+    console = Console(stderr=True)
+    state_dir = Path(args.state_dir or f"drumbeat-demo/{time.strftime('%Y%m%d-%H%M%S')}")
+    console.print(f"[bold]drumbeat demo[/]: starting a synthetic web of {args.hosts} hosts "
+                  f"on loopback ...")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "drumbeat.simweb", "--hosts", str(args.hosts), "--ips", "32",
+         "--pages-per-host", "40"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        info = json.loads(server.stdout.readline() if server.stdout else "{}")
+        settings = build(Settings(), {
+            "state_dir": str(state_dir), "seeds": info["seeds"], "dns_server": info["dns"],
+            "allow_loopback": True, "host_delay_s": 1.0, "ip_delay_s": 0.02,
+            "max_time_s": args.seconds or 30.0, "checkpoint_interval_s": 10.0,
+            "robots_retry_s": 5.0,
+        })
+        console.print(f"crawling {len(info['seeds'])} seeds for {args.seconds:g} s "
+                      f"(host delay 1 s, robots obeyed); state in {state_dir}")
+        outcome = run_crawl(settings)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    out = Console()
+    render_summary(summarize(state_dir, read_counters(state_dir)), out)
+    out.print(f"stopped: {outcome.stop_reason}; {outcome.queued:,} URLs still queued "
+              f"(resume with: drumbeat crawl --state {state_dir} --allow-loopback "
+              f"--dns-server {info['dns']})")
+    out.print(f"WARC files: {state_dir / 'warc'}   crawl log: {state_dir / 'crawl.log'}")
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["simweb"]:
+        from drumbeat.simweb.__main__ import main as simweb_main
+
+        return simweb_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    try:
+        return {"crawl": cmd_crawl, "stats": cmd_stats, "demo": cmd_demo}[args.command](args)
+    except SettingsError as e:
+        print(f"drumbeat {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

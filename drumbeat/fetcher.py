@@ -1,0 +1,161 @@
+"""The fetcher: a stateless worker that turns tasks into archived fetches and found links.
+
+For each FetchItem of a claimed task it fetches the URL from the IP the manager chose,
+writes the exchange to WARC, writes one crawl-log line, extracts links from HTML (or takes
+the Location of a redirect), and reports an ItemResult. It keeps no crawl state: if it
+dies, the task queue hands its unreported items out again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+from drumbeat import urls
+from drumbeat.fetch.http import FetchResponse, HttpClient
+from drumbeat.parse.links import extract_links, pld_edges
+from drumbeat.queue.base import ROBOTS, FetchItem, ItemResult, Task, TaskQueue
+from drumbeat.settings import Settings
+from drumbeat.store.crawllog import CrawlLog
+from drumbeat.store.warc import WarcWriter
+
+log = logging.getLogger("drumbeat.fetcher")
+
+HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
+REDIRECTS = frozenset({301, 302, 303, 307, 308})
+
+
+@dataclass(frozen=True, slots=True)
+class FetcherStats:
+    active: int
+    fetched: int
+    errors: dict[str, int]
+
+
+class Fetcher:
+    def __init__(
+        self,
+        settings: Settings,
+        queue: TaskQueue,
+        http: HttpClient,
+        warc: WarcWriter,
+        crawl_log: CrawlLog,
+        *,
+        worker: str = "fetcher-0",
+    ) -> None:
+        self.settings = settings
+        self.queue = queue
+        self.http = http
+        self.warc = warc
+        self.crawl_log = crawl_log
+        self.worker = worker
+        self._slots = asyncio.Semaphore(settings.concurrency)
+        self._running: set[asyncio.Task[None]] = set()
+        self.fetched = 0
+        self.errors: Counter[str] = Counter()
+
+    async def run(self) -> None:
+        """Claim and run tasks until the queue is closed or this coroutine is cancelled."""
+        try:
+            while True:
+                tasks = await self.queue.claim(self.worker, max_tasks=16, timeout_s=0.5)
+                if not tasks and self.queue.closed:
+                    break
+                for task in tasks:
+                    self._start(task)
+        finally:
+            for t in self._running:
+                t.cancel()
+            if self._running:
+                await asyncio.gather(*self._running, return_exceptions=True)
+
+    def _start(self, task: Task) -> None:
+        for index, item in enumerate(task.items):
+            t = asyncio.ensure_future(self._run_item(task.task_id, index, item))
+            self._running.add(t)
+            t.add_done_callback(self._running.discard)
+
+    async def _run_item(self, task_id: int, index: int, item: FetchItem) -> None:
+        async with self._slots:
+            result = await self.process(task_id, index, item)
+        await self.queue.report(self.worker, [result])
+
+    async def process(self, task_id: int, index: int, item: FetchItem) -> ItemResult:
+        """Fetch, archive, log and parse one item. Never raises for bad input or network trouble."""
+        if item.kind == ROBOTS:
+            resp = await self.http.fetch_robots(item.url, item.ip or None,
+                                                max_bytes=self.settings.robots_max_bytes)
+        else:
+            resp = await self.http.fetch(item.url, item.ip or None)
+        result = ItemResult(task_id, index, item, status=resp.status, error=resp.error,
+                            body_bytes=len(resp.body))
+        warc_ref = None
+        if resp.status is not None:
+            self.fetched += 1
+            try:
+                loc = self.warc.write_fetch(
+                    resp.url, ip=resp.ip, request_head=resp.request_head,
+                    response_head=resp.response_head, body=resp.body,
+                    truncated=resp.truncated, fetch_time=resp.fetch_time,
+                )
+                warc_ref = f"{loc.filename}:{loc.offset}"
+            except OSError as e:  # a full disk must not lose the crawl log line
+                log.error("WARC write failed for %s: %s", item.url, e)
+                result.error = "warc_write"
+        else:
+            self.errors[resp.error or "unknown"] += 1
+        try:
+            if item.kind == ROBOTS:
+                result.robots_text = _robots_text(resp, self.settings.robots_max_bytes)
+            else:
+                self._find_links(item, resp, result)
+        except Exception as e:  # hostile content must never stop the crawl
+            log.warning("parse failed for %s: %r", item.url, e)
+            result.dropped["parse_error"] = result.dropped.get("parse_error", 0) + 1
+        self.crawl_log.append({
+            "time": resp.fetch_time, "url": item.url, "kind": item.kind, "status": resp.status,
+            "error": resp.error, "bytes": len(resp.body), "content_type": resp.content_type,
+            "fetch_ms": round(resp.elapsed_ms, 3), "ip": resp.ip, "depth": item.depth,
+            "via": item.via, "truncated": resp.truncated, "warc": warc_ref,
+        })
+        return result
+
+    def _find_links(self, item: FetchItem, resp: FetchResponse, result: ItemResult) -> None:
+        status = resp.status
+        if status is None:
+            return
+        if status in REDIRECTS and resp.location:
+            try:
+                result.links = [urls.normalize(resp.location, item.url,
+                                               max_bytes=self.settings.max_url_bytes)]
+            except urls.URLRejected as e:
+                result.dropped[e.reason] = 1
+            return
+        if not 200 <= status < 300 or resp.decoded is None:
+            return
+        if not _is_html(resp.content_type, resp.decoded):
+            return
+        page = extract_links(resp.decoded, item.url, max_links=self.settings.max_links_per_page,
+                             max_url_bytes=self.settings.max_url_bytes)
+        result.links = page.links
+        result.dropped = dict(page.dropped)
+        result.pld_edges = sorted(pld_edges(item.url, page.links))
+
+    def stats(self) -> FetcherStats:
+        return FetcherStats(len(self._running), self.fetched, dict(self.errors))
+
+
+def _is_html(content_type: str | None, body: bytes) -> bool:
+    if content_type is not None:
+        return content_type in HTML_TYPES
+    head = body[:1024].lstrip().lower()  # no Content-Type: sniff like a browser would
+    return head.startswith((b"<!doctype html", b"<html", b"<head", b"<body"))
+
+
+def _robots_text(resp: FetchResponse, max_bytes: int) -> str | None:
+    if resp.status is None or resp.decoded is None:
+        return None
+    return resp.decoded[:max_bytes].decode("utf-8", errors="replace")

@@ -1,0 +1,220 @@
+"""Per-host URL queues and the two-heap politeness scheduler (IRLbot §VII.A).
+
+A host is *due* when its own delay τh has passed since its last request completed; it is
+*ready* when, in addition, its server IP is idle and the IP's delay τs has passed. One host
+heap orders hosts by due time; an IP that is busy or not yet due parks the host (the IP
+side of the two heaps) until the IP frees. Delays run from the moment a request's result
+is back, so queueing latency between manager and fetcher can only make gaps longer: the
+spacing seen by the server is never below the delay.
+
+With ``ip_delay_s == 0`` IPs impose nothing (several hosts of one IP may be fetched at
+once); otherwise at most one request per IP is in flight.
+
+INTERIM: URL queues live in RAM (a deque per host) and grow with the frontier; BEAST's disk
+queues (issue 4) will feed this scheduler only as fast as it can fetch.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Iterator
+
+
+@dataclass(slots=True)
+class QueuedURL:
+    url: str
+    depth: int
+    via: str | None
+
+
+@dataclass(slots=True, eq=False)
+class HostState:
+    name: str
+    ip: str | None = None
+    queue: deque[QueuedURL] = field(default_factory=deque)
+    due: float = 0.0  # earliest next request (monotonic seconds)
+    delay_s: float = 0.0  # this host's τh (raised by robots Crawl-delay)
+    busy: bool = False  # a request (or a decision about one) is outstanding
+    blocked: bool = False  # waiting for DNS or for something else outside the scheduler
+    heap_token: int = -1  # matches the live heap entry; stale entries are skipped
+
+
+@dataclass(slots=True, eq=False)
+class IPState:
+    due: float = 0.0
+    busy: bool = False
+    parked: list[HostState] = field(default_factory=list)  # hosts waiting for this IP
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerStats:
+    hosts: int
+    ips: int
+    queued_urls: int
+    busy_hosts: int
+    hosts_in_heap: int
+
+
+class PolitenessScheduler:
+    def __init__(self, *, host_delay_s: float, ip_delay_s: float) -> None:
+        self.host_delay_s = host_delay_s
+        self.ip_delay_s = ip_delay_s
+        self.hosts: dict[str, HostState] = {}
+        self.ips: dict[str, IPState] = {}
+        self._heap: list[tuple[float, int, HostState]] = []
+        self._tokens = itertools.count()
+        self._start_floor = 0.0
+        self.queued_urls = 0
+
+    # -- adding work -------------------------------------------------------------------
+
+    def host(self, name: str) -> HostState:
+        h = self.hosts.get(name)
+        if h is None:
+            h = self.hosts[name] = HostState(name, delay_s=self.host_delay_s, blocked=True)
+        return h
+
+    def push(self, host: HostState, item: QueuedURL, *, front: bool = False) -> None:
+        if front:
+            host.queue.appendleft(item)
+        else:
+            host.queue.append(item)
+        self.queued_urls += 1
+        self._schedule(host)
+
+    def pop_url(self, host: HostState) -> QueuedURL:
+        self.queued_urls -= 1
+        return host.queue.popleft()
+
+    def drain(self, host: HostState) -> list[QueuedURL]:
+        """Remove and return every queued URL of ``host``."""
+        items = list(host.queue)
+        host.queue.clear()
+        self.queued_urls -= len(items)
+        return items
+
+    def set_ip(self, host: HostState, ip: str) -> None:
+        """The host's IP is known: it may be scheduled."""
+        host.ip = ip
+        host.blocked = False
+        self._schedule(host)
+
+    def block(self, host: HostState) -> None:
+        """Take ``host`` out of scheduling (e.g. while its IP is re-resolved); see set_ip."""
+        if host.busy:
+            self.release(host)
+        host.blocked = True
+        host.heap_token = -1
+
+    def delay_until(self, host: HostState, when: float) -> None:
+        """Nothing is sent now; do not offer ``host`` before ``when`` (e.g. a robots retry)."""
+        host.due = max(host.due, when)
+        self.release(host)
+
+    def start_no_earlier_than(self, when: float) -> None:
+        """After a restart: offer no host and no IP before ``when``.
+
+        The previous run may have hit any host just before it died, so the first request
+        of every host waits one full delay.
+        """
+        self._start_floor = when
+
+    # -- dispatch ------------------------------------------------------------------------
+
+    def next_ready(self, now: float) -> HostState | None:
+        """Pop a host that may be sent a request now, marking it (and its IP) busy.
+
+        The caller then either sends one request and later calls :meth:`done`, or calls
+        :meth:`release` / :meth:`delay_until` if it decides to send nothing.
+        """
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            _, token, h = heapq.heappop(heap)
+            if token != h.heap_token:
+                continue
+            h.heap_token = -1
+            if h.busy or h.blocked or not h.queue:
+                continue
+            if self.ip_delay_s > 0:
+                ip = self.ips.get(h.ip or "")
+                if ip is None:
+                    ip = self.ips[h.ip or ""] = IPState(due=self._start_floor)
+                if ip.busy:
+                    ip.parked.append(h)
+                    continue
+                if ip.due > now:
+                    self._push_heap(h, ip.due)
+                    continue
+                ip.busy = True
+            h.busy = True
+            return h
+        return None
+
+    def next_due_time(self) -> float | None:
+        """When the earliest host in the heap becomes due (stale entries may make it early)."""
+        return self._heap[0][0] if self._heap else None
+
+    def done(self, host: HostState, now: float, delay_s: float | None = None) -> None:
+        """A request to ``host`` has completed at ``now``: start both delays from here."""
+        host.busy = False
+        host.due = now + (host.delay_s if delay_s is None else delay_s)
+        self._free_ip(host, now + self.ip_delay_s)
+        self._schedule(host)
+
+    def release(self, host: HostState) -> None:
+        """Nothing was sent to ``host`` after :meth:`next_ready`: free it without a delay."""
+        host.busy = False
+        ip = self.ips.get(host.ip or "") if self.ip_delay_s > 0 else None
+        self._free_ip(host, ip.due if ip else 0.0)
+        self._schedule(host)
+
+    def _free_ip(self, host: HostState, due: float) -> None:
+        if self.ip_delay_s <= 0:
+            return
+        ip = self.ips.get(host.ip or "")
+        if ip is None or not ip.busy:
+            return
+        ip.busy = False
+        ip.due = max(ip.due, due)
+        parked, ip.parked = ip.parked, []
+        for h in parked:
+            self._schedule(h)
+
+    def _schedule(self, h: HostState) -> None:
+        if h.busy or h.blocked or not h.queue or h.heap_token != -1:
+            return
+        self._push_heap(h, max(h.due, self._start_floor))
+
+    def _push_heap(self, h: HostState, when: float) -> None:
+        h.heap_token = next(self._tokens)
+        heapq.heappush(self._heap, (when, h.heap_token, h))
+
+    # -- upkeep ----------------------------------------------------------------------------
+
+    def sweep(self, now: float) -> int:
+        """Forget idle hosts and IPs whose delays have run out (their state is no longer needed)."""
+        gone = [
+            name for name, h in self.hosts.items()
+            if not h.queue and not h.busy and not h.blocked and h.due <= now
+        ]
+        for name in gone:
+            del self.hosts[name]
+        for key in [k for k, ip in self.ips.items() if not ip.busy and not ip.parked and ip.due <= now]:
+            del self.ips[key]
+        return len(gone)
+
+    def iter_queued(self) -> Iterator[QueuedURL]:
+        for h in self.hosts.values():
+            yield from h.queue
+
+    def stats(self) -> SchedulerStats:
+        return SchedulerStats(
+            hosts=len(self.hosts),
+            ips=len(self.ips),
+            queued_urls=self.queued_urls,
+            busy_hosts=sum(1 for h in self.hosts.values() if h.busy),
+            hosts_in_heap=sum(1 for h in self.hosts.values() if h.heap_token != -1),
+        )

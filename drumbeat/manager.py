@@ -1,0 +1,403 @@
+"""The crawl manager: owns all crawl state and decides what is fetched when.
+
+Per URL: normalize -> scope -> URL-seen (new only) -> host queue -> DNS (once per host,
+guarded) -> robots.txt (once per origin, before any page of it) -> politeness (host and
+IP delays) -> a FetchItem in a Task for the fetchers. Results come back through the task
+queue; their links take the same path.
+
+Everything the manager knows is saved by periodic checkpoints (see ``checkpoint.py``). Items
+handed to fetchers but not reported by checkpoint time are saved as queued, so a crash loses
+no URL; pages fetched after the last checkpoint may be fetched again after a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+from drumbeat import urls
+from drumbeat.checkpoint import CheckpointMeta, Checkpoints
+from drumbeat.fetch.dns import DnsCache
+from drumbeat.fetch.guard import AddressPolicy
+from drumbeat.frontier.politeness import HostState, PolitenessScheduler, QueuedURL
+from drumbeat.frontier.robots import GIVEN_UP, UNAVAILABLE, RobotsCache
+from drumbeat.frontier.urlseen import MemoryURLSeen
+from drumbeat.queue.base import PAGE, ROBOTS, FetchItem, ItemResult, Task, TaskQueue
+from drumbeat.settings import Settings
+from drumbeat.store.crawllog import CrawlLog
+
+log = logging.getLogger("drumbeat.manager")
+
+DNS_CONCURRENCY = 64
+MAX_SKIPS_PER_HOST_VISIT = 1000  # robots-disallowed URLs dropped in one go before yielding
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerStats:
+    pages_done: int
+    in_flight: int
+    queued: int
+    hosts: int
+    seen: int
+    resolving: int
+    elapsed_s: float
+    counters: dict[str, int]
+
+
+class Manager:
+    def __init__(
+        self,
+        settings: Settings,
+        queue: TaskQueue,
+        crawl_log: CrawlLog,
+        *,
+        durables: Iterable[Callable[[], None]] = (),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        assert settings.state_dir is not None
+        self.settings = settings
+        self.queue = queue
+        self.crawl_log = crawl_log
+        self.durables = list(durables)  # flushed + fsynced before each checkpoint (WARC, logs)
+        self.clock = clock
+        self.policy = AddressPolicy(
+            allow_loopback=settings.allow_loopback, allow_private=settings.allow_private
+        )
+        self.dns = DnsCache(
+            nameserver=settings.dns_server,
+            timeout_s=settings.dns_timeout_s,
+            negative_ttl_s=settings.dns_negative_ttl_s,
+        )
+        self.robots = RobotsCache(
+            user_agent=settings.user_agent,
+            expiry_s=settings.robots_expiry_s,
+            retry_s=settings.robots_retry_s,
+            max_attempts=settings.robots_max_attempts,
+        )
+        self.seen = MemoryURLSeen()
+        self.scheduler = PolitenessScheduler(
+            host_delay_s=settings.host_delay_s, ip_delay_s=settings.ip_delay_s
+        )
+        self.checkpoints = Checkpoints(settings.state_dir)
+        self.counters: Counter[str] = Counter()
+        self.seeds: list[str] = []
+        self.seed_hosts: frozenset[str] = frozenset()
+        self.seed_plds: frozenset[str] = frozenset()
+        self.pages_done = 0
+        self.in_flight: dict[int, tuple[FetchItem, HostState]] = {}
+        self.in_flight_pages = 0
+        self._next_item_id = 0
+        self._next_task_id = 0
+        self._resolving: dict[str, asyncio.Task[None]] = {}
+        self._dns_slots = asyncio.Semaphore(DNS_CONCURRENCY)
+        self._started = self.clock()
+        self._last_checkpoint = self._started
+        self._last_sweep = self._started
+        self.stop_reason: str | None = None
+        self._force_stop = False
+        self._wake = asyncio.Event()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def restore(self) -> bool:
+        """Load the live checkpoint if there is one. Returns True when resuming."""
+        path = self.checkpoints.current()
+        if path is None:
+            return False
+        meta = self.checkpoints.read_meta(path)
+        self.seen = MemoryURLSeen(path)
+        self.robots.load(path)
+        self.counters.update(meta.counters)
+        self.pages_done = meta.pages_done
+        self._next_item_id = meta.next_item_id
+        self._set_seeds(meta.seeds)
+        # The previous run may have hit any host just before it stopped.
+        self.scheduler.start_no_earlier_than(
+            self.clock() + max(self.settings.host_delay_s, self.settings.ip_delay_s)
+        )
+        for url, depth, via in self.checkpoints.read_queue(path):
+            self._enqueue(url, depth, via)
+        log.info("resumed from %s: %d queued, %d seen, %d pages done",
+                 path, self.scheduler.queued_urls, len(self.seen), self.pages_done)
+        return True
+
+    def add_seeds(self, seeds: Iterable[str]) -> int:
+        """Normalize and admit seed URLs; returns how many were new."""
+        good: list[str] = []
+        for raw in seeds:
+            try:
+                good.append(urls.normalize(raw, max_bytes=self.settings.max_url_bytes))
+            except urls.URLRejected as e:
+                self.counters[f"seeds_rejected.{e.reason}"] += 1
+                log.warning("seed %r rejected: %s", raw, e.reason)
+        self._set_seeds(self.seeds + [u for u in good if u not in self.seeds])
+        return self._admit(good, depth=0, via=None)
+
+    def _set_seeds(self, seeds: list[str]) -> None:
+        self.seeds = seeds
+        hosts = {urls.host_of(u) for u in seeds}
+        self.seed_hosts = frozenset(hosts)
+        self.seed_plds = frozenset(urls.pld(h) for h in hosts)
+
+    def request_stop(self, reason: str, *, force: bool = False) -> None:
+        """Stop dispatching; ``force`` also skips the grace period for in-flight fetches."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self._force_stop = self._force_stop or force
+        self._wake.set()
+
+    async def run(self) -> str:
+        """Crawl until done, a limit, or request_stop(); checkpoint; return the stop reason."""
+        s = self.settings
+        deadline = self._started + s.max_time_s if s.max_time_s else None
+        try:
+            while self.stop_reason is None:
+                now = self.clock()
+                if deadline is not None and now >= deadline:
+                    self.request_stop("max_time")
+                    break
+                self._dispatch_and_submit(now)
+                if self._finished():
+                    self.request_stop("max_pages" if self._page_limit_reached() else "done")
+                    break
+                await self._collect(self._wait_time(now, deadline))
+                if now - self._last_checkpoint >= s.checkpoint_interval_s:
+                    self.checkpoint()
+                if now - self._last_sweep >= 10.0:
+                    self.scheduler.sweep(now)
+                    self._last_sweep = now
+            await self._drain_in_flight()
+        finally:
+            for t in self._resolving.values():
+                t.cancel()
+        self.checkpoint()
+        return self.stop_reason or "done"
+
+    async def _drain_in_flight(self) -> None:
+        """After a stop: let in-flight fetches finish for a short grace period."""
+        end = self.clock() + min(self.settings.total_timeout_s, 10.0)
+        while self.in_flight and self.clock() < end and not self._force_stop:
+            await self._collect(min(0.2, max(0.0, end - self.clock())))
+
+    def _finished(self) -> bool:
+        if self.in_flight or self._resolving:
+            return False
+        return self.scheduler.queued_urls == 0 or self._page_limit_reached()
+
+    def _page_limit_reached(self) -> bool:
+        m = self.settings.max_pages
+        return m is not None and self.pages_done + self.in_flight_pages >= m
+
+    def _wait_time(self, now: float, deadline: float | None) -> float:
+        wait = 0.25
+        due = self.scheduler.next_due_time()
+        if due is not None and len(self.in_flight) < self.settings.concurrency:
+            wait = min(wait, max(0.0, due - now))
+        if deadline is not None:
+            wait = min(wait, max(0.0, deadline - now))
+        return wait
+
+    async def _collect(self, timeout_s: float) -> None:
+        if timeout_s > 0 and not self._wake.is_set():
+            # Wake early on a DNS answer or a stop request, not only on results.
+            waiter = asyncio.ensure_future(self._wake.wait())
+            results_f = asyncio.ensure_future(self.queue.collect(4096, timeout_s))
+            await asyncio.wait({waiter, results_f}, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            results = await results_f if results_f.done() else []
+            if not results_f.done():
+                results_f.cancel()
+        else:
+            results = await self.queue.collect(4096, 0.0)
+        self._wake.clear()
+        now = self.clock()
+        for r in results:
+            self._on_result(r, now)
+
+    # -- admission -------------------------------------------------------------------------
+
+    def _admit(self, candidates: list[str], depth: int, via: str | None) -> int:
+        """URL-seen check+update; enqueue the new ones in order. Returns the number admitted."""
+        scope = self.settings.scope
+        if scope != "any":
+            kept = []
+            for u in candidates:
+                if urls.in_scope(urls.host_of(u), scope, self.seed_hosts, self.seed_plds):
+                    kept.append(u)
+                else:
+                    self.counters["links_out_of_scope"] += 1
+            candidates = kept
+        fresh = self.seen.check_update([urls.fingerprint(u) for u in candidates])
+        admitted = 0
+        for url, new in zip(candidates, fresh):
+            if new:
+                self._enqueue(url, depth, via)
+                admitted += 1
+        self.counters["urls_admitted"] += admitted
+        return admitted
+
+    def _enqueue(self, url: str, depth: int, via: str | None) -> None:
+        name = urls.host_of(url)
+        host = self.scheduler.host(name)
+        self.scheduler.push(host, QueuedURL(url, depth, via))
+        if host.ip is None and name not in self._resolving:
+            self._resolving[name] = asyncio.ensure_future(self._resolve(host))
+
+    async def _resolve(self, host: HostState) -> None:
+        try:
+            async with self._dns_slots:
+                answer = await self.dns.resolve(host.name)
+            reason = answer.error or self.policy.refusal(answer.ip or "")
+            if reason is None:
+                self.scheduler.set_ip(host, answer.ip)
+                self.counters["hosts_resolved"] += 1
+                return
+            self.counters[f"hosts_failed.{reason}"] += 1
+            log.info("host %s refused: %s", host.name, reason)
+            for q in self.scheduler.drain(host):
+                self._log_drop(q, reason, ip=answer.ip)
+            # Forget the host: a later URL of it resolves again (the DNS cache answers
+            # negatives from memory until their TTL runs out).
+            if not host.busy and self.scheduler.hosts.get(host.name) is host:
+                del self.scheduler.hosts[host.name]
+        finally:
+            self._resolving.pop(host.name, None)
+            self._wake.set()
+
+    # -- dispatch --------------------------------------------------------------------------
+
+    def _dispatch_and_submit(self, now: float) -> None:
+        items: list[FetchItem] = []
+        limit = self.settings.concurrency
+        while len(self.in_flight) < limit:
+            host = self.scheduler.next_ready(now)
+            if host is None:
+                break
+            item = self._choose(host, now)
+            if item is not None:
+                self.in_flight[item.item_id] = (item, host)
+                items.append(item)
+        if not items:
+            return
+        size = self.settings.task_max_items
+        tasks = []
+        for i in range(0, len(items), size):
+            tasks.append(Task(self._next_task_id, items[i:i + size]))
+            self._next_task_id += 1
+        # LocalTaskQueue.submit never blocks; a remote queue would be awaited by a task.
+        asyncio.ensure_future(self.queue.submit(tasks))
+
+    def _choose(self, host: HostState, now: float) -> FetchItem | None:
+        """Pick what to send to a ready host: its robots.txt, a page, or nothing."""
+        skipped = 0
+        while host.queue and skipped < MAX_SKIPS_PER_HOST_VISIT:
+            q = host.queue[0]
+            origin = urls.origin_of(q.url)
+            entry = self.robots.get(origin)
+            if entry is None:
+                return self._new_item(urls.robots_url(q.url), host, ROBOTS, q.depth, None)
+            if entry.state == UNAVAILABLE:
+                self.scheduler.delay_until(host, now + max(0.0, entry.expires_at - time.time()))
+                return None
+            if entry.state == GIVEN_UP:
+                self._log_drop(self.scheduler.pop_url(host), "robots_unavailable", ip=host.ip)
+                skipped += 1
+                continue
+            if not entry.allows(q.url, self.settings.user_agent):
+                self._log_drop(self.scheduler.pop_url(host), "robots_disallowed", ip=host.ip)
+                skipped += 1
+                continue
+            if self._page_limit_reached():
+                break
+            self.scheduler.pop_url(host)
+            self.in_flight_pages += 1
+            return self._new_item(q.url, host, PAGE, q.depth, q.via)
+        self.scheduler.release(host)
+        return None
+
+    def _new_item(self, url: str, host: HostState, kind: str, depth: int,
+                  via: str | None) -> FetchItem:
+        item = FetchItem(self._next_item_id, url, host.ip or "", kind, depth, via)
+        self._next_item_id += 1
+        return item
+
+    # -- results ---------------------------------------------------------------------------
+
+    def _on_result(self, r: ItemResult, now: float) -> None:
+        entry = self.in_flight.pop(r.item.item_id, None)
+        if entry is None:
+            return  # a duplicate report of work already accounted for
+        item, host = entry
+        if item.kind == ROBOTS:
+            self._on_robots(r, host)
+        else:
+            self.in_flight_pages -= 1
+            self.pages_done += 1 if r.status is not None else 0
+            self.counters["fetches"] += 1
+            self.counters[f"status.{r.status}" if r.status is not None else f"error.{r.error}"] += 1
+            for reason, n in r.dropped.items():
+                self.counters[f"links_dropped.{reason}"] += n
+            self.counters["pld_edges"] += len(r.pld_edges)
+            if r.links:
+                self._admit(r.links, item.depth + 1, item.url)
+        self.scheduler.done(host, now)
+
+    def _on_robots(self, r: ItemResult, host: HostState) -> None:
+        origin = urls.origin_of(r.item.url)
+        entry = self.robots.record(origin, r.status, r.robots_text)
+        self.counters["robots_fetches"] += 1
+        self.counters[f"robots.{entry.state}"] += 1
+        delay = entry.crawl_delay(self.settings.user_agent)
+        if delay is not None:
+            capped = min(delay, self.settings.crawl_delay_max_s)
+            host.delay_s = max(host.delay_s, capped)
+
+    def _log_drop(self, q: QueuedURL, reason: str, *, ip: str | None) -> None:
+        self.counters[f"dropped.{reason}"] += 1
+        self.crawl_log.append({
+            "time": time.time(), "url": q.url, "kind": PAGE, "status": None, "error": reason,
+            "bytes": 0, "content_type": None, "fetch_ms": None, "ip": ip, "depth": q.depth,
+            "via": q.via, "truncated": False, "warc": None,
+        })
+
+    # -- checkpoint ------------------------------------------------------------------------
+
+    def checkpoint(self) -> Path:
+        for sync in self.durables:
+            sync()
+        self.crawl_log.sync()
+        meta = CheckpointMeta(
+            seeds=self.seeds,
+            pages_done=self.pages_done,
+            next_item_id=self._next_item_id,
+            counters=dict(self.counters),
+            time=time.time(),
+        )
+        path = self.checkpoints.write(meta, self._queued_rows(), [self.seen.save, self.robots.save])
+        self._last_checkpoint = self.clock()
+        return path
+
+    def _queued_rows(self) -> Iterable[tuple[str, int, str | None]]:
+        # Unreported pages first: they were next in line.
+        for item, _ in self.in_flight.values():
+            if item.kind == PAGE:
+                yield item.url, item.depth, item.via
+        for q in self.scheduler.iter_queued():
+            yield q.url, q.depth, q.via
+
+    def stats(self) -> ManagerStats:
+        return ManagerStats(
+            pages_done=self.pages_done,
+            in_flight=len(self.in_flight),
+            queued=self.scheduler.queued_urls,
+            hosts=len(self.scheduler.hosts),
+            seen=len(self.seen),
+            resolving=len(self._resolving),
+            elapsed_s=self.clock() - self._started,
+            counters=dict(self.counters),
+        )

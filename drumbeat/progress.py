@@ -1,0 +1,81 @@
+"""Live progress for a running crawl: a rich panel on a terminal, periodic lines otherwise."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from typing import TYPE_CHECKING, TextIO
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from drumbeat.fetcher import Fetcher
+    from drumbeat.manager import Manager
+    from drumbeat.settings import Settings
+
+RATE_WINDOW_S = 5.0
+
+
+class Progress:
+    def __init__(self, settings: Settings, manager: Manager, fetcher: Fetcher,
+                 stream: TextIO) -> None:
+        self.manager = manager
+        self.fetcher = fetcher
+        self.console = Console(file=stream)
+        self.live_mode = settings.progress if settings.progress is not None else stream.isatty()
+        self.interval_s = 0.5 if self.live_mode else settings.progress_interval_s
+        self._samples: deque[tuple[float, int]] = deque()
+
+    def _rate(self) -> float:
+        now, done = time.monotonic(), self.manager.pages_done
+        self._samples.append((now, done))
+        while len(self._samples) > 2 and now - self._samples[0][0] > RATE_WINDOW_S:
+            self._samples.popleft()
+        t0, d0 = self._samples[0]
+        return (done - d0) / (now - t0) if now > t0 else 0.0
+
+    def _errors(self) -> str:
+        c = self.manager.counters
+        kinds = {k: v for k, v in c.items() if k.startswith(("error.", "dropped.", "hosts_failed."))}
+        top = sorted(kinds.items(), key=lambda kv: -kv[1])[:6]
+        return ", ".join(f"{k}={v}" for k, v in top) or "none"
+
+    def render(self) -> Table:
+        s = self.manager.stats()
+        table = Table(title="drumbeat crawl", show_header=False, expand=False)
+        table.add_column(style="bold")
+        table.add_column(justify="right")
+        table.add_row("elapsed", f"{s.elapsed_s:,.0f} s")
+        table.add_row("pages/s (last 5 s)", f"{self._rate():,.1f}")
+        table.add_row("pages fetched", f"{s.pages_done:,}")
+        table.add_row("queued", f"{s.queued:,}")
+        table.add_row("in flight", f"{s.in_flight:,}")
+        table.add_row("hosts (active)", f"{s.hosts:,}")
+        table.add_row("URLs seen", f"{s.seen:,}")
+        table.add_row("robots fetched", f"{s.counters.get('robots_fetches', 0):,}")
+        table.add_row("errors by kind", self._errors())
+        return table
+
+    def line(self) -> str:
+        s = self.manager.stats()
+        return (f"[{s.elapsed_s:,.0f}s] pages={s.pages_done:,} rate={self._rate():,.1f}/s "
+                f"queued={s.queued:,} in_flight={s.in_flight} hosts={s.hosts:,} "
+                f"seen={s.seen:,} errors: {self._errors()}")
+
+    async def run(self) -> None:
+        if not self.live_mode:
+            while True:
+                await asyncio.sleep(self.interval_s)
+                self.console.print(self.line(), highlight=False, soft_wrap=True)
+        with Live(self.render(), console=self.console, refresh_per_second=4,
+                  transient=True) as live:
+            while True:
+                await asyncio.sleep(self.interval_s)
+                live.update(self.render())
+
+    def final(self) -> None:
+        if self.live_mode:
+            self.console.print(self.render())

@@ -1,0 +1,99 @@
+"""What moves between the manager and the fetchers, and the queue that moves it.
+
+The manager submits :class:`Task` s (a handful of :class:`FetchItem` s, each already
+resolved to an IP and cleared by politeness); fetchers claim tasks, fetch, and report
+one :class:`ItemResult` per item, in batches. A task is owned by the queue until every
+item is reported (server-side ownership, as in BloomReach's design): a fetcher that goes
+away loses nothing, its unreported items can be handed out again. The manager keeps its
+own record of what it submitted and has not seen reported, so a checkpoint can re-queue
+exactly those items; results are idempotent because URL-seen absorbs duplicates.
+
+Everything here is plain data (str, int, float, lists, dicts) so that a Redis-backed
+queue can serialize it without touching manager or fetcher logic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+PAGE = "page"
+ROBOTS = "robots"
+
+
+@dataclass(slots=True)
+class FetchItem:
+    item_id: int  # unique within a crawl, assigned by the manager; results refer to it
+    url: str
+    ip: str  # the manager resolved and guard-checked it; the fetcher connects exactly there
+    kind: str = PAGE  # PAGE | ROBOTS
+    depth: int = 0
+    via: str | None = None  # the page the URL was discovered on
+
+
+@dataclass(slots=True)
+class Task:
+    task_id: int
+    items: list[FetchItem]
+
+
+@dataclass(slots=True)
+class ItemResult:
+    """The outcome of one FetchItem. ``status`` is None when no HTTP response arrived."""
+
+    task_id: int
+    index: int  # position of the item in its task
+    item: FetchItem
+    status: int | None = None
+    error: str | None = None  # stable reason string, e.g. "connect", "dns:nxdomain"
+    links: list[str] = field(default_factory=list)  # normalized absolute URLs (page links, Location)
+    pld_edges: list[tuple[str, str]] = field(default_factory=list)  # (source PLD, target PLD), unique
+    dropped: dict[str, int] = field(default_factory=dict)  # links dropped by reason
+    robots_text: str | None = None  # ROBOTS items: the body, decoded, size-capped
+    body_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    pending_tasks: int
+    owned_tasks: int
+    unreported_items: int
+    results_waiting: int
+    submitted_tasks: int
+    completed_tasks: int
+
+
+class TaskQueue(Protocol):
+    """Task hand-off with server-side ownership. All methods are safe to call concurrently."""
+
+    async def submit(self, tasks: Sequence[Task]) -> None:
+        """Manager: make tasks available to fetchers, in order."""
+
+    async def claim(self, worker: str, max_tasks: int, timeout_s: float) -> list[Task]:
+        """Fetcher: take up to ``max_tasks`` tasks, waiting up to ``timeout_s`` for the first.
+
+        The queue records ``worker`` as the owner until every item is reported.
+        Returns an empty list on timeout or when the queue is closed.
+        """
+
+    async def report(self, worker: str, results: Sequence[ItemResult]) -> None:
+        """Fetcher: hand back item results; a task completes when all its items are reported."""
+
+    async def collect(self, max_results: int, timeout_s: float) -> list[ItemResult]:
+        """Manager: take up to ``max_results`` results, waiting up to ``timeout_s`` for the first."""
+
+    async def release(self, worker: str) -> int:
+        """Give the unreported items of ``worker``'s tasks back to the pending tasks.
+
+        Called when a fetcher stops (gracefully or, in a cluster, on a missed heartbeat).
+        Returns the number of items returned.
+        """
+
+    def stats(self) -> QueueStats: ...
+
+    @property
+    def closed(self) -> bool:
+        """True once close() was called."""
+
+    async def close(self) -> None:
+        """Wake every waiter; later claims and collects return empty lists."""

@@ -1,0 +1,201 @@
+"""One place for every crawl setting and its default.
+
+The CLI, a TOML config file and library callers all start from :class:`Settings`.
+Precedence: defaults < config file < command-line flags. Units are in the field
+names (``_s`` seconds, ``_bytes`` bytes). :func:`validate` turns a bad value into a
+:class:`SettingsError` whose message names the setting, so the CLI can print one
+line and exit 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+from drumbeat import __version__
+
+DEFAULT_USER_AGENT = (
+    f"drumbeat/{__version__} (+https://github.com/drumbeat-crawler/drumbeat; "
+    "set user_agent to your own contact URL)"
+)
+
+SCOPES = ("any", "host", "domain")
+
+
+class SettingsError(ValueError):
+    """A setting has a bad value; the message names the setting and says what is allowed."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    # What to crawl and where state lives.
+    state_dir: Path | None = None
+    seeds: tuple[str, ...] = ()
+    seeds_file: Path | None = None
+    scope: str = "any"  # any | host (seed hosts only) | domain (seed pay-level domains)
+
+    # When to stop (None = no limit). The crawl also stops when nothing is left.
+    max_pages: int | None = None
+    max_time_s: float | None = None
+
+    # Politeness. Defaults are polite: an operator lowers them deliberately.
+    host_delay_s: float = 2.0  # τh: min spacing of requests to one host name
+    ip_delay_s: float = 0.5  # τs: min spacing of requests to one server IP
+    crawl_delay_max_s: float = 60.0  # robots Crawl-delay is honoured up to this cap
+    user_agent: str = DEFAULT_USER_AGENT
+    robots_expiry_s: float = 86400.0
+    robots_retry_s: float = 600.0  # after a 5xx / network failure on robots.txt
+    robots_max_attempts: int = 3  # then the host's URLs are dropped (counted)
+    robots_max_bytes: int = 512 * 1024  # RFC 9309: parse at least 500 KiB
+
+    # Network.
+    concurrency: int = 100  # fetches in flight at once
+    dns_server: str | None = None  # HOST[:PORT]; None = the system's resolvers
+    dns_timeout_s: float = 5.0
+    dns_negative_ttl_s: float = 300.0
+    allow_loopback: bool = False
+    allow_private: bool = False
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 30.0
+    total_timeout_s: float = 60.0
+    max_body_bytes: int = 10 * 1024 * 1024  # longer bodies are kept truncated
+    max_decoded_bytes: int = 50 * 1024 * 1024  # cap after Content-Encoding (bombs)
+
+    # URLs and links.
+    max_url_bytes: int = 2048
+    max_links_per_page: int = 10_000
+
+    # Output and durability.
+    warc_max_file_bytes: int = 1 << 30
+    warc_gzip_level: int = 6
+    checkpoint_interval_s: float = 60.0
+
+    # Task hand-off between manager and fetchers.
+    task_max_items: int = 64
+
+    # Display: None = live progress when stderr is a terminal.
+    progress: bool | None = None
+    progress_interval_s: float = 10.0  # log-line progress when not on a terminal
+
+    def with_changes(self, **changes: Any) -> Settings:
+        return validate(dataclasses.replace(self, **changes))
+
+
+_FIELDS = {f.name: f for f in fields(Settings)}
+_PATH_FIELDS = {"state_dir", "seeds_file"}
+
+
+def _type_name(name: str) -> str:
+    return str(_FIELDS[name].type)
+
+
+def coerce(name: str, value: Any) -> Any:
+    """Convert a raw value (from TOML or a flag) to the field's type, or raise SettingsError."""
+    if name not in _FIELDS:
+        raise SettingsError(f"unknown setting '{name}'")
+    kind = _type_name(name)
+    try:
+        if value is None:
+            if "None" in kind:
+                return None
+            raise SettingsError(f"setting '{name}' cannot be empty")
+        if name in _PATH_FIELDS:
+            return Path(str(value))
+        if name == "seeds":
+            if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+                raise SettingsError("setting 'seeds' must be a list of URL strings")
+            return tuple(value)
+        if kind.startswith("bool"):
+            if not isinstance(value, bool):
+                raise SettingsError(f"setting '{name}' must be true or false, got {value!r}")
+            return value
+        if kind.startswith("int"):
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(value)
+        if kind.startswith("float"):
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if kind.startswith("str"):
+            if not isinstance(value, str):
+                raise ValueError
+            return value
+    except (TypeError, ValueError):
+        raise SettingsError(f"setting '{name}' must be {kind.split(' |')[0]}, got {value!r}") from None
+    return value
+
+
+def validate(s: Settings) -> Settings:
+    """Check ranges and relations; return ``s`` unchanged or raise SettingsError."""
+
+    def need(ok: bool, name: str, what: str) -> None:
+        if not ok:
+            raise SettingsError(f"setting '{name}' {what}, got {getattr(s, name)!r}")
+
+    for name in ("host_delay_s", "ip_delay_s", "crawl_delay_max_s", "robots_retry_s",
+                 "dns_negative_ttl_s", "robots_expiry_s"):
+        need(getattr(s, name) >= 0, name, "must be >= 0 seconds")
+    for name in ("connect_timeout_s", "read_timeout_s", "total_timeout_s", "dns_timeout_s",
+                 "checkpoint_interval_s", "progress_interval_s"):
+        need(getattr(s, name) > 0, name, "must be > 0 seconds")
+    for name in ("concurrency", "robots_max_attempts", "robots_max_bytes", "max_body_bytes",
+                 "max_decoded_bytes", "max_links_per_page", "warc_max_file_bytes", "task_max_items"):
+        need(getattr(s, name) >= 1, name, "must be >= 1")
+    need(s.max_url_bytes >= 16, "max_url_bytes", "must be >= 16")
+    need(0 <= s.warc_gzip_level <= 9, "warc_gzip_level", "must be 0..9")
+    need(s.scope in SCOPES, "scope", f"must be one of {', '.join(SCOPES)}")
+    need(s.max_pages is None or s.max_pages >= 0, "max_pages", "must be >= 0")
+    need(s.max_time_s is None or s.max_time_s > 0, "max_time_s", "must be > 0 seconds")
+    need(bool(s.user_agent.strip()) and "\n" not in s.user_agent, "user_agent",
+         "must be a non-empty single line")
+    if s.dns_server is not None:
+        parse_hostport(s.dns_server)
+    return s
+
+
+def parse_hostport(value: str, default_port: int = 53) -> tuple[str, int]:
+    """Parse ``HOST[:PORT]`` (``[v6]:port`` too) for the dns_server setting."""
+    host, port = value, default_port
+    if value.startswith("["):
+        host, _, rest = value[1:].partition("]")
+        if rest:
+            port = _port(rest.lstrip(":"))
+    elif value.count(":") == 1:
+        host, p = value.split(":")
+        port = _port(p)
+    if not host:
+        raise SettingsError(f"setting 'dns_server' must be HOST[:PORT], got {value!r}")
+    return host, port
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise SettingsError(f"setting 'dns_server' has a bad port {text!r}")
+    return int(text)
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    """Read a config file of ``name = value`` lines (top level or under ``[crawl]``)."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SettingsError(f"config file {path} does not exist") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise SettingsError(f"config file {path} is not valid TOML: {e}") from None
+    crawl = data.pop("crawl", {})
+    if not isinstance(crawl, dict):
+        raise SettingsError(f"config file {path}: [crawl] must be a table")
+    return {**data, **crawl}
+
+
+def build(base: Settings | None = None, *layers: Mapping[str, Any]) -> Settings:
+    """Apply raw layers (config file, then flags) onto ``base`` with type checks, then validate."""
+    values = dataclasses.asdict(base or Settings())
+    for layer in layers:
+        for name, raw in layer.items():
+            values[name] = coerce(name, raw)
+    return validate(Settings(**values))
