@@ -1,0 +1,40 @@
+import pytest
+
+from drumbeat.checkpoint import CheckpointError, CheckpointMeta, Checkpoints
+from drumbeat.frontier.urlseen import MemoryURLSeen
+
+
+def test_write_and_read_back(tmp_path):
+    cps = Checkpoints(tmp_path)
+    assert cps.current() is None
+    seen = MemoryURLSeen()
+    assert seen.check_update([1, 2, 2, 3]) == [True, True, False, True]
+    rows = [("http://a.test/", 0, None), ("http://a.test/x", 1, "http://a.test/")]
+    path = cps.write(CheckpointMeta(seeds=["http://a.test/"], pages_done=5), rows, [seen.save])
+    assert cps.current() == path
+    assert list(cps.read_queue(path)) == [tuple(r) for r in rows]
+    assert cps.read_meta(path).pages_done == 5
+    assert MemoryURLSeen(path).check_update([1, 4]) == [False, True]
+    second = cps.write(CheckpointMeta(), [], [])
+    assert cps.current() == second and not path.exists()
+
+
+def test_a_half_written_checkpoint_is_never_live(tmp_path):
+    cps = Checkpoints(tmp_path)
+    live = cps.write(CheckpointMeta(pages_done=1), [], [])
+    # A crash mid-write leaves a directory CURRENT does not name: it is ignored and replaced.
+    (cps.root / "ckpt-000002").mkdir()
+    (cps.root / "ckpt-000002" / "queue.jsonl").write_text("[\"tor")
+    assert cps.current() == live
+    assert cps.read_meta(cps.write(CheckpointMeta(pages_done=2), [], [])).pages_done == 2
+
+
+def test_corruption_names_the_file(tmp_path):
+    cps = Checkpoints(tmp_path)
+    live = cps.write(CheckpointMeta(), [("http://a.test/", 0, None)], [])
+    (live / "state.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match="state.json"):
+        cps.read_meta(live)
+    (live / "queue.jsonl").write_text("[\"http://a.test/\", 0\n")
+    with pytest.raises(CheckpointError, match="queue.jsonl line 1"):
+        list(cps.read_queue(live))

@@ -1,0 +1,50 @@
+from pathlib import Path
+
+import pytest
+
+from drumbeat.settings import Settings, SettingsError, build, load_toml, parse_hostport
+
+
+def test_defaults_are_polite():
+    s = Settings()
+    assert s.host_delay_s == 2.0 and s.ip_delay_s == 0.5
+    assert not s.allow_loopback and not s.allow_private
+    assert "drumbeat" in s.user_agent and "http" in s.user_agent
+
+
+def test_layers_override_in_order(tmp_path: Path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('host_delay_s = 1.5\n[crawl]\nconcurrency = 7\nscope = "host"\n')
+    s = build(Settings(), load_toml(cfg), {"concurrency": 9, "ip_delay_s": 0})
+    assert (s.host_delay_s, s.concurrency, s.scope, s.ip_delay_s) == (1.5, 9, "host", 0.0)
+
+
+@pytest.mark.parametrize("layer, name", [
+    ({"host_delay_s": -1}, "host_delay_s"),
+    ({"host_delay_s": "fast"}, "host_delay_s"),
+    ({"concurrency": 0}, "concurrency"),
+    ({"concurrency": 1.5}, "concurrency"),
+    ({"scope": "galaxy"}, "scope"),
+    ({"allow_loopback": "yes"}, "allow_loopback"),
+    ({"no_such_thing": 1}, "no_such_thing"),
+    ({"dns_server": "127.0.0.1:99999"}, "dns_server"),
+    ({"user_agent": ""}, "user_agent"),
+])
+def test_bad_values_name_the_setting(layer, name):
+    with pytest.raises(SettingsError, match=name):
+        build(Settings(), layer)
+
+
+def test_bad_toml_is_reported(tmp_path: Path):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text("host_delay_s = = 3")
+    with pytest.raises(SettingsError, match="not valid TOML"):
+        load_toml(cfg)
+    with pytest.raises(SettingsError, match="does not exist"):
+        load_toml(tmp_path / "missing.toml")
+
+
+def test_hostport():
+    assert parse_hostport("127.0.0.1:5353") == ("127.0.0.1", 5353)
+    assert parse_hostport("ns.example") == ("ns.example", 53)
+    assert parse_hostport("[::1]:54") == ("::1", 54)
