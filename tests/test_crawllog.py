@@ -64,7 +64,7 @@ def test_buffered_until_flush(tmp_path: Path) -> None:
     log.close()
 
 
-@pytest.mark.parametrize("torn", [b'{"time": 1.0, "url": "http://x', b"{", b"garbage without newline"])
+@pytest.mark.parametrize("torn", [b'{"time": 1.0, "url": "http://x', b"{", b"no newline"])
 def test_torn_last_line_is_cut_on_open(tmp_path: Path, torn: bytes) -> None:
     path = tmp_path / "crawl.log"
     with CrawlLog(path) as log:
@@ -129,7 +129,9 @@ json_values = st.recursive(
 
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.dictionaries(st.text(), json_values, max_size=5), max_size=20))
-def test_any_json_objects_round_trip(tmp_path_factory: pytest.TempPathFactory, entries: list) -> None:
+def test_any_json_objects_round_trip(
+    tmp_path_factory: pytest.TempPathFactory, entries: list[dict[str, object]]
+) -> None:
     path = tmp_path_factory.mktemp("log") / "crawl.log"
     with CrawlLog(path) as log:
         for e in entries:

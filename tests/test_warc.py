@@ -212,6 +212,19 @@ def test_recovery_keeps_intact_file_and_ignores_final_files(tmp_path: Path) -> N
     assert recover_directory(tmp_path) == []
 
 
+def test_recovery_skips_a_file_a_live_writer_holds(tmp_path: Path) -> None:
+    writer = WarcWriter(tmp_path)
+    write_pages(writer, 2)
+    writer.flush()
+    (path,) = tmp_path.glob("*" + OPEN_SUFFIX)
+    size = path.stat().st_size
+    assert recover_directory(tmp_path) == []
+    assert path.stat().st_size == size
+    write_pages(writer, 1)
+    writer.close()
+    assert len(list(iter_records(warc_files(tmp_path)[0]))) == 1 + 3 * 2
+
+
 def test_recovery_cuts_at_a_corrupted_member(tmp_path: Path) -> None:
     path, ends = make_open_file(tmp_path, 5)
     data = bytearray(path.read_bytes())

@@ -47,18 +47,14 @@ class CrawlLog:
     """
 
     def __init__(self, path: Path) -> None:
-        self._path = Path(path)
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        self.repaired_bytes = _cut_torn_tail(self._path)
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.repaired_bytes = _cut_torn_tail(path)
         # Unbuffered: our own buffer holds whole lines, so every write() ends on "\n".
-        self._file = open(self._path, "ab", buffering=0)
+        self._file = open(path, "ab", buffering=0)
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self.lines_written = 0
-
-    @property
-    def path(self) -> Path:
-        return self._path
 
     def append(self, entry: Mapping[str, Any]) -> None:
         """Buffer one entry. Raises ``ValueError`` for values JSON cannot represent

@@ -21,10 +21,14 @@ Crash safety
 The process may be killed at any byte. Everything up to the last complete gzip member
 holding a readable record survives: :func:`recover_directory` cuts the torn tail of
 every ``.open`` file and renames it. Data is durable only after :meth:`WarcWriter.sync`.
+A writer holds an exclusive ``flock`` on its ``.open`` file (the kernel drops it when the
+process dies, however it dies), so recovery never touches a file that is still being
+written, even by another process sharing the directory.
 """
 
 from __future__ import annotations
 
+import fcntl
 import io
 import os
 import socket
@@ -52,6 +56,9 @@ WARC_SUFFIX = ".warc.gz"
 _GZIP_WBITS = 31  # zlib: gzip container, 32 KiB window
 _WRITE_BUFFER_BYTES = 1 << 20
 _SCAN_CHUNK_BYTES = 1 << 20
+_WARC_1_1_SPEC = (
+    "http://iipc.github.io/warc-specifications/specifications/warc-format/warc-1.1/"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,10 +163,6 @@ class WarcWriter:
         self._records = 0
         self._bytes_written = 0
         self._closed = False
-
-    @property
-    def directory(self) -> Path:
-        return self._dir
 
     def write_fetch(
         self,
@@ -274,20 +277,29 @@ class WarcWriter:
             stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime())
             name = f"{self._prefix}-{stamp}-{self._seq:05d}-{os.getpid()}{WARC_SUFFIX}"
             self._seq += 1
+            path = self._dir / (name + OPEN_SUFFIX)
             if (self._dir / name).exists():
                 continue
             try:
                 # "x": a restarted process may reuse a pid within the same second.
-                f = open(self._dir / (name + OPEN_SUFFIX), "xb", buffering=_WRITE_BUFFER_BYTES)
+                f = open(path, "xb", buffering=_WRITE_BUFFER_BYTES)
             except FileExistsError:
                 continue
-            break
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            # Another process's recovery may have locked and removed the new, empty
+            # file before we locked it: then our descriptor points to no name.
+            try:
+                if os.stat(path).st_ino == os.fstat(f.fileno()).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
+            f.close()
         _fsync_dir(self._dir)
         self._file, self._name, self._size = f, name, 0
         info = {
             "software": self._software,
             "format": "WARC File Format 1.1",
-            "conformsTo": "http://iipc.github.io/warc-specifications/specifications/warc-format/warc-1.1/",
+            "conformsTo": _WARC_1_1_SPEC,
             "hostname": socket.gethostname(),
         }
         member = self._compress(self._builder.create_warcinfo_record(name, info))
@@ -311,22 +323,33 @@ def recover_directory(directory: Path) -> list[RecoveredFile]:
 
     Each file is cut right after its last complete gzip member that holds one
     readable record (digests checked) and renamed to its final name; a file with no
-    such record is removed. Nothing before the first bad member is lost. Call it at
-    startup, before any writer opens the directory.
+    such record is removed. Nothing before the first bad member is lost. Files locked
+    by a live writer are skipped. Call it at startup, before creating a writer.
     """
     directory = Path(directory)
     results: list[RecoveredFile] = []
     if not directory.is_dir():
         return results
     for open_path in sorted(directory.glob("*" + WARC_SUFFIX + OPEN_SUFFIX)):
-        results.append(_recover_file(open_path))
+        recovered = _recover_file(open_path)
+        if recovered is not None:
+            results.append(recovered)
     if results:
         _fsync_dir(directory)
     return results
 
 
-def _recover_file(open_path: Path) -> RecoveredFile:
-    with open(open_path, "r+b") as f:
+def _recover_file(open_path: Path) -> RecoveredFile | None:
+    """Recover one file, or return None if a live writer holds it or it is gone."""
+    try:
+        f = open(open_path, "r+b")
+    except FileNotFoundError:  # another process recovered it first
+        return None
+    with f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return None
         size = os.fstat(f.fileno()).st_size
         keep = 0
         records = 0
@@ -338,11 +361,12 @@ def _recover_file(open_path: Path) -> RecoveredFile:
         if records and keep < size:
             f.truncate(keep)
             os.fsync(f.fileno())
-    if not records:
-        open_path.unlink()
-        return RecoveredFile(open_path, None, size, 0)
-    final_path = open_path.with_name(open_path.name[: -len(OPEN_SUFFIX)])
-    os.rename(open_path, final_path)
+        # Rename or unlink while still holding the lock; see WarcWriter._ensure_open.
+        if not records:
+            open_path.unlink()
+            return RecoveredFile(open_path, None, size, 0)
+        final_path = open_path.with_name(open_path.name[: -len(OPEN_SUFFIX)])
+        os.rename(open_path, final_path)
     return RecoveredFile(open_path, final_path, size - keep, records)
 
 
