@@ -1,0 +1,542 @@
+"""The synthetic web as data: hosts, pages, links and robots rules, derived from a seed.
+
+Pure and deterministic: the same ``SimWebConfig`` (including ``port``, which appears
+in absolute links) gives the same hosts, pages and bytes. Nothing here does I/O;
+``server`` and ``dns`` serve what this module describes, and ``oracle`` walks it.
+
+Shape of a web
+--------------
+* Host ``i`` (0-based) is named ``site{i}.{tld}``, except that ``i % 5 == 3`` is
+  ``www.site{i-1}.{tld}`` and ``i % 5 == 4`` is ``blog.site{i-2}.{tld}``; so
+  ``site2``, ``www.site2`` and ``blog.site2`` share one pay-level domain.
+* Host ``i`` lives on IP ``ips[i % config.ips]``; ``ips[j]`` is
+  ``127.1.{j // 254}.{j % 254 + 1}`` (never 127.0.0.1).
+* ``down.{tld}`` resolves to ``127.3.0.1`` where nothing listens (connection
+  refused) and ``gone.{tld}`` does not resolve (NXDOMAIN). A few links point there.
+* Host ``i``'s robots.txt is ``robots.CYCLE[i % 10]``; host 0 is allow-all.
+* Each host has ``n`` "backbone" pages (``n`` skewed around ``pages_per_host``,
+  at least 1). Page 0 is ``/``; page ``k`` is ``/p/k``, ``/a/x/y/ck.html``,
+  ``/docs/k/`` or ``/list?page=k`` by ``k % 4``. Page ``k`` always links to page
+  ``k + 1`` (plain link), so ``/`` reaches the whole backbone.
+* Every host also has ``/data.bin`` (octet-stream), ``/private/0.html``,
+  ``/private/1.html``, ``/private/open/info.html`` and ``/search?q=0..2``, all
+  linked from ``/`` (robots variants forbid some of them).
+* Host 0 also carries the special pages under ``/special/`` (see ``_special``):
+  meta nofollow, rel=nofollow, ``<base>``, canonical, meta refresh, frames,
+  iframe, area, mailto/javascript/malformed links, a 404 link, 301 and 302
+  redirects and text/html garbage.
+* ``/`` of host ``i`` links to ``/`` of host ``i + 1`` (mod hosts) and, when that
+  host's robots.txt is a 500, to the next host after it as well; so every host
+  whose robots.txt permits it is reachable from any seed.
+
+URL forms
+---------
+The oracle speaks canonical URLs, as a WHATWG normalizer leaves them: scheme
+``http``, lower-case host, ``:port`` unless it is 80, dot segments resolved, no
+fragment, e.g. ``http://site3.test:43117/a/1/3/c6.html``. The HTML uses many
+spellings of those URLs (relative, ``../``, ``./``, ``?query`` only, absolute,
+upper-case host, ``#fragment``); ``Link.href`` is the spelling, ``Link.url`` the
+canonical form.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from drumbeat.simweb.oracle import CrawlTruth, crawl
+from drumbeat.simweb.robots import CYCLE, RobotsFile, RobotsVariant, robots_file
+
+LinkKind = Literal["a", "area", "frame", "iframe", "refresh", "canonical"]
+ALL_LINK_KINDS: frozenset[LinkKind] = frozenset(
+    ("a", "area", "frame", "iframe", "refresh", "canonical")
+)
+# Server behaviour of a page; the server's handler table is keyed by it, so new
+# hostile behaviours are a new kind plus one handler.
+PageKind = Literal["html", "redirect", "binary", "garbage", "missing"]
+
+REFUSED_IP = "127.3.0.1"
+_HOST_CACHE = 4096
+_PAGE_CACHE = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class SimWebConfig:
+    """Everything that determines a synthetic web (sizes are approximate targets)."""
+
+    seed: int = 1
+    hosts: int = 50  # virtual host names served
+    ips: int = 8  # distinct 127.1.x.y addresses the hosts are spread over
+    pages_per_host: int = 20  # mean backbone pages per host; skewed, at least 1
+    page_bytes: int = 20_000  # approximate HTML size
+    links_per_page: int = 60  # approximate links per HTML page
+    cross_host_link_fraction: float = 0.2
+    port: int = 0  # HTTP port on every IP; 0 = pick a free one
+    dns_port: int = 0  # UDP port of the DNS responder on 127.0.0.1; 0 = pick
+    tld: str = "test"
+    crawl_delay_s: float = 0.3  # Crawl-delay of the crawl_delay robots variant
+
+    def __post_init__(self) -> None:
+        if self.hosts < 1 or self.ips < 1 or self.pages_per_host < 1:
+            raise ValueError("hosts, ips and pages_per_host must be at least 1")
+        if self.ips > 254 * 256:
+            raise ValueError("at most 65024 IPs fit in 127.1.0.0/16")
+        if not 0.0 <= self.cross_host_link_fraction <= 1.0:
+            raise ValueError("cross_host_link_fraction must be within [0, 1]")
+
+
+@dataclass(frozen=True, slots=True)
+class Host:
+    index: int
+    name: str
+    pld: str
+    ip: str
+    robots_variant: RobotsVariant
+    backbone_pages: int
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """One outgoing reference of a page.
+
+    ``url`` is the canonical absolute URL (see module doc); for ``mailto:`` and
+    ``javascript:`` it is the href itself, and ``None`` when the href does not
+    parse as a URL at all. ``nofollow`` is ``rel="nofollow"`` on this link only.
+    """
+
+    url: str | None
+    href: str
+    kind: LinkKind
+    nofollow: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """The truth about one URL of the web, including ones that do not exist (404)."""
+
+    host: str
+    path: str  # path plus "?query", as requested
+    url: str
+    kind: PageKind
+    status: int
+    content_type: str | None
+    links: tuple[Link, ...] = ()
+    meta_nofollow: bool = False  # <meta name="robots" content="nofollow">
+    base_href: str | None = None  # <base href>, against which relative links resolve
+    location: str | None = None  # canonical redirect target
+    location_header: str | None = None  # what the Location header says
+
+
+@dataclass(frozen=True, slots=True)
+class _Spec:
+    """A page before its generated links are added."""
+
+    kind: PageKind
+    links: tuple[tuple[str, LinkKind, bool], ...] = ()  # (href or "@path", kind, nofollow)
+    meta_nofollow: bool = False
+    base_path: str | None = None
+    redirect: tuple[int, str, bool] | None = None  # (status, target path, absolute header)
+    generated: bool = True  # add the usual random links and filler
+
+
+class SimWebModel:
+    """Queryable truth about one synthetic web."""
+
+    def __init__(self, config: SimWebConfig) -> None:
+        self.config = config
+        self.ips: tuple[str, ...] = tuple(
+            f"127.1.{j // 254}.{j % 254 + 1}" for j in range(config.ips)
+        )
+        self.refused_host = f"down.{config.tld}"
+        self.nxdomain_host = f"gone.{config.tld}"
+        sizes = _backbone_sizes(config)
+        self.hosts: tuple[Host, ...] = tuple(
+            Host(
+                index=i,
+                name=_host_name(i, config.tld),
+                pld=_pld_name(i, config.tld),
+                ip=self.ips[i % config.ips],
+                robots_variant=CYCLE[i % len(CYCLE)],
+                backbone_pages=sizes[i],
+            )
+            for i in range(config.hosts)
+        )
+        self._by_name = {h.name: h for h in self.hosts}
+        self._inventory = functools.lru_cache(maxsize=_HOST_CACHE)(self._build_inventory)
+        self._page = functools.lru_cache(maxsize=_PAGE_CACHE)(self._build_page)
+        self._robots = functools.lru_cache(maxsize=_HOST_CACHE)(self._build_robots)
+
+    # -- hosts, DNS, robots ---------------------------------------------------
+
+    def host(self, name: str) -> Host | None:
+        return self._by_name.get(name.lower())
+
+    def origin(self, name: str) -> str:
+        port = self.config.port
+        return f"http://{name}" if port == 80 else f"http://{name}:{port}"
+
+    def url(self, host: str, path: str) -> str:
+        return self.origin(host) + path
+
+    def dns_records(self) -> dict[str, str]:
+        """A records of the web: every served host plus the refused one."""
+        records = {h.name: h.ip for h in self.hosts}
+        records[self.refused_host] = REFUSED_IP
+        return records
+
+    def robots(self, host: str) -> RobotsFile:
+        """What ``/robots.txt`` of ``host`` serves; KeyError for a name not in the web."""
+        return self._robots(self._require(host).index)
+
+    def robots_variant(self, host: str) -> RobotsVariant:
+        return self._require(host).robots_variant
+
+    def robots_status(self, host: str) -> int:
+        """HTTP status of ``/robots.txt`` (garbage robots are served with 200)."""
+        return self.robots(host).status
+
+    def robots_allows(self, host: str, path: str) -> bool:
+        """Whether a careful crawler may fetch ``path`` (with query) on ``host``.
+
+        False for every path of a host whose robots.txt answers 500; True for
+        every path when robots.txt is missing (404) or garbage.
+        """
+        return self.robots(host).allows(path)
+
+    def crawl_delay(self, host: str) -> float | None:
+        return self.robots(host).crawl_delay
+
+    # -- pages ----------------------------------------------------------------
+
+    def paths(self, host: str) -> list[str]:
+        """Every path of ``host`` that is served with something other than 404."""
+        return list(self._inventory(self._require(host).index))
+
+    def page(self, host: str, path: str) -> Page:
+        """The page at ``path`` (path plus ``?query``); a ``missing`` 404 if none."""
+        return self._page(host.lower(), path)
+
+    def seeds(self) -> list[str]:
+        """Home pages of up to three hosts whose robots.txt is not a 500.
+
+        Any one of them reaches every host through the ring of home-page links;
+        more than one just makes a crawl start wider.
+        """
+        homes = [self.url(h.name, "/") for h in self.hosts if h.robots_variant != "error"]
+        return homes[:3]
+
+    # -- oracle (rules in drumbeat.simweb.oracle) ------------------------------
+
+    def crawl(
+        self, seeds: Iterable[str] | None = None, kinds: frozenset[LinkKind] = ALL_LINK_KINDS
+    ) -> CrawlTruth:
+        """Everything a correct crawl from ``seeds`` (default ``seeds()``) does."""
+        return crawl(self, self.seeds() if seeds is None else seeds, kinds)
+
+    def reachable(
+        self, seeds: Iterable[str] | None = None, kinds: frozenset[LinkKind] = ALL_LINK_KINDS
+    ) -> set[str]:
+        """Canonical URLs a correct crawler fetches (any status), robots.txt excluded."""
+        return self.crawl(seeds, kinds).fetched
+
+    def unreachable_attempts(
+        self, seeds: Iterable[str] | None = None, kinds: frozenset[LinkKind] = ALL_LINK_KINDS
+    ) -> set[str]:
+        """Discovered URLs on the refused and NXDOMAIN hosts: attempted, never fetched."""
+        return self.crawl(seeds, kinds).unreachable
+
+    def _require(self, host: str) -> Host:
+        h = self.host(host)
+        if h is None:
+            raise KeyError(f"not a host of this web: {host!r}")
+        return h
+
+    def _build_robots(self, index: int) -> RobotsFile:
+        rng = random.Random(f"{self.config.seed}:robots:{index}")
+        return robots_file(self.hosts[index].robots_variant, self.config.crawl_delay_s, rng)
+
+    def _build_page(self, host: str, path: str) -> Page:
+        h = self.host(host)
+        spec = self._inventory(h.index).get(path) if h is not None else None
+        url = self.url(host, path)
+        if h is None or spec is None:
+            return Page(host, path, url, "missing", 404, "text/html")
+        if spec.kind == "binary":
+            return Page(host, path, url, "binary", 200, "application/octet-stream")
+        if spec.kind == "garbage":
+            return Page(host, path, url, "garbage", 200, "text/html")
+        if spec.redirect is not None:
+            status, target, absolute = spec.redirect
+            location = self.url(host, target)
+            header = location if absolute else _relative_ref(path, target)
+            return Page(
+                host, path, url, "redirect", status, None, location=location, location_header=header
+            )
+        links = _LinkMaker(self, h, path, spec.base_path).make(spec)
+        base_href = self.url(host, spec.base_path) if spec.base_path else None
+        return Page(
+            host, path, url, "html", 200, "text/html",
+            links=links, meta_nofollow=spec.meta_nofollow, base_href=base_href,
+        )
+
+    def _build_inventory(self, index: int) -> dict[str, _Spec]:
+        h = self.hosts[index]
+        pages: dict[str, _Spec] = {}
+        n = h.backbone_pages
+        for k in range(n):
+            links: list[tuple[str, LinkKind, bool]] = []
+            if k + 1 < n:
+                links.append(("@" + backbone_path(k + 1), "a", False))
+            pages[backbone_path(k)] = _Spec("html", tuple(links))
+        home = list(pages["/"].links) + [
+            ("@/data.bin", "a", False),
+            ("@/private/0.html", "a", False),
+            ("@/private/open/info.html", "a", False),
+            ("@/search?q=0", "a", False),
+        ]
+        home += [(self.url(name, "/"), "a", False) for name in self._ring_targets(index)]
+        pages["/data.bin"] = _Spec("binary", generated=False)
+        pages["/private/0.html"] = _Spec("html", (("@/private/1.html", "a", False),))
+        pages["/private/1.html"] = _Spec("html")
+        pages["/private/open/info.html"] = _Spec("html")
+        for q in range(3):
+            nxt = (("@" + f"/search?q={q + 1}", "a", False),) if q < 2 else ()
+            pages[f"/search?q={q}"] = _Spec("html", nxt)
+        if index == 0:
+            special = _special(self)
+            pages.update(special)
+            home += [("@" + p, "a", False) for p in _SPECIAL_ENTRIES]
+            home.append(("@/special/hidden-2.html", "a", True))
+        pages["/"] = replace(pages["/"], links=tuple(home))
+        return pages
+
+    def _ring_targets(self, index: int) -> list[str]:
+        n = len(self.hosts)
+        if n == 1:
+            return []
+        targets = [self.hosts[(index + 1) % n]]
+        step = 2
+        while targets[-1].robots_variant == "error" and step <= n:
+            targets.append(self.hosts[(index + step) % n])
+            step += 1
+        return [t.name for t in targets if t.index != index]
+
+
+def backbone_path(k: int) -> str:
+    """Path of backbone page ``k`` of any host."""
+    if k == 0:
+        return "/"
+    style = k % 4
+    if style == 1:
+        return f"/p/{k}"
+    if style == 2:
+        return f"/a/{k % 3}/{k % 5}/c{k}.html"
+    if style == 3:
+        return f"/docs/{k}/"
+    return f"/list?page={k}"
+
+
+# Special pages of host 0 that "/" links to; the others are reachable only
+# through the feature each entry page demonstrates.
+_SPECIAL_ENTRIES = (
+    "/special/nofollow.html",
+    "/special/base.html",
+    "/special/canonical.html",
+    "/special/refresh.html",
+    "/special/frames.html",
+    "/special/misc.html",
+    "/special/moved",
+    "/special/temp",
+    "/special/garbage.html",
+)
+
+
+def _special(model: SimWebModel) -> dict[str, _Spec]:
+    down = model.url(model.refused_host, "/")
+    gone = model.url(model.nxdomain_host, "/")
+    plain = _Spec("html")
+    return {
+        "/special/nofollow.html": _Spec(
+            "html", (("@/special/hidden-1.html", "a", False),), meta_nofollow=True
+        ),
+        "/special/hidden-1.html": plain,
+        "/special/hidden-2.html": plain,
+        "/special/base.html": _Spec(
+            "html",
+            (("x0.html", "a", False), ("x1.html", "a", False)),
+            base_path="/special/based/",
+        ),
+        "/special/based/x0.html": plain,
+        "/special/based/x1.html": plain,
+        "/special/canonical.html": _Spec("html", (("@/", "canonical", False),)),
+        "/special/refresh.html": _Spec("html", (("@/special/refreshed.html", "refresh", False),)),
+        "/special/refreshed.html": plain,
+        "/special/frames.html": _Spec(
+            "html",
+            (
+                ("@/special/framed-1.html", "frame", False),
+                ("@/special/framed-2.html", "frame", False),
+            ),
+            generated=False,
+        ),
+        "/special/framed-1.html": plain,
+        "/special/framed-2.html": plain,
+        "/special/misc.html": _Spec(
+            "html",
+            (
+                ("@/special/iframed.html", "iframe", False),
+                ("@/special/area.html", "area", False),
+                (f"mailto:webmaster@{model.hosts[0].name}", "a", False),
+                ("javascript:void(0)", "a", False),
+                ("http://[bad", "a", False),
+                ("@/special/missing.html", "a", False),
+                (down, "a", False),
+                (gone, "a", False),
+            ),
+        ),
+        "/special/iframed.html": plain,
+        "/special/area.html": plain,
+        "/special/moved": _Spec("redirect", redirect=(301, "/special/moved-target.html", True)),
+        "/special/temp": _Spec("redirect", redirect=(302, "/special/temp-target.html", False)),
+        "/special/moved-target.html": plain,
+        "/special/temp-target.html": plain,
+        "/special/garbage.html": _Spec("garbage", generated=False),
+    }
+
+
+class _LinkMaker:
+    """Turns a page spec into its final link list (fixed links + random ones)."""
+
+    def __init__(self, model: SimWebModel, host: Host, path: str, base_path: str | None) -> None:
+        self.model = model
+        self.cfg = model.config
+        self.host = host
+        self.path = path
+        self.ref_base = base_path or path  # relative hrefs resolve against <base> if any
+        self.rng = random.Random(f"{self.cfg.seed}:{host.index}:{path}")
+
+    def make(self, spec: _Spec) -> tuple[Link, ...]:
+        links = [self._fixed(href, kind, nofollow) for href, kind, nofollow in spec.links]
+        if spec.generated:
+            for _ in range(max(0, self.cfg.links_per_page - len(links))):
+                links.append(self._random())
+        return tuple(links)
+
+    def _fixed(self, href: str, kind: LinkKind, nofollow: bool) -> Link:
+        if href.startswith("@"):
+            return self._same_host(href[1:], kind, nofollow)
+        if href.startswith(("mailto:", "javascript:")):
+            return Link(href, href, kind, nofollow)
+        if href.startswith("http://["):
+            return Link(None, href, kind, nofollow)
+        if href.startswith("http"):
+            return Link(href, href, kind, nofollow)
+        # A relative href (on the <base> page) resolves against the base path.
+        directory = self.ref_base[: self.ref_base.rfind("/") + 1]
+        return Link(self.model.url(self.host.name, directory + href), href, kind, nofollow)
+
+    def _same_host(self, target: str, kind: LinkKind, nofollow: bool) -> Link:
+        rng = self.rng
+        url = self.model.url(self.host.name, target)
+        r = rng.random()
+        if r < 0.1:
+            href = self._absolute(self.host.name, target)
+        elif r < 0.45:
+            href = target
+        elif r < 0.5 and target != "/":
+            # A dot segment the normalizer has to remove.
+            href = "/x/.." + target if rng.random() < 0.5 else "/." + target
+        else:
+            href = _relative_ref(self.ref_base, target)
+        if rng.random() < 0.1:
+            href += f"#s{rng.randrange(10)}"
+        return Link(url, href, kind, nofollow)
+
+    def _absolute(self, name: str, target: str) -> str:
+        shown = name.upper() if self.rng.random() < 0.3 else name
+        return self.model.origin(shown) + target
+
+    def _random(self) -> Link:
+        rng = self.rng
+        hosts = self.model.hosts
+        r = rng.random()
+        if r < 0.002:
+            dead = rng.choice((self.model.refused_host, self.model.nxdomain_host))
+            target = backbone_path(rng.randrange(1, 6))
+            return Link(self.model.url(dead, target), self.model.origin(dead) + target, "a")
+        if r < self.cfg.cross_host_link_fraction and len(hosts) > 1:
+            other = hosts[_skewed(rng, len(hosts))]
+            if other.index == self.host.index:
+                other = hosts[(other.index + 1) % len(hosts)]
+            target = backbone_path(_skewed(rng, other.backbone_pages))
+            href = self._absolute(other.name, target)
+            if rng.random() < 0.1:
+                href += "#top"
+            return Link(self.model.url(other.name, target), href, "a")
+        nofollow = rng.random() < 0.05
+        if rng.random() < 0.03:
+            target = rng.choice(_LEAVES)
+        else:
+            target = backbone_path(_skewed(rng, self.host.backbone_pages))
+        return self._same_host(target, "a", nofollow)
+
+
+# Per-host pages that random links sometimes point into, so robots rules have
+# something to refuse and the crawler meets the odd 404.
+_LEAVES = (
+    "/data.bin",
+    "/private/1.html",
+    "/private/open/info.html",
+    "/search?q=1",
+    "/search?q=2",
+    "/nowhere.html",
+)
+
+
+def _skewed(rng: random.Random, n: int) -> int:
+    """An index in [0, n) where low indices are much more likely (Zipf-like)."""
+    return min(n - 1, int(n * rng.random() ** 3))
+
+
+@functools.lru_cache(maxsize=65536)  # popular targets repeat across every page of a directory
+def _relative_ref(base_path: str, target: str) -> str:
+    """The shortest relative reference from a page at ``base_path`` to ``target``.
+
+    Both are absolute paths, optionally with ``?query``. Gives ``?query`` when only
+    the query differs, ``../`` runs when directories differ, ``./`` for the base
+    directory itself.
+    """
+    bpath = base_path.split("?", 1)[0]
+    tpath, sep, query = target.partition("?")
+    if tpath == bpath and sep:
+        return sep + query
+    bdirs = bpath.split("/")[1:-1]
+    *tdirs, tfile = tpath.split("/")[1:]
+    common = 0
+    while common < min(len(bdirs), len(tdirs)) and bdirs[common] == tdirs[common]:
+        common += 1
+    ref = "../" * (len(bdirs) - common) + "".join(d + "/" for d in tdirs[common:]) + tfile
+    return (ref or "./") + sep + query
+
+
+def _pld_name(i: int, tld: str) -> str:
+    return f"site{i - max(0, i % 5 - 2)}.{tld}"
+
+
+def _host_name(i: int, tld: str) -> str:
+    if i % 5 == 3:
+        return f"www.site{i - 1}.{tld}"
+    if i % 5 == 4:
+        return f"blog.site{i - 2}.{tld}"
+    return f"site{i}.{tld}"
+
+
+def _backbone_sizes(config: SimWebConfig) -> list[int]:
+    """Pages per host: heavy-tailed (Pareto, capped) with mean ≈ pages_per_host."""
+    rng = random.Random(f"{config.seed}:sizes")
+    weights = [min(rng.paretovariate(1.5), 20.0) for _ in range(config.hosts)]
+    mean = sum(weights) / len(weights)
+    return [max(1, round(config.pages_per_host * w / mean)) for w in weights]
