@@ -1,0 +1,249 @@
+"""URL normalization, hashing, host / pay-level domain and crawl scope.
+
+Every URL the crawler keeps is first passed through :func:`normalize`; every other
+function here takes such a *normalized* URL and relies on its shape (lower-case
+``http``/``https`` scheme, ``://``, ASCII host, a path that starts with ``/``, no
+fragment) so that it can work with plain string operations on the hot path.
+
+Drop reasons (``URLRejected.reason``), stable strings the crawler counts by:
+
+================  ==============================================================
+``unparsable``    not a URL by the WHATWG parser (or relative with a bad base)
+``scheme``        parses, but the scheme is not ``http`` or ``https``
+``too_long``      the normalized URL is longer than ``max_bytes``
+``no_host``       ``http(s)`` URL with an empty host (``http://``, ``http://:80/``)
+``bad_port``      port 0, above 65535, or not a number
+================  ==============================================================
+
+:func:`normalize_links` also counts ``too_many_links`` (see there).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+from functools import lru_cache
+
+from ada_url import join_url, normalize_url
+from publicsuffixlist import PublicSuffixList
+from xxhash import xxh3_64_intdigest
+
+__all__ = [
+    "DEFAULT_MAX_URL_BYTES",
+    "URLRejected",
+    "fingerprint",
+    "host_of",
+    "in_scope",
+    "normalize",
+    "normalize_links",
+    "origin_of",
+    "pld",
+    "robots_url",
+]
+
+DEFAULT_MAX_URL_BYTES = 2048
+
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+_HEX = "0123456789ABCDEFabcdef"
+
+
+def _escape_table() -> dict[str, str]:
+    """Every ``%XY`` escape -> its normal form (unreserved decoded, else upper-case hex)."""
+    table: dict[str, str] = {}
+    for hi in _HEX:
+        for lo in _HEX:
+            char = chr(int(hi + lo, 16))
+            table["%" + hi + lo] = char if char in _UNRESERVED else ("%" + hi + lo).upper()
+    table["%"] = "%25"
+    return table
+
+
+_ESCAPES = _escape_table()
+_ESCAPE_RE = re.compile(r"%(?:[0-9A-Fa-f]{2})?")
+_SCHEME_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
+_AUTHORITY_RE = re.compile(r"[/\\]*([^/\\?#]*)")
+# WHATWG strips leading/trailing C0 controls and spaces, and removes tabs and newlines
+# anywhere; the failure diagnosis mirrors that so it sees what the parser saw.
+_C0_AND_SPACE = "".join(map(chr, range(0x21)))
+_TAB_NEWLINE = {0x09: None, 0x0A: None, 0x0D: None}
+
+
+class URLRejected(ValueError):
+    """A URL the crawler will not keep; ``reason`` is one of the module's drop reasons."""
+
+    def __init__(self, reason: str, url: str = "") -> None:
+        super().__init__(f"{reason}: {url[:200]!r}")
+        self.reason = reason
+
+
+def normalize(url: str, base: str | None = None, *, max_bytes: int = DEFAULT_MAX_URL_BYTES) -> str:
+    """Return the canonical absolute form of ``url`` (joined to ``base`` when given).
+
+    WHATWG parsing by ada-url gives: whitespace trimming, lower-case scheme and host,
+    IDNA to punycode, canonical IPv4/IPv6, default port removed, dot segments resolved,
+    empty path as ``/``. On top of that the fragment is dropped, escapes of unreserved
+    characters (``A-Za-z0-9-._~``) are decoded, all other escapes get upper-case hex and
+    a stray ``%`` becomes ``%25``. The query is otherwise kept as is. Idempotent:
+    ``normalize(normalize(u)) == normalize(u)``. Raises :class:`URLRejected`;
+    ``too_long`` applies to the result.
+    """
+    try:
+        href = normalize_url(url) if base is None else join_url(base, url)
+    except ValueError:
+        raise URLRejected(_diagnose(url, base), url) from None
+    if not href.startswith(("http://", "https://")):
+        raise URLRejected("scheme", url)
+    cut = href.find("#")
+    if cut >= 0:
+        href = href[:cut]
+    if "%" in href:
+        href = _normalize_escapes(href)
+    slash = href.find("/", 8)
+    if href.endswith(":0", 0, slash):
+        raise URLRejected("bad_port", url)
+    # ada serializes http(s) URLs in ASCII only, so characters are bytes here.
+    if len(href) > max_bytes:
+        raise URLRejected("too_long", url)
+    return href
+
+
+def _normalize_escapes(href: str) -> str:
+    """Normalize the percent-escapes of an ada-serialized URL in one pass.
+
+    A stray ``%`` (not followed by two hex digits) becomes ``%25``. Without that, a
+    decoded digit could complete a new escape (``%%34%31`` -> ``%41``) and a second
+    normalization would change the URL again; with it, every ``%`` left starts an
+    escape that is kept, so decoding never creates one.
+    """
+    return _ESCAPE_RE.sub(_escape_normal_form, href)
+
+
+def _escape_normal_form(match: re.Match[str]) -> str:
+    return _ESCAPES[match.group()]
+
+
+def _diagnose(url: str, base: str | None) -> str:
+    """Say why the WHATWG parser refused ``url``: the reason for :class:`URLRejected`."""
+    text = url.strip(_C0_AND_SPACE).translate(_TAB_NEWLINE)
+    scheme = _SCHEME_RE.match(text)
+    if scheme is not None:
+        if scheme.group(1).lower() not in ("http", "https"):
+            return "scheme"
+        rest = text[scheme.end() :]
+    elif base is not None and text[:2].replace("\\", "/") == "//":
+        rest = text
+    else:
+        return "unparsable"
+    authority = _AUTHORITY_RE.match(rest)
+    hostport = authority.group(1).rpartition("@")[2] if authority else ""
+    if hostport.startswith("["):
+        close = hostport.find("]")
+        if close < 0:
+            return "unparsable"
+        host, after = hostport[: close + 1], hostport[close + 1 :]
+        port = after[1:] if after.startswith(":") else ""
+    else:
+        host, _, port = hostport.partition(":")
+    if not host:
+        return "no_host"
+    if port and not (port.isascii() and port.isdigit() and int(port) <= 65535):
+        return "bad_port"
+    return "unparsable"
+
+
+def normalize_links(
+    base: str,
+    hrefs: Iterable[str],
+    *,
+    max_bytes: int = DEFAULT_MAX_URL_BYTES,
+    max_links: int | None = None,
+) -> tuple[list[str], Counter[str]]:
+    """Normalize a page's references against ``base`` in one pass.
+
+    Returns the unique normalized URLs in first-seen order and a counter of drop
+    reasons. Raw duplicates are removed before joining (pages repeat links), so each
+    distinct raw reference is counted at most once. When ``max_links`` URLs have been
+    kept, every further distinct raw reference is counted as ``too_many_links``
+    without being parsed.
+    """
+    kept: dict[str, None] = {}
+    dropped: Counter[str] = Counter()
+    unique = dict.fromkeys(hrefs)
+    limit = len(unique) if max_links is None else max_links
+    for raw in unique:
+        if len(kept) >= limit:
+            dropped["too_many_links"] += 1
+            continue
+        try:
+            kept[normalize(raw, base, max_bytes=max_bytes)] = None
+        except URLRejected as rejected:
+            dropped[rejected.reason] += 1
+    return list(kept), dropped
+
+
+def fingerprint(url: str) -> int:
+    """The URL's 64-bit identity: unsigned xxh3_64 of its UTF-8 bytes.
+
+    ``url`` must already be normalized; hashing does not normalize again (it is
+    called per link, and every URL is normalized exactly once).
+    """
+    return xxh3_64_intdigest(url.encode())
+
+
+def _authority(url: str) -> str:
+    """``host[:port]`` of a normalized URL, without userinfo."""
+    start = url.find("//") + 2
+    end = url.find("/", start)
+    authority = url[start:end] if end >= 0 else url[start:]
+    return authority.rpartition("@")[2]
+
+
+def host_of(url: str) -> str:
+    """Lower-case host of a normalized URL, without port (IPv6 keeps its brackets)."""
+    authority = _authority(url)
+    if authority.startswith("["):
+        return authority[: authority.find("]") + 1]
+    return authority.partition(":")[0]
+
+
+def origin_of(url: str) -> str:
+    """``scheme://host[:port]`` of a normalized URL: the key for robots.txt rules."""
+    return url[: url.find("//") + 2] + _authority(url)
+
+
+def robots_url(url: str) -> str:
+    """Where the robots.txt that governs the normalized ``url`` lives."""
+    return origin_of(url) + "/robots.txt"
+
+
+_PSL = PublicSuffixList()
+
+
+@lru_cache(maxsize=1 << 16)
+def pld(host: str) -> str:
+    """Pay-level (registrable) domain of a lower-case ``host``.
+
+    Uses the bundled public suffix list (private section included, so
+    ``alice.github.io`` is its own PLD). An unlisted TLD counts as one public label,
+    so ``www.site17.test`` -> ``site17.test``. IP literals, single labels and bare
+    public suffixes are their own PLD.
+    """
+    if host.startswith("[") or host.rpartition(".")[2].isdigit():
+        return host
+    return _PSL.privatesuffix(host) or host
+
+
+def in_scope(url_host: str, scope: str, seed_hosts: frozenset[str], seed_plds: frozenset[str]) -> bool:
+    """Whether a URL on ``url_host`` may be crawled under ``scope``.
+
+    ``any``: every host; ``host``: only the seeds' hosts; ``domain``: hosts whose PLD
+    is a seed's PLD. Raises ValueError for another scope.
+    """
+    if scope == "any":
+        return True
+    if scope == "host":
+        return url_host in seed_hosts
+    if scope == "domain":
+        return pld(url_host) in seed_plds
+    raise ValueError(f"unknown scope {scope!r}; expected any, host or domain")

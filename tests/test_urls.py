@@ -1,0 +1,280 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from xxhash import xxh3_64_intdigest
+
+from drumbeat.urls import (
+    DEFAULT_MAX_URL_BYTES,
+    URLRejected,
+    fingerprint,
+    host_of,
+    in_scope,
+    normalize,
+    normalize_links,
+    origin_of,
+    pld,
+    robots_url,
+)
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        # case of scheme and host; path case is significant
+        ("HTTP://WWW.Example.COM/A/b", "http://www.example.com/A/b"),
+        ("hTTpS://Example.com", "https://example.com/"),
+        # IDNA
+        ("http://BÜCHER.example/", "http://xn--bcher-kva.example/"),
+        ("http://bücher.example/ü", "http://xn--bcher-kva.example/%C3%BC"),
+        # default ports
+        ("http://example.com:80/x", "http://example.com/x"),
+        ("https://example.com:443/x", "https://example.com/x"),
+        ("http://example.com:443/x", "http://example.com:443/x"),
+        ("https://example.com:80/x", "https://example.com:80/x"),
+        ("http://example.com:8080", "http://example.com:8080/"),
+        # dot segments
+        ("http://a.com/b/c/../d/./e", "http://a.com/b/d/e"),
+        ("http://a.com/../../x", "http://a.com/x"),
+        ("http://a.com/b/%2e%2E/c", "http://a.com/c"),
+        # fragment
+        ("http://a.com/p#frag", "http://a.com/p"),
+        ("http://a.com/p?q=1#", "http://a.com/p?q=1"),
+        # percent-encoding: unreserved decoded, reserved kept with upper-case hex
+        ("http://a.com/%7euser/%41%62%2D%2e%5F%30", "http://a.com/~user/Ab-._0"),
+        ("http://a.com/a%2fb%3Fc%3d%25", "http://a.com/a%2Fb%3Fc%3D%25"),
+        ("http://a.com/?q=%7e%2f%e9", "http://a.com/?q=~%2F%E9"),
+        ("http://a.com/100%/%zz", "http://a.com/100%25/%25zz"),
+        ("http://a.com/%%34%31", "http://a.com/%2541"),
+        # query kept as is otherwise (order, empty values, '+')
+        ("http://a.com/?b=2&a=1&c&d=x+y", "http://a.com/?b=2&a=1&c&d=x+y"),
+        ("http://a.com/?", "http://a.com/?"),
+        # empty path
+        ("http://a.com", "http://a.com/"),
+        ("http://a.com?x", "http://a.com/?x"),
+        # whitespace as WHATWG: trimmed at the ends, tabs/newlines removed, inner spaces escaped
+        ("  \t http://a.com/x \n", "http://a.com/x"),
+        ("http://a.com/a\tb\nc", "http://a.com/abc"),
+        ("http://a.com/a b?c d", "http://a.com/a%20b?c%20d"),
+        # hosts
+        ("http://0x7f.1/", "http://127.0.0.1/"),
+        ("http://[::1]:80/", "http://[::1]/"),
+        ("http://user:pw@a.com:8080/", "http://user:pw@a.com:8080/"),
+        ("http:\\\\a.com\\x", "http://a.com/x"),
+    ],
+)
+def test_normalize(url: str, expected: str) -> None:
+    assert normalize(url) == expected
+    assert normalize(expected) == expected
+
+
+@pytest.mark.parametrize(
+    ("ref", "expected"),
+    [
+        ("d", "http://a.com/b/d"),
+        ("../d", "http://a.com/d"),
+        ("/d?x=1", "http://a.com/d?x=1"),
+        ("?y", "http://a.com/b/c?y"),
+        ("#f", "http://a.com/b/c?q"),
+        ("", "http://a.com/b/c?q"),
+        ("//other.com/x", "http://other.com/x"),
+        ("https://B.com", "https://b.com/"),
+        ("http:rel", "http://a.com/b/rel"),
+        (" ./e f ", "http://a.com/b/e%20f"),
+    ],
+)
+def test_normalize_relative(ref: str, expected: str) -> None:
+    assert normalize(ref, "http://a.com/b/c?q#frag") == expected
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("mailto:someone@example.com", "scheme"),
+        ("javascript:void(0)", "scheme"),
+        ("ftp://a.com/file", "scheme"),
+        ("data:text/plain,hi", "scheme"),
+        ("tel:+123", "scheme"),
+        ("http://[bad", "unparsable"),
+        ("http://a b.com/", "unparsable"),
+        ("no scheme at all", "unparsable"),
+        ("", "unparsable"),
+        ("http://", "no_host"),
+        ("https://:8080/x", "no_host"),
+        ("http://user@/x", "no_host"),
+        ("http://a.com:99999/", "bad_port"),
+        ("http://a.com:8x/", "bad_port"),
+        ("http://a.com:0/", "bad_port"),
+        ("http://[::1]:70000/", "bad_port"),
+    ],
+)
+def test_normalize_rejects(url: str, reason: str) -> None:
+    with pytest.raises(URLRejected) as info:
+        normalize(url)
+    assert info.value.reason == reason
+    assert isinstance(info.value, ValueError)
+
+
+def test_relative_without_usable_base() -> None:
+    with pytest.raises(URLRejected) as info:
+        normalize("page.html", "not a base")
+    assert info.value.reason == "unparsable"
+    with pytest.raises(URLRejected) as info:
+        normalize("//", "http://a.com/")
+    assert info.value.reason == "no_host"
+
+
+def test_too_long_applies_to_normalized_result() -> None:
+    url = "http://a.com/" + "x" * (DEFAULT_MAX_URL_BYTES - len("http://a.com/"))
+    assert normalize(url) == url
+    with pytest.raises(URLRejected) as info:
+        normalize(url + "y")
+    assert info.value.reason == "too_long"
+    # dot segments and the fragment shrink it below the limit
+    assert normalize("http://a.com/b/../" + "x" * 30 + "#" + "f" * 100, max_bytes=50)
+    # escaping a space triples its length
+    with pytest.raises(URLRejected) as info:
+        normalize("http://a.com/" + " x" * 10, max_bytes=40)
+    assert info.value.reason == "too_long"
+
+
+_URL_CHARS = st.sampled_from(
+    [*"aZ09-._~!$&'()*+,;=:@/?#[]%\\ \t\"<>^`{|}"]
+    + ["%2e", "%2E", "%7e", "%41", "%%", "..", "ü", "日", "\x00", "\x7f"]
+)
+
+
+@st.composite
+def url_like(draw: st.DrawFn) -> str:
+    scheme = draw(st.sampled_from(["http", "HTTPS", "hTtp", "ftp", "mailto", ""]))
+    sep = draw(st.sampled_from(["://", ":", ":/", "//", ""]))
+    userinfo = draw(st.sampled_from(["", "u:p@", "%41@", "@"]))
+    host = draw(
+        st.sampled_from(
+            ["a.com", "A.COM", "bücher.example", "127.0.0.1", "0x7F.1", "[::1]",
+             "xn--bcher-kva.example", "a.com.", "", "www.site17.test", "a%41.com"]
+        )
+    )
+    port = draw(st.sampled_from(["", ":80", ":443", ":8080", ":0", ":", ":65536"]))
+    rest = "".join(draw(st.lists(_URL_CHARS, max_size=30)))
+    return f"{scheme}{sep}{userinfo}{host}{port}{rest}"
+
+
+def _check_normal_form(url: str, base: str | None) -> None:
+    try:
+        once = normalize(url, base)
+    except URLRejected as rejected:
+        assert rejected.reason in {"unparsable", "scheme", "too_long", "no_host", "bad_port"}
+        return
+    assert normalize(once) == once
+    assert normalize(once, base) == once
+    assert once.isascii()
+    assert once.startswith(("http://", "https://"))
+    assert "#" not in once
+    assert len(once) <= DEFAULT_MAX_URL_BYTES
+
+
+@settings(max_examples=800, deadline=None)
+@given(url_like(), st.sampled_from([None, "http://b.com/x/y?z", "https://C.org:8443/%7e/"]))
+def test_normalize_is_idempotent(url: str, base: str | None) -> None:
+    _check_normal_form(url, base)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(max_size=60), st.sampled_from([None, "http://b.com/x/y?z"]))
+def test_normalize_arbitrary_text(url: str, base: str | None) -> None:
+    _check_normal_form(url, base)
+
+
+def test_fingerprint() -> None:
+    url = "http://www.site17.test/a?b=1"
+    assert fingerprint(url) == xxh3_64_intdigest(url.encode("utf-8"))
+    # pinned: URLseen keys on disk depend on this value never changing
+    assert fingerprint("http://a.com/") == 0x3624_99FE_78D4_C700
+    assert 0 <= fingerprint(url) < 2**64
+    assert fingerprint(normalize("HTTP://A.com")) == fingerprint(normalize("http://a.com:80/#x"))
+    assert fingerprint("http://a.com/x") != fingerprint("http://a.com/y")
+
+
+@pytest.mark.parametrize(
+    ("url", "host", "origin"),
+    [
+        ("http://www.site17.test/a/b?c", "www.site17.test", "http://www.site17.test"),
+        ("https://a.com:8443/", "a.com", "https://a.com:8443"),
+        ("http://user:pw@a.com:8080/x", "a.com", "http://a.com:8080"),
+        ("http://127.0.0.1:8000/", "127.0.0.1", "http://127.0.0.1:8000"),
+        ("http://[::1]:8080/x", "[::1]", "http://[::1]:8080"),
+        ("http://[::1]/x", "[::1]", "http://[::1]"),
+        ("http://xn--bcher-kva.example/", "xn--bcher-kva.example", "http://xn--bcher-kva.example"),
+    ],
+)
+def test_host_origin_robots(url: str, host: str, origin: str) -> None:
+    assert host_of(url) == host
+    assert origin_of(url) == origin
+    assert robots_url(url) == origin + "/robots.txt"
+
+
+def test_host_of_normalized_input() -> None:
+    url = normalize("HTTP://User@WWW.Example.COM:80/x")
+    assert host_of(url) == "www.example.com"
+    assert origin_of(url) == "http://www.example.com"
+
+
+@pytest.mark.parametrize(
+    ("host", "expected"),
+    [
+        ("www.site17.test", "site17.test"),
+        ("site17.test", "site17.test"),
+        ("a.b.site3.test", "site3.test"),
+        ("www.example.com", "example.com"),
+        ("example.com", "example.com"),
+        ("www.bbc.co.uk", "bbc.co.uk"),
+        ("a.b.example.co.uk", "example.co.uk"),
+        ("co.uk", "co.uk"),
+        ("com", "com"),
+        ("test", "test"),
+        ("localhost", "localhost"),
+        ("alice.github.io", "alice.github.io"),
+        ("127.0.0.1", "127.0.0.1"),
+        ("10.1.2.3", "10.1.2.3"),
+        ("[::1]", "[::1]"),
+        ("xn--bcher-kva.example", "xn--bcher-kva.example"),
+    ],
+)
+def test_pld(host: str, expected: str) -> None:
+    assert pld(host) == expected
+
+
+def test_in_scope() -> None:
+    seeds = frozenset({"www.site1.test", "b.example.co.uk"})
+    plds = frozenset(pld(h) for h in seeds)
+    assert in_scope("anything.org", "any", seeds, plds)
+    assert in_scope("www.site1.test", "host", seeds, plds)
+    assert not in_scope("img.site1.test", "host", seeds, plds)
+    assert in_scope("img.site1.test", "domain", seeds, plds)
+    assert in_scope("site1.test", "domain", seeds, plds)
+    assert in_scope("x.example.co.uk", "domain", seeds, plds)
+    assert not in_scope("other.co.uk", "domain", seeds, plds)
+    assert not in_scope("site2.test", "domain", seeds, plds)
+    with pytest.raises(ValueError):
+        in_scope("a.com", "planet", seeds, plds)
+
+
+def test_normalize_links_dedupes_in_order_and_counts() -> None:
+    hrefs = ["b", "/c", "b", "b#x", "./b", "mailto:q@a", "http://", "javascript:x",
+             "HTTP://A.COM/c", "http://[x"]
+    links, dropped = normalize_links("http://a.com/dir/page", iter(hrefs))
+    assert links == ["http://a.com/dir/b", "http://a.com/c"]
+    assert dropped == {"scheme": 2, "no_host": 1, "unparsable": 1}
+
+
+def test_normalize_links_limits() -> None:
+    hrefs = [f"/p{i}" for i in range(10)] + ["/p0"]
+    links, dropped = normalize_links("http://a.com/", hrefs, max_links=3)
+    assert links == ["http://a.com/p0", "http://a.com/p1", "http://a.com/p2"]
+    assert dropped == {"too_many_links": 7}
+    links, dropped = normalize_links("http://a.com/", ["/" + "x" * 100, "/y"], max_bytes=30)
+    assert links == ["http://a.com/y"]
+    assert dropped == {"too_long": 1}
+    assert normalize_links("http://a.com/", []) == ([], {})
