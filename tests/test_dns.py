@@ -300,7 +300,9 @@ def test_literals_and_localhost_need_no_query(zone: tuple[Zone, str]) -> None:
         try:
             answers = [
                 await cache.resolve(host)
-                for host in ("127.0.0.9", "::1", "[::1]", "localhost", "LOCALHOST.", "app.localhost")
+                for host in (
+                    "127.0.0.9", "::1", "[::1]", "localhost", "LOCALHOST.", "app.localhost"
+                )
             ]
             assert cache.stats().queries == 0 and cache.stats().entries == 0
             return answers

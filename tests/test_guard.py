@@ -77,7 +77,9 @@ def test_nat64_and_6to4_follow_the_embedded_v4(v4: ipaddress.IPv4Address) -> Non
 
 
 @given(st.ip_addresses())
-def test_every_address_gets_a_known_class(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> None:
+def test_every_address_gets_a_known_class(
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address,
+) -> None:
     assert classify(str(address)) in CASES
 
 
