@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+from ada_url import join_url, normalize_url
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from xxhash import xxh3_64_intdigest
@@ -8,6 +9,7 @@ from xxhash import xxh3_64_intdigest
 from drumbeat.urls import (
     DEFAULT_MAX_URL_BYTES,
     URLRejected,
+    _whatwg_href,
     fingerprint,
     host_of,
     in_scope,
@@ -100,6 +102,7 @@ def test_normalize_relative(ref: str, expected: str) -> None:
         ("http://a b.com/", "unparsable"),
         ("no scheme at all", "unparsable"),
         ("", "unparsable"),
+        ("http://a.com/\udc80", "unparsable"),
         ("http://", "no_host"),
         ("https://:8080/x", "no_host"),
         ("http://user@/x", "no_host"),
@@ -219,6 +222,8 @@ def test_host_of_normalized_input() -> None:
     url = normalize("HTTP://User@WWW.Example.COM:80/x")
     assert host_of(url) == "www.example.com"
     assert origin_of(url) == "http://www.example.com"
+    with pytest.raises(ValueError):
+        host_of("no-scheme/path")
 
 
 @pytest.mark.parametrize(
@@ -278,3 +283,14 @@ def test_normalize_links_limits() -> None:
     assert links == ["http://a.com/y"]
     assert dropped == {"too_long": 1}
     assert normalize_links("http://a.com/", []) == ([], {})
+    assert normalize_links(None, ["/rel", "http://abs.com"]) == (["http://abs.com/"], {"unparsable": 1})
+
+
+@settings(max_examples=300, deadline=None)
+@given(url_like(), st.sampled_from([None, "http://b.com/x/y?z", "not a base"]))
+def test_direct_ada_binding_matches_public_api(url: str, base: str | None) -> None:
+    try:
+        expected: str | None = normalize_url(url) if base is None else join_url(base, url)
+    except ValueError:
+        expected = None
+    assert _whatwg_href(url, None if base is None else base.encode()) == expected

@@ -1,0 +1,175 @@
+"""Link extraction from HTML: followable links, canonical, meta refresh, meta robots.
+
+One selectolax (lexbor) parse and one CSS query per page; joining and normalization
+happen in one batch through :func:`drumbeat.urls.normalize_links`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+from selectolax.lexbor import LexborHTMLParser
+
+from drumbeat.urls import (
+    DEFAULT_MAX_URL_BYTES,
+    URLRejected,
+    host_of,
+    normalize,
+    normalize_links,
+    pld,
+)
+
+__all__ = ["PageLinks", "extract_links", "pld_edges"]
+
+# Matched case-insensitively by lexbor itself, so Python sees only candidate elements,
+# in document order.
+_SELECTOR = (
+    "a[href], area[href], frame[src], iframe[src], base[href],"
+    ' link[rel~="canonical" i][href],'
+    ' meta[http-equiv="refresh" i][content], meta[name="robots" i][content]'
+)
+_SRC_TAGS = frozenset(("frame", "iframe"))
+
+# HTML Standard, "shared declarative refresh steps": a time (digits and dots), an
+# optional ';' or ',', an optional 'url =' and the URL, possibly quoted.
+_REFRESH_RE = re.compile(
+    r"[\t\n\f\r ]*[0-9.]+[\t\n\f\r ]*[;,]?[\t\n\f\r ]*(?:url[\t\n\f\r ]*=[\t\n\f\r ]*)?(.*)",
+    re.IGNORECASE | re.DOTALL,
+)
+_ROBOTS_SPLIT_RE = re.compile(r"[\s,]+")
+
+
+@dataclass(slots=True)
+class PageLinks:
+    """What a page says about where to go next.
+
+    ``links``: normalized absolute URLs, unique, in document order (canonical and
+    refresh targets included), without ``rel=nofollow`` ones and empty when meta
+    robots says nofollow. ``canonical`` / ``refresh``: normalized targets, reported
+    even under meta nofollow. ``dropped``: reason -> count, using
+    :class:`drumbeat.urls.URLRejected` reasons per distinct raw reference, plus
+    ``too_many_links``, and per element ``nofollow`` (rel) and ``meta_nofollow``
+    (suppressed by meta robots). ``base``: the effective base URL (the page URL as
+    given when neither it nor ``<base href>`` is a valid http(s) URL).
+    """
+
+    links: list[str]
+    canonical: str | None
+    refresh: str | None
+    nofollow: bool
+    noindex: bool
+    dropped: Counter[str]
+    base: str
+
+
+def extract_links(
+    body: bytes,
+    url: str,
+    *,
+    max_links: int = 10_000,
+    max_url_bytes: int = DEFAULT_MAX_URL_BYTES,
+) -> PageLinks:
+    """Extract the links of the HTML ``body`` fetched from ``url``.
+
+    Elements: ``a``/``area`` href, ``frame``/``iframe`` src, ``link rel=canonical``,
+    ``meta http-equiv=refresh``. The first valid ``<base href>`` (resolved against
+    ``url``) is the base for all of them. The encoding is detected from a BOM or a
+    ``<meta charset>`` in the first 1024 bytes, else UTF-8; undecodable bytes become
+    U+FFFD. At most ``max_links`` links are kept. Never raises on any body.
+    """
+    page: str | None
+    try:
+        page = normalize(url, max_bytes=max_url_bytes)
+    except URLRejected:
+        page = None  # absolute references still work; relative ones are "unparsable"
+    refs: list[str] = []
+    dropped: Counter[str] = Counter()
+    base_ref = canonical_ref = refresh_ref = None
+    nofollow = noindex = False
+
+    for node in LexborHTMLParser(body, encoding=True).css(_SELECTOR):
+        tag = node.tag
+        attrs = node.attributes
+        if tag == "meta":
+            if (attrs.get("http-equiv") or "").lower() == "refresh":
+                target = _refresh_target(attrs["content"] or "")
+                if target is not None:
+                    refresh_ref = target if refresh_ref is None else refresh_ref
+                    refs.append(target)
+            if (attrs.get("name") or "").lower() == "robots":
+                tokens = _ROBOTS_SPLIT_RE.split((attrs["content"] or "").lower())
+                nofollow = nofollow or "nofollow" in tokens or "none" in tokens
+                noindex = noindex or "noindex" in tokens or "none" in tokens
+            continue
+        ref = attrs.get("src") if tag in _SRC_TAGS else attrs.get("href")
+        if ref is None:
+            continue
+        if tag == "base":
+            base_ref = ref if base_ref is None else base_ref
+            continue
+        if tag == "link":
+            canonical_ref = ref if canonical_ref is None else canonical_ref
+        rel = attrs.get("rel")
+        if rel and "nofollow" in rel.lower().split():
+            dropped["nofollow"] += 1
+            continue
+        refs.append(ref)
+
+    base = page
+    if base_ref is not None:
+        try:
+            base = normalize(base_ref, page, max_bytes=max_url_bytes)
+        except URLRejected:
+            pass  # an invalid <base> is ignored, as browsers do
+    if nofollow:
+        links: list[str] = []
+        if refs:
+            dropped["meta_nofollow"] += len(refs)
+    else:
+        links, rejected = normalize_links(
+            base, refs, max_bytes=max_url_bytes, max_links=max_links
+        )
+        dropped.update(rejected)
+    return PageLinks(
+        links=links,
+        canonical=_normalize_or_none(canonical_ref, base, max_url_bytes),
+        refresh=_normalize_or_none(refresh_ref, base, max_url_bytes),
+        nofollow=nofollow,
+        noindex=noindex,
+        dropped=dropped,
+        base=url if base is None else base,
+    )
+
+
+def _refresh_target(content: str) -> str | None:
+    """The URL part of a meta refresh ``content``; None when it names no URL."""
+    match = _REFRESH_RE.match(content)
+    if match is None:
+        return None
+    target = match.group(1)
+    if target[:1] in ("'", '"'):
+        target = target[1:].split(target[0], 1)[0]
+    return target or None
+
+
+def _normalize_or_none(ref: str | None, base: str | None, max_bytes: int) -> str | None:
+    if ref is None:
+        return None
+    try:
+        return normalize(ref, base, max_bytes=max_bytes)
+    except URLRejected:
+        return None
+
+
+def pld_edges(source_url: str, links: list[str]) -> set[tuple[str, str]]:
+    """Unique (source PLD, target PLD) pairs between different PLDs.
+
+    ``source_url`` and ``links`` are normalized URLs; hosts are reduced to PLDs once
+    per distinct host.
+    """
+    source = pld(host_of(source_url))
+    targets = {pld(host) for host in {host_of(link) for link in links}}
+    targets.discard(source)
+    return {(source, target) for target in targets}

@@ -1,0 +1,262 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from drumbeat.parse.links import PageLinks, extract_links, pld_edges
+
+PAGE = "http://www.site1.test/dir/page.html"
+
+
+def links_of(html: str, url: str = PAGE, **kwargs: int) -> PageLinks:
+    return extract_links(html.encode("utf-8"), url, **kwargs)
+
+
+def test_each_element_kind() -> None:
+    page = links_of(
+        """<html><head><link rel="canonical" href="/canon"><link rel="stylesheet" href="/s.css">
+        <meta http-equiv="refresh" content="0; url=/refreshed"></head><body>
+        <a href="a.html">a</a> <map><area href="/area" alt=""></map>
+        <iframe src="//cdn.other.test/frame"></iframe> <img src="/img.png"> <script src="/s.js"></script>
+        <a name="no-href">anchor</a> <form action="/form"></form></body></html>"""
+    )
+    assert page.links == [
+        "http://www.site1.test/canon",
+        "http://www.site1.test/refreshed",
+        "http://www.site1.test/dir/a.html",
+        "http://www.site1.test/area",
+        "http://cdn.other.test/frame",
+    ]
+    assert page.canonical == "http://www.site1.test/canon"
+    assert page.refresh == "http://www.site1.test/refreshed"
+    assert (page.nofollow, page.noindex) == (False, False)
+    assert page.dropped == {}
+    assert page.base == PAGE
+
+
+def test_frames() -> None:
+    page = links_of('<frameset><frame src="top.html"><frame src="/bottom.html"></frameset>')
+    assert page.links == ["http://www.site1.test/dir/top.html", "http://www.site1.test/bottom.html"]
+
+
+def test_base_href() -> None:
+    html = '<a href="x">x</a><base href="/other/"><base href="/ignored/"><a href="../y">y</a>'
+    page = links_of(html)
+    # the first <base> applies to the whole document, even to links before it
+    assert page.base == "http://www.site1.test/other/"
+    assert page.links == ["http://www.site1.test/other/x", "http://www.site1.test/y"]
+
+    page = links_of('<base href="https://CDN.site1.test:443/b/#f"><a href="c">c</a>')
+    assert page.base == "https://cdn.site1.test/b/"
+    assert page.links == ["https://cdn.site1.test/b/c"]
+
+
+@pytest.mark.parametrize("base", ["http://[bad", "javascript:void(0)", "mailto:x@y.test", "http://"])
+def test_invalid_base_is_ignored(base: str) -> None:
+    page = links_of(f'<base href="{base}"><a href="x">x</a>')
+    assert page.base == PAGE
+    assert page.links == ["http://www.site1.test/dir/x"]
+
+
+def test_rel_nofollow() -> None:
+    page = links_of(
+        """<a href="/1" rel="nofollow">1</a><a href="/2" rel="External NoFollow ugc">2</a>
+        <a href="/3" rel="nofollowish">3</a><a href="/4" rel="sponsored">4</a>
+        <area href="/5" rel="NOFOLLOW"><link rel="canonical nofollow" href="/6">"""
+    )
+    assert page.links == ["http://www.site1.test/3", "http://www.site1.test/4"]
+    assert page.dropped == {"nofollow": 4}
+    assert page.canonical == "http://www.site1.test/6"
+    assert page.nofollow is False
+
+
+@pytest.mark.parametrize(
+    ("content", "nofollow", "noindex"),
+    [
+        ("nofollow", True, False),
+        ("NOINDEX", False, True),
+        ("noindex, nofollow", True, True),
+        ("noindex,nofollow", True, True),
+        ("none", True, True),
+        ("all", False, False),
+        ("index follow", False, False),
+        ("nofollowed", False, False),
+    ],
+)
+def test_meta_robots(content: str, nofollow: bool, noindex: bool) -> None:
+    page = links_of(
+        f'<head><meta name="Robots" content="{content}"></head>'
+        '<a href="/a">a</a><a href="/b">b</a><a href="/a">again</a>'
+        '<link rel=canonical href="/c">'
+    )
+    assert (page.nofollow, page.noindex) == (nofollow, noindex)
+    assert page.canonical == "http://www.site1.test/c"
+    if nofollow:
+        assert page.links == []
+        assert page.dropped == {"meta_nofollow": 4}
+    else:
+        assert len(page.links) == 3
+        assert page.dropped == {}
+
+
+def test_only_the_robots_meta_counts() -> None:
+    page = links_of(
+        '<meta name="googlebot" content="nofollow"><meta name="drumbeat" content="none">'
+        '<meta name="description" content="noindex nofollow"><a href="/a">a</a>'
+    )
+    assert (page.nofollow, page.noindex) == (False, False)
+    assert page.links == ["http://www.site1.test/a"]
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("0; url=/a", "http://www.site1.test/a"),
+        ("0;URL=/a", "http://www.site1.test/a"),
+        ("5; url='/a b'", "http://www.site1.test/a%20b"),
+        ("5; url='/a'b'", "http://www.site1.test/a"),
+        ('0; Url="http://other.test/x"; junk', "http://other.test/x"),
+        ("0; url = /a", "http://www.site1.test/a"),
+        ("0, /a", "http://www.site1.test/a"),
+        ("0;/a", "http://www.site1.test/a"),
+        ("1.5 ; url=a", "http://www.site1.test/dir/a"),
+        ("0; urlish", "http://www.site1.test/dir/urlish"),
+        ("0; url='unclosed", "http://www.site1.test/dir/unclosed"),
+        ("3", None),
+        ("0;", None),
+        ("0; url=", None),
+        ("url=/a", None),
+        ("", None),
+        ("0; url=javascript:alert(1)", None),
+    ],
+)
+def test_meta_refresh(content: str, expected: str | None) -> None:
+    quote = "'" if '"' in content else '"'
+    page = links_of(f"<meta http-equiv=Refresh content={quote}{content}{quote}>")
+    assert page.refresh == expected
+    assert page.links == ([] if expected is None else [expected])
+
+
+def test_canonical_first_wins_and_is_deduplicated() -> None:
+    page = links_of(
+        '<link rel="canonical" href="page.html#top"><link rel="CANONICAL" href="/second">'
+        '<a href="page.html">self</a>'
+    )
+    assert page.canonical == PAGE
+    assert page.links == [PAGE, "http://www.site1.test/second"]
+
+
+def test_dedupe_order_and_drops() -> None:
+    page = links_of(
+        """<a href="/b">b</a><a href="/a">a</a><a href="/b#x">b again</a>
+        <a href="HTTP://WWW.SITE1.TEST:80/a">a again</a><a href="mailto:me@site1.test">m</a>
+        <a href="javascript:void(0)">j</a><a href="mailto:me@site1.test">m</a>
+        <a href="http://[bad">bad</a><a href="http://:8/">no host</a><a href="http://x.test:0/">p</a>
+        <a href="/c">c</a><a href="">self</a><a href>bare</a>"""
+    )
+    assert page.links == [
+        "http://www.site1.test/b",
+        "http://www.site1.test/a",
+        "http://www.site1.test/c",
+        PAGE,
+    ]
+    # counted once per distinct raw reference
+    assert page.dropped == {"scheme": 2, "unparsable": 1, "no_host": 1, "bad_port": 1}
+
+
+def test_limits() -> None:
+    html = "".join(f'<a href="/p{i}">{i}</a>' for i in range(30))
+    page = links_of(html, max_links=10)
+    assert page.links == [f"http://www.site1.test/p{i}" for i in range(10)]
+    assert page.dropped == {"too_many_links": 20}
+
+    page = links_of('<a href="/short">s</a><a href="/' + "x" * 200 + '">l</a>', max_url_bytes=100)
+    assert page.links == ["http://www.site1.test/short"]
+    assert page.dropped == {"too_long": 1}
+
+
+def test_latin1_declared() -> None:
+    body = '<meta charset="iso-8859-1"><a href="/café?q=é">c</a>'.encode("latin-1")
+    page = extract_links(body, PAGE)
+    assert page.links == ["http://www.site1.test/caf%C3%A9?q=%C3%A9"]
+
+
+def test_latin1_undeclared_is_read_as_utf8() -> None:
+    body = '<a href="/ok">ok</a><a href="/café">c</a>'.encode("latin-1")
+    page = extract_links(body, PAGE)
+    assert page.links == ["http://www.site1.test/ok", "http://www.site1.test/caf%EF%BF%BD"]
+
+
+def test_shift_jis_declared() -> None:
+    body = (
+        '<html><head><meta http-equiv="Content-Type" content="text/html; charset=Shift_JIS">'
+        '</head><body><a href="/日本語/">日本</a><a href="/ascii">a</a></body></html>'
+    ).encode("shift_jis")
+    page = extract_links(body, PAGE)
+    assert page.links == ["http://www.site1.test/%E6%97%A5%E6%9C%AC%E8%AA%9E/", "http://www.site1.test/ascii"]
+
+
+def test_utf16_with_bom() -> None:
+    body = '<a href="/ü">u</a>'.encode("utf-16")
+    page = extract_links(body, PAGE)
+    assert page.links == ["http://www.site1.test/%C3%BC"]
+
+
+def test_broken_markup_and_nuls() -> None:
+    body = b'<a href="/one"<a href=/two>\x00<a href="/th\x00ree">\xff\xfe<a href=\'/four\'<div<<<a href=/five'
+    page = extract_links(body, PAGE)
+    # what survives depends on the HTML tokenizer; NULs become U+FFFD
+    assert "http://www.site1.test/one" in page.links
+    assert "http://www.site1.test/th%EF%BF%BDree" in page.links
+    assert len(page.links) == len(set(page.links))
+
+
+def test_empty_body_and_bad_page_url() -> None:
+    assert extract_links(b"", PAGE) == PageLinks([], None, None, False, False, {}, PAGE)  # type: ignore[arg-type]
+    page = extract_links(b'<a href="/x">x</a><a href="http://abs.test/y">y</a>', "not a url")
+    assert page.links == ["http://abs.test/y"]
+    assert page.dropped == {"unparsable": 1}
+
+
+_FRAGMENTS = st.sampled_from(
+    [b"<a href=", b'"', b"'", b">", b"<", b"/", b"http://", b"<base href=", b"<meta ", b"name=robots ",
+     b"http-equiv=refresh ", b"content=", b"0;url=", b"<link rel=canonical href=", b"<iframe src=",
+     b"<frameset><frame src=", b"\x00", b"\xff", b"\xef\xbb\xbf", b"&#x0;", b"&amp", b"<!--", b"-->",
+     b"<script>", b"</script>", b"<svg>", b"charset=shift_jis", b"nofollow", b" rel="]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=400))
+def test_arbitrary_bytes_never_raise(body: bytes) -> None:
+    page = extract_links(body, PAGE)
+    assert len(page.links) == len(set(page.links))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(_FRAGMENTS, st.binary(max_size=8)), max_size=40))
+def test_html_like_garbage_never_raises(parts: list[bytes]) -> None:
+    page = extract_links(b"".join(parts), PAGE, max_links=5)
+    assert len(page.links) <= 5
+    assert all(link.startswith(("http://", "https://")) for link in page.links)
+
+
+def test_pld_edges() -> None:
+    links = [
+        "http://www.site1.test/a",
+        "http://img.site1.test/b",
+        "http://www.site2.test/c",
+        "http://site2.test/d",
+        "https://x.example.co.uk:8443/e",
+        "http://127.0.0.1:8080/f",
+        "http://user@www.site3.test/",
+    ]
+    assert pld_edges("http://www.site1.test/page", links) == {
+        ("site1.test", "site2.test"),
+        ("site1.test", "example.co.uk"),
+        ("site1.test", "127.0.0.1"),
+        ("site1.test", "site3.test"),
+    }
+    assert pld_edges("http://a.site1.test/", ["http://b.site1.test/"]) == set()
+    assert pld_edges("http://a.site1.test/", []) == set()
