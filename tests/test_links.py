@@ -54,7 +54,8 @@ def test_base_href() -> None:
 
 @pytest.mark.parametrize("base", ["http://[bad", "javascript:void(0)", "mailto:x@y.test", "http://"])
 def test_invalid_base_is_ignored(base: str) -> None:
-    page = links_of(f'<base href="{base}"><a href="x">x</a>')
+    page = links_of(f'<base href="{base}"><base href="/second/"><a href="x">x</a>')
+    # only the first <base href> counts; when it is invalid the page URL is the base
     assert page.base == PAGE
     assert page.links == ["http://www.site1.test/dir/x"]
 

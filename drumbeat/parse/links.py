@@ -74,8 +74,8 @@ def extract_links(
     """Extract the links of the HTML ``body`` fetched from ``url``.
 
     Elements: ``a``/``area`` href, ``frame``/``iframe`` src, ``link rel=canonical``,
-    ``meta http-equiv=refresh``. The first valid ``<base href>`` (resolved against
-    ``url``) is the base for all of them. The encoding is detected from a BOM or a
+    ``meta http-equiv=refresh``. The first ``<base href>`` (resolved against ``url``;
+    ignored if that fails) is the base for all of them, wherever they stand. The encoding is detected from a BOM or a
     ``<meta charset>`` in the first 1024 bytes, else UTF-8; undecodable bytes become
     U+FFFD. At most ``max_links`` links are kept. Never raises on any body.
     """
@@ -86,7 +86,9 @@ def extract_links(
         page = None  # absolute references still work; relative ones are "unparsable"
     refs: list[str] = []
     dropped: Counter[str] = Counter()
-    base_ref = canonical_ref = refresh_ref = None
+    base_ref: str | None = None
+    canonical_ref: str | None = None
+    refresh_ref: str | None = None
     nofollow = noindex = False
 
     for node in LexborHTMLParser(body, encoding=True).css(_SELECTOR):
