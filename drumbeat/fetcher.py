@@ -80,7 +80,11 @@ class Fetcher:
 
     async def _run_item(self, task_id: int, index: int, item: FetchItem) -> None:
         async with self._slots:
-            result = await self.process(task_id, index, item)
+            try:
+                result = await self.process(task_id, index, item)
+            except Exception as e:  # a bug must cost one URL, not a stuck crawl
+                log.exception("internal error on %s", item.url)
+                result = ItemResult(task_id, index, item, error=f"internal:{type(e).__name__}")
         await self.queue.report(self.worker, [result])
 
     async def process(self, task_id: int, index: int, item: FetchItem) -> ItemResult:

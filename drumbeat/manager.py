@@ -101,6 +101,7 @@ class Manager:
         self.stop_reason: str | None = None
         self._force_stop = False
         self._wake = asyncio.Event()
+        self._collector: asyncio.Future[list[ItemResult]] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -175,6 +176,10 @@ class Manager:
         finally:
             for t in self._resolving.values():
                 t.cancel()
+            if self._collector is not None:
+                # Results it may still bring are lost to this run, but their items are
+                # still in flight and so saved as queued: they are fetched again later.
+                self._collector.cancel()
         self.checkpoint()
         return self.stop_reason or "done"
 
@@ -203,18 +208,23 @@ class Manager:
         return wait
 
     async def _collect(self, timeout_s: float) -> None:
-        if timeout_s > 0 and not self._wake.is_set():
-            # Wake early on a DNS answer or a stop request, not only on results.
+        """Wait up to ``timeout_s`` for results (or a DNS answer / stop request) and apply them.
+
+        One collect() call stays outstanding across iterations and is never cancelled: a
+        cancelled collect can have taken results off the queue already (asyncio.wait_for
+        may swallow the cancel and return them to nobody).
+        """
+        if self._collector is None:
+            self._collector = asyncio.ensure_future(self.queue.collect(4096, 1.0))
+        if timeout_s > 0 and not self._wake.is_set() and not self._collector.done():
             waiter = asyncio.ensure_future(self._wake.wait())
-            results_f = asyncio.ensure_future(self.queue.collect(4096, timeout_s))
-            await asyncio.wait({waiter, results_f}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({waiter, self._collector}, timeout=timeout_s,
+                               return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()
-            results = await results_f if results_f.done() else []
-            if not results_f.done():
-                results_f.cancel()
-        else:
-            results = await self.queue.collect(4096, 0.0)
         self._wake.clear()
+        if not self._collector.done():
+            return
+        results, self._collector = self._collector.result(), None
         now = self.clock()
         for r in results:
             self._on_result(r, now)

@@ -1,0 +1,260 @@
+"""End-to-end: `drumbeat crawl` (a real subprocess) against simweb on loopback.
+
+The synthetic web knows the truth (drumbeat.simweb.oracle): which URLs a correct crawler
+fetches, which robots.txt forbids, which hosts are unreachable. Politeness is checked from
+the server's side, on the arrival times simweb recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+from warcio.archiveiterator import ArchiveIterator
+
+from drumbeat.simweb.model import SimWebConfig
+from drumbeat.simweb.server import run_in_thread
+
+HOST_DELAY = 0.2
+IP_DELAY = 0.05
+CLOCK_SLACK = 0.002  # server timestamps are taken a little after the bytes arrive
+
+CONFIG = """\
+checkpoint_interval_s = 0.5
+robots_retry_s = 0.4
+robots_max_attempts = 2
+dns_timeout_s = 2.0
+connect_timeout_s = 3.0
+total_timeout_s = 10.0
+"""
+
+
+def crawl_cmd(web, state: Path, *extra: str) -> list[str]:
+    cfg = state.parent / f"{state.name}.toml"
+    cfg.write_text(CONFIG)
+    return [
+        sys.executable, "-m", "drumbeat", "crawl", *web.seeds, "--state", str(state),
+        "--dns-server", web.dns_address, "--host-delay", str(HOST_DELAY),
+        "--ip-delay", str(IP_DELAY), "--concurrency", "50", "--config", str(cfg),
+        "--no-progress", *extra,
+    ]
+
+
+def read_log(state: Path) -> list[dict]:
+    lines = (state / "crawl.log").read_text().splitlines()
+    return [json.loads(ln) for ln in lines if ln.endswith("}")]
+
+
+def fetched_pages(entries: list[dict]) -> list[str]:
+    return [e["url"] for e in entries if e["kind"] == "page" and e["status"] is not None]
+
+
+@pytest.fixture(scope="module")
+def web(tmp_path_factory):
+    config = SimWebConfig(seed=7, hosts=50, ips=8, pages_per_host=8, crawl_delay_s=0.3)
+    with run_in_thread(config) as w:
+        yield w
+
+
+@pytest.fixture(scope="module")
+def full_crawl(web, tmp_path_factory):
+    """One uninterrupted crawl of the whole web, shared by the checks below."""
+    state = tmp_path_factory.mktemp("full") / "state"
+    start = len(web.requests)
+    proc = subprocess.run(crawl_cmd(web, state, "--allow-loopback"), capture_output=True,
+                          text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    return state, list(web.requests[start:]), proc
+
+
+def test_every_reachable_allowed_page_is_fetched_exactly_once(web, full_crawl):
+    state, _, _ = full_crawl
+    truth = web.model.crawl(web.seeds)
+    entries = read_log(state)
+    pages = fetched_pages(entries)
+    assert Counter(pages).most_common(1)[0][1] == 1, "a page was fetched twice"
+    assert set(pages) == truth.fetched
+    dropped = defaultdict(set)
+    for e in entries:
+        if e["status"] is None:
+            dropped[e["error"]].add(e["url"])
+    assert dropped["robots_disallowed"] == truth.disallowed
+    assert truth.host_blocked <= dropped["robots_unavailable"]
+    failed = set().union(*dropped.values())
+    assert truth.unreachable <= failed
+    assert any(r.startswith("dns:") for r in dropped), "the NXDOMAIN host is reported"
+
+
+def test_server_saw_no_disallowed_request_and_no_repeat(web, full_crawl):
+    _, requests, _ = full_crawl
+    model = web.model
+    pages = Counter((r.host, r.path) for r in requests if r.path != "/robots.txt")
+    assert pages and max(pages.values()) == 1
+    for host, path in pages:
+        assert model.robots_status(host) != 500
+        assert model.robots_allows(host, path), f"disallowed {host}{path} was requested"
+    robots = Counter(r.host for r in requests if r.path == "/robots.txt")
+    for host, n in robots.items():
+        assert n == (2 if model.robots_status(host) == 500 else 1), host
+
+
+def test_politeness_from_the_server_side(web, full_crawl):
+    _, requests, _ = full_crawl
+    by_host, by_ip = defaultdict(list), defaultdict(list)
+    for r in requests:
+        by_host[r.host].append(r.time)
+        by_ip[r.server_ip].append(r.time)
+    gaps_checked = 0
+    for host, times in by_host.items():
+        times.sort()
+        delay = max(HOST_DELAY, web.model.crawl_delay(host) or 0.0)
+        for a, b in zip(times, times[1:]):
+            assert b - a >= delay - CLOCK_SLACK, f"{host}: {b - a:.3f}s < {delay}s"
+            gaps_checked += 1
+    for ip, times in by_ip.items():
+        times.sort()
+        for a, b in zip(times, times[1:]):
+            assert b - a >= IP_DELAY - CLOCK_SLACK, f"{ip}: {b - a:.3f}s < {IP_DELAY}s"
+    assert gaps_checked > 100
+
+
+def test_warc_has_one_response_per_fetch_and_reads_back(full_crawl):
+    state, _, _ = full_crawl
+    entries = read_log(state)
+    answered = [e for e in entries if e["status"] is not None]
+    responses, requests = [], 0
+    files = sorted((state / "warc").glob("*.warc.gz"))
+    assert files and not list((state / "warc").glob("*.open"))
+    for path in files:
+        with open(path, "rb") as f:
+            for rec in ArchiveIterator(f):
+                rec.content_stream().read()  # the whole record must decode
+                if rec.rec_type == "response":
+                    responses.append(rec.rec_headers.get_header("WARC-Target-URI"))
+                elif rec.rec_type == "request":
+                    requests += 1
+    assert Counter(responses) == Counter(e["url"] for e in answered)
+    assert requests == len(responses)
+    assert any(u.endswith("/robots.txt") for u in responses)
+
+
+def test_bad_input_is_counted_and_the_crawl_goes_on(web, full_crawl):
+    state, _, proc = full_crawl
+    counters = json.loads(subprocess.run(
+        [sys.executable, "-m", "drumbeat", "stats", str(state), "--json"],
+        capture_output=True, text=True, check=True).stdout)
+    c = counters["counters"]
+    assert c.get("links_dropped.unparsable", 0) > 0  # the malformed URL
+    assert c.get("links_dropped.scheme", 0) > 0  # mailto: and javascript:
+    assert counters["pages"] == len(web.model.crawl(web.seeds).fetched)
+    assert counters["status_counts"].get("404", 0) > 0
+    assert "crawl stopped (done)" in proc.stderr
+
+
+def test_loopback_is_refused_without_allow_flag(web, tmp_path):
+    state = tmp_path / "state"
+    start = len(web.requests)
+    proc = subprocess.run(crawl_cmd(web, state), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert len(web.requests) == start, "nothing may reach a refused address"
+    entries = read_log(state)
+    assert entries and all(e["error"] == "guard:loopback" for e in entries)
+
+
+def test_sigkill_at_random_moments_loses_nothing(web, tmp_path):
+    truth = web.model.crawl(web.seeds)
+    state = tmp_path / "state"
+    rng = random.Random(int(os.environ.get("DRUMBEAT_TEST_SEED", "11")))
+    kills = 0
+    for _ in range(4):
+        proc = subprocess.Popen(crawl_cmd(web, state, "--allow-loopback"),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(1.0, 3.0))
+        if proc.poll() is not None:
+            break
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        kills += 1
+    assert kills >= 2, "the crawl finished before it could be killed twice"
+    proc = subprocess.run(crawl_cmd(web, state, "--allow-loopback"), capture_output=True,
+                          text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    assert set(fetched_pages(read_log(state))) == truth.fetched
+
+
+def test_sigterm_stops_gracefully_and_resume_completes(web, tmp_path):
+    truth = web.model.crawl(web.seeds)
+    state = tmp_path / "state"
+    proc = subprocess.Popen(crawl_cmd(web, state, "--allow-loopback"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "crawl stopped (signal)" in err
+    first = fetched_pages(read_log(state))
+    assert 0 < len(first) < len(truth.fetched)
+    proc = subprocess.run(crawl_cmd(web, state, "--allow-loopback"), capture_output=True,
+                          text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    pages = fetched_pages(read_log(state))
+    assert set(pages) == truth.fetched
+    # A graceful stop checkpoints everything it reported: nothing is fetched twice.
+    assert len(pages) == len(set(pages))
+
+
+def test_max_pages_stops_and_counts_across_resumes(web, tmp_path):
+    state = tmp_path / "state"
+    for _ in range(2):
+        proc = subprocess.run(crawl_cmd(web, state, "--allow-loopback", "--max-pages", "20"),
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert "crawl stopped (max_pages)" in proc.stderr
+    assert len(fetched_pages(read_log(state))) == 20
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["crawl", "--state", "x", "--host-delay", "soon"], "--host-delay"),
+    (["crawl", "--state", "x", "--concurrency", "0"], "--concurrency"),
+    (["crawl", "--state", "x", "--scope", "galaxy"], "--scope"),
+    (["crawl", "http://a.test/", "--state", "x", "--frobnicate"], "--frobnicate"),
+])
+def test_bad_cli_flags_exit_2_with_one_line(args, needle):
+    proc = subprocess.run([sys.executable, "-m", "drumbeat", *args], capture_output=True,
+                          text=True, timeout=30)
+    assert proc.returncode == 2
+    assert needle in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_bad_config_value_exits_2_naming_the_setting(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("host_delay_s = -3\n")
+    proc = subprocess.run([sys.executable, "-m", "drumbeat", "crawl", "http://a.test/",
+                           "--state", str(tmp_path / "s"), "--config", str(cfg)],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2
+    assert "host_delay_s" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_a_state_dir_in_use_is_refused(web, tmp_path):
+    state = tmp_path / "state"
+    first = subprocess.Popen(crawl_cmd(web, state, "--allow-loopback"),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while not (state / "crawl.log").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        second = subprocess.run(crawl_cmd(web, state, "--allow-loopback"), capture_output=True,
+                                text=True, timeout=30)
+        assert second.returncode == 1 and "in use" in second.stderr
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(timeout=60)
