@@ -201,7 +201,8 @@ class Manager:
     def _wait_time(self, now: float, deadline: float | None) -> float:
         wait = 0.25
         due = self.scheduler.next_due_time()
-        if due is not None and len(self.in_flight) < self.settings.concurrency:
+        if (due is not None and len(self.in_flight) < self.settings.concurrency
+                and not self._page_limit_reached()):
             wait = min(wait, max(0.0, due - now))
         if deadline is not None:
             wait = min(wait, max(0.0, deadline - now))
@@ -221,6 +222,8 @@ class Manager:
             await asyncio.wait({waiter, self._collector}, timeout=timeout_s,
                                return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()
+        else:
+            await asyncio.sleep(0)  # always let fetchers and DNS answers run
         self._wake.clear()
         if not self._collector.done():
             return
@@ -284,7 +287,9 @@ class Manager:
     def _dispatch_and_submit(self, now: float) -> None:
         items: list[FetchItem] = []
         limit = self.settings.concurrency
-        while len(self.in_flight) < limit:
+        # Past the page limit nothing is sent (robots.txt included): a host released
+        # unused would otherwise come straight back from next_ready.
+        while len(self.in_flight) < limit and not self._page_limit_reached():
             host = self.scheduler.next_ready(now)
             if host is None:
                 break
