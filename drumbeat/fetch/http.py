@@ -357,6 +357,12 @@ async def _record_request_head(
     context.trace_request_ctx.request_head = ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8")
 
 
+def _head_name(name: bytes) -> bytes:
+    # The body we keep has its transfer framing (chunked) removed, so a head that still
+    # announced it would make WARC readers de-chunk it again; rename it like other crawlers.
+    return b"X-Crawler-" + name if name.lower() == b"transfer-encoding" else name
+
+
 def _read_head(reply: aiohttp.ClientResponse, response: FetchResponse) -> None:
     response.status = reply.status
     response.headers = list(reply.headers.items())
@@ -374,7 +380,7 @@ def _read_head(reply: aiohttp.ClientResponse, response: FetchResponse) -> None:
     response.response_head = (
         status_line.encode("latin-1", "replace")
         + b"\r\n"
-        + b"".join(name + b": " + value + b"\r\n" for name, value in reply.raw_headers)
+        + b"".join(_head_name(name) + b": " + value + b"\r\n" for name, value in reply.raw_headers)
         + b"\r\n"
     )
     connection = reply.connection
