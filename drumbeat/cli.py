@@ -215,10 +215,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         server.wait(timeout=10)
     out = Console()
     render_summary(summarize(state_dir, read_counters(state_dir)), out)
-    out.print(f"stopped: {outcome.stop_reason}; {outcome.queued:,} URLs still queued "
-              f"(resume with: drumbeat crawl --state {state_dir} --allow-loopback "
-              f"--dns-server {info['dns']})")
-    out.print(f"WARC files: {state_dir / 'warc'}   crawl log: {state_dir / 'crawl.log'}")
+    out.print(f"demo stopped ({outcome.stop_reason}) with {outcome.queued:,} URLs still queued; "
+              f"the synthetic web has stopped too.")
+    out.print(f"WARC files: {state_dir / 'warc'}")
+    out.print(f"crawl log:  {state_dir / 'crawl.log'}   summary again: drumbeat stats {state_dir}")
     return EXIT_OK
 
 

@@ -25,7 +25,7 @@ from drumbeat.checkpoint import CheckpointMeta, Checkpoints
 from drumbeat.fetch.dns import DnsCache
 from drumbeat.fetch.guard import AddressPolicy
 from drumbeat.frontier.politeness import HostState, PolitenessScheduler, QueuedURL
-from drumbeat.frontier.robots import GIVEN_UP, UNAVAILABLE, RobotsCache
+from drumbeat.frontier.robots import GIVEN_UP, UNAVAILABLE, RobotsCache, RobotsEntry
 from drumbeat.frontier.urlseen import MemoryURLSeen
 from drumbeat.queue.base import PAGE, ROBOTS, FetchItem, ItemResult, Task, TaskQueue
 from drumbeat.settings import Settings
@@ -97,6 +97,7 @@ class Manager:
         self._dns_slots = asyncio.Semaphore(DNS_CONCURRENCY)
         self._started = self.clock()
         self._last_checkpoint = self._started
+        self._resumed_at = float("-inf")  # set by restore()
         self._last_sweep = self._started
         self.stop_reason: str | None = None
         self._force_stop = False
@@ -118,8 +119,9 @@ class Manager:
         self._next_item_id = meta.next_item_id
         self._set_seeds(meta.seeds)
         # The previous run may have hit any host just before it stopped.
+        self._resumed_at = self.clock()
         self.scheduler.start_no_earlier_than(
-            self.clock() + max(self.settings.host_delay_s, self.settings.ip_delay_s)
+            self._resumed_at + max(self.settings.host_delay_s, self.settings.ip_delay_s)
         )
         for url, depth, via in self.checkpoints.read_queue(path):
             self._enqueue(url, depth, via)
@@ -327,6 +329,11 @@ class Manager:
                 self._log_drop(self.scheduler.pop_url(host), "robots_disallowed", ip=host.ip)
                 skipped += 1
                 continue
+            if self._raise_host_delay(host, entry) and now < self._resumed_at + host.delay_s:
+                # Crawl-delay learnt from the restored robots cache: the previous run may
+                # have hit this host just before it stopped.
+                self.scheduler.delay_until(host, self._resumed_at + host.delay_s)
+                return None
             if self._page_limit_reached():
                 break
             self.scheduler.pop_url(host)
@@ -367,10 +374,18 @@ class Manager:
         entry = self.robots.record(origin, r.status, r.robots_text)
         self.counters["robots_fetches"] += 1
         self.counters[f"robots.{entry.state}"] += 1
+        self._raise_host_delay(host, entry)
+
+    def _raise_host_delay(self, host: HostState, entry: RobotsEntry) -> bool:
+        """Honour a robots Crawl-delay longer than the host delay (capped). True if raised."""
         delay = entry.crawl_delay(self.settings.user_agent)
-        if delay is not None:
-            capped = min(delay, self.settings.crawl_delay_max_s)
-            host.delay_s = max(host.delay_s, capped)
+        if delay is None:
+            return False
+        capped = min(delay, self.settings.crawl_delay_max_s)
+        if capped <= host.delay_s:
+            return False
+        host.delay_s = capped
+        return True
 
     def _log_drop(self, q: QueuedURL, reason: str, *, ip: str | None) -> None:
         self.counters[f"dropped.{reason}"] += 1

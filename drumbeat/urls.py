@@ -25,8 +25,6 @@ from collections import Counter
 from collections.abc import Iterable
 from functools import lru_cache
 
-from ada_url import normalize_url
-
 # ada-url's own cffi binding of its C API. The public ``join_url`` re-encodes the base
 # and registers a GC finalizer on every call, which is about 40 % of the per-link cost;
 # the batch path encodes the base once per page and frees the parse result itself.

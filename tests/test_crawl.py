@@ -108,6 +108,11 @@ def test_server_saw_no_disallowed_request_and_no_repeat(web, full_crawl):
 
 def test_politeness_from_the_server_side(web, full_crawl):
     _, requests, _ = full_crawl
+    assert_polite(web, requests)
+
+
+def assert_polite(web, requests) -> None:
+    """No host closer than its delay, no IP closer than IP_DELAY, as the server saw it."""
     by_host, by_ip = defaultdict(list), defaultdict(list)
     for r in requests:
         by_host[r.host].append(r.time)
@@ -123,7 +128,7 @@ def test_politeness_from_the_server_side(web, full_crawl):
         times.sort()
         for a, b in zip(times, times[1:]):
             assert b - a >= IP_DELAY - CLOCK_SLACK, f"{ip}: {b - a:.3f}s < {IP_DELAY}s"
-    assert gaps_checked > 100
+    assert gaps_checked > 20
 
 
 def test_warc_has_one_response_per_fetch_and_reads_back(full_crawl):
@@ -174,6 +179,7 @@ def test_sigkill_at_random_moments_loses_nothing(web, tmp_path):
     state = tmp_path / "state"
     rng = random.Random(int(os.environ.get("DRUMBEAT_TEST_SEED", "11")))
     kills = 0
+    start = len(web.requests)
     for _ in range(4):
         proc = subprocess.Popen(crawl_cmd(web, state, "--allow-loopback"),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -188,6 +194,18 @@ def test_sigkill_at_random_moments_loses_nothing(web, tmp_path):
                           text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr
     assert set(fetched_pages(read_log(state))) == truth.fetched
+    # Politeness holds across restarts too: a restarted crawl waits a full delay first.
+    assert_polite(web, web.requests[start:])
+
+
+def test_scope_host_keeps_to_the_seed_hosts(web, tmp_path):
+    state = tmp_path / "state"
+    proc = subprocess.run(crawl_cmd(web, state, "--allow-loopback", "--scope", "host"),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    seed_hosts = {u.split("/")[2].split(":")[0] for u in web.seeds}
+    pages = fetched_pages(read_log(state))
+    assert pages and {u.split("/")[2].split(":")[0] for u in pages} == seed_hosts
 
 
 def test_sigterm_stops_gracefully_and_resume_completes(web, tmp_path):
@@ -258,3 +276,14 @@ def test_a_state_dir_in_use_is_refused(web, tmp_path):
     finally:
         first.send_signal(signal.SIGTERM)
         first.wait(timeout=60)
+
+
+def test_demo_runs_and_reports_where_the_warc_files_are(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "drumbeat", "demo", "--seconds", "4", "--hosts", "20",
+         "--state", str(tmp_path / "demo")],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "WARC files" in proc.stdout and "pages fetched" in proc.stdout
+    assert list((tmp_path / "demo" / "warc").glob("*.warc.gz"))

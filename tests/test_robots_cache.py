@@ -35,7 +35,7 @@ def test_expiry_retry_and_give_up():
     assert c.get("http://a.test") is not None
     clock.t += 100
     assert c.get("http://a.test") is None  # expired: re-request
-    for attempt in range(1, 3):
+    for _ in range(2):
         assert c.record("http://x.test", None, None).state == UNAVAILABLE
         assert c.get("http://x.test") is not None
         clock.t += 10

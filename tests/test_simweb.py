@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import ada_url
 import aiodns
 import aiohttp
-import ada_url
 import pytest
 from protego import Protego
 from selectolax.lexbor import LexborHTMLParser

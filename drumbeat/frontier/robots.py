@@ -52,9 +52,9 @@ class RobotsEntry:
             return None
         try:
             delay = self.parsed.crawl_delay(user_agent)
-        except Exception:
+            return float(delay) if delay is not None and float(delay) >= 0 else None
+        except Exception:  # protego on hostile input
             return None
-        return float(delay) if delay is not None else None
 
 
 class RobotsCache:
