@@ -16,16 +16,17 @@ from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
 from drumbeat import __version__
-from drumbeat.settings import SCOPES, Settings, SettingsError, build, load_toml
+from drumbeat.settings import SCOPES, Settings, SettingsError, build, load_saved, load_toml
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 _D = Settings()
 
 CRAWL_EPILOG = f"""\
-Resuming: run the same command (or just `drumbeat crawl --state DIR`) on an existing state
-directory and the crawl continues from its last checkpoint; nothing queued is lost, even
-after `kill -9`. SIGINT/SIGTERM stop gracefully (a second one stops at once).
+Resuming: `drumbeat crawl --state DIR` on an existing state directory continues the crawl
+from its last checkpoint with the settings it last ran with (kept in DIR/settings.json;
+flags given now override them); nothing queued is lost, even after `kill -9`.
+SIGINT/SIGTERM stop gracefully (a second one stops at once).
 
 Limits: --max-pages counts pages over the whole crawl (resumes included); --max-time
 counts this run only.
@@ -130,17 +131,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("simweb", help="serve the synthetic web on loopback (see simweb --help)",
                    add_help=False, prefix_chars="\0")
+    sub.add_parser("bench", help="benchmarks against peers measured in the same run "
+                                 "(see bench --help)", add_help=False, prefix_chars="\0")
     return parser
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
-    """Defaults < --config file < flags."""
+    """Defaults < settings saved by an earlier run of this crawl < --config file < flags."""
     flags: dict[str, Any] = {k: v for k, v in vars(args).items()
                              if k not in ("command", "urls", "config")}
+    saved = load_saved(Path(args.state_dir))
     file_layer = load_toml(Path(args.config)) if getattr(args, "config", None) else {}
     file_seeds = list(file_layer.pop("seeds", []) or [])
     flags["seeds"] = file_seeds + list(args.urls)
-    return build(Settings(), file_layer, flags)
+    return build(Settings(), saved, file_layer, flags)
 
 
 def cmd_crawl(args: argparse.Namespace) -> int:
@@ -228,6 +232,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from drumbeat.simweb.__main__ import main as simweb_main
 
         return simweb_main(argv[1:])
+    if argv[:1] == ["bench"]:
+        from drumbeat.bench import main as bench_main
+
+        return bench_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return {"crawl": cmd_crawl, "stats": cmd_stats, "demo": cmd_demo}[args.command](args)

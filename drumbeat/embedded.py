@@ -30,7 +30,7 @@ from drumbeat.fetcher import Fetcher
 from drumbeat.manager import Manager
 from drumbeat.progress import Progress
 from drumbeat.queue.local import LocalTaskQueue
-from drumbeat.settings import Settings, SettingsError
+from drumbeat.settings import Settings, SettingsError, save_for_resume
 from drumbeat.store.crawllog import CrawlLog
 from drumbeat.store.warc import WarcWriter, recover_directory
 
@@ -91,6 +91,7 @@ def run_crawl(settings: Settings) -> CrawlOutcome:
     if state_dir is None:
         raise SettingsError("setting 'state_dir' is required (--state DIR)")
     with _state_lock(state_dir):
+        save_for_resume(settings)
         handler = _setup_logging(state_dir)
         try:
             try:
@@ -118,11 +119,14 @@ async def _crawl(settings: Settings, state_dir: Path) -> CrawlOutcome:
     queue = LocalTaskQueue()
     policy = AddressPolicy(allow_loopback=settings.allow_loopback,
                            allow_private=settings.allow_private)
+    # The fetcher's own resolver serves robots.txt redirects to other hosts only; page
+    # fetches go to the IP the manager resolved.
+    fetcher_dns = DnsCache(nameserver=settings.dns_server, timeout_s=settings.dns_timeout_s,
+                           negative_ttl_s=settings.dns_negative_ttl_s)
     http = HttpClient(
         user_agent=settings.user_agent,
         policy=policy,
-        resolver=DnsCache(nameserver=settings.dns_server, timeout_s=settings.dns_timeout_s,
-                          negative_ttl_s=settings.dns_negative_ttl_s),
+        resolver=fetcher_dns,
         max_connections=settings.concurrency,
         connect_timeout_s=settings.connect_timeout_s,
         read_timeout_s=settings.read_timeout_s,
@@ -171,5 +175,7 @@ async def _crawl(settings: Settings, state_dir: Path) -> CrawlOutcome:
                             state_dir, time.monotonic() - started)
     finally:
         await http.close()
+        await fetcher_dns.close()
+        await manager.dns.close()
         warc.close()
         crawl_log.close()

@@ -37,11 +37,13 @@ class Progress:
         t0, d0 = self._samples[0]
         return (done - d0) / (now - t0) if now > t0 else 0.0
 
-    def _errors(self) -> str:
+    def _top_errors(self) -> list[tuple[str, int]]:
         c = self.manager.counters
         kinds = {k: v for k, v in c.items() if k.startswith(("error.", "dropped.", "hosts_failed."))}
-        top = sorted(kinds.items(), key=lambda kv: -kv[1])[:6]
-        return ", ".join(f"{k}={v}" for k, v in top) or "none"
+        return sorted(kinds.items(), key=lambda kv: -kv[1])[:6]
+
+    def _errors(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self._top_errors()) or "none"
 
     def render(self) -> Table:
         s = self.manager.stats()
@@ -56,7 +58,10 @@ class Progress:
         table.add_row("hosts (active)", f"{s.hosts:,}")
         table.add_row("URLs seen", f"{s.seen:,}")
         table.add_row("robots fetched", f"{s.counters.get('robots_fetches', 0):,}")
-        table.add_row("errors by kind", self._errors())
+        errors = self._top_errors()
+        table.add_row("errors by kind", "none" if not errors else "")
+        for kind, n in errors:
+            table.add_row(f"  {kind}", f"{n:,}")
         return table
 
     def line(self) -> str:

@@ -10,6 +10,7 @@ line and exit 2.
 from __future__ import annotations
 
 import dataclasses
+import json
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -199,3 +200,32 @@ def build(base: Settings | None = None, *layers: Mapping[str, Any]) -> Settings:
         for name, raw in layer.items():
             values[name] = coerce(name, raw)
     return validate(Settings(**values))
+
+
+SAVED_FILE = "settings.json"
+_NOT_SAVED = {"state_dir", "seeds", "seeds_file", "progress"}
+
+
+def save_for_resume(s: Settings) -> None:
+    """Remember a crawl's settings in its state dir, so a resume needs only ``--state DIR``."""
+    assert s.state_dir is not None
+    values = {
+        name: (str(v) if isinstance(v, Path) else v)
+        for name, v in dataclasses.asdict(s).items() if name not in _NOT_SAVED
+    }
+    tmp = s.state_dir / (SAVED_FILE + ".tmp")
+    tmp.write_text(json.dumps(values, indent=1, sort_keys=True), encoding="utf-8")
+    tmp.replace(s.state_dir / SAVED_FILE)
+
+
+def load_saved(state_dir: Path) -> dict[str, Any]:
+    """The settings a previous run of this crawl used ({} for a new crawl)."""
+    path = state_dir / SAVED_FILE
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise SettingsError(f"cannot read saved settings {path}: {e}") from None
+    # Settings this version no longer has are ignored rather than fatal on resume.
+    return {k: v for k, v in data.items() if k in _FIELDS and k not in _NOT_SAVED}

@@ -220,13 +220,16 @@ def test_sigterm_stops_gracefully_and_resume_completes(web, tmp_path):
     assert "crawl stopped (signal)" in err
     first = fetched_pages(read_log(state))
     assert 0 < len(first) < len(truth.fetched)
-    proc = subprocess.run(crawl_cmd(web, state, "--allow-loopback"), capture_output=True,
-                          text=True, timeout=240)
+    # Only --state: the crawl remembers its seeds and settings (DNS server, delays, ...).
+    start = len(web.requests)
+    proc = subprocess.run([sys.executable, "-m", "drumbeat", "crawl", "--state", str(state)],
+                          capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr
     pages = fetched_pages(read_log(state))
     assert set(pages) == truth.fetched
     # A graceful stop checkpoints everything it reported: nothing is fetched twice.
     assert len(pages) == len(set(pages))
+    assert_polite(web, web.requests[start:])
 
 
 def test_max_pages_stops_and_counts_across_resumes(web, tmp_path):

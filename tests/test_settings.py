@@ -48,3 +48,17 @@ def test_hostport():
     assert parse_hostport("127.0.0.1:5353") == ("127.0.0.1", 5353)
     assert parse_hostport("ns.example") == ("ns.example", 53)
     assert parse_hostport("[::1]:54") == ("::1", 54)
+
+
+def test_saved_settings_round_trip(tmp_path: Path):
+    from drumbeat.settings import load_saved, save_for_resume
+
+    s = build(Settings(), {"state_dir": str(tmp_path), "host_delay_s": 0.7,
+                           "dns_server": "127.0.0.1:5353", "seeds": ["http://a.test/"]})
+    save_for_resume(s)
+    saved = load_saved(tmp_path)
+    assert "seeds" not in saved and "state_dir" not in saved
+    resumed = build(Settings(), saved, {"state_dir": str(tmp_path), "ip_delay_s": 0.1})
+    assert (resumed.host_delay_s, resumed.dns_server, resumed.ip_delay_s) == (
+        0.7, "127.0.0.1:5353", 0.1)
+    assert load_saved(tmp_path / "nothing-here") == {}
