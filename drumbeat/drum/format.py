@@ -1,0 +1,172 @@
+"""DRUM on-disk format: file headers and checksummed blocks.
+
+Every DRUM data file is ``header block* [footer]``; all integers little-endian.
+
+header (20 bytes)::
+
+    magic    4s   b"DRUM"
+    version  u16  FORMAT_VERSION (1)
+    kind     u8   b"q" pending records, b"t" pending aux, b"a" arrival log,
+                  b"c" sorted cache, b"r" merge results
+    pad      u8   0
+    bucket   u32  bucket number (0 for the arrival log)
+    itemsize u32  bytes per fixed-size record (0 for aux files)
+    crc      u32  zlib.crc32 of the 16 bytes above
+
+block::
+
+    count    u32  records in the block
+    length   u32  payload bytes
+    crc      u32  zlib.crc32 of the payload
+    payload  length bytes
+
+Payloads per kind:
+
+- ``q``: ``count`` packed records ``(key u64, op u8, value)`` in arrival order.
+- ``t``: ``count`` u32 aux lengths, then the aux bytes concatenated (same order
+  as the matching ``q`` block).
+- ``a``: ``count`` u16 bucket numbers, one per tuple, in global arrival order.
+- ``c``: ``count`` u64 keys (strictly increasing across the file), then
+  ``count`` values.
+- ``r``: ``count`` packed ``(key u64, op u8, unique bool, value)`` in the
+  bucket's arrival order.
+
+A ``c`` file ends with a footer block whose count is ``0xFFFFFFFF`` and whose
+8-byte payload is the total record count, so a cut-off cache is detected even
+when it ends on a block boundary. Append-only files (q, t, a) have no footer:
+their valid length is recorded in the repository state (see ``repository``).
+
+Any mismatch (bad magic, unknown version, short read, checksum) raises
+:class:`DrumCorruptError` naming the file and offset.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+MAGIC = b"DRUM"
+FORMAT_VERSION = 1
+_HEADER = struct.Struct("<4sHBxII")
+HEADER_SIZE = _HEADER.size + 4
+_BLOCK = struct.Struct("<III")
+BLOCK_HEADER_SIZE = _BLOCK.size
+FOOTER_COUNT = 0xFFFFFFFF
+
+
+class DrumError(Exception):
+    """Base class of DRUM errors."""
+
+
+class DrumCorruptError(DrumError):
+    """A DRUM file is truncated, has a bad checksum or is not a DRUM file."""
+
+    def __init__(self, path: Path | str, problem: str) -> None:
+        super().__init__(f"corrupt DRUM file {path}: {problem}")
+        self.path = Path(path)
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    kind: bytes
+    bucket: int
+    itemsize: int
+
+
+def encode_header(kind: bytes, bucket: int, itemsize: int) -> bytes:
+    body = _HEADER.pack(MAGIC, FORMAT_VERSION, kind[0], bucket, itemsize)
+    return body + struct.pack("<I", zlib.crc32(body))
+
+
+def decode_header(path: Path, raw: bytes, kind: bytes) -> Header:
+    if len(raw) < HEADER_SIZE:
+        raise DrumCorruptError(path, "file shorter than its header")
+    body = raw[: _HEADER.size]
+    magic, version, k, bucket, itemsize = _HEADER.unpack(body)
+    if magic != MAGIC:
+        raise DrumCorruptError(path, "bad magic, not a DRUM file")
+    if version != FORMAT_VERSION:
+        raise DrumCorruptError(path, f"format version {version}, expected {FORMAT_VERSION}")
+    (crc,) = struct.unpack_from("<I", raw, _HEADER.size)
+    if crc != zlib.crc32(body):
+        raise DrumCorruptError(path, "header checksum mismatch")
+    if bytes([k]) != kind:
+        raise DrumCorruptError(path, f"file kind {bytes([k])!r}, expected {kind!r}")
+    return Header(kind, bucket, itemsize)
+
+
+def encode_block(count: int, payload: bytes | memoryview) -> bytes:
+    return _BLOCK.pack(count, len(payload), zlib.crc32(payload)) + bytes(payload)
+
+
+def encode_footer(total: int) -> bytes:
+    return encode_block(FOOTER_COUNT, struct.pack("<Q", total))
+
+
+def read_block(path: Path, f, offset: int, end: int) -> tuple[int, bytes, int]:
+    """Read the block at ``offset`` (``f`` positioned there); return (count, payload, next).
+
+    ``end`` is where valid data stops; a block reaching past it is a truncation.
+    """
+    raw = f.read(BLOCK_HEADER_SIZE)
+    if len(raw) < BLOCK_HEADER_SIZE or offset + BLOCK_HEADER_SIZE > end:
+        raise DrumCorruptError(path, f"truncated block header at offset {offset}")
+    count, length, crc = _BLOCK.unpack(raw)
+    nxt = offset + BLOCK_HEADER_SIZE + length
+    if nxt > end:
+        raise DrumCorruptError(path, f"block at offset {offset} runs past the end of the file")
+    payload = f.read(length)
+    if len(payload) < length:
+        raise DrumCorruptError(path, f"truncated block at offset {offset}")
+    if zlib.crc32(payload) != crc:
+        raise DrumCorruptError(path, f"checksum mismatch in block at offset {offset}")
+    return count, payload, nxt
+
+
+def iter_blocks(
+    path: Path, kind: bytes, *, start: int = HEADER_SIZE, end: int | None = None,
+    footer: bool = False,
+) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(count, payload)`` for each block of ``path`` from ``start`` up to ``end``.
+
+    With ``footer`` the file must end with a cache footer whose total matches the
+    records seen; the footer itself is not yielded.
+    """
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        raise DrumCorruptError(path, "file is missing") from None
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        end = size if end is None else end
+        if end > size:
+            raise DrumCorruptError(path, f"file has {size} bytes, {end} expected")
+        decode_header(path, f.read(HEADER_SIZE), kind)
+        f.seek(start)
+        offset, seen = start, 0
+        while offset < end:
+            count, payload, offset = read_block(path, f, offset, end)
+            if count == FOOTER_COUNT:
+                if not footer or offset != end:
+                    raise DrumCorruptError(path, "footer in the middle of the file")
+                (total,) = struct.unpack("<Q", payload)
+                if total != seen:
+                    raise DrumCorruptError(path, f"footer says {total} records, read {seen}")
+                return
+            seen += count
+            yield count, payload
+        if footer:
+            raise DrumCorruptError(path, "missing footer (file cut off)")
+
+
+def check_header(path: Path, kind: bytes) -> Header:
+    """Validate the header of ``path`` (which must exist)."""
+    try:
+        with open(path, "rb") as f:
+            return decode_header(path, f.read(HEADER_SIZE), kind)
+    except FileNotFoundError:
+        raise DrumCorruptError(path, "file is missing") from None

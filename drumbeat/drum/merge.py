@@ -1,0 +1,218 @@
+"""One bucket's check/merge step, vectorized with numpy (no per-key Python loops).
+
+The semantics are those of applying the bucket's tuples one by one, in arrival
+order, to a dict ``stored: key -> value``:
+
+- every tuple reports ``unique = key not in stored`` and ``before = stored[key]``
+  (zeros when absent) *before* it is applied;
+- ``CHECK`` changes nothing; ``UPDATE`` and ``CHECK_UPDATE`` set
+  ``stored[key] = v`` when the key is absent, else ``merge(stored[key], v)``.
+
+To do that without a loop, equal keys are grouped by a stable sort and each
+group's writers are folded with a segmented prefix scan, which is exact when
+``merge`` is associative (overwrite, add and max are; a supplied function must
+be too).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+CHECK, UPDATE, CHECK_UPDATE = 0, 1, 2
+MergeFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
+BUILTIN_MERGES = ("overwrite", "add", "max")
+
+
+class Merger:
+    """Combines structured values: ``combine(stored, incoming)`` and its segmented scan."""
+
+    def __init__(self, value_dtype: np.dtype, merge: str | MergeFn) -> None:
+        if isinstance(merge, str) and merge not in BUILTIN_MERGES:
+            raise ValueError(f"merge must be one of {BUILTIN_MERGES} or a function, got {merge!r}")
+        if not isinstance(merge, str) and not callable(merge):
+            raise TypeError(f"merge must be a name or a callable, got {type(merge).__name__}")
+        self.dtype = value_dtype
+        self.merge = merge
+
+    def combine(self, stored: np.ndarray, incoming: np.ndarray) -> np.ndarray:
+        if self.merge == "overwrite":
+            return incoming.copy()
+        if self.merge in ("add", "max"):
+            op = np.add if self.merge == "add" else np.maximum
+            out = np.empty(len(stored), self.dtype)
+            for name in self.dtype.names:
+                out[name] = op(stored[name], incoming[name])
+            return out
+        out = np.asarray(self.merge(stored, incoming))
+        if out.dtype != self.dtype or out.shape != stored.shape:
+            raise TypeError(
+                f"merge function returned {out.dtype} {out.shape}, "
+                f"expected {self.dtype} {stored.shape}"
+            )
+        return out
+
+    def scan(self, values: np.ndarray, starts: np.ndarray, seg: np.ndarray) -> np.ndarray:
+        """Inclusive fold of ``values`` within segments (``starts``: first index of each)."""
+        if self.merge == "overwrite":
+            return values
+        if self.merge == "add":
+            out = np.empty_like(values)
+            for name in self.dtype.names:
+                col = values[name]
+                c = np.cumsum(col, axis=0, dtype=col.dtype)
+                out[name] = c - (c - col)[starts][seg]
+            return out
+        # Hillis-Steele doubling: log2(longest segment) vectorized steps.
+        out = values.copy()
+        rank = np.arange(len(values)) - starts[seg]
+        longest = int(rank.max()) if len(rank) else 0
+        d = 1
+        while d <= longest:
+            idx = np.flatnonzero(rank >= d)
+            out[idx] = self.combine(out[idx - d], out[idx])
+            d *= 2
+        return out
+
+
+def stable_argsort(keys: np.ndarray) -> np.ndarray:
+    """Argsort by key, ties in input order; 2 unstable sorts beat one 'stable' (11x slower)."""
+    order = np.argsort(keys)
+    sk = keys[order]
+    same = sk[1:] == sk[:-1]
+    if not same.any():
+        return order
+    group = np.empty(len(keys), np.uint64)
+    group[0] = 0
+    np.cumsum(~same, out=group[1:])
+    comp = (group << np.uint64(32)) | order.astype(np.uint64)
+    comp.sort()
+    return (comp & np.uint64(0xFFFFFFFF)).astype(np.intp)
+
+
+@dataclass(slots=True)
+class BucketOutcome:
+    unique: np.ndarray  # bool per tuple, bucket arrival order
+    before: np.ndarray  # value per tuple before it was applied
+    stored: int  # keys in the new cache
+    changed: bool  # False: nothing written, the old cache stays
+    sort_s: float
+
+
+def merge_bucket(
+    keys: np.ndarray,
+    ops: np.ndarray,
+    values: np.ndarray,
+    cache: Iterable[tuple[np.ndarray, np.ndarray]],
+    merger: Merger,
+    emit: Callable[[np.ndarray, np.ndarray], None],
+) -> BucketOutcome:
+    """Check and merge one bucket's tuples against its sorted cache, streamed in chunks.
+
+    ``cache`` yields sorted ``(keys, values)`` chunks; when any tuple writes,
+    ``emit`` receives the new cache as sorted chunks (otherwise never).
+    """
+    n = len(keys)
+    dt = merger.dtype
+    has_values = dt.itemsize > 0
+    t0 = time.perf_counter()
+    order = stable_argsort(keys)
+    sort_s = time.perf_counter() - t0
+    sk, so = keys[order], ops[order]
+    first = np.empty(n, bool)
+    first[:1] = True
+    np.not_equal(sk[1:], sk[:-1], out=first[1:])
+    starts = np.flatnonzero(first)
+    gid = np.cumsum(first) - 1
+    uk = sk[starts]
+    writer = so != CHECK
+    changed = bool(writer.any())
+    group_writes = np.add.reduceat(writer.astype(np.int64), starts) > 0 if n else writer
+
+    # Per tuple: the group's last writer strictly before it, and the running fold
+    # of the group's writers up to each writer (`folded`, valid at writer slots).
+    pos = np.arange(n)
+    last_incl = np.maximum.accumulate(np.where(writer, pos, -1)) if n else pos
+    last_excl = np.empty(n, np.intp)
+    last_excl[:1] = -1
+    last_excl[1:] = last_incl[:-1]
+    has_prev = last_excl >= starts[gid]
+    group_last = last_incl[np.r_[starts[1:], n] - 1] if n else pos
+    if has_values:
+        folded = values[order]
+        wi = np.flatnonzero(writer)
+        if len(wi):
+            wfirst = np.empty(len(wi), bool)
+            wfirst[:1] = True
+            wg = gid[wi]
+            np.not_equal(wg[1:], wg[:-1], out=wfirst[1:])
+            folded[wi] = merger.scan(folded[wi], np.flatnonzero(wfirst), np.cumsum(wfirst) - 1)
+
+    present = np.zeros(len(uk), bool)
+    stored = np.zeros(len(uk), dt)
+    total = 0
+
+    def final_values(g: np.ndarray, found: np.ndarray) -> np.ndarray:
+        out = folded[group_last[g]]
+        if found.any():
+            out[found] = merger.combine(stored[g[found]], out[found])
+        return out
+
+    lo = 0
+    for ck, cv in cache:
+        if not len(ck):
+            continue
+        hi = int(np.searchsorted(uk, ck[-1], "right"))
+        if hi > lo:
+            q = uk[lo:hi]
+            at = np.searchsorted(ck, q)
+            found = ck[at] == q
+            present[lo:hi] = found
+            if has_values:
+                stored[lo:hi][found] = cv[at[found]]
+        if changed:
+            if hi > lo:
+                g = np.arange(lo, hi)
+                w = group_writes[lo:hi]
+                upd, new = found & w, ~found & w
+                if upd.any() or new.any():
+                    cv = cv.copy()
+                    if has_values and upd.any():
+                        cv[at[upd]] = final_values(g[upd], np.ones(int(upd.sum()), bool))
+                    if new.any():
+                        nv = final_values(g[new], np.zeros(int(new.sum()), bool)) if has_values \
+                            else np.zeros(int(new.sum()), dt)
+                        ck = np.insert(ck, at[new], q[new])
+                        cv = np.insert(cv, at[new], nv)
+            emit(ck, cv)
+            total += len(ck)
+        else:
+            total += len(ck)
+        lo = hi
+    if changed and lo < len(uk):
+        g = np.arange(lo, len(uk))[group_writes[lo:]]
+        if len(g):
+            nv = final_values(g, np.zeros(len(g), bool)) if has_values else np.zeros(len(g), dt)
+            emit(uk[g], nv)
+            total += len(g)
+
+    # A tuple finds its key if it was stored or an earlier tuple of its group wrote it.
+    prior_writes = np.cumsum(writer) - writer
+    seen = present[gid] | (prior_writes > prior_writes[starts][gid])
+    unique = np.empty(n, bool)
+    unique[order] = ~seen
+    before = np.zeros(n, dt)
+    if has_values and n:
+        sorted_before = np.zeros(n, dt)
+        from_store = present[gid] & ~has_prev
+        sorted_before[from_store] = stored[gid[from_store]]
+        both = has_prev & present[gid]
+        if both.any():
+            sorted_before[both] = merger.combine(stored[gid[both]], folded[last_excl[both]])
+        only = has_prev & ~present[gid]
+        sorted_before[only] = folded[last_excl[only]]
+        before[order] = sorted_before
+    return BucketOutcome(unique, before, total, changed, sort_s)

@@ -1,0 +1,775 @@
+"""The DRUM repository: buffering, merge rounds, durable state, result delivery.
+
+Directory layout (file formats in :mod:`drumbeat.drum.format`)::
+
+    STATE.json                 the repository state (below), replaced atomically
+    q-EEEEEEEE-BBBB.drum       pending records of epoch E, bucket B (append-only)
+    t-EEEEEEEE-BBBB.drum       pending aux of epoch E, bucket B (append-only)
+    a-EEEEEEEE.drum            arrival log of epoch E: the bucket of every tuple
+    c-BBBB-GGGGGGGG.drum       sorted cache of bucket B, generation G
+    r-EEEEEEEE-BBBB.drum       results of merging epoch E, bucket B
+
+``STATE.json`` is JSON followed by a line with the zlib.crc32 of the JSON in
+hex. It holds the format version, value dtype and bucket count, the
+``current`` snapshot and the last two ``commits`` (snapshots returned by
+:meth:`Drum.commit`). A snapshot names, per bucket, the live cache generation,
+its record count and file size, the valid lengths of the pending files of the
+current epoch, the merged epochs whose results were not yet taken, and the
+counters. Files no snapshot refers to are deleted.
+
+An *epoch* is the set of tuples merged in one round. A round writes every
+changed bucket's cache as a new generation and a result file per bucket,
+fsyncs them and the epoch's pending files, then switches ``STATE.json``
+(fsync, rename, fsync of the directory). A kill at any instant leaves either
+the old state (the round is redone from the same pending files) or the new.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import secrets
+import time
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from drumbeat.drum.format import (
+    HEADER_SIZE,
+    DrumCorruptError,
+    DrumError,
+    check_header,
+    encode_block,
+    encode_footer,
+    encode_header,
+    iter_blocks,
+)
+from drumbeat.drum.merge import CHECK, CHECK_UPDATE, UPDATE, MergeFn, Merger, merge_bucket
+from drumbeat.drum.sizing import Sizing, plan
+
+STATE = "STATE.json"
+STATE_VERSION = 1
+_FILE_RE = re.compile(r"^([qtacr])-(\d{4,8})(?:-(\d{4,8}))?\.drum$")
+_EMPTY = np.dtype([])
+
+
+class DrumIOError(DrumError, OSError):
+    """Writing failed (e.g. ENOSPC). The object is unusable; reopen the directory."""
+
+
+@dataclass(frozen=True, slots=True)
+class DrumResult:
+    """Outcomes of consecutive tuples of one merge round, in global arrival order.
+
+    ``unique[i]``: the key was not stored before tuple ``i`` (of several tuples
+    with one key in a round only the first can be unique). ``values[i]``: the
+    value stored for the key just before tuple ``i`` was applied (zeros when
+    unique) -- for a ``check`` on a duplicate, the stored value. ``aux[i]``:
+    the aux bytes given with tuple ``i`` (``b""`` when none).
+    """
+
+    epoch: int
+    keys: np.ndarray
+    ops: np.ndarray
+    unique: np.ndarray
+    values: np.ndarray
+    aux: list[bytes]
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+@dataclass(frozen=True, slots=True)
+class DrumStats:
+    """Counters since the repository was created (they survive reopening)."""
+
+    keys_stored: int
+    pending: int  # tuples buffered or on disk, not yet merged
+    bytes_read: int
+    bytes_written: int
+    merges: int
+    sort_s: float
+    merge_s: float
+    last_batch: int  # tuples in the last merge round
+    checked_bytes: int  # key + aux bytes of every tuple submitted
+    alpha: float  # (bytes_read + bytes_written) / checked_bytes: Theorem 2's alpha(n, R)
+    ram_bytes: int
+    buckets: int
+
+
+def _name(kind: str, a: int, b: int | None = None) -> str:
+    return f"{kind}-{a:08d}.drum" if b is None else f"{kind}-{a:08d}-{b:04d}.drum"
+
+
+def _cache_name(bucket: int, gen: int) -> str:
+    return f"c-{bucket:04d}-{gen:08d}.drum"
+
+
+class Drum:
+    """A disk repository of ``uint64 key -> value`` with batched check/update.
+
+    Opening a directory without ``manifest`` gives its latest durable state;
+    with ``manifest`` (one of the last two returned by :meth:`commit`) it rolls
+    back to exactly that commit.
+    """
+
+    def __init__(
+        self,
+        directory: Path | str,
+        *,
+        value_dtype: np.dtype | None = None,
+        merge: str | MergeFn = "overwrite",
+        ram_bytes: int = 64 << 20,
+        buckets: int | None = None,
+        fsync: bool = True,
+        manifest: dict | None = None,
+    ) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.value_dtype = _EMPTY if value_dtype is None else np.dtype(value_dtype)
+        if self.value_dtype.names is None:
+            raise TypeError(f"value_dtype must be a structured dtype, got {self.value_dtype}")
+        self._merger = Merger(self.value_dtype, merge)
+        self._fsync = fsync
+        self._rec = np.dtype([("key", "<u8"), ("op", "u1"), ("value", self.value_dtype)])
+        self._res = np.dtype(
+            [("key", "<u8"), ("op", "u1"), ("unique", "?"), ("value", self.value_dtype)]
+        )
+        self._broken: BaseException | None = None
+        self._dirty: set[Path] = set()
+        state = self._load(buckets)
+        self.sizing: Sizing = plan(
+            ram_bytes, self._rec.itemsize, buckets if state is None else state["buckets"]
+        )
+        self._k = self.sizing.buckets
+        self._shift = np.uint64(64 - self.sizing.bits)
+        if state is None:
+            state = self._create()
+        self._commits: list[dict] = state["commits"]
+        if manifest is not None:
+            self._snap = self._select_manifest(manifest)
+            self._commits = [c for c in self._commits if c["seq"] <= self._snap["seq"]]
+        else:
+            self._snap = state["current"]
+        self._counters: dict[str, Any] = dict(self._snap["counters"])
+        self._recover()
+        self._live = {key: copy.deepcopy(self._snap[key]) for key in ("q", "qn", "t", "a", "an")}
+        self._buf_rec: list[list[np.ndarray]] = [[] for _ in range(self._k)]
+        self._buf_aux: list[list[tuple[np.ndarray, bytes]]] = [[] for _ in range(self._k)]
+        self._buf_bytes = np.zeros(self._k, np.int64)
+        self._buf_n = np.zeros(self._k, np.int64)
+        self._arrivals: list[np.ndarray] = []
+        self._arrivals_n = 0
+        if manifest is not None:
+            self._write_state()
+        self._gc()
+
+    @classmethod
+    def open(cls, directory: Path | str, manifest: dict | None = None, **options: Any) -> Drum:
+        """Same as ``Drum(directory, manifest=manifest, **options)``."""
+        return cls(directory, manifest=manifest, **options)
+
+    # ------------------------------------------------------------------ input
+
+    def check(self, keys: np.ndarray, aux: Sequence[bytes] | None = None) -> None:
+        """Queue checks; outcomes come from :meth:`take_results` after a merge."""
+        self.submit(np.full(len(keys), CHECK, np.uint8), keys, None, aux)
+
+    def update(
+        self, keys: np.ndarray, values: np.ndarray | None, aux: Sequence[bytes] | None = None
+    ) -> None:
+        """Queue updates: insert, or ``merge(stored, value)`` into the stored value."""
+        self.submit(np.full(len(keys), UPDATE, np.uint8), keys, values, aux)
+
+    def check_update(
+        self, keys: np.ndarray, values: np.ndarray | None = None,
+        aux: Sequence[bytes] | None = None,
+    ) -> None:
+        """Queue check+update (values default to zeros, merged like an update)."""
+        self.submit(np.full(len(keys), CHECK_UPDATE, np.uint8), keys, values, aux)
+
+    def submit(
+        self, ops: np.ndarray, keys: np.ndarray, values: np.ndarray | None = None,
+        aux: Sequence[bytes] | None = None,
+    ) -> None:
+        """Queue a mixed batch; ``ops`` holds CHECK (0), UPDATE (1) or CHECK_UPDATE (2).
+
+        Only buffers, except that a merge round runs (and its results become
+        available to :meth:`take_results`) whenever a bucket reaches its size limit.
+        """
+        self._usable()
+        keys, ops, values = self._validate(ops, keys, values, aux)
+        piece = max(1, self.sizing.bucket_records // 2)
+        for start in range(0, len(keys), piece):
+            end = min(len(keys), start + piece)
+            self._distribute(
+                ops[start:end], keys[start:end],
+                None if values is None else values[start:end],
+                None if aux is None else aux[start:end],
+            )
+            if int((np.asarray(self._live["qn"]) + self._buf_n).max()) >= \
+                    self.sizing.bucket_records:
+                self._guard(self._round)
+
+    def _validate(self, ops, keys, values, aux):
+        if not isinstance(keys, np.ndarray) or keys.dtype != np.uint64 or keys.ndim != 1:
+            raise TypeError(f"keys must be a 1-d numpy uint64 array, got {_describe(keys)}")
+        n = len(keys)
+        ops = np.asarray(ops)
+        if ops.dtype != np.uint8 or ops.shape != (n,):
+            raise TypeError(f"ops must be a uint8 array of length {n}, got {_describe(ops)}")
+        if n and int(ops.max()) > CHECK_UPDATE:
+            raise ValueError("ops must be CHECK (0), UPDATE (1) or CHECK_UPDATE (2)")
+        if values is not None:
+            if not isinstance(values, np.ndarray) or values.dtype != self.value_dtype:
+                raise TypeError(
+                    f"values must be a numpy array of {self.value_dtype}, got {_describe(values)}"
+                )
+            if values.shape != (n,):
+                raise ValueError(f"{len(values)} values for {n} keys")
+        if aux is not None and len(aux) != n:
+            raise ValueError(f"{len(aux)} aux items for {n} keys")
+        return keys, ops, values
+
+    def _distribute(self, ops, keys, values, aux) -> None:
+        m = len(keys)
+        rec = np.empty(m, self._rec)
+        rec["key"] = keys
+        rec["op"] = ops
+        if values is not None:
+            rec["value"] = values
+        else:
+            rec["value"] = np.zeros(m, self.value_dtype)
+        bucket = (keys >> self._shift).astype(np.uint16) if self._k > 1 else np.zeros(m, np.uint16)
+        order = np.argsort(bucket, kind="stable")  # u16: radix sort
+        counts = np.bincount(bucket, minlength=self._k)
+        srec = rec[order]
+        if aux is not None:
+            lengths = np.fromiter(map(len, aux), np.uint32, m)
+            saux = list(map(aux.__getitem__, order.tolist()))
+            slen = lengths[order]
+            self._counters["checked_bytes"] += 8 * m + int(lengths.sum())
+        else:
+            self._counters["checked_bytes"] += 8 * m
+        end = np.cumsum(counts)
+        for b in np.flatnonzero(counts).tolist():
+            s, e = int(end[b] - counts[b]), int(end[b])
+            self._buf_rec[b].append(srec[s:e])
+            if aux is not None:
+                blob = b"".join(saux[s:e])
+                self._buf_aux[b].append((slen[s:e], blob))
+                self._buf_bytes[b] += len(blob)
+            else:
+                self._buf_aux[b].append((np.zeros(e - s, np.uint32), b""))
+            self._buf_bytes[b] += (e - s) * self._rec.itemsize
+            self._buf_n[b] += e - s
+            if self._buf_bytes[b] >= self.sizing.buffer_bytes:
+                self._guard(self._flush_bucket, b)
+        self._arrivals.append(bucket)
+        self._arrivals_n += m
+        if 2 * self._arrivals_n >= self.sizing.chunk_bytes:
+            self._guard(self._flush_arrivals)
+
+    # ------------------------------------------------------------------ disk appends
+
+    def _append(self, path: Path, length: int, kind: bytes, bucket: int, itemsize: int,
+                data: bytes) -> int:
+        """Write ``data`` at ``length`` of ``path`` (creating it); return the new length."""
+        if length == 0:
+            with open(path, "wb") as f:
+                f.write(encode_header(kind, bucket, itemsize) + data)
+            written = HEADER_SIZE + len(data)
+        else:
+            with open(path, "r+b") as f:
+                f.seek(length)
+                f.write(data)
+            written = len(data)
+        self._dirty.add(path)
+        self._counters["bytes_written"] += written
+        return length + written
+
+    def _flush_bucket(self, b: int) -> None:
+        if not self._buf_rec[b]:
+            return
+        e = self._snap["epoch"]
+        recs = np.concatenate(self._buf_rec[b])
+        lens = np.concatenate([x[0] for x in self._buf_aux[b]]).astype("<u4")
+        blob = b"".join(x[1] for x in self._buf_aux[b])
+        n = len(recs)
+        live = self._live
+        live["q"][b] = self._append(self.directory / _name("q", e, b), live["q"][b], b"q", b,
+                                    self._rec.itemsize, encode_block(n, recs.tobytes()))
+        live["t"][b] = self._append(self.directory / _name("t", e, b), live["t"][b], b"t", b, 0,
+                                    encode_block(n, lens.tobytes() + blob))
+        live["qn"][b] += n
+        self._buf_rec[b].clear()
+        self._buf_aux[b].clear()
+        self._buf_bytes[b] = 0
+        self._buf_n[b] = 0
+
+    def _flush_arrivals(self) -> None:
+        if not self._arrivals:
+            return
+        ids = np.concatenate(self._arrivals).astype("<u2")
+        path = self.directory / _name("a", self._snap["epoch"])
+        self._live["a"] = self._append(path, self._live["a"], b"a", 0, 2,
+                                       encode_block(len(ids), ids.tobytes()))
+        self._live["an"] += len(ids)
+        self._arrivals.clear()
+        self._arrivals_n = 0
+
+    def _flush_all(self) -> None:
+        for b in np.flatnonzero(self._buf_n).tolist():
+            self._flush_bucket(b)
+        self._flush_arrivals()
+
+    def _sync_dirty(self) -> None:
+        if self._fsync:
+            for path in sorted(self._dirty):
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        self._dirty.clear()
+
+    # ------------------------------------------------------------------ merge rounds
+
+    def flush(self) -> None:
+        """Merge everything pending now (results go to :meth:`take_results`)."""
+        self._usable()
+        if self._live["an"] + self._arrivals_n:
+            self._guard(self._round)
+
+    def _round(self) -> None:
+        self._flush_all()
+        snap, live, e = self._snap, self._live, self._snap["epoch"]
+        r_lens = [0] * self._k
+        t0 = time.perf_counter()
+        sort_s = 0.0
+        for b in range(self._k):
+            if not live["qn"][b]:
+                continue
+            q_path = self.directory / _name("q", e, b)
+            recs = self._read_records(q_path, b"q", live["q"][b], self._rec)
+            cache = self._cache_chunks(b) if snap["gens"][b] else iter(())
+            new_gen = e + 1
+            writer = _CacheWriter(self.directory / _cache_name(b, new_gen), b,
+                                  self.value_dtype, self.sizing.chunk_bytes)
+            try:
+                out = merge_bucket(recs["key"], recs["op"], recs["value"], cache, self._merger,
+                                   writer.write)
+            except BaseException:
+                writer.abort()
+                raise
+            sort_s += out.sort_s
+            if out.changed:
+                size = writer.close(self._fsync)
+                self._counters["bytes_written"] += size
+                snap["gens"][b], snap["counts"][b], snap["sizes"][b] = new_gen, out.stored, size
+            else:
+                writer.abort()
+            res = np.empty(len(recs), self._res)
+            res["key"], res["op"], res["unique"] = recs["key"], recs["op"], out.unique
+            res["value"] = out.before
+            r_lens[b] = self._write_blocks(self.directory / _name("r", e, b), b"r", b, res)
+        self._sync_dirty()
+        snap["results"].append({"epoch": e, "a": live["a"], "an": live["an"],
+                                "t": list(live["t"]), "r": r_lens})
+        snap["epoch"] = e + 1
+        for key in ("q", "qn", "t"):
+            snap[key] = [0] * self._k
+        snap["a"] = snap["an"] = 0
+        self._live = {key: copy.deepcopy(snap[key]) for key in ("q", "qn", "t", "a", "an")}
+        c = self._counters
+        c["merges"] += 1
+        c["last_batch"] = live["an"]
+        c["sort_s"] += sort_s
+        c["merge_s"] += time.perf_counter() - t0 - sort_s
+        self._write_state()
+        self._gc()
+
+    def _read_records(self, path: Path, kind: bytes, end: int, dtype: np.dtype) -> np.ndarray:
+        parts = [np.frombuffer(p, dtype, n) for n, p in iter_blocks(path, kind, end=end)]
+        self._counters["bytes_read"] += end
+        return np.concatenate(parts) if parts else np.empty(0, dtype)
+
+    def _cache_chunks(self, b: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        path = self.directory / _cache_name(b, self._snap["gens"][b])
+        vdt = self.value_dtype
+        for n, payload in iter_blocks(path, b"c", footer=True):
+            self._counters["bytes_read"] += len(payload) + 12
+            keys = np.frombuffer(payload, "<u8", n)
+            values = np.frombuffer(payload, vdt, n, offset=8 * n) if vdt.itemsize else \
+                np.zeros(n, vdt)
+            yield keys, values
+
+    def _write_blocks(self, path: Path, kind: bytes, bucket: int, recs: np.ndarray) -> int:
+        per = max(1, self.sizing.buffer_bytes // max(1, recs.dtype.itemsize))
+        with open(path, "wb") as f:
+            f.write(encode_header(kind, bucket, recs.dtype.itemsize))
+            for s in range(0, len(recs), per):
+                f.write(encode_block(len(recs[s:s + per]), recs[s:s + per].tobytes()))
+            size = f.tell()
+        self._dirty.add(path)
+        self._counters["bytes_written"] += size
+        return size
+
+    # ------------------------------------------------------------------ results
+
+    def take_results(self) -> Iterator[DrumResult]:
+        """Yield the results of every merged round, oldest first, in arrival order.
+
+        Results are read back from disk in chunks, so RAM stays bounded. A round
+        counts as taken once its last chunk was yielded and the generator resumed
+        (exhaust the iterator); an interrupted round is delivered again, from its
+        start, by the next call -- also after reopening the repository.
+        """
+        self._usable()
+        while self._snap["results"]:
+            entry = self._snap["results"][0]
+            yield from self._deliver(entry)
+            self._snap["results"].pop(0)
+            self._guard(self._write_state)
+            self._guard(self._gc)
+
+    def _deliver(self, entry: dict) -> Iterator[DrumResult]:
+        e = entry["epoch"]
+        res_streams = {}
+        aux_streams = {}
+        for b in range(self._k):
+            if entry["r"][b]:
+                res_streams[b] = _Stream(self, self.directory / _name("r", e, b), b"r",
+                                         entry["r"][b], self._res)
+                aux_streams[b] = _Stream(self, self.directory / _name("t", e, b), b"t",
+                                         entry["t"][b], None)
+        a_path = self.directory / _name("a", e)
+        if not entry["a"]:
+            return
+        for n, payload in iter_blocks(a_path, b"a", end=entry["a"]):
+            self._counters["bytes_read"] += len(payload) + 12
+            ids = np.frombuffer(payload, "<u2", n)
+            order = np.argsort(ids, kind="stable")
+            counts = np.bincount(ids, minlength=self._k)
+            recs, auxes = [], []
+            for b in np.flatnonzero(counts).tolist():
+                c = int(counts[b])
+                recs.append(res_streams[b].take(c))
+                auxes.extend(aux_streams[b].take(c))
+            grouped = np.concatenate(recs)
+            out = np.empty(n, self._res)
+            out[order] = grouped
+            inv = np.empty(n, np.intp)
+            inv[order] = np.arange(n)
+            aux = list(map(auxes.__getitem__, inv.tolist()))
+            yield DrumResult(e, out["key"], out["op"], out["unique"], out["value"], aux)
+
+    # ------------------------------------------------------------------ commit / state
+
+    def commit(self) -> dict:
+        """Make every tuple queued so far durable and return a JSON-able manifest.
+
+        A tuple is *acknowledged* once a ``commit()`` called after it returned:
+        it survives a crash and is replayed (merged) by the next round after
+        reopening. Tuples queued after the last commit may be lost by a crash,
+        unless a merge round already consumed them (rounds are durable too).
+        Reopening with this manifest restores exactly this state as long as it
+        is one of the last two commits (older generations are deleted then).
+        """
+        self._usable()
+        self._guard(self._flush_all)
+        self._guard(self._sync_dirty)
+        snap = self._snap
+        for key in ("q", "qn", "t", "a", "an"):
+            snap[key] = copy.deepcopy(self._live[key])
+        snap["seq"] += 1
+        snap["id"] = secrets.token_hex(8)
+        snap["counters"] = dict(self._counters)
+        manifest = copy.deepcopy(snap)
+        self._commits = (self._commits + [copy.deepcopy(snap)])[-2:]
+        self._guard(self._write_state)
+        self._guard(self._gc)
+        return manifest
+
+    def close(self) -> None:
+        """Forget buffered tuples that were not committed (nothing else to release)."""
+        self._broken = DrumError("repository closed")
+
+    def __enter__(self) -> Drum:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def stats(self) -> DrumStats:
+        c = self._counters
+        moved = c["bytes_read"] + c["bytes_written"]
+        return DrumStats(
+            keys_stored=int(sum(self._snap["counts"])),
+            pending=int(self._live["an"] + self._arrivals_n),
+            bytes_read=c["bytes_read"], bytes_written=c["bytes_written"], merges=c["merges"],
+            sort_s=c["sort_s"], merge_s=c["merge_s"], last_batch=c["last_batch"],
+            checked_bytes=c["checked_bytes"],
+            alpha=moved / c["checked_bytes"] if c["checked_bytes"] else 0.0,
+            ram_bytes=self.sizing.ram_bytes, buckets=self._k,
+        )
+
+    def _usable(self) -> None:
+        if self._broken is not None:
+            raise DrumError(f"DRUM {self.directory} is unusable ({self._broken}); reopen it")
+
+    def _guard(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run a state-changing step; any failure leaves the object unusable.
+
+        After a failed write the in-RAM view no longer matches the disk, so the
+        only safe continuation is to reopen from ``STATE.json``.
+        """
+        try:
+            return fn(*args)
+        except OSError as exc:
+            self._broken = exc
+            raise DrumIOError(
+                exc.errno, f"DRUM write in {self.directory} failed: {exc.strerror or exc}; "
+                "the repository keeps its last committed state, reopen it",
+                getattr(exc, "filename", None),
+            ) from exc
+        except BaseException as exc:
+            self._broken = exc
+            raise
+
+    def _state_path(self) -> Path:
+        return self.directory / STATE
+
+    def _load(self, buckets: int | None) -> dict | None:
+        """The directory's state, or None for a new repository."""
+        path = self._state_path()
+        if not path.exists():
+            if any(_FILE_RE.match(p.name) for p in self.directory.iterdir()):
+                raise DrumCorruptError(path, "missing, but DRUM data files are present")
+            return None
+        raw = path.read_bytes()
+        body, _, crc = raw.rstrip(b"\n").rpartition(b"\n")
+        try:
+            if int(crc, 16) != zlib.crc32(body):
+                raise ValueError("checksum mismatch")
+            state = json.loads(body)
+        except ValueError as exc:
+            raise DrumCorruptError(path, f"unreadable state ({exc})") from None
+        if state.get("format") != STATE_VERSION:
+            raise DrumCorruptError(path, f"state format {state.get('format')}")
+        stored = np.dtype(_descr(state["value_dtype"]))
+        if stored != self.value_dtype:
+            raise ValueError(f"{self.directory} stores values of {stored}, not {self.value_dtype}")
+        if buckets is not None and buckets != state["buckets"]:
+            raise ValueError(f"{self.directory} has {state['buckets']} buckets, not {buckets}")
+        return state
+
+    def _create(self) -> dict:
+        k = self._k
+        self._snap = {
+            "seq": 0, "id": "", "epoch": 1, "gens": [0] * k, "counts": [0] * k, "sizes": [0] * k,
+            "q": [0] * k, "qn": [0] * k, "t": [0] * k, "a": 0, "an": 0, "results": [],
+            "counters": {"bytes_read": 0, "bytes_written": 0, "merges": 0, "sort_s": 0.0,
+                         "merge_s": 0.0, "last_batch": 0, "checked_bytes": 0},
+        }
+        self._commits = []
+        self._counters = dict(self._snap["counters"])
+        self._write_state()
+        return {"buckets": k, "current": self._snap, "commits": []}
+
+    def _write_state(self) -> None:
+        self._snap["counters"] = dict(self._counters)
+        state = {
+            "format": STATE_VERSION,
+            "value_dtype": np.lib.format.dtype_to_descr(self.value_dtype),
+            "buckets": self._k,
+            "current": self._snap,
+            "commits": self._commits,
+        }
+        _write_state_file(self._state_path(), state, self._fsync)
+
+    def _select_manifest(self, manifest: dict) -> dict:
+        for c in self._commits:
+            if c["seq"] == manifest.get("seq") and c["id"] == manifest.get("id"):
+                return copy.deepcopy(c)
+        raise DrumError(
+            f"manifest (commit {manifest.get('seq')}) is not one of the last two commits of "
+            f"{self.directory}; its files are gone"
+        )
+
+    def _recover(self) -> None:
+        """Cut pending files back to the snapshot and check that every file it names exists."""
+        snap, e = self._snap, self._snap["epoch"]
+        for b in range(self._k):
+            for kind in ("q", "t"):
+                _cut(self.directory / _name(kind, e, b), snap[kind][b], kind.encode())
+            if snap["gens"][b]:
+                path = self.directory / _cache_name(b, snap["gens"][b])
+                check_header(path, b"c")
+                if path.stat().st_size != snap["sizes"][b]:
+                    raise DrumCorruptError(
+                        path, f"{path.stat().st_size} bytes, state says {snap['sizes'][b]}")
+        _cut(self.directory / _name("a", e), snap["a"], b"a")
+        for entry in snap["results"]:
+            ep = entry["epoch"]
+            _need(self.directory / _name("a", ep), entry["a"], b"a")
+            for b in range(self._k):
+                _need(self.directory / _name("r", ep, b), entry["r"][b], b"r")
+                _need(self.directory / _name("t", ep, b), entry["t"][b], b"t")
+
+    def _gc(self) -> None:
+        """Delete files that neither the current state nor a kept commit refers to."""
+        keep: set[str] = {_name("a", self._snap["epoch"])}
+        keep.update(_name(kind, self._snap["epoch"], b) for kind in "qt" for b in range(self._k))
+        for snap in [self._snap, *self._commits]:
+            keep.update(_refs(snap, self._k))
+        for path in self.directory.iterdir():
+            if (_FILE_RE.match(path.name) and path.name not in keep) or \
+                    path.name.endswith(".tmp"):
+                path.unlink(missing_ok=True)
+
+
+def _refs(snap: dict, k: int) -> set[str]:
+    e = snap["epoch"]
+    names = {_cache_name(b, g) for b, g in enumerate(snap["gens"]) if g}
+    names.update(_name(kind, e, b) for kind in "qt" for b in range(k) if snap[kind][b])
+    if snap["a"]:
+        names.add(_name("a", e))
+    for entry in snap["results"]:
+        names.add(_name("a", entry["epoch"]))
+        for b in range(k):
+            if entry["r"][b]:
+                names.add(_name("r", entry["epoch"], b))
+            if entry["t"][b]:
+                names.add(_name("t", entry["epoch"], b))
+    return names
+
+
+def _cut(path: Path, length: int, kind: bytes) -> None:
+    """Truncate an append-only file to its recorded valid length (0: remove it)."""
+    if not length:
+        path.unlink(missing_ok=True)
+        return
+    _need(path, length, kind)
+    with open(path, "r+b") as f:
+        f.truncate(length)
+
+
+def _need(path: Path, length: int, kind: bytes) -> None:
+    if not length:
+        return
+    check_header(path, kind)
+    size = path.stat().st_size
+    if size < length:
+        raise DrumCorruptError(path, f"truncated: {size} bytes, {length} recorded")
+
+
+def _write_state_file(path: Path, state: dict, fsync: bool) -> None:
+    body = json.dumps(state, separators=(",", ":")).encode()
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(body + b"\n" + f"{zlib.crc32(body):08x}\n".encode())
+        if fsync:
+            f.flush()
+            os.fsync(f.fileno())
+    if fsync:
+        _fsync_dir(path.parent)  # new data files must be reachable before the state names them
+    os.replace(tmp, path)
+    if fsync:
+        _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _descr(d: Any) -> Any:
+    """JSON turns the dtype descr's tuples into lists; numpy wants tuples back."""
+    if isinstance(d, list):
+        return [tuple(_descr(x) for x in item) if isinstance(item, list) else item for item in d]
+    return d
+
+
+def _describe(x: object) -> str:
+    if isinstance(x, np.ndarray):
+        return f"ndarray {x.dtype} {x.shape}"
+    return type(x).__name__
+
+
+class _CacheWriter:
+    """Writes a new cache generation in blocks of at most ``chunk_bytes``."""
+
+    def __init__(self, path: Path, bucket: int, value_dtype: np.dtype, chunk_bytes: int) -> None:
+        self.path = path
+        self.f = open(path, "wb")
+        self.f.write(encode_header(b"c", bucket, value_dtype.itemsize))
+        self.per = max(1, chunk_bytes // (8 + value_dtype.itemsize))
+        self.total = 0
+
+    def write(self, keys: np.ndarray, values: np.ndarray) -> None:
+        for s in range(0, len(keys), self.per):
+            k, v = keys[s:s + self.per], values[s:s + self.per]
+            self.f.write(encode_block(len(k), k.astype("<u8").tobytes() + v.tobytes()))
+            self.total += len(k)
+
+    def close(self, fsync: bool) -> int:
+        self.f.write(encode_footer(self.total))
+        self.f.flush()
+        if fsync:
+            os.fsync(self.f.fileno())
+        size = self.f.tell()
+        self.f.close()
+        return size
+
+    def abort(self) -> None:
+        self.f.close()
+        self.path.unlink(missing_ok=True)
+
+
+class _Stream:
+    """Reads exactly ``n`` records at a time from a block file, one block in RAM."""
+
+    def __init__(self, drum: Drum, path: Path, kind: bytes, end: int,
+                 dtype: np.dtype | None) -> None:
+        self.drum = drum
+        self.blocks = iter_blocks(path, kind, end=end)
+        self.dtype = dtype
+        self.left: Any = None
+        self.pos = 0
+
+    def _next(self) -> None:
+        n, payload = next(self.blocks)
+        self.drum._counters["bytes_read"] += len(payload) + 12
+        if self.dtype is not None:
+            self.left = np.frombuffer(payload, self.dtype, n)
+        else:
+            ends = np.cumsum(np.frombuffer(payload, "<u4", n), dtype=np.int64) + 4 * n
+            if n and ends[-1] == 4 * n:
+                self.left = [b""] * n
+            else:
+                starts = np.r_[4 * n, ends[:-1]].tolist()
+                self.left = list(map(payload.__getitem__, map(slice, starts, ends.tolist())))
+        self.pos = 0
+
+    def take(self, n: int) -> Any:
+        parts = []
+        while n:
+            if self.left is None or self.pos == len(self.left):
+                self._next()
+            got = self.left[self.pos:self.pos + n]
+            self.pos += len(got)
+            n -= len(got)
+            parts.append(got)
+        if self.dtype is not None:
+            return parts[0] if len(parts) == 1 else np.concatenate(parts)
+        return parts[0] if len(parts) == 1 else [x for p in parts for x in p]

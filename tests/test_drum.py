@@ -1,0 +1,276 @@
+"""DRUM against a Python dict model; bad input; corrupted files."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from drumbeat.drum import (
+    CHECK,
+    Drum,
+    DrumCorruptError,
+    DrumError,
+    plan,
+    predicted_alpha,
+)
+
+VALUE = np.dtype([("n", "<i8")])
+POOL = [(i * 0x9E3779B97F4A7C15) % (1 << 64) for i in range(40)]
+
+
+def bit_or(stored: np.ndarray, incoming: np.ndarray) -> np.ndarray:
+    out = stored.copy()
+    out["n"] = stored["n"] | incoming["n"]
+    return out
+
+
+MERGES = {
+    "overwrite": lambda a, b: b,
+    "add": lambda a, b: a + b,
+    "max": max,
+    "or": lambda a, b: a | b,
+}
+
+
+class Model:
+    """The contract: tuples applied one by one to a dict, outcomes in arrival order."""
+
+    def __init__(self, merge: str) -> None:
+        self.fold = MERGES[merge]
+        self.stored: dict[int, int] = {}
+        self.expected: list[tuple] = []
+
+    def apply(self, ops, keys, values, aux) -> None:
+        for op, key, value, a in zip(ops, keys, values, aux):
+            self.expected.append((key, op, key not in self.stored, self.stored.get(key, 0), a))
+            if op != CHECK:
+                self.stored[key] = (
+                    self.fold(self.stored[key], value) if key in self.stored else value
+                )
+
+
+def drain(drum: Drum) -> list[tuple]:
+    got = []
+    for r in drum.take_results():
+        values = r.values["n"].tolist() if drum.value_dtype.itemsize else [0] * len(r)
+        got.extend(zip(r.keys.tolist(), r.ops.tolist(), r.unique.tolist(), values, r.aux))
+    return got
+
+
+batch = st.lists(
+    st.tuples(st.integers(0, 2), st.integers(0, len(POOL) - 1), st.integers(0, 9), st.binary(max_size=6)),
+    min_size=0, max_size=40,
+)
+action = st.one_of(
+    batch.map(lambda b: ("batch", b)),
+    st.sampled_from([("flush",), ("take",), ("commit",), ("reopen",), ("rollback",)]),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    merge=st.sampled_from(["overwrite", "add", "max", "or", "empty"]),
+    buckets=st.sampled_from([1, 2, 8, 16]),
+    actions=st.lists(action, max_size=25),
+)
+def test_matches_dict_model(merge: str, buckets: int, actions: list) -> None:
+    dtype = None if merge == "empty" else VALUE
+    fn = bit_or if merge == "or" else ("overwrite" if merge == "empty" else merge)
+    model = Model("overwrite" if merge == "empty" else merge)
+    with tempfile.TemporaryDirectory() as tmp:
+        opts = dict(value_dtype=dtype, merge=fn, ram_bytes=4096, buckets=buckets, fsync=False)
+        drum = Drum(tmp, **opts)
+        saved: tuple[dict, dict, list] | None = None
+        for act in actions:
+            if act[0] == "batch":
+                rows = act[1]
+                ops = [r[0] for r in rows]
+                keys = [POOL[r[1]] for r in rows]
+                values = [0 if dtype is None else r[2] for r in rows]
+                aux = [r[3] for r in rows]
+                model.apply(ops, keys, values, aux)
+                vals = None
+                if dtype is not None:
+                    vals = np.zeros(len(rows), VALUE)
+                    vals["n"] = values
+                drum.submit(np.array(ops, np.uint8), np.array(keys, np.uint64), vals, aux)
+            elif act[0] == "flush":
+                drum.flush()
+            elif act[0] == "take":
+                got = drain(drum)
+                assert got == model.expected[: len(got)]
+                del model.expected[: len(got)]
+            elif act[0] == "commit":
+                manifest = json.loads(json.dumps(drum.commit()))
+                saved = (manifest, dict(model.stored), list(model.expected))
+            elif act[0] == "reopen":
+                # A clean restart: commit, then open the latest state without a manifest.
+                manifest = drum.commit()
+                saved = (manifest, dict(model.stored), list(model.expected))
+                drum.close()
+                drum = Drum(tmp, **opts)
+            elif act[0] == "rollback" and saved is not None:
+                drum.close()
+                drum = Drum.open(tmp, saved[0], **opts)
+                model.stored, model.expected = dict(saved[1]), list(saved[2])
+        drum.flush()
+        got = drain(drum)
+        assert got == model.expected
+        stats = drum.stats()
+        assert stats.pending == 0
+        assert stats.keys_stored == len(model.stored)
+
+
+def test_results_in_arrival_order_across_buckets_and_rounds(tmp_path: Path) -> None:
+    rng = np.random.default_rng(7)
+    drum = Drum(tmp_path, ram_bytes=1 << 14, buckets=16, fsync=False)
+    keys = rng.integers(0, 1 << 63, 5000, dtype=np.uint64) * np.uint64(2)
+    keys = np.concatenate([keys, keys[:2500]])
+    aux = [str(k).encode() for k in keys.tolist()]
+    drum.check_update(keys, aux=aux)
+    drum.flush()
+    results = list(drum.take_results())
+    assert len({r.epoch for r in results}) > 1
+    got_keys = np.concatenate([r.keys for r in results])
+    assert np.array_equal(got_keys, keys)
+    assert [a for r in results for a in r.aux] == aux
+    unique = np.concatenate([r.unique for r in results])
+    assert unique[:5000].sum() == len(np.unique(keys[:5000]))
+    assert not unique[5000:].any()
+    assert drum.stats().keys_stored == len(set(keys.tolist()))
+    assert list(drum.take_results()) == []
+
+
+def test_check_returns_stored_values_and_persists(tmp_path: Path) -> None:
+    vd = np.dtype([("ip", "<u4"), ("score", "<f8")])
+    drum = Drum(tmp_path, value_dtype=vd, merge="max", ram_bytes=1 << 16, fsync=False)
+    keys = np.array([1, 2, 3], np.uint64)
+    vals = np.array([(10, 0.5), (20, 1.5), (30, 2.5)], vd)
+    drum.update(keys, vals)
+    drum.update(keys[:1], np.array([(5, 9.0)], vd))
+    drum.flush()
+    list(drum.take_results())
+    drum.commit()
+    drum.close()
+    drum = Drum(tmp_path, value_dtype=vd, merge="max", ram_bytes=1 << 16, fsync=False)
+    drum.check(np.array([1, 4, 3], np.uint64), aux=[b"a", b"b", b"c"])
+    drum.flush()
+    (r,) = list(drum.take_results())
+    assert r.unique.tolist() == [False, True, False]
+    assert r.values.tolist() == [(10, 9.0), (0, 0.0), (30, 2.5)]
+    assert r.aux == [b"a", b"b", b"c"]
+
+
+def test_stats_alpha_and_theorem_2_sizing(tmp_path: Path) -> None:
+    s = plan(64 << 20, 9)
+    assert s.buckets == 64 and s.buffer_bytes == 256 << 10  # k0 = R / 4M with M = 256 KiB
+    drum = Drum(tmp_path, ram_bytes=1 << 20, fsync=False)
+    keys = np.arange(1, 20001, dtype=np.uint64) << np.uint64(40)
+    drum.check_update(keys, aux=[b"u" * 60] * len(keys))
+    drum.flush()
+    list(drum.take_results())
+    st_ = drum.stats()
+    assert st_.keys_stored == 20000 and st_.merges >= 1 and st_.last_batch > 0
+    assert st_.checked_bytes == 20000 * 68
+    assert 2 < st_.alpha < 10
+    assert predicted_alpha(stored=0, checked=1e6, unique=0.11, url_bytes=70, ram_bytes=1 << 30) > 2
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def test_bad_input_is_rejected_clearly(tmp_path: Path) -> None:
+    drum = Drum(tmp_path, value_dtype=VALUE, ram_bytes=1 << 16, fsync=False)
+    with pytest.raises(TypeError, match="uint64"):
+        drum.check(np.array([1, 2], np.int64))
+    with pytest.raises(TypeError, match="uint64"):
+        drum.check([1, 2])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="values must be"):
+        drum.update(np.array([1], np.uint64), np.zeros(1, np.int64))
+    with pytest.raises(ValueError, match="2 values for 1 keys"):
+        drum.update(np.array([1], np.uint64), np.zeros(2, VALUE))
+    with pytest.raises(ValueError, match="aux"):
+        drum.check(np.array([1], np.uint64), aux=[b"a", b"b"])
+    with pytest.raises(ValueError, match="ops"):
+        drum.submit(np.array([7], np.uint8), np.array([1], np.uint64))
+    with pytest.raises(ValueError, match="merge must be"):
+        Drum(tmp_path / "x", merge="min")
+    with pytest.raises(ValueError, match="power of two"):
+        Drum(tmp_path / "y", buckets=3)
+    drum.commit()
+    with pytest.raises(ValueError, match="stores values of"):
+        Drum(tmp_path, value_dtype=np.dtype([("n", "<i4")]))
+
+
+def test_bad_merge_function_result(tmp_path: Path) -> None:
+    drum = Drum(tmp_path, value_dtype=VALUE, merge=lambda s, i: s["n"], fsync=False,
+                ram_bytes=1 << 16)
+    drum.update(np.array([1, 1], np.uint64), np.zeros(2, VALUE))
+    with pytest.raises(TypeError, match="merge function returned"):
+        drum.flush()
+
+
+def _filled(tmp_path: Path) -> tuple[Drum, dict]:
+    drum = Drum(tmp_path, value_dtype=VALUE, ram_bytes=1 << 16, buckets=2, fsync=False)
+    keys = np.arange(1, 3001, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15 // 4000)
+    drum.update(keys, np.ones(len(keys), VALUE))
+    drum.flush()
+    list(drum.take_results())
+    drum.check_update(keys[:100] + np.uint64(1), aux=[b"x"] * 100)
+    manifest = drum.commit()
+    drum.close()
+    return drum, manifest
+
+
+def _flip(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x40
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("kind", ["c", "q", "t"])
+def test_corrupted_file_is_named(tmp_path: Path, kind: str) -> None:
+    _filled(tmp_path)
+    path = sorted(tmp_path.glob(f"{kind}-*.drum"))[0]
+    _flip(path, path.stat().st_size - 3)
+    with pytest.raises(DrumCorruptError, match=path.name):
+        drum = Drum(tmp_path, value_dtype=VALUE, buckets=2, fsync=False, ram_bytes=1 << 16)
+        drum.flush()
+        list(drum.take_results())
+
+
+@pytest.mark.parametrize("kind", ["c", "q"])
+def test_truncated_file_is_named(tmp_path: Path, kind: str) -> None:
+    _filled(tmp_path)
+    path = sorted(tmp_path.glob(f"{kind}-*.drum"))[0]
+    with open(path, "r+b") as f:
+        f.truncate(path.stat().st_size - 5)
+    with pytest.raises(DrumCorruptError, match=path.name):
+        Drum(tmp_path, value_dtype=VALUE, buckets=2, fsync=False, ram_bytes=1 << 16)
+
+
+def test_corrupted_header_and_state(tmp_path: Path) -> None:
+    _filled(tmp_path)
+    path = sorted(tmp_path.glob("c-*.drum"))[0]
+    _flip(path, 0)
+    with pytest.raises(DrumCorruptError, match=f"{path.name}.*magic"):
+        Drum(tmp_path, value_dtype=VALUE, buckets=2, fsync=False)
+    _flip(path, 0)
+    _flip(tmp_path / "STATE.json", 30)
+    with pytest.raises(DrumCorruptError, match="STATE.json"):
+        Drum(tmp_path, value_dtype=VALUE, buckets=2, fsync=False)
+
+
+def test_unknown_manifest_is_refused(tmp_path: Path) -> None:
+    _, manifest = _filled(tmp_path)
+    drum = Drum(tmp_path, value_dtype=VALUE, buckets=2, fsync=False, ram_bytes=1 << 16)
+    drum.commit()
+    drum.commit()
+    with pytest.raises(DrumError, match="last two commits"):
+        Drum.open(tmp_path, manifest, value_dtype=VALUE, buckets=2, fsync=False)
