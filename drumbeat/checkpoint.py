@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from drumbeat.store.durable import fsync_dir
+
 FORMAT_VERSION = 1
 
 
@@ -38,14 +40,6 @@ class CheckpointMeta:
     next_item_id: int = 0
     counters: dict[str, int] = field(default_factory=dict)
     time: float = 0.0
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Checkpoints:
@@ -89,13 +83,13 @@ class Checkpoints:
             json.dump(state, f)
             f.flush()
             os.fsync(f.fileno())
-        _fsync_dir(target)
+        fsync_dir(target)
         tmp = self.root / "CURRENT.tmp"
         tmp.write_text(target.name, encoding="utf-8")
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, self.root / "CURRENT")
-        _fsync_dir(self.root)
+        fsync_dir(self.root)
         for old in self.root.glob("ckpt-*"):
             if old != target:
                 shutil.rmtree(old, ignore_errors=True)

@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 
 import pytest
 from dnslib import AAAA, CNAME, QTYPE, RCODE, RR, A, DNSError, DNSRecord
-from dnslib.server import BaseResolver, DNSHandler, DNSLogger, DNSServer
+from dnslib.server import BaseResolver, DNSHandler
 
 from drumbeat.fetch.dns import DnsAnswer, DnsCache
+from tests.dnsserver import serve_dns
 
 
 @dataclass
@@ -69,17 +70,8 @@ class FakeClock:
 @pytest.fixture(scope="module")
 def dns_server() -> Iterator[tuple[Zone, str]]:
     zone = Zone()
-    server = DNSServer(zone, address="127.0.0.1", port=0, logger=DNSLogger(logf=lambda _: None))
-    thread = threading.Thread(
-        target=server.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    )
-    thread.start()
-    try:
-        yield zone, f"127.0.0.1:{server.server.server_address[1]}"
-    finally:
-        server.stop()
-        server.server.server_close()
-        thread.join(5)
+    with serve_dns(zone) as address:
+        yield zone, address
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
-import threading
 import tracemalloc
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -17,11 +16,12 @@ import brotli
 import pytest
 from aiohttp import web
 from dnslib import QTYPE, RCODE, RR, A, DNSRecord
-from dnslib.server import BaseResolver, DNSHandler, DNSLogger, DNSServer
+from dnslib.server import BaseResolver, DNSHandler
 
 from drumbeat.fetch.dns import DnsCache
 from drumbeat.fetch.guard import AddressPolicy
 from drumbeat.fetch.http import FetchResponse, HttpClient
+from tests.dnsserver import serve_dns
 
 UA = "drumbeat-test/1.0 (+http://example.invalid/bot)"
 LOOPBACK_OK = AddressPolicy(allow_loopback=True)
@@ -50,17 +50,8 @@ class Zone(BaseResolver):
 @pytest.fixture(scope="module")
 def dns() -> Iterator[tuple[Zone, str]]:
     zone = Zone()
-    server = DNSServer(zone, address="127.0.0.1", port=0, logger=DNSLogger(logf=lambda _: None))
-    thread = threading.Thread(
-        target=server.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    )
-    thread.start()
-    try:
-        yield zone, f"127.0.0.1:{server.server.server_address[1]}"
-    finally:
-        server.stop()
-        server.server.server_close()
-        thread.join(5)
+    with serve_dns(zone) as address:
+        yield zone, address
 
 
 # -- payloads -----------------------------------------------------------------------------

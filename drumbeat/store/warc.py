@@ -51,6 +51,8 @@ from warcio.statusandheaders import (
 from warcio.timeutils import datetime_to_iso_date
 from warcio.warcwriter import WARCWriter
 
+from drumbeat.store.durable import fsync_dir
+
 OPEN_SUFFIX = ".open"
 WARC_SUFFIX = ".warc.gz"
 _GZIP_WBITS = 31  # zlib: gzip container, 32 KiB window
@@ -294,7 +296,7 @@ class WarcWriter:
             except FileNotFoundError:
                 pass
             f.close()
-        _fsync_dir(self._dir)
+        fsync_dir(self._dir)
         self._file, self._name, self._size = f, name, 0
         info = {
             "software": self._software,
@@ -313,7 +315,7 @@ class WarcWriter:
         self._file.close()
         self._file = None
         os.rename(self._dir / (self._name + OPEN_SUFFIX), self._dir / self._name)
-        _fsync_dir(self._dir)
+        fsync_dir(self._dir)
         self._files_finished += 1
 
 
@@ -335,7 +337,7 @@ def recover_directory(directory: Path) -> list[RecoveredFile]:
         if recovered is not None:
             results.append(recovered)
     if results:
-        _fsync_dir(directory)
+        fsync_dir(directory)
     return results
 
 
@@ -433,12 +435,3 @@ def iter_records(path: Path) -> Iterator[StoredRecord]:
                 http_headers=record.http_headers,
                 content=content,
             )
-
-
-def _fsync_dir(directory: Path) -> None:
-    # A rename or create is durable only once the directory entry is synced.
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
