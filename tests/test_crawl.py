@@ -101,6 +101,10 @@ def test_server_saw_no_disallowed_request_and_no_repeat(web, full_crawl):
     for host, path in pages:
         assert model.robots_status(host) != 500
         assert model.robots_allows(host, path), f"disallowed {host}{path} was requested"
+    first = {}
+    for r in sorted(requests, key=lambda r: r.time):
+        first.setdefault(r.host, r.path)
+    assert set(first.values()) == {"/robots.txt"}, "robots.txt comes before any page of a host"
     robots = Counter(r.host for r in requests if r.path == "/robots.txt")
     for host, n in robots.items():
         assert n == (2 if model.robots_status(host) == 500 else 1), host
