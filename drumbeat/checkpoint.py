@@ -5,9 +5,12 @@ Layout (format version 1)::
     DIR/checkpoints/CURRENT        text: the name of the live checkpoint directory
     DIR/checkpoints/ckpt-000042/   one complete checkpoint
         state.json                 {"version": 1, "seeds": [...], "pages_done": n,
-                                    "next_item_id": n, "counters": {...}, "time": epoch}
+                                    "next_item_id": n, "counters": {...}, "time": epoch,
+                                    "urlseen_manifest": {...}}
         queue.jsonl                one queued URL per line: [url, depth, via]
-        urlseen.npy, robots.json   written by URL-seen and the robots cache
+        robots.json                written by the robots cache
+    DIR/urlseen/                   URL-seen's DRUM repository; state.json holds the manifest
+                                   of the DRUM commit that belongs to this checkpoint
 
 A checkpoint is written completely into a fresh directory, every file fsynced, and only
 then made live by atomically replacing ``CURRENT``; so a crash at any instant leaves
@@ -40,6 +43,7 @@ class CheckpointMeta:
     next_item_id: int = 0
     counters: dict[str, int] = field(default_factory=dict)
     time: float = 0.0
+    urlseen_manifest: dict | None = None  # DRUM's commit for URL-seen at this checkpoint
 
 
 class Checkpoints:

@@ -144,7 +144,7 @@ async def _crawl(settings: Settings, state_dir: Path) -> CrawlOutcome:
         added = manager.add_seeds(seeds)
         if not resumed and not manager.seeds:
             raise SettingsError("no seed URLs: give URLs, --seeds FILE, or a state dir to resume")
-        log.info("%s crawl in %s: %d new seeds", "resuming" if resumed else "starting",
+        log.info("%s crawl in %s: %d seeds given", "resuming" if resumed else "starting",
                  state_dir, added)
 
         loop = asyncio.get_running_loop()

@@ -26,7 +26,7 @@ from drumbeat.fetch.dns import DnsCache
 from drumbeat.fetch.guard import AddressPolicy
 from drumbeat.frontier.politeness import HostState, PolitenessScheduler, QueuedURL
 from drumbeat.frontier.robots import GIVEN_UP, UNAVAILABLE, RobotsCache, RobotsEntry
-from drumbeat.frontier.urlseen import MemoryURLSeen
+from drumbeat.frontier.urlseen import DrumURLSeen, decode_payload, encode_payload
 from drumbeat.queue.base import PAGE, ROBOTS, FetchItem, ItemResult, Task, TaskQueue
 from drumbeat.settings import Settings
 from drumbeat.store.crawllog import CrawlLog
@@ -79,7 +79,8 @@ class Manager:
             retry_s=settings.robots_retry_s,
             max_attempts=settings.robots_max_attempts,
         )
-        self.seen = MemoryURLSeen()
+        self.seen: DrumURLSeen | None = None  # opened by restore()
+        self._last_seen_flush = self.clock()
         self.scheduler = PolitenessScheduler(
             host_delay_s=settings.host_delay_s, ip_delay_s=settings.ip_delay_s
         )
@@ -106,13 +107,19 @@ class Manager:
 
     # -- lifecycle -------------------------------------------------------------------------
 
+    def _open_seen(self, manifest: dict | None) -> DrumURLSeen:
+        assert self.settings.state_dir is not None
+        return DrumURLSeen(self.settings.state_dir / "urlseen",
+                           ram_bytes=self.settings.urlseen_ram_bytes, manifest=manifest)
+
     def restore(self) -> bool:
         """Load the live checkpoint if there is one. Returns True when resuming."""
         path = self.checkpoints.current()
         if path is None:
+            self.seen = self._open_seen(None)
             return False
         meta = self.checkpoints.read_meta(path)
-        self.seen = MemoryURLSeen(path)
+        self.seen = self._open_seen(meta.urlseen_manifest)
         self.robots.load(path)
         self.counters.update(meta.counters)
         self.pages_done = meta.pages_done
@@ -130,7 +137,7 @@ class Manager:
         return True
 
     def add_seeds(self, seeds: Iterable[str]) -> int:
-        """Normalize and admit seed URLs; returns how many were new."""
+        """Normalize seed URLs and send them to URL-seen; returns how many were valid."""
         good: list[str] = []
         for raw in seeds:
             try:
@@ -164,6 +171,7 @@ class Manager:
                 if deadline is not None and now >= deadline:
                     self.request_stop("max_time")
                     break
+                self._take_new_urls(now)
                 self._dispatch_and_submit(now)
                 if self._finished():
                     self.request_stop("max_pages" if self._page_limit_reached() else "done")
@@ -192,9 +200,13 @@ class Manager:
             await self._collect(min(0.2, max(0.0, end - self.clock())))
 
     def _finished(self) -> bool:
-        if self.in_flight or self._resolving:
+        if self.in_flight:
             return False
-        return self.scheduler.queued_urls == 0 or self._page_limit_reached()
+        if self._page_limit_reached():
+            return True
+        if self._resolving or (self.seen is not None and self.seen.pending):
+            return False
+        return self.scheduler.queued_urls == 0
 
     def _page_limit_reached(self) -> bool:
         m = self.settings.max_pages
@@ -237,7 +249,10 @@ class Manager:
     # -- admission -------------------------------------------------------------------------
 
     def _admit(self, candidates: list[str], depth: int, via: str | None) -> int:
-        """URL-seen check+update; enqueue the new ones in order. Returns the number admitted."""
+        """Send in-scope URLs to URL-seen; new ones reach the frontier via _take_new_urls.
+
+        Returns the number of URLs submitted.
+        """
         scope = self.settings.scope
         if scope != "any":
             kept = []
@@ -247,14 +262,31 @@ class Manager:
                 else:
                     self.counters["links_out_of_scope"] += 1
             candidates = kept
-        fresh = self.seen.check_update([urls.fingerprint(u) for u in candidates])
+        assert self.seen is not None
+        self.seen.submit([urls.fingerprint(u) for u in candidates],
+                         [encode_payload(u, depth, via) for u in candidates])
+        return len(candidates)
+
+    def _take_new_urls(self, now: float) -> None:
+        """Move URLs that URL-seen found new into the frontier, merging first if it is due.
+
+        DRUM merges by itself when its buffers fill (the cheap, sequential case IRLbot
+        designs for). A merge of a part-filled buffer costs a pass over every bucket, so
+        it is forced only when the frontier runs short of URLs, at most once per
+        ``urlseen_flush_interval_s``: small crawls and crawl ends then do not wait for
+        full buffers, and large crawls never pay for it.
+        """
+        seen = self.seen
+        assert seen is not None
+        if (seen.pending and self.scheduler.queued_urls < self.settings.concurrency
+                and now - self._last_seen_flush >= self.settings.urlseen_flush_interval_s):
+            seen.flush()
+            self._last_seen_flush = now
         admitted = 0
-        for url, new in zip(candidates, fresh):
-            if new:
-                self._enqueue(url, depth, via)
-                admitted += 1
+        for payload in seen.take_new():
+            self._enqueue(*decode_payload(payload))
+            admitted += 1
         self.counters["urls_admitted"] += admitted
-        return admitted
 
     def _enqueue(self, url: str, depth: int, via: str | None) -> None:
         name = urls.host_of(url)
@@ -401,14 +433,19 @@ class Manager:
         for sync in self.durables:
             sync()
         self.crawl_log.sync()
+        assert self.seen is not None
+        # Merged results not yet taken go to the frontier first, so that the manifest and
+        # the queue below describe one moment.
+        self._take_new_urls(self.clock())
         meta = CheckpointMeta(
+            urlseen_manifest=self.seen.commit(),
             seeds=self.seeds,
             pages_done=self.pages_done,
             next_item_id=self._next_item_id,
             counters=dict(self.counters),
             time=time.time(),
         )
-        path = self.checkpoints.write(meta, self._queued_rows(), [self.seen.save, self.robots.save])
+        path = self.checkpoints.write(meta, self._queued_rows(), [self.robots.save])
         self._last_checkpoint = self.clock()
         return path
 
@@ -426,7 +463,7 @@ class Manager:
             in_flight=len(self.in_flight),
             queued=self.scheduler.queued_urls,
             hosts=len(self.scheduler.hosts),
-            seen=len(self.seen),
+            seen=len(self.seen) if self.seen is not None else 0,
             resolving=len(self._resolving),
             elapsed_s=self.clock() - self._started,
             counters=dict(self.counters),

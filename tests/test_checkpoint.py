@@ -1,20 +1,22 @@
 import pytest
 
 from drumbeat.checkpoint import CheckpointError, CheckpointMeta, Checkpoints
-from drumbeat.frontier.urlseen import MemoryURLSeen
 
 
 def test_write_and_read_back(tmp_path):
     cps = Checkpoints(tmp_path)
     assert cps.current() is None
-    seen = MemoryURLSeen()
-    assert seen.check_update([1, 2, 2, 3]) == [True, True, False, True]
+
+    def save_extra(directory):
+        (directory / "extra.txt").write_text("saved with the checkpoint")
+
     rows = [("http://a.test/", 0, None), ("http://a.test/x", 1, "http://a.test/")]
-    path = cps.write(CheckpointMeta(seeds=["http://a.test/"], pages_done=5), rows, [seen.save])
+    meta = CheckpointMeta(seeds=["http://a.test/"], pages_done=5, urlseen_manifest={"seq": 3})
+    path = cps.write(meta, rows, [save_extra])
     assert cps.current() == path
     assert list(cps.read_queue(path)) == [tuple(r) for r in rows]
-    assert cps.read_meta(path).pages_done == 5
-    assert MemoryURLSeen(path).check_update([1, 4]) == [False, True]
+    assert cps.read_meta(path) == meta
+    assert (path / "extra.txt").read_text() == "saved with the checkpoint"
     second = cps.write(CheckpointMeta(), [], [])
     assert cps.current() == second and not path.exists()
 

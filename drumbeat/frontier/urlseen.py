@@ -1,59 +1,76 @@
-"""URL-seen: has this URL fingerprint been admitted to the crawl before?
+"""URL-seen on DRUM (IRLbot §IV.C): which discovered URLs are new to the crawl.
 
-:class:`URLSeen` is the interface the manager uses. :class:`MemoryURLSeen` is the
-INTERIM implementation (a Python set, saved whole at each checkpoint): its RAM grows with
-the crawl, ~60 bytes per URL. DRUM (issue 3) replaces it with a disk repository whose RAM
-is fixed by configuration.
+URLs are submitted in batches as (fingerprint, payload) pairs; a payload is the URL with
+its depth and discovered-from URL, kept as DRUM aux data. DRUM answers in merge rounds,
+so new URLs come out later, in arrival order, from :meth:`DrumURLSeen.take_new`. RAM is
+fixed by ``ram_bytes`` whatever the number of URLs seen.
+
+Crash consistency with the manager's checkpoint: :meth:`commit` returns DRUM's manifest,
+which the checkpoint stores; reopening with it rolls URL-seen back to exactly the moment of
+that checkpoint, so no URL is marked seen without being in the frontier or pending here.
 """
 
 from __future__ import annotations
 
-import os
+import shutil
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterable, Protocol
 
 import numpy as np
 
-
-class URLSeen(Protocol):
-    def check_update(self, fingerprints: Iterable[int]) -> list[bool]:
-        """Mark every fingerprint seen; True where it was not seen before (in batch order).
-
-        A fingerprint repeated inside one batch is new only at its first position.
-        """
-
-    def __len__(self) -> int: ...
-
-    def save(self, directory: Path) -> None:
-        """Make the current contents durable under ``directory`` (atomically)."""
+from drumbeat.drum import Drum, DrumStats
 
 
-class MemoryURLSeen:
-    FILE = "urlseen.npy"
+def encode_payload(url: str, depth: int, via: str | None) -> bytes:
+    # Normalized URLs never contain a newline (WHATWG parsing strips or escapes it).
+    return f"{url}\n{depth}\n{via or ''}".encode()
 
-    def __init__(self, directory: Path | None = None) -> None:
-        self._seen: set[int] = set()
-        if directory is not None and (directory / self.FILE).exists():
-            self._seen = set(np.load(directory / self.FILE).tolist())
 
-    def check_update(self, fingerprints: Iterable[int]) -> list[bool]:
-        seen = self._seen
-        out = []
-        for fp in fingerprints:
-            if fp in seen:
-                out.append(False)
-            else:
-                seen.add(fp)
-                out.append(True)
-        return out
+def decode_payload(data: bytes) -> tuple[str, int, str | None]:
+    url, depth, via = data.decode().split("\n")
+    return url, int(depth), via or None
+
+
+class DrumURLSeen:
+    """URL-seen for one crawl, stored in ``directory``."""
+
+    def __init__(self, directory: Path, *, ram_bytes: int, manifest: dict | None = None,
+                 fsync: bool = True) -> None:
+        if manifest is None and directory.exists():
+            # No checkpoint names this state: it belongs to a run that died before its
+            # first checkpoint, whose URLs will all be discovered again.
+            shutil.rmtree(directory)
+        self.drum = Drum(directory, ram_bytes=ram_bytes, manifest=manifest, fsync=fsync)
+        self._submitted_since_flush = 0
+
+    def submit(self, fingerprints: Sequence[int], payloads: Sequence[bytes]) -> None:
+        """Queue URLs for the check; new ones come out of :meth:`take_new` after a merge."""
+        if fingerprints:
+            self.drum.check_update(np.fromiter(fingerprints, np.uint64, len(fingerprints)),
+                                   aux=payloads)
+            self._submitted_since_flush += len(fingerprints)
+
+    @property
+    def pending(self) -> int:
+        """URLs submitted since the last flush (they may have been merged already)."""
+        return self._submitted_since_flush
+
+    def flush(self) -> None:
+        """Merge everything submitted so far."""
+        self.drum.flush()
+        self._submitted_since_flush = 0
+
+    def take_new(self) -> Iterator[bytes]:
+        """Payloads of URLs seen for the first time, in the order they were submitted."""
+        for result in self.drum.take_results():
+            for i in np.flatnonzero(result.unique).tolist():
+                yield result.aux[i]
+
+    def commit(self) -> dict:
+        return self.drum.commit()
+
+    def stats(self) -> DrumStats:
+        return self.drum.stats()
 
     def __len__(self) -> int:
-        return len(self._seen)
-
-    def save(self, directory: Path) -> None:
-        tmp = directory / (self.FILE + ".tmp")
-        with open(tmp, "wb") as f:
-            np.save(f, np.fromiter(self._seen, dtype=np.uint64, count=len(self._seen)))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, directory / self.FILE)
+        return self.drum.stats().keys_stored

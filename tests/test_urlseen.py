@@ -1,0 +1,47 @@
+"""URL-seen on DRUM: new URLs come out once, in order, and roll back with a checkpoint."""
+
+from drumbeat.frontier.urlseen import DrumURLSeen, decode_payload, encode_payload
+from drumbeat.urls import fingerprint
+
+
+def _submit(seen: DrumURLSeen, urls: list[str], depth: int = 1) -> None:
+    seen.submit([fingerprint(u) for u in urls],
+                [encode_payload(u, depth, "http://v.test/") for u in urls])
+
+
+def _new(seen: DrumURLSeen) -> list[str]:
+    seen.flush()
+    return [decode_payload(p)[0] for p in seen.take_new()]
+
+
+def test_new_urls_come_out_once_in_arrival_order(tmp_path):
+    seen = DrumURLSeen(tmp_path / "u", ram_bytes=1 << 20, fsync=False)
+    _submit(seen, ["http://a.test/2", "http://a.test/1", "http://a.test/2"])
+    assert _new(seen) == ["http://a.test/2", "http://a.test/1"]
+    _submit(seen, ["http://a.test/1", "http://b.test/", "http://a.test/3"])
+    assert _new(seen) == ["http://b.test/", "http://a.test/3"]
+    assert len(seen) == 4 and seen.pending == 0
+    assert decode_payload(encode_payload("http://x.test/", 3, None)) == ("http://x.test/", 3, None)
+
+
+def test_reopening_with_a_manifest_rolls_back_to_it(tmp_path):
+    seen = DrumURLSeen(tmp_path / "u", ram_bytes=1 << 20)
+    _submit(seen, ["http://a.test/1"])
+    assert _new(seen) == ["http://a.test/1"]
+    _submit(seen, ["http://a.test/2"])  # pending at the checkpoint: replayed after reopening
+    manifest = seen.commit()
+    _submit(seen, ["http://a.test/3"])
+    assert _new(seen) == ["http://a.test/2", "http://a.test/3"]  # after the checkpoint
+    again = DrumURLSeen(tmp_path / "u", ram_bytes=1 << 20, manifest=manifest)
+    _submit(again, ["http://a.test/1", "http://a.test/3"])
+    assert _new(again) == ["http://a.test/2", "http://a.test/3"]
+
+
+def test_without_a_checkpoint_the_directory_starts_empty(tmp_path):
+    seen = DrumURLSeen(tmp_path / "u", ram_bytes=1 << 20)
+    _submit(seen, ["http://a.test/1"])
+    assert _new(seen) == ["http://a.test/1"]
+    seen.commit()
+    fresh = DrumURLSeen(tmp_path / "u", ram_bytes=1 << 20)
+    _submit(fresh, ["http://a.test/1"])
+    assert _new(fresh) == ["http://a.test/1"]
