@@ -141,7 +141,7 @@ class Drum:
         self._res = np.dtype(
             [("key", "<u8"), ("op", "u1"), ("unique", "?"), ("value", self.value_dtype)]
         )
-        self._broken: BaseException | None = None
+        self._broken: str | None = None
         self._dirty: set[Path] = set()
         state = self._load(buckets)
         self.sizing: Sizing = plan(
@@ -358,23 +358,22 @@ class Drum:
                 continue
             q_path = self.directory / _name("q", e, b)
             recs = self._read_records(q_path, b"q", live["q"][b], self._rec)
-            cache = self._cache_chunks(b) if snap["gens"][b] else iter(())
+            cache = self._cache_chunks(b)
             new_gen = e + 1
             writer = _CacheWriter(self.directory / _cache_name(b, new_gen), b,
                                   self.value_dtype, self.sizing.chunk_bytes)
             try:
                 out = merge_bucket(recs["key"], recs["op"], recs["value"], cache, self._merger,
                                    writer.write)
-            except BaseException:
-                writer.abort()
-                raise
+                size = writer.close(self._fsync) if out.changed else 0
+            finally:
+                cache.close()  # a generator holding the old cache file open
+                if not writer.closed:
+                    writer.abort()
             sort_s += out.sort_s
             if out.changed:
-                size = writer.close(self._fsync)
                 self._counters["bytes_written"] += size
                 snap["gens"][b], snap["counts"][b], snap["sizes"][b] = new_gen, out.stored, size
-            else:
-                writer.abort()
             res = np.empty(len(recs), self._res)
             res["key"], res["op"], res["unique"] = recs["key"], recs["op"], out.unique
             res["value"] = out.before
@@ -401,6 +400,8 @@ class Drum:
         return np.concatenate(parts) if parts else np.empty(0, dtype)
 
     def _cache_chunks(self, b: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        if not self._snap["gens"][b]:
+            return
         path = self.directory / _cache_name(b, self._snap["gens"][b])
         vdt = self.value_dtype
         for n, payload in iter_blocks(path, b"c", footer=True):
@@ -452,23 +453,32 @@ class Drum:
         a_path = self.directory / _name("a", e)
         if not entry["a"]:
             return
-        for n, payload in iter_blocks(a_path, b"a", end=entry["a"]):
+        # Aux bytes become Python objects (~60 bytes each besides the text): a
+        # chunk of chunk_bytes / 128 tuples keeps a delivered chunk near chunk_bytes.
+        step = max(1, self.sizing.chunk_bytes // 128)
+        for count, payload in iter_blocks(a_path, b"a", end=entry["a"]):
             self._counters["bytes_read"] += len(payload) + 12
-            ids = np.frombuffer(payload, "<u2", n)
-            order = np.argsort(ids, kind="stable")
-            counts = np.bincount(ids, minlength=self._k)
-            recs, auxes = [], []
-            for b in np.flatnonzero(counts).tolist():
-                c = int(counts[b])
-                recs.append(res_streams[b].take(c))
-                auxes.extend(aux_streams[b].take(c))
-            grouped = np.concatenate(recs)
-            out = np.empty(n, self._res)
-            out[order] = grouped
-            inv = np.empty(n, np.intp)
-            inv[order] = np.arange(n)
-            aux = list(map(auxes.__getitem__, inv.tolist()))
-            yield DrumResult(e, out["key"], out["op"], out["unique"], out["value"], aux)
+            all_ids = np.frombuffer(payload, "<u2", count)
+            for s in range(0, count, step):
+                yield self._deliver_chunk(e, all_ids[s:s + step], res_streams, aux_streams)
+
+    def _deliver_chunk(self, e: int, ids: np.ndarray, res_streams: dict,
+                       aux_streams: dict) -> DrumResult:
+        n = len(ids)
+        order = np.argsort(ids, kind="stable")
+        counts = np.bincount(ids, minlength=self._k)
+        recs, auxes = [], []
+        for b in np.flatnonzero(counts).tolist():
+            c = int(counts[b])
+            recs.append(res_streams[b].take(c))
+            auxes.extend(aux_streams[b].take(c))
+        grouped = np.concatenate(recs)
+        out = np.empty(n, self._res)
+        out[order] = grouped
+        inv = np.empty(n, np.intp)
+        inv[order] = np.arange(n)
+        aux = list(map(auxes.__getitem__, inv.tolist()))
+        return DrumResult(e, out["key"], out["op"], out["unique"], out["value"], aux)
 
     # ------------------------------------------------------------------ commit / state
 
@@ -499,7 +509,7 @@ class Drum:
 
     def close(self) -> None:
         """Forget buffered tuples that were not committed (nothing else to release)."""
-        self._broken = DrumError("repository closed")
+        self._broken = "closed"
 
     def __enter__(self) -> Drum:
         return self
@@ -533,14 +543,14 @@ class Drum:
         try:
             return fn(*args)
         except OSError as exc:
-            self._broken = exc
+            self._broken = repr(exc)  # not the exception: its traceback pins open files
             raise DrumIOError(
                 exc.errno, f"DRUM write in {self.directory} failed: {exc.strerror or exc}; "
                 "the repository keeps its last committed state, reopen it",
                 getattr(exc, "filename", None),
             ) from exc
         except BaseException as exc:
-            self._broken = exc
+            self._broken = repr(exc)
             raise
 
     def _state_path(self) -> Path:
@@ -715,6 +725,7 @@ class _CacheWriter:
         self.f.write(encode_header(b"c", bucket, value_dtype.itemsize))
         self.per = max(1, chunk_bytes // (8 + value_dtype.itemsize))
         self.total = 0
+        self.closed = False
 
     def write(self, keys: np.ndarray, values: np.ndarray) -> None:
         for s in range(0, len(keys), self.per):
@@ -729,10 +740,16 @@ class _CacheWriter:
             os.fsync(self.f.fileno())
         size = self.f.tell()
         self.f.close()
+        self.closed = True
         return size
 
     def abort(self) -> None:
-        self.f.close()
+        """Drop the unfinished file (closing may fail again on a full disk)."""
+        self.closed = True
+        try:
+            self.f.close()
+        except OSError:
+            pass
         self.path.unlink(missing_ok=True)
 
 
