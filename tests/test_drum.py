@@ -169,7 +169,7 @@ def test_check_returns_stored_values_and_persists(tmp_path: Path) -> None:
 
 def test_stats_alpha_and_theorem_2_sizing(tmp_path: Path) -> None:
     s = plan(64 << 20, 9)
-    assert s.buckets == 64 and s.buffer_bytes == 256 << 10  # k0 = R / 4M with M = 256 KiB
+    assert s.buckets == 16 and s.buffer_bytes == 1 << 20  # k0 = R / 4M with M = 1 MiB
     drum = Drum(tmp_path, ram_bytes=1 << 20, fsync=False)
     keys = np.arange(1, 20001, dtype=np.uint64) << np.uint64(40)
     drum.check_update(keys, aux=[b"u" * 60] * len(keys))

@@ -19,15 +19,18 @@ giving the first branch of (7) (disk not the limit)::
 drumbeat follows that optimum: half of ``R`` goes to the ``2k`` buffers
 (``M = R / (4k)``), the other half to the bucket buffer, the cache chunk
 ``Delta`` that streams the sorted cache, and the arrival-log buffer. ``k`` is
-``R / (4 M)`` with the paper's ``M = 256 KiB``, rounded down to a power of two
-(buckets are chosen by the key's high bits), between 1 and 4096.
+``R / (4 M)`` with ``M = 1 MiB``, rounded down to a power of two (buckets are
+chosen by the key's high bits), between 1 and 4096. The paper used 256 KiB; here
+creating a file costs ~0.4 ms (measured: 8 k opens took 3.5 s of a 13 s run
+with 1024 buckets) and a round creates 4 files per bucket, so fewer, larger
+buffers win; the growth term of alpha stays negligible below billions of keys.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-PAPER_M = 256 << 10
+DEFAULT_M = 1 << 20
 MAX_BUCKETS = 4096
 KEY_BYTES = 8  # H
 WORK_BYTES = 24  # P: argsort index, group id and flags per record while merging
@@ -53,7 +56,7 @@ def plan(ram_bytes: int, record_bytes: int, buckets: int | None = None) -> Sizin
     if ram_bytes < 4096:
         raise ValueError(f"ram_bytes must be at least 4096, got {ram_bytes}")
     if buckets is None:
-        k0 = max(1, ram_bytes // (4 * PAPER_M))
+        k0 = max(1, ram_bytes // (4 * DEFAULT_M))
         buckets = min(MAX_BUCKETS, 1 << (k0.bit_length() - 1))
     elif buckets < 1 or buckets > MAX_BUCKETS or buckets & (buckets - 1):
         raise ValueError(f"buckets must be a power of two in [1, {MAX_BUCKETS}], got {buckets}")
@@ -66,7 +69,7 @@ def plan(ram_bytes: int, record_bytes: int, buckets: int | None = None) -> Sizin
 
 def predicted_alpha(
     *, stored: float, checked: float, unique: float, url_bytes: float, ram_bytes: float,
-    buffer_bytes: float = PAPER_M, key_bytes: float = KEY_BYTES, pointer_bytes: float = WORK_BYTES,
+    buffer_bytes: float = DEFAULT_M, key_bytes: float = KEY_BYTES, pointer_bytes: float = WORK_BYTES,
     disk_bytes: float | None = None,
 ) -> float:
     """alpha(n, R) of Theorem 2, eq. (7): disk bytes moved per byte of URL checked.
