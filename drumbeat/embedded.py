@@ -141,11 +141,14 @@ async def _crawl(settings: Settings, state_dir: Path) -> CrawlOutcome:
         seeds = list(settings.seeds)
         if settings.seeds_file is not None:
             seeds += read_seeds_file(settings.seeds_file)
-        added = manager.add_seeds(seeds)
+        rejected = manager.add_seeds(seeds)
+        for line in rejected:
+            print(f"drumbeat crawl: warning: seed {line}", file=sys.stderr)
         if not resumed and not manager.seeds:
-            raise SettingsError("no seed URLs: give URLs, --seeds FILE, or a state dir to resume")
-        log.info("%s crawl in %s: %d seeds given", "resuming" if resumed else "starting",
-                 state_dir, added)
+            raise SettingsError("no usable seed URLs: give http(s) URLs, --seeds FILE, "
+                                "or the state dir of a crawl to resume")
+        log.info("%s crawl in %s: %d seeds given, %d rejected",
+                 "resuming" if resumed else "starting", state_dir, len(seeds), len(rejected))
 
         loop = asyncio.get_running_loop()
         signals = 0

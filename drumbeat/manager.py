@@ -136,17 +136,20 @@ class Manager:
                  path, self.scheduler.queued_urls, len(self.seen), self.pages_done)
         return True
 
-    def add_seeds(self, seeds: Iterable[str]) -> int:
-        """Normalize seed URLs and send them to URL-seen; returns how many were valid."""
+    def add_seeds(self, seeds: Iterable[str]) -> list[str]:
+        """Normalize seed URLs and send them to URL-seen; returns "URL: reason" for rejects."""
         good: list[str] = []
+        rejected: list[str] = []
         for raw in seeds:
             try:
                 good.append(urls.normalize(raw, max_bytes=self.settings.max_url_bytes))
             except urls.URLRejected as e:
                 self.counters[f"seeds_rejected.{e.reason}"] += 1
                 log.warning("seed %r rejected: %s", raw, e.reason)
+                rejected.append(f"{raw[:100]!r}: {e.reason}")
         self._set_seeds(self.seeds + [u for u in good if u not in self.seeds])
-        return self._admit(good, depth=0, via=None)
+        self._admit(good, depth=0, via=None)
+        return rejected
 
     def _set_seeds(self, seeds: list[str]) -> None:
         self.seeds = seeds
