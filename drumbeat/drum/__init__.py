@@ -10,7 +10,8 @@ API::
     drum = Drum(directory, value_dtype=None, merge="overwrite",   # or "add", "max",
                 ram_bytes=64 << 20, buckets=None, fsync=True,     # or f(stored, incoming)
                 manifest=None)                                    # Drum.open(dir, manifest)
-    drum.check(keys, aux=None)                  # keys: 1-d np.uint64; aux: list[bytes]
+    drum.check(keys, aux=None)                  # keys: 1-d np.uint64; aux: list[bytes],
+                                                # (blob, offsets) or AuxArray
     drum.update(keys, values, aux=None)         # values: array of value_dtype
     drum.check_update(keys, values=None, aux=None)
     drum.submit(ops, keys, values=None, aux=None)   # mixed: ops uint8 CHECK/UPDATE/CHECK_UPDATE
@@ -35,12 +36,14 @@ follows Theorem 2 (:mod:`.sizing`); the on-disk format is in :mod:`.format`.
 
 from __future__ import annotations
 
+from drumbeat.drum.aux import AuxArray
 from drumbeat.drum.format import DrumCorruptError, DrumError
 from drumbeat.drum.merge import CHECK, CHECK_UPDATE, UPDATE
 from drumbeat.drum.repository import Drum, DrumIOError, DrumResult, DrumStats
 from drumbeat.drum.sizing import Sizing, plan, predicted_alpha
 
 __all__ = [
+    "AuxArray",
     "CHECK",
     "CHECK_UPDATE",
     "UPDATE",

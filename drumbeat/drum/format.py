@@ -5,8 +5,8 @@ Every DRUM data file is ``header block* [footer]``; all integers little-endian.
 header (20 bytes)::
 
     magic    4s   b"DRUM"
-    version  u16  FORMAT_VERSION (1)
-    kind     u8   b"q" pending records, b"t" pending aux, b"a" arrival log,
+    version  u16  FORMAT_VERSION (2)
+    kind     u8   b"q" pending records, b"a" arrival log (with aux),
                   b"c" sorted cache, b"r" merge results
     pad      u8   0
     bucket   u32  bucket number (0 for the arrival log)
@@ -23,9 +23,8 @@ block::
 Payloads per kind:
 
 - ``q``: ``count`` packed records ``(key u64, op u8, value)`` in arrival order.
-- ``t``: ``count`` u32 aux lengths, then the aux bytes concatenated (same order
-  as the matching ``q`` block).
-- ``a``: ``count`` u16 bucket numbers, one per tuple, in global arrival order.
+- ``a``: ``count`` u16 bucket numbers, then ``count`` u32 aux lengths, then the
+  aux bytes concatenated, one per tuple, in global arrival order.
 - ``c``: ``count`` u64 keys (strictly increasing across the file), then
   ``count`` values.
 - ``r``: ``count`` packed ``(key u64, op u8, unique bool, value)`` in the
@@ -33,7 +32,7 @@ Payloads per kind:
 
 A ``c`` file ends with a footer block whose count is ``0xFFFFFFFF`` and whose
 8-byte payload is the total record count, so a cut-off cache is detected even
-when it ends on a block boundary. Append-only files (q, t, a) have no footer:
+when it ends on a block boundary. Append-only files (q, a) have no footer:
 their valid length is recorded in the repository state (see ``repository``).
 
 Any mismatch (bad magic, unknown version, short read, checksum) raises
@@ -50,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MAGIC = b"DRUM"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _HEADER = struct.Struct("<4sHBxII")
 HEADER_SIZE = _HEADER.size + 4
 _BLOCK = struct.Struct("<III")

@@ -4,8 +4,7 @@ Directory layout (file formats in :mod:`drumbeat.drum.format`)::
 
     STATE.json                 the repository state (below), replaced atomically
     q-EEEEEEEE-BBBB.drum       pending records of epoch E, bucket B (append-only)
-    t-EEEEEEEE-BBBB.drum       pending aux of epoch E, bucket B (append-only)
-    a-EEEEEEEE.drum            arrival log of epoch E: the bucket of every tuple
+    a-EEEEEEEE.drum            arrival log of epoch E: the bucket and aux of every tuple
     c-BBBB-GGGGGGGG.drum       sorted cache of bucket B, generation G
     r-EEEEEEEE-BBBB.drum       results of merging epoch E, bucket B
 
@@ -17,11 +16,14 @@ its record count and file size, the valid lengths of the pending files of the
 current epoch, the merged epochs whose results were not yet taken, and the
 counters. Files no snapshot refers to are deleted.
 
-An *epoch* is the set of tuples merged in one round. A round writes every
-changed bucket's cache as a new generation and a result file per bucket,
-fsyncs them and the epoch's pending files, then switches ``STATE.json``
-(fsync, rename, fsync of the directory). A kill at any instant leaves either
-the old state (the round is redone from the same pending files) or the new.
+An *epoch* is the set of tuples merged in one round. Aux never takes part
+in a merge, so it stays in arrival order, in the arrival log, and is read
+back from there, next to the per-bucket results, when results are delivered.
+A round writes every changed bucket's cache as a new generation and a result
+file per bucket, fsyncs them and the epoch's pending files, then switches
+``STATE.json`` (fsync, rename, fsync of the directory). A kill at any instant
+leaves either the old state (the round is redone from the same pending files)
+or the new.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from drumbeat.drum.aux import AuxArray, AuxInput
 from drumbeat.drum.format import (
     HEADER_SIZE,
     DrumCorruptError,
@@ -54,9 +57,10 @@ from drumbeat.drum.merge import CHECK, CHECK_UPDATE, UPDATE, MergeFn, Merger, me
 from drumbeat.drum.sizing import Sizing, plan
 
 STATE = "STATE.json"
-STATE_VERSION = 1
-_FILE_RE = re.compile(r"^([qtacr])-(\d{4,8})(?:-(\d{4,8}))?\.drum$")
+STATE_VERSION = 2
+_FILE_RE = re.compile(r"^([qacr])-(\d{4,8})(?:-(\d{4,8}))?\.drum$")
 _EMPTY = np.dtype([])
+_LIVE = ("q", "qn", "a", "an")  # snapshot fields that change while tuples are queued
 
 
 class DrumIOError(DrumError, OSError):
@@ -71,7 +75,8 @@ class DrumResult:
     with one key in a round only the first can be unique). ``values[i]``: the
     value stored for the key just before tuple ``i`` was applied (zeros when
     unique) -- for a ``check`` on a duplicate, the stored value. ``aux[i]``:
-    the aux bytes given with tuple ``i`` (``b""`` when none).
+    the aux bytes given with tuple ``i`` (``b""`` when none); ``aux`` is an
+    :class:`AuxArray` (``aux.select(np.flatnonzero(unique))`` gives the new ones).
     """
 
     epoch: int
@@ -79,7 +84,7 @@ class DrumResult:
     ops: np.ndarray
     unique: np.ndarray
     values: np.ndarray
-    aux: list[bytes]
+    aux: AuxArray
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -159,13 +164,14 @@ class Drum:
             self._snap = state["current"]
         self._counters: dict[str, Any] = dict(self._snap["counters"])
         self._recover()
-        self._live = {key: copy.deepcopy(self._snap[key]) for key in ("q", "qn", "t", "a", "an")}
+        self._live = {key: copy.deepcopy(self._snap[key]) for key in _LIVE}
         self._buf_rec: list[list[np.ndarray]] = [[] for _ in range(self._k)]
-        self._buf_aux: list[list[tuple[np.ndarray, bytes]]] = [[] for _ in range(self._k)]
         self._buf_bytes = np.zeros(self._k, np.int64)
         self._buf_n = np.zeros(self._k, np.int64)
-        self._arrivals: list[np.ndarray] = []
+        # Arrival log buffer: per submitted piece (bucket ids, aux lengths, aux bytes).
+        self._arrivals: list[tuple[np.ndarray, np.ndarray, bytes | memoryview]] = []
         self._arrivals_n = 0
+        self._arrivals_bytes = 0
         if manifest is not None:
             self._write_state()
         self._gc()
@@ -177,26 +183,26 @@ class Drum:
 
     # ------------------------------------------------------------------ input
 
-    def check(self, keys: np.ndarray, aux: Sequence[bytes] | None = None) -> None:
+    def check(self, keys: np.ndarray, aux: AuxInput | None = None) -> None:
         """Queue checks; outcomes come from :meth:`take_results` after a merge."""
         self.submit(np.full(len(keys), CHECK, np.uint8), keys, None, aux)
 
     def update(
-        self, keys: np.ndarray, values: np.ndarray | None, aux: Sequence[bytes] | None = None
+        self, keys: np.ndarray, values: np.ndarray | None, aux: AuxInput | None = None
     ) -> None:
         """Queue updates: insert, or ``merge(stored, value)`` into the stored value."""
         self.submit(np.full(len(keys), UPDATE, np.uint8), keys, values, aux)
 
     def check_update(
         self, keys: np.ndarray, values: np.ndarray | None = None,
-        aux: Sequence[bytes] | None = None,
+        aux: AuxInput | None = None,
     ) -> None:
         """Queue check+update (values default to zeros, merged like an update)."""
         self.submit(np.full(len(keys), CHECK_UPDATE, np.uint8), keys, values, aux)
 
     def submit(
         self, ops: np.ndarray, keys: np.ndarray, values: np.ndarray | None = None,
-        aux: Sequence[bytes] | None = None,
+        aux: AuxInput | None = None,
     ) -> None:
         """Queue a mixed batch; ``ops`` holds CHECK (0), UPDATE (1) or CHECK_UPDATE (2).
 
@@ -204,20 +210,23 @@ class Drum:
         available to :meth:`take_results`) whenever a bucket reaches its size limit.
         """
         self._usable()
-        keys, ops, values = self._validate(ops, keys, values, aux)
+        keys, ops, values = self._validate(ops, keys, values)
+        aux_array = None if aux is None else AuxArray.of(aux)
+        if aux_array is not None and len(aux_array) != len(keys):
+            raise ValueError(f"{len(aux_array)} aux items for {len(keys)} keys")
         piece = max(1, self.sizing.bucket_records // 2)
         for start in range(0, len(keys), piece):
             end = min(len(keys), start + piece)
             self._distribute(
                 ops[start:end], keys[start:end],
                 None if values is None else values[start:end],
-                None if aux is None else aux[start:end],
+                None if aux_array is None else aux_array[start:end],
             )
             if int((np.asarray(self._live["qn"]) + self._buf_n).max()) >= \
                     self.sizing.bucket_records:
                 self._guard(self._round)
 
-    def _validate(self, ops, keys, values, aux):
+    def _validate(self, ops, keys, values):
         if not isinstance(keys, np.ndarray) or keys.dtype != np.uint64 or keys.ndim != 1:
             raise TypeError(f"keys must be a 1-d numpy uint64 array, got {_describe(keys)}")
         n = len(keys)
@@ -233,11 +242,9 @@ class Drum:
                 )
             if values.shape != (n,):
                 raise ValueError(f"{len(values)} values for {n} keys")
-        if aux is not None and len(aux) != n:
-            raise ValueError(f"{len(aux)} aux items for {n} keys")
         return keys, ops, values
 
-    def _distribute(self, ops, keys, values, aux) -> None:
+    def _distribute(self, ops, keys, values, aux: AuxArray | None) -> None:
         m = len(keys)
         rec = np.empty(m, self._rec)
         rec["key"] = keys
@@ -250,30 +257,24 @@ class Drum:
         order = np.argsort(bucket, kind="stable")  # u16: radix sort
         counts = np.bincount(bucket, minlength=self._k)
         srec = rec[order]
-        if aux is not None:
-            lengths = np.fromiter(map(len, aux), np.uint32, m)
-            saux = list(map(aux.__getitem__, order.tolist()))
-            slen = lengths[order]
-            self._counters["checked_bytes"] += 8 * m + int(lengths.sum())
-        else:
-            self._counters["checked_bytes"] += 8 * m
         end = np.cumsum(counts)
         for b in np.flatnonzero(counts).tolist():
             s, e = int(end[b] - counts[b]), int(end[b])
             self._buf_rec[b].append(srec[s:e])
-            if aux is not None:
-                blob = b"".join(saux[s:e])
-                self._buf_aux[b].append((slen[s:e], blob))
-                self._buf_bytes[b] += len(blob)
-            else:
-                self._buf_aux[b].append((np.zeros(e - s, np.uint32), b""))
             self._buf_bytes[b] += (e - s) * self._rec.itemsize
             self._buf_n[b] += e - s
             if self._buf_bytes[b] >= self.sizing.buffer_bytes:
                 self._guard(self._flush_bucket, b)
-        self._arrivals.append(bucket)
+        # Aux stays in arrival order: it is appended to the arrival log as is.
+        if aux is not None:
+            lengths, data = aux.lengths().astype("<u4"), aux.data()
+        else:
+            lengths, data = np.zeros(m, "<u4"), b""
+        self._counters["checked_bytes"] += 8 * m + len(data)
+        self._arrivals.append((bucket, lengths, data))
         self._arrivals_n += m
-        if 2 * self._arrivals_n >= self.sizing.chunk_bytes:
+        self._arrivals_bytes += 6 * m + len(data)
+        if self._arrivals_bytes >= self.sizing.chunk_bytes:
             self._guard(self._flush_arrivals)
 
     # ------------------------------------------------------------------ disk appends
@@ -299,30 +300,28 @@ class Drum:
             return
         e = self._snap["epoch"]
         recs = np.concatenate(self._buf_rec[b])
-        lens = np.concatenate([x[0] for x in self._buf_aux[b]]).astype("<u4")
-        blob = b"".join(x[1] for x in self._buf_aux[b])
         n = len(recs)
         live = self._live
         live["q"][b] = self._append(self.directory / _name("q", e, b), live["q"][b], b"q", b,
                                     self._rec.itemsize, encode_block(n, recs.tobytes()))
-        live["t"][b] = self._append(self.directory / _name("t", e, b), live["t"][b], b"t", b, 0,
-                                    encode_block(n, lens.tobytes() + blob))
         live["qn"][b] += n
         self._buf_rec[b].clear()
-        self._buf_aux[b].clear()
         self._buf_bytes[b] = 0
         self._buf_n[b] = 0
 
     def _flush_arrivals(self) -> None:
         if not self._arrivals:
             return
-        ids = np.concatenate(self._arrivals).astype("<u2")
+        ids = np.concatenate([x[0] for x in self._arrivals]).astype("<u2")
+        lengths = np.concatenate([x[1] for x in self._arrivals])
+        payload = b"".join([ids.tobytes(), lengths.tobytes(), *(x[2] for x in self._arrivals)])
         path = self.directory / _name("a", self._snap["epoch"])
         self._live["a"] = self._append(path, self._live["a"], b"a", 0, 2,
-                                       encode_block(len(ids), ids.tobytes()))
+                                       encode_block(len(ids), payload))
         self._live["an"] += len(ids)
         self._arrivals.clear()
         self._arrivals_n = 0
+        self._arrivals_bytes = 0
 
     def _flush_all(self) -> None:
         for b in np.flatnonzero(self._buf_n).tolist():
@@ -379,13 +378,12 @@ class Drum:
             res["value"] = out.before
             r_lens[b] = self._write_blocks(self.directory / _name("r", e, b), b"r", b, res)
         self._sync_dirty()
-        snap["results"].append({"epoch": e, "a": live["a"], "an": live["an"],
-                                "t": list(live["t"]), "r": r_lens})
+        snap["results"].append({"epoch": e, "a": live["a"], "an": live["an"], "r": r_lens})
         snap["epoch"] = e + 1
-        for key in ("q", "qn", "t"):
+        for key in ("q", "qn"):
             snap[key] = [0] * self._k
         snap["a"] = snap["an"] = 0
-        self._live = {key: copy.deepcopy(snap[key]) for key in ("q", "qn", "t", "a", "an")}
+        self._live = {key: copy.deepcopy(snap[key]) for key in _LIVE}
         c = self._counters
         c["merges"] += 1
         c["last_batch"] = live["an"]
@@ -443,41 +441,38 @@ class Drum:
     def _deliver(self, entry: dict) -> Iterator[DrumResult]:
         e = entry["epoch"]
         res_streams = {}
-        aux_streams = {}
         for b in range(self._k):
             if entry["r"][b]:
                 res_streams[b] = _Stream(self, self.directory / _name("r", e, b), b"r",
                                          entry["r"][b], self._res)
-                aux_streams[b] = _Stream(self, self.directory / _name("t", e, b), b"t",
-                                         entry["t"][b], None)
         a_path = self.directory / _name("a", e)
         if not entry["a"]:
             return
-        # Aux bytes become Python objects (~60 bytes each besides the text): a
-        # chunk of chunk_bytes / 128 tuples keeps a delivered chunk near chunk_bytes.
-        step = max(1, self.sizing.chunk_bytes // 128)
+        # Per delivered tuple: its result record plus ~40 bytes of sorting
+        # scratch; aux is a view of the arrival block, which is already in RAM.
+        step = max(1, self.sizing.chunk_bytes // (self._res.itemsize + 40))
         for count, payload in iter_blocks(a_path, b"a", end=entry["a"]):
             self._counters["bytes_read"] += len(payload) + 12
             all_ids = np.frombuffer(payload, "<u2", count)
+            offsets = np.empty(count + 1, np.int64)
+            offsets[0] = 6 * count
+            np.cumsum(np.frombuffer(payload, "<u4", count, offset=2 * count), out=offsets[1:])
+            offsets[1:] += 6 * count
+            aux = AuxArray(payload, offsets)
             for s in range(0, count, step):
-                yield self._deliver_chunk(e, all_ids[s:s + step], res_streams, aux_streams)
+                yield self._deliver_chunk(e, all_ids[s:s + step], res_streams,
+                                          aux[s:s + step])
 
     def _deliver_chunk(self, e: int, ids: np.ndarray, res_streams: dict,
-                       aux_streams: dict) -> DrumResult:
+                       aux: AuxArray) -> DrumResult:
         n = len(ids)
+        # Stable by bucket: the records of bucket b, in its arrival order, go to
+        # the positions of b's tuples, in order.
         order = np.argsort(ids, kind="stable")
         counts = np.bincount(ids, minlength=self._k)
-        recs, auxes = [], []
-        for b in np.flatnonzero(counts).tolist():
-            c = int(counts[b])
-            recs.append(res_streams[b].take(c))
-            auxes.extend(aux_streams[b].take(c))
-        grouped = np.concatenate(recs)
+        recs = [res_streams[b].take(int(counts[b])) for b in np.flatnonzero(counts).tolist()]
         out = np.empty(n, self._res)
-        out[order] = grouped
-        inv = np.empty(n, np.intp)
-        inv[order] = np.arange(n)
-        aux = list(map(auxes.__getitem__, inv.tolist()))
+        out[order] = np.concatenate(recs)
         return DrumResult(e, out["key"], out["op"], out["unique"], out["value"], aux)
 
     # ------------------------------------------------------------------ commit / state
@@ -496,7 +491,7 @@ class Drum:
         self._guard(self._flush_all)
         self._guard(self._sync_dirty)
         snap = self._snap
-        for key in ("q", "qn", "t", "a", "an"):
+        for key in _LIVE:
             snap[key] = copy.deepcopy(self._live[key])
         snap["seq"] += 1
         snap["id"] = secrets.token_hex(8)
@@ -584,7 +579,7 @@ class Drum:
         k = self._k
         self._snap = {
             "seq": 0, "id": "", "epoch": 1, "gens": [0] * k, "counts": [0] * k, "sizes": [0] * k,
-            "q": [0] * k, "qn": [0] * k, "t": [0] * k, "a": 0, "an": 0, "results": [],
+            "q": [0] * k, "qn": [0] * k, "a": 0, "an": 0, "results": [],
             "counters": {"bytes_read": 0, "bytes_written": 0, "merges": 0, "sort_s": 0.0,
                          "merge_s": 0.0, "last_batch": 0, "checked_bytes": 0},
         }
@@ -617,8 +612,7 @@ class Drum:
         """Cut pending files back to the snapshot and check that every file it names exists."""
         snap, e = self._snap, self._snap["epoch"]
         for b in range(self._k):
-            for kind in ("q", "t"):
-                _cut(self.directory / _name(kind, e, b), snap[kind][b], kind.encode())
+            _cut(self.directory / _name("q", e, b), snap["q"][b], b"q")
             if snap["gens"][b]:
                 path = self.directory / _cache_name(b, snap["gens"][b])
                 check_header(path, b"c")
@@ -631,12 +625,11 @@ class Drum:
             _need(self.directory / _name("a", ep), entry["a"], b"a")
             for b in range(self._k):
                 _need(self.directory / _name("r", ep, b), entry["r"][b], b"r")
-                _need(self.directory / _name("t", ep, b), entry["t"][b], b"t")
 
     def _gc(self) -> None:
         """Delete files that neither the current state nor a kept commit refers to."""
         keep: set[str] = {_name("a", self._snap["epoch"])}
-        keep.update(_name(kind, self._snap["epoch"], b) for kind in "qt" for b in range(self._k))
+        keep.update(_name("q", self._snap["epoch"], b) for b in range(self._k))
         for snap in [self._snap, *self._commits]:
             keep.update(_refs(snap, self._k))
         for path in self.directory.iterdir():
@@ -648,7 +641,7 @@ class Drum:
 def _refs(snap: dict, k: int) -> set[str]:
     e = snap["epoch"]
     names = {_cache_name(b, g) for b, g in enumerate(snap["gens"]) if g}
-    names.update(_name(kind, e, b) for kind in "qt" for b in range(k) if snap[kind][b])
+    names.update(_name("q", e, b) for b in range(k) if snap["q"][b])
     if snap["a"]:
         names.add(_name("a", e))
     for entry in snap["results"]:
@@ -656,8 +649,6 @@ def _refs(snap: dict, k: int) -> set[str]:
         for b in range(k):
             if entry["r"][b]:
                 names.add(_name("r", entry["epoch"], b))
-            if entry["t"][b]:
-                names.add(_name("t", entry["epoch"], b))
     return names
 
 
@@ -756,37 +747,26 @@ class _CacheWriter:
 class _Stream:
     """Reads exactly ``n`` records at a time from a block file, one block in RAM."""
 
-    def __init__(self, drum: Drum, path: Path, kind: bytes, end: int,
-                 dtype: np.dtype | None) -> None:
+    def __init__(self, drum: Drum, path: Path, kind: bytes, end: int, dtype: np.dtype) -> None:
         self.drum = drum
         self.blocks = iter_blocks(path, kind, end=end)
         self.dtype = dtype
-        self.left: Any = None
+        self.left = np.empty(0, dtype)
         self.pos = 0
 
     def _next(self) -> None:
         n, payload = next(self.blocks)
         self.drum._counters["bytes_read"] += len(payload) + 12
-        if self.dtype is not None:
-            self.left = np.frombuffer(payload, self.dtype, n)
-        else:
-            ends = np.cumsum(np.frombuffer(payload, "<u4", n), dtype=np.int64) + 4 * n
-            if n and ends[-1] == 4 * n:
-                self.left = [b""] * n
-            else:
-                starts = np.r_[4 * n, ends[:-1]].tolist()
-                self.left = list(map(payload.__getitem__, map(slice, starts, ends.tolist())))
+        self.left = np.frombuffer(payload, self.dtype, n)
         self.pos = 0
 
-    def take(self, n: int) -> Any:
+    def take(self, n: int) -> np.ndarray:
         parts = []
         while n:
-            if self.left is None or self.pos == len(self.left):
+            if self.pos == len(self.left):
                 self._next()
             got = self.left[self.pos:self.pos + n]
             self.pos += len(got)
             n -= len(got)
             parts.append(got)
-        if self.dtype is not None:
-            return parts[0] if len(parts) == 1 else np.concatenate(parts)
-        return parts[0] if len(parts) == 1 else [x for p in parts for x in p]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)

@@ -63,8 +63,7 @@ class DrumURLSeen:
     def take_new(self) -> Iterator[bytes]:
         """Payloads of URLs seen for the first time, in the order they were submitted."""
         for result in self.drum.take_results():
-            for i in np.flatnonzero(result.unique).tolist():
-                yield result.aux[i]
+            yield from result.aux.select(np.flatnonzero(result.unique))
 
     def commit(self) -> dict:
         return self.drum.commit()

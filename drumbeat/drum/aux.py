@@ -1,0 +1,117 @@
+"""Aux data in compact form: one byte string and ``n + 1`` int64 offsets.
+
+DRUM carries an opaque byte string with every tuple. Millions of small
+``bytes`` objects cost ~60 bytes of RAM and ~100 ns of Python each time they
+are split, moved or regrouped, so aux travels as :class:`AuxArray` instead:
+item ``i`` is ``blob[offsets[i]:offsets[i + 1]]``. Slicing shares the blob;
+only reading an item back creates a ``bytes`` object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Union
+
+import numpy as np
+
+AuxInput = Union[Sequence[bytes], tuple[Any, np.ndarray], "AuxArray"]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class AuxArray:
+    """``n`` byte strings: item ``i`` is ``blob[offsets[i]:offsets[i + 1]]``.
+
+    ``offsets`` is a non-decreasing int64 array of length ``n + 1`` (it need not
+    start at 0: a slice keeps the blob and narrows the offsets). Compares equal
+    to another AuxArray or a sequence holding the same byte strings.
+    """
+
+    blob: bytes
+    offsets: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int | slice) -> bytes | AuxArray:
+        if isinstance(i, slice):
+            start, stop, step = i.indices(len(self))
+            if step != 1:
+                raise ValueError("AuxArray slices must be contiguous")
+            return AuxArray(self.blob, self.offsets[start:max(start, stop) + 1])
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"aux index {i} out of range for {n} items")
+        return self.blob[int(self.offsets[i]):int(self.offsets[i + 1])]
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self.tolist())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, AuxArray):
+            return self.tolist() == other.tolist()
+        if isinstance(other, Sequence) and not isinstance(other, (bytes, str)):
+            return self.tolist() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # equality by content, like a list
+
+    def __repr__(self) -> str:
+        return f"AuxArray({len(self)} items, {self.nbytes} bytes)"
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of aux text (not counting the offsets)."""
+        return int(self.offsets[-1] - self.offsets[0])
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def data(self) -> memoryview:
+        """The items' bytes back to back, without copying."""
+        return memoryview(self.blob)[int(self.offsets[0]):int(self.offsets[-1])]
+
+    def tolist(self) -> list[bytes]:
+        """Every item as ``bytes``."""
+        o = self.offsets.tolist()
+        blob = self.blob
+        return [blob[s:e] for s, e in zip(o, o[1:])]
+
+    def select(self, indices: np.ndarray) -> list[bytes]:
+        """The items at ``indices`` (e.g. ``np.flatnonzero(result.unique)``), in that order."""
+        idx = np.asarray(indices, np.intp)
+        blob = self.blob
+        return [blob[s:e] for s, e in zip(self.offsets[idx].tolist(),
+                                           self.offsets[idx + 1].tolist())]
+
+    @classmethod
+    def empty(cls, n: int) -> AuxArray:
+        """``n`` empty items."""
+        return cls(b"", np.zeros(n + 1, np.int64))
+
+    @classmethod
+    def of(cls, aux: AuxInput) -> AuxArray:
+        """Accept a sequence of ``bytes``, a ``(blob, offsets)`` pair or an AuxArray.
+
+        ``blob`` may be anything ``bytes()`` accepts (bytes, bytearray, a uint8
+        array); it is copied unless it is ``bytes``, so the caller may reuse it.
+        """
+        if isinstance(aux, AuxArray):
+            return aux
+        if isinstance(aux, tuple) and len(aux) == 2 and isinstance(aux[1], np.ndarray):
+            blob, offsets = aux
+            blob = blob if isinstance(blob, bytes) else (
+                blob.tobytes() if isinstance(blob, np.ndarray) else bytes(blob))
+            offsets = np.ascontiguousarray(offsets, np.int64)
+            if offsets.ndim != 1 or len(offsets) < 1:
+                raise ValueError("aux offsets must be a 1-d array of n + 1 positions")
+            if len(offsets) > 1 and (
+                    offsets[0] < 0 or offsets[-1] > len(blob) or (np.diff(offsets) < 0).any()):
+                raise ValueError("aux offsets must be non-decreasing positions within the blob")
+            return cls(blob, offsets)
+        n = len(aux)
+        offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(np.fromiter(map(len, aux), np.int64, n), out=offsets[1:])
+        return cls(b"".join(aux), offsets)
