@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 from drumbeat.drum import (
     CHECK,
+    AuxArray,
     Drum,
     DrumCorruptError,
     DrumError,
@@ -274,3 +276,50 @@ def test_unknown_manifest_is_refused(tmp_path: Path) -> None:
     drum.commit()
     with pytest.raises(DrumError, match="last two commits"):
         Drum.open(tmp_path, manifest, value_dtype=VALUE, buckets=2, fsync=False)
+
+
+def test_aux_forms_and_compact_results(tmp_path: Path) -> None:
+    drum = Drum(tmp_path, ram_bytes=1 << 16, buckets=4, fsync=False)
+    keys = np.arange(1, 7, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    drum.check_update(keys[:3], aux=[b"a", b"", b"ccc"])
+    blob = np.frombuffer(b"dd-eeeee", np.uint8)  # (blob, offsets) pair: d, -, eeeee
+    drum.check_update(keys[3:], aux=(blob, np.array([0, 2, 3, 8])))
+    drum.check_update(keys[:2], aux=AuxArray(b"xxyz", np.array([1, 2, 4])))
+    drum.flush()
+    (r,) = list(drum.take_results())
+    assert isinstance(r.aux, AuxArray) and len(r.aux) == 8
+    assert r.aux.tolist() == [b"a", b"", b"ccc", b"dd", b"-", b"eeeee", b"x", b"yz"]
+    assert r.aux[-1] == b"yz" and r.aux[2:4] == [b"ccc", b"dd"]
+    assert r.aux.select(np.flatnonzero(r.unique)) == r.aux.tolist()[:6]
+    with pytest.raises(ValueError, match="aux"):
+        drum.check(keys[:2], aux=(b"abc", np.array([0, 2, 1])))
+
+
+def test_fsync_commit_syncs_only_at_commits(tmp_path: Path, monkeypatch) -> None:
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    drum = Drum(tmp_path / "d", value_dtype=VALUE, merge="add", ram_bytes=1 << 14, buckets=4,
+                fsync="commit")
+    synced.clear()
+    keys = np.arange(3000, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    values = np.ones(len(keys), VALUE)
+    drum.update(keys, values, aux=[b"%d" % i for i in range(len(keys))])
+    drum.flush()
+    assert drum.stats().merges >= 2 and synced == []  # rounds: nothing fsynced
+    results = list(drum.take_results())
+    assert sum(len(r) for r in results) == len(keys) and synced == []
+    manifest = drum.commit()
+    # Every live data file, the state file and the directory (twice) were synced.
+    data_files = [p for p in (tmp_path / "d").iterdir() if p.suffix == ".drum"]
+    assert len(synced) >= len(data_files) + 3
+    drum.update(keys[:10], values[:10])
+    drum.flush()
+    drum.close()
+    drum = Drum.open(tmp_path / "d", manifest, value_dtype=VALUE, merge="add", fsync="commit")
+    drum.check(keys)
+    drum.flush()
+    got = np.concatenate([r.values["n"] for r in drum.take_results()])
+    assert (got == 1).all()
+    with pytest.raises(ValueError, match="fsync"):
+        Drum(tmp_path / "e", fsync="always")

@@ -56,7 +56,7 @@ def model(batches: int, grow: bool = False) -> tuple[dict[int, int], list[tuple]
     return stored, expected
 
 
-def child_main(directory: str, seed: int, kill: str, fsync: bool) -> None:
+def child_main(directory: str, seed: int, kill: str, fsync: bool | str) -> None:
     """Run the stream; ``kill`` = "Owner.attr:n:mode" SIGKILLs the child at that call."""
     from drumbeat.drum import repository
 
@@ -101,11 +101,11 @@ def child_main(directory: str, seed: int, kill: str, fsync: bool) -> None:
             os.replace(tmp, progress)
 
 
-def run_child(directory: Path, seed: int, kill: str = "", fsync: bool = False,
+def run_child(directory: Path, seed: int, kill: str = "", fsync: bool | str = False,
               kill_after_s: float | None = None) -> int:
     code = (
         f"import sys; sys.path.insert(0, {str(HERE)!r}); from test_drum_crash import child_main; "
-        f"child_main({str(directory)!r}, {seed}, {kill!r}, {fsync})"
+        f"child_main({str(directory)!r}, {seed}, {kill!r}, {fsync!r})"
     )
     proc = subprocess.Popen([sys.executable, "-c", code])
     try:
@@ -179,10 +179,10 @@ def test_killed_at_a_precise_point(tmp_path: Path, kill: str) -> None:
     verify(tmp_path)
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_killed_at_random_times(tmp_path: Path, seed: int) -> None:
+@pytest.mark.parametrize("seed,fsync", [(1, False), (2, False), (3, True), (4, "commit")])
+def test_killed_at_random_times(tmp_path: Path, seed: int, fsync: bool | str) -> None:
     delay = random.Random(seed).uniform(0.4, 1.5)
-    run_child(tmp_path / "drum", seed=seed, fsync=seed == 3, kill_after_s=delay)
+    run_child(tmp_path / "drum", seed=seed, fsync=fsync, kill_after_s=delay)
     verify(tmp_path)
 
 

@@ -10,6 +10,7 @@ API::
     drum = Drum(directory, value_dtype=None, merge="overwrite",   # or "add", "max",
                 ram_bytes=64 << 20, buckets=None, fsync=True,     # or f(stored, incoming)
                 manifest=None)                                    # Drum.open(dir, manifest)
+                # fsync: True (rounds and commits), "commit" (only commits), False
     drum.check(keys, aux=None)                  # keys: 1-d np.uint64; aux: list[bytes],
                                                 # (blob, offsets) or AuxArray
     drum.update(keys, values, aux=None)         # values: array of value_dtype
