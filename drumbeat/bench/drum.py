@@ -75,8 +75,11 @@ def measure_batches(stored: int, measure: int, seed: int = 1) -> Iterator[np.nda
 # Each returns {"urls_per_s", "unique", "notes", ...} for the measure phase.
 
 
-def run_drumbeat(work: Path, ram: int, stored: int, measure: int) -> dict:
-    drum = Drum(work, ram_bytes=ram, fsync=True)
+FSYNC_MODES = {"round": True, "commit": "commit"}
+
+
+def run_drumbeat(work: Path, ram: int, stored: int, measure: int, fsync: str = "round") -> dict:
+    drum = Drum(work, ram_bytes=ram, fsync=FSYNC_MODES[fsync])
     for ids in load_batches(stored):
         drum.check_update(keys_of(ids))
         for _ in drum.take_results():
@@ -111,7 +114,7 @@ def run_drumbeat(work: Path, ram: int, stored: int, measure: int) -> dict:
             buffer_bytes=drum.sizing.buffer_bytes, pointer_bytes=WORK_BYTES),
         "url_bytes": b, "buckets": drum.sizing.buckets, "merges": after.merges - before.merges,
         "sort_s": after.sort_s - before.sort_s, "merge_s": after.merge_s - before.merge_s,
-        "notes": "",
+        "notes": "" if fsync == "round" else f"fsync={fsync}: no commit is timed",
     }
 
 
@@ -239,11 +242,13 @@ def _disk_bytes(path: Path) -> int:
     return sum(p.stat().st_blocks * 512 for p in path.rglob("*") if p.is_file())
 
 
-def run_peer(name: str, work: Path, ram: int, stored: int, measure: int) -> dict:
+def run_peer(name: str, work: Path, ram: int, stored: int, measure: int,
+             drum_fsync: str = "round") -> dict:
     """Run one contender in a fresh process; its peak RSS is its own."""
     work.mkdir(parents=True)
     cmd = [sys.executable, "-m", "drumbeat.bench.drum", "--peer", name, "--dir", str(work),
-           "--ram", str(ram), "--keys", str(stored), "--measure", str(measure)]
+           "--ram", str(ram), "--keys", str(stored), "--measure", str(measure),
+           "--drum-fsync", drum_fsync]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode:
         return {"error": done.stderr.strip().splitlines()[-1] if done.stderr else "failed"}
@@ -263,6 +268,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true", help="10 M keys, database peers on 1 M")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--dir", type=Path, default=None, help="work directory (default: a temp dir)")
+    ap.add_argument("--drum-fsync", choices=sorted(FSYNC_MODES), default="round",
+                    help="drumbeat's fsync policy: every merge round (default) or commits only")
     ap.add_argument("--peer", choices=PEERS, help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
@@ -270,7 +277,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     if args.peer:  # child mode
-        out = RUNNERS[args.peer](args.dir, args.ram, args.keys, args.measure)
+        extra = {"fsync": args.drum_fsync} if args.peer == "drumbeat" else {}
+        out = RUNNERS[args.peer](args.dir, args.ram, args.keys, args.measure, **extra)
         out["peak_rss"] = _vmhwm()
         print(json.dumps(out))
         return 0
@@ -294,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
             if not args.json:
                 print(f"running {name}: {n_stored:,} stored, {n_measure:,} checked ...",
                       file=sys.stderr)
-            out = run_peer(name, base / name, args.ram, n_stored, n_measure)
+            out = run_peer(name, base / name, args.ram, n_stored, n_measure, args.drum_fsync)
             out.update(stored=n_stored, checked=n_measure)
             out["notes"] = note + out.get("notes", "")
             results[name] = out
