@@ -9,8 +9,8 @@ header (20 bytes)::
     kind     u8   b"q" pending records, b"a" arrival log (with aux),
                   b"c" sorted cache, b"r" merge results
     pad      u8   0
-    bucket   u32  bucket number (0 for the arrival log)
-    itemsize u32  bytes per fixed-size record (0 for aux files)
+    bucket   u32  bucket number (0 for the arrival log and result files)
+    itemsize u32  bytes per fixed-size record (0 for the arrival log)
     crc      u32  zlib.crc32 of the 16 bytes above
 
 block::
@@ -23,12 +23,14 @@ block::
 Payloads per kind:
 
 - ``q``: ``count`` packed records ``(key u64, op u8, value)`` in arrival order.
-- ``a``: ``count`` u16 bucket numbers, then ``count`` u32 aux lengths, then the
-  aux bytes concatenated, one per tuple, in global arrival order.
+- ``a``: one entry per tuple, in global arrival order, as columns: ``count`` u64
+  keys, ``count`` u32 aux lengths, ``count`` u16 bucket numbers, ``count`` u8
+  ops, then the aux bytes concatenated.
 - ``c``: ``count`` u64 keys (strictly increasing across the file), then
   ``count`` values.
-- ``r``: ``count`` packed ``(key u64, op u8, unique bool, value)`` in the
-  bucket's arrival order.
+- ``r``: ``count`` packed ``(unique bool, value)``; the file holds one run of
+  blocks per bucket (in bucket order, lengths in the repository state), each
+  in its bucket's arrival order.
 
 A ``c`` file ends with a footer block whose count is ``0xFFFFFFFF`` and whose
 8-byte payload is the total record count, so a cut-off cache is detected even

@@ -4,9 +4,9 @@ Directory layout (file formats in :mod:`drumbeat.drum.format`)::
 
     STATE.json                 the repository state (below), replaced atomically
     q-EEEEEEEE-BBBB.drum       pending records of epoch E, bucket B (append-only)
-    a-EEEEEEEE.drum            arrival log of epoch E: the bucket and aux of every tuple
+    a-EEEEEEEE.drum            arrival log of epoch E: bucket, key, op and aux of every tuple
     c-BBBB-GGGGGGGG.drum       sorted cache of bucket B, generation G
-    r-EEEEEEEE-BBBB.drum       results of merging epoch E, bucket B
+    r-EEEEEEEE.drum            results of merging epoch E: one section per bucket
 
 ``STATE.json`` is JSON followed by a line with the zlib.crc32 of the JSON in
 hex. It holds the format version, value dtype and bucket count, the
@@ -16,11 +16,13 @@ its record count and file size, the valid lengths of the pending files of the
 current epoch, the merged epochs whose results were not yet taken, and the
 counters. Files no snapshot refers to are deleted.
 
-An *epoch* is the set of tuples merged in one round. Aux never takes part
-in a merge, so it stays in arrival order, in the arrival log, and is read
-back from there, next to the per-bucket results, when results are delivered.
-A round writes every changed bucket's cache as a new generation and a result
-file per bucket, fsyncs them and the epoch's pending files, then switches
+An *epoch* is the set of tuples merged in one round. Keys, ops and aux are
+logged in arrival order, so delivering results only puts each bucket's
+``(unique, value)`` records back in that order. Records still buffered in RAM
+when a round starts are merged from RAM (they reach ``q`` files only when a
+bucket buffer fills or at a commit). A round writes every changed bucket's
+cache as a new generation and the epoch's result file (a section per bucket),
+fsyncs them and the epoch's arrival log and pending files, then switches
 ``STATE.json`` (fsync, rename, fsync of the directory). A kill at any instant
 leaves either the old state (the round is redone from the same pending files)
 or the new.
@@ -69,6 +71,7 @@ STATE_VERSION = 2
 _FILE_RE = re.compile(r"^([qacr])-(\d{4,8})(?:-(\d{4,8}))?\.drum$")
 _EMPTY = np.dtype([])
 _LIVE = ("q", "qn", "a", "an")  # snapshot fields that change while tuples are queued
+_ARRIVAL_BYTES = 15  # per tuple in the arrival log besides its aux: key, aux length, bucket, op
 
 
 class DrumIOError(DrumError, OSError):
@@ -154,9 +157,7 @@ class Drum:
         self._fsync = bool(fsync)  # at commits
         self._fsync_rounds = fsync is True  # also in merge rounds and deliveries
         self._rec = np.dtype([("key", "<u8"), ("op", "u1"), ("value", self.value_dtype)])
-        self._res = np.dtype(
-            [("key", "<u8"), ("op", "u1"), ("unique", "?"), ("value", self.value_dtype)]
-        )
+        self._res = np.dtype([("unique", "?"), ("value", self.value_dtype)])
         self._broken: str | None = None
         self._dirty: set[Path] = set()
         state = self._load(buckets)
@@ -179,8 +180,9 @@ class Drum:
         self._buf_rec: list[list[np.ndarray]] = [[] for _ in range(self._k)]
         self._buf_bytes = np.zeros(self._k, np.int64)
         self._buf_n = np.zeros(self._k, np.int64)
-        # Arrival log buffer: per submitted piece (bucket ids, aux lengths, aux bytes).
-        self._arrivals: list[tuple[np.ndarray, np.ndarray, bytes | memoryview]] = []
+        # Arrival log buffer, per submitted piece: (bucket ids, keys, ops, aux lengths, aux).
+        self._arrivals: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                   bytes | memoryview]] = []
         self._arrivals_n = 0
         self._arrivals_bytes = 0
         if manifest is not None:
@@ -276,15 +278,16 @@ class Drum:
             self._buf_n[b] += e - s
             if self._buf_bytes[b] >= self.sizing.buffer_bytes:
                 self._guard(self._flush_bucket, b)
-        # Aux stays in arrival order: it is appended to the arrival log as is.
+        # Keys, ops and aux also go to the arrival log, in arrival order, so
+        # delivering results needs no reordering but of (unique, value).
         if aux is not None:
             lengths, data = aux.lengths().astype("<u4"), aux.data()
         else:
             lengths, data = np.zeros(m, "<u4"), b""
         self._counters["checked_bytes"] += 8 * m + len(data)
-        self._arrivals.append((bucket, lengths, data))
+        self._arrivals.append((bucket, keys, ops, lengths, data))
         self._arrivals_n += m
-        self._arrivals_bytes += 6 * m + len(data)
+        self._arrivals_bytes += _ARRIVAL_BYTES * m + len(data)
         if self._arrivals_bytes >= self.sizing.chunk_bytes:
             self._guard(self._flush_arrivals)
 
@@ -323,13 +326,19 @@ class Drum:
     def _flush_arrivals(self) -> None:
         if not self._arrivals:
             return
-        ids = np.concatenate([x[0] for x in self._arrivals]).astype("<u2")
-        lengths = np.concatenate([x[1] for x in self._arrivals])
-        payload = b"".join([ids.tobytes(), lengths.tobytes(), *(x[2] for x in self._arrivals)])
+        cols = list(zip(*self._arrivals))
+        n = self._arrivals_n
+        payload = b"".join([
+            np.concatenate(cols[1]).astype("<u8").tobytes(),
+            np.concatenate(cols[3]).tobytes(),
+            np.concatenate(cols[0]).astype("<u2").tobytes(),
+            np.concatenate(cols[2]).tobytes(),
+            *cols[4],
+        ])
         path = self.directory / _name("a", self._snap["epoch"])
-        self._live["a"] = self._append(path, self._live["a"], b"a", 0, 2,
-                                       encode_block(len(ids), payload))
-        self._live["an"] += len(ids)
+        self._live["a"] = self._append(path, self._live["a"], b"a", 0, 0,
+                                       encode_block(n, payload))
+        self._live["an"] += n
         self._arrivals.clear()
         self._arrivals_n = 0
         self._arrivals_bytes = 0
@@ -358,38 +367,28 @@ class Drum:
             self._guard(self._round)
 
     def _round(self) -> None:
-        self._flush_all()
+        # Buffered records are merged straight from RAM: a crash before the round
+        # completes loses only unacknowledged tuples (commit() writes them out).
+        self._flush_arrivals()
         snap, live, e = self._snap, self._live, self._snap["epoch"]
         r_lens = [0] * self._k
         t0 = time.perf_counter()
         sort_s = 0.0
+        r_path = self.directory / _name("r", e)
+        r_file = open(r_path, "wb")
+        self._dirty.add(r_path)
+        try:
+            r_file.write(encode_header(b"r", 0, self._res.itemsize))
+            for b in np.flatnonzero(np.asarray(live["qn"]) + self._buf_n).tolist():
+                sort_s += self._merge_one(b, e, r_file, r_lens)
+            size = r_file.tell()
+        finally:
+            r_file.close()
+        self._counters["bytes_written"] += size
         for b in range(self._k):
-            if not live["qn"][b]:
-                continue
-            q_path = self.directory / _name("q", e, b)
-            recs = self._read_records(q_path, b"q", live["q"][b], self._rec)
-            cache = self._cache_chunks(b)
-            new_gen = e + 1
-            writer = _CacheWriter(self.directory / _cache_name(b, new_gen), b,
-                                  self.value_dtype, self.sizing.chunk_bytes)
-            try:
-                out = merge_bucket(recs["key"], recs["op"], recs["value"], cache, self._merger,
-                                   writer.write)
-                size = writer.close(self._fsync_rounds) if out.changed else 0
-                if out.changed and not self._fsync_rounds:
-                    self._dirty.add(writer.path)
-            finally:
-                cache.close()  # a generator holding the old cache file open
-                if not writer.closed:
-                    writer.abort()
-            sort_s += out.sort_s
-            if out.changed:
-                self._counters["bytes_written"] += size
-                snap["gens"][b], snap["counts"][b], snap["sizes"][b] = new_gen, out.stored, size
-            res = np.empty(len(recs), self._res)
-            res["key"], res["op"], res["unique"] = recs["key"], recs["op"], out.unique
-            res["value"] = out.before
-            r_lens[b] = self._write_blocks(self.directory / _name("r", e, b), b"r", b, res)
+            self._buf_rec[b].clear()
+        self._buf_bytes[:] = 0
+        self._buf_n[:] = 0
         if self._fsync_rounds:
             self._sync_dirty()
         snap["results"].append({"epoch": e, "a": live["a"], "an": live["an"], "r": r_lens})
@@ -405,6 +404,37 @@ class Drum:
         c["merge_s"] += time.perf_counter() - t0 - sort_s
         self._write_state()
         self._gc()
+
+    def _merge_one(self, b: int, e: int, r_file: Any, r_lens: list[int]) -> float:
+        """Merge bucket ``b``'s pending tuples (on disk, then buffered); return sort seconds."""
+        snap, live = self._snap, self._live
+        parts = list(self._buf_rec[b])
+        if live["q"][b]:
+            parts.insert(0, self._read_records(self.directory / _name("q", e, b), b"q",
+                                               live["q"][b], self._rec))
+        recs = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        cache = self._cache_chunks(b)
+        new_gen = e + 1
+        writer = _CacheWriter(self.directory / _cache_name(b, new_gen), b,
+                              self.value_dtype, self.sizing.chunk_bytes)
+        try:
+            out = merge_bucket(recs["key"], recs["op"], recs["value"], cache, self._merger,
+                               writer.write)
+            size = writer.close(self._fsync_rounds) if out.changed else 0
+            if out.changed and not self._fsync_rounds:
+                self._dirty.add(writer.path)
+        finally:
+            cache.close()  # a generator holding the old cache file open
+            if not writer.closed:
+                writer.abort()
+        if out.changed:
+            self._counters["bytes_written"] += size
+            snap["gens"][b], snap["counts"][b], snap["sizes"][b] = new_gen, out.stored, size
+        res = np.empty(len(recs), self._res)
+        res["unique"] = out.unique
+        res["value"] = out.before
+        r_lens[b] = self._write_blocks(r_file, res)
+        return out.sort_s
 
     def _read_records(self, path: Path, kind: bytes, end: int, dtype: np.dtype) -> np.ndarray:
         parts = [np.frombuffer(p, dtype, n) for n, p in iter_blocks(path, kind, end=end)]
@@ -423,16 +453,13 @@ class Drum:
                 np.zeros(n, vdt)
             yield keys, values
 
-    def _write_blocks(self, path: Path, kind: bytes, bucket: int, recs: np.ndarray) -> int:
+    def _write_blocks(self, f: Any, recs: np.ndarray) -> int:
+        """Append ``recs`` to ``f`` in blocks of at most ``buffer_bytes``; return bytes written."""
         per = max(1, self.sizing.buffer_bytes // max(1, recs.dtype.itemsize))
-        with open(path, "wb") as f:
-            f.write(encode_header(kind, bucket, recs.dtype.itemsize))
-            for s in range(0, len(recs), per):
-                f.write(encode_block(len(recs[s:s + per]), recs[s:s + per].tobytes()))
-            size = f.tell()
-        self._dirty.add(path)
-        self._counters["bytes_written"] += size
-        return size
+        start = f.tell()
+        for s in range(0, len(recs), per):
+            f.write(encode_block(len(recs[s:s + per]), recs[s:s + per].tobytes()))
+        return f.tell() - start
 
     # ------------------------------------------------------------------ results
 
@@ -454,31 +481,36 @@ class Drum:
 
     def _deliver(self, entry: dict) -> Iterator[DrumResult]:
         e = entry["epoch"]
-        res_streams = {}
-        for b in range(self._k):
-            if entry["r"][b]:
-                res_streams[b] = _Stream(self, self.directory / _name("r", e, b), b"r",
-                                         entry["r"][b], self._res)
-        a_path = self.directory / _name("a", e)
         if not entry["a"]:
             return
-        # Per delivered tuple: its result record plus ~40 bytes of sorting
-        # scratch; aux is a view of the arrival block, which is already in RAM.
-        step = max(1, self.sizing.chunk_bytes // (self._res.itemsize + 40))
-        for count, payload in iter_blocks(a_path, b"a", end=entry["a"]):
+        r_path = self.directory / _name("r", e)
+        res_streams = {}
+        start = HEADER_SIZE
+        for b, length in enumerate(entry["r"]):
+            if length:
+                res_streams[b] = _Stream(self, r_path, start, start + length, self._res)
+            start += length
+        # Per delivered tuple: its result record, key and op, plus ~40 bytes of
+        # sorting scratch; aux is a view of the arrival block, already in RAM.
+        step = max(1, self.sizing.chunk_bytes // (self._res.itemsize + 49))
+        a_path = self.directory / _name("a", e)
+        for n, payload in iter_blocks(a_path, b"a", end=entry["a"]):
             self._counters["bytes_read"] += len(payload) + 12
-            all_ids = np.frombuffer(payload, "<u2", count)
-            offsets = np.empty(count + 1, np.int64)
-            offsets[0] = 6 * count
-            np.cumsum(np.frombuffer(payload, "<u4", count, offset=2 * count), out=offsets[1:])
-            offsets[1:] += 6 * count
+            keys = np.frombuffer(payload, "<u8", n)
+            lengths = np.frombuffer(payload, "<u4", n, offset=8 * n)
+            ids = np.frombuffer(payload, "<u2", n, offset=12 * n)
+            ops = np.frombuffer(payload, "u1", n, offset=14 * n)
+            offsets = np.empty(n + 1, np.int64)
+            offsets[0] = _ARRIVAL_BYTES * n
+            np.cumsum(lengths, out=offsets[1:])
+            offsets[1:] += _ARRIVAL_BYTES * n
             aux = AuxArray(payload, offsets)
-            for s in range(0, count, step):
-                yield self._deliver_chunk(e, all_ids[s:s + step], res_streams,
-                                          aux[s:s + step])
+            for s in range(0, n, step):
+                t = slice(s, s + step)
+                yield self._deliver_chunk(e, keys[t], ops[t], ids[t], res_streams, aux[t])
 
-    def _deliver_chunk(self, e: int, ids: np.ndarray, res_streams: dict,
-                       aux: AuxArray) -> DrumResult:
+    def _deliver_chunk(self, e: int, keys: np.ndarray, ops: np.ndarray, ids: np.ndarray,
+                       res_streams: dict, aux: AuxArray) -> DrumResult:
         n = len(ids)
         # Stable by bucket: the records of bucket b, in its arrival order, go to
         # the positions of b's tuples, in order.
@@ -487,7 +519,7 @@ class Drum:
         recs = [res_streams[b].take(int(counts[b])) for b in np.flatnonzero(counts).tolist()]
         out = np.empty(n, self._res)
         _as_void(out)[order] = _as_void(np.concatenate(recs))
-        return DrumResult(e, out["key"], out["op"], out["unique"], out["value"], aux)
+        return DrumResult(e, keys.copy(), ops.copy(), out["unique"], out["value"], aux)
 
     # ------------------------------------------------------------------ commit / state
 
@@ -640,8 +672,8 @@ class Drum:
         for entry in snap["results"]:
             ep = entry["epoch"]
             _need(self.directory / _name("a", ep), entry["a"], b"a")
-            for b in range(self._k):
-                _need(self.directory / _name("r", ep, b), entry["r"][b], b"r")
+            if entry["a"]:
+                _need(self.directory / _name("r", ep), HEADER_SIZE + sum(entry["r"]), b"r")
 
     def _gc(self) -> None:
         """Delete files that neither the current state nor a kept commit refers to."""
@@ -664,9 +696,7 @@ def _refs(snap: dict, k: int) -> set[str]:
         names.add(_name("a", e))
     for entry in snap["results"]:
         names.add(_name("a", entry["epoch"]))
-        for b in range(k):
-            if entry["r"][b]:
-                names.add(_name("r", entry["epoch"], b))
+        names.add(_name("r", entry["epoch"]))
     return names
 
 
@@ -773,11 +803,11 @@ class _CacheWriter:
 
 
 class _Stream:
-    """Reads exactly ``n`` records at a time from a block file, one block in RAM."""
+    """Reads exactly ``n`` records at a time from blocks in ``[start, end)`` of a file."""
 
-    def __init__(self, drum: Drum, path: Path, kind: bytes, end: int, dtype: np.dtype) -> None:
+    def __init__(self, drum: Drum, path: Path, start: int, end: int, dtype: np.dtype) -> None:
         self.drum = drum
-        self.blocks = iter_blocks(path, kind, end=end)
+        self.blocks = iter_blocks(path, b"r", start=start, end=end)
         self.dtype = dtype
         self.left = np.empty(0, dtype)
         self.pos = 0
