@@ -59,6 +59,7 @@ from drumbeat.drum.format import (
     DrumError,
     check_header,
     encode_block,
+    encode_block_parts,
     encode_footer,
     encode_header,
     iter_blocks,
@@ -294,11 +295,12 @@ class Drum:
     # ------------------------------------------------------------------ disk appends
 
     def _append(self, path: Path, length: int, kind: bytes, bucket: int, itemsize: int,
-                data: bytes) -> int:
+                data: bytes | bytearray) -> int:
         """Write ``data`` at ``length`` of ``path`` (creating it); return the new length."""
         if length == 0:
             with open(path, "wb") as f:
-                f.write(encode_header(kind, bucket, itemsize) + data)
+                f.write(encode_header(kind, bucket, itemsize))
+                f.write(data)
             written = HEADER_SIZE + len(data)
         else:
             with open(path, "r+b") as f:
@@ -326,18 +328,17 @@ class Drum:
     def _flush_arrivals(self) -> None:
         if not self._arrivals:
             return
-        cols = list(zip(*self._arrivals))
+        ids, keys, ops, lengths, data = zip(*self._arrivals)
         n = self._arrivals_n
-        payload = b"".join([
-            np.concatenate(cols[1]).astype("<u8").tobytes(),
-            np.concatenate(cols[3]).tobytes(),
-            np.concatenate(cols[0]).astype("<u2").tobytes(),
-            np.concatenate(cols[2]).tobytes(),
-            *cols[4],
+        block = encode_block_parts(n, [
+            np.concatenate(keys).astype("<u8", copy=False),
+            np.concatenate(lengths),
+            np.concatenate(ids).astype("<u2", copy=False),
+            np.concatenate(ops),
+            *data,
         ])
         path = self.directory / _name("a", self._snap["epoch"])
-        self._live["a"] = self._append(path, self._live["a"], b"a", 0, 0,
-                                       encode_block(n, payload))
+        self._live["a"] = self._append(path, self._live["a"], b"a", 0, 0, block)
         self._live["an"] += n
         self._arrivals.clear()
         self._arrivals_n = 0
@@ -779,7 +780,7 @@ class _CacheWriter:
     def write(self, keys: np.ndarray, values: np.ndarray) -> None:
         for s in range(0, len(keys), self.per):
             k, v = keys[s:s + self.per], values[s:s + self.per]
-            self.f.write(encode_block(len(k), k.astype("<u8").tobytes() + v.tobytes()))
+            self.f.write(encode_block_parts(len(k), [k.astype("<u8", copy=False), v]))
             self.total += len(k)
 
     def close(self, fsync: bool) -> int:
