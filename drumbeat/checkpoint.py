@@ -6,11 +6,11 @@ Layout (format version 1)::
     DIR/checkpoints/ckpt-000042/   one complete checkpoint
         state.json                 {"version": 1, "seeds": [...], "pages_done": n,
                                     "next_item_id": n, "counters": {...}, "time": epoch,
-                                    "urlseen_manifest": {...}}
+                                    "urlseen_manifest": {...}, "pld_manifest": {...}}
         queue.jsonl                one queued URL per line: [url, depth, via]
         robots.json                written by the robots cache
-    DIR/urlseen/                   URL-seen's DRUM repository; state.json holds the manifest
-                                   of the DRUM commit that belongs to this checkpoint
+    DIR/urlseen/, DIR/pldgraph/    DRUM repositories of URL-seen and PLD in-degree; state.json
+                                   holds the manifests of their commits for this checkpoint
 
 A checkpoint is written completely into a fresh directory, every file fsynced, and only
 then made live by atomically replacing ``CURRENT``; so a crash at any instant leaves
@@ -44,6 +44,7 @@ class CheckpointMeta:
     counters: dict[str, int] = field(default_factory=dict)
     time: float = 0.0
     urlseen_manifest: dict | None = None  # DRUM's commit for URL-seen at this checkpoint
+    pld_manifest: dict | None = None  # the PLD in-degree DRUMs' commits
 
 
 class Checkpoints:

@@ -24,6 +24,7 @@ from drumbeat import urls
 from drumbeat.checkpoint import CheckpointMeta, Checkpoints
 from drumbeat.fetch.dns import DnsCache
 from drumbeat.fetch.guard import AddressPolicy
+from drumbeat.frontier.pldgraph import PLDIndegree
 from drumbeat.frontier.politeness import HostState, PolitenessScheduler, QueuedURL
 from drumbeat.frontier.robots import GIVEN_UP, UNAVAILABLE, RobotsCache, RobotsEntry
 from drumbeat.frontier.urlseen import DrumURLSeen, decode_payload, encode_payload
@@ -80,6 +81,7 @@ class Manager:
             max_attempts=settings.robots_max_attempts,
         )
         self.seen: DrumURLSeen | None = None  # opened by restore()
+        self.plds: PLDIndegree | None = None  # opened by restore()
         self._last_seen_flush = self.clock()
         self.scheduler = PolitenessScheduler(
             host_delay_s=settings.host_delay_s, ip_delay_s=settings.ip_delay_s
@@ -112,14 +114,21 @@ class Manager:
         return DrumURLSeen(self.settings.state_dir / "urlseen",
                            ram_bytes=self.settings.urlseen_ram_bytes, manifest=manifest)
 
+    def _open_plds(self, manifest: dict | None) -> PLDIndegree:
+        assert self.settings.state_dir is not None
+        return PLDIndegree(self.settings.state_dir / "pldgraph",
+                           ram_bytes=self.settings.pld_ram_bytes, manifest=manifest)
+
     def restore(self) -> bool:
         """Load the live checkpoint if there is one. Returns True when resuming."""
         path = self.checkpoints.current()
         if path is None:
             self.seen = self._open_seen(None)
+            self.plds = self._open_plds(None)
             return False
         meta = self.checkpoints.read_meta(path)
         self.seen = self._open_seen(meta.urlseen_manifest)
+        self.plds = self._open_plds(meta.pld_manifest)
         self.robots.load(path)
         self.counters.update(meta.counters)
         self.pages_done = meta.pages_done
@@ -285,6 +294,8 @@ class Manager:
                 and now - self._last_seen_flush >= self.settings.urlseen_flush_interval_s):
             seen.flush()
             self._last_seen_flush = now
+        assert self.plds is not None
+        self.counters["pld_edges_new"] += self.plds.pump()
         admitted = 0
         for payload in seen.take_new():
             self._enqueue(*decode_payload(payload))
@@ -399,7 +410,9 @@ class Manager:
             self.counters[f"status.{r.status}" if r.status is not None else f"error.{r.error}"] += 1
             for reason, n in r.dropped.items():
                 self.counters[f"links_dropped.{reason}"] += n
-            self.counters["pld_edges"] += len(r.pld_edges)
+            if r.pld_edges:
+                assert self.plds is not None
+                self.plds.add(r.pld_edges)
             if r.links:
                 self._admit(r.links, item.depth + 1, item.url)
         self.scheduler.done(host, now)
@@ -442,6 +455,7 @@ class Manager:
         self._take_new_urls(self.clock())
         meta = CheckpointMeta(
             urlseen_manifest=self.seen.commit(),
+            pld_manifest=self.plds.commit() if self.plds is not None else None,
             seeds=self.seeds,
             pages_done=self.pages_done,
             next_item_id=self._next_item_id,

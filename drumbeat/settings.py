@@ -72,6 +72,7 @@ class Settings:
     # URL-seen (DRUM): RAM is fixed by this, not by the number of URLs seen.
     urlseen_ram_bytes: int = 64 * 1024 * 1024
     urlseen_flush_interval_s: float = 0.5  # min gap between merges forced by a short frontier
+    pld_ram_bytes: int = 16 * 1024 * 1024  # PLD in-degree (two DRUMs, half each)
 
     # Output and durability.
     warc_max_file_bytes: int = 1 << 30
@@ -149,7 +150,7 @@ def validate(s: Settings) -> Settings:
         need(getattr(s, name) > 0, name, "must be > 0 seconds")
     for name in ("concurrency", "robots_max_attempts", "robots_max_bytes", "max_body_bytes",
                  "max_decoded_bytes", "max_links_per_page", "warc_max_file_bytes", "task_max_items",
-                 "urlseen_ram_bytes"):
+                 "urlseen_ram_bytes", "pld_ram_bytes"):
         need(getattr(s, name) >= 1, name, "must be >= 1")
     need(s.max_url_bytes >= 16, "max_url_bytes", "must be >= 16")
     need(0 <= s.warc_gzip_level <= 9, "warc_gzip_level", "must be 0..9")

@@ -93,6 +93,32 @@ def test_every_reachable_allowed_page_is_fetched_exactly_once(web, full_crawl):
     assert any(r.startswith("dns:") for r in dropped), "the NXDOMAIN host is reported"
 
 
+def test_pld_indegree_counts_each_linking_pld_once(web, full_crawl):
+    from drumbeat.checkpoint import Checkpoints
+    from drumbeat.frontier.pldgraph import PLDIndegree
+    from drumbeat.urls import host_of, pld
+
+    state, _, _ = full_crawl
+    model = web.model
+    edges = set()
+    for url in model.crawl(web.seeds).fetched:
+        host = host_of(url)
+        page = model.page(host, "/" + url.split("/", 3)[3])
+        if page.content_type != "text/html" or page.status != 200 or page.meta_nofollow:
+            continue
+        for link in page.links:
+            if link.url and link.url.startswith("http") and not link.nofollow:
+                if pld(host_of(link.url)) != pld(host):
+                    edges.add((pld(host), pld(host_of(link.url))))
+    expected = {}
+    for _, target in edges:
+        expected[target] = expected.get(target, 0) + 1
+    cps = Checkpoints(state)
+    meta = cps.read_meta(cps.current())
+    graph = PLDIndegree(state / "pldgraph", ram_bytes=2 << 20, manifest=meta.pld_manifest)
+    assert expected and graph.lookup(sorted(expected)) == expected
+
+
 def test_server_saw_no_disallowed_request_and_no_repeat(web, full_crawl):
     _, requests, _ = full_crawl
     model = web.model

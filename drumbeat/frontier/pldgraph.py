@@ -1,0 +1,102 @@
+"""PLDindegree (IRLbot §VI.B): in-degree of each pay-level domain in the PLD link graph.
+
+Two DRUM repositories, both with RAM fixed by configuration:
+
+* ``edges``: check+update keyed by the hash of "source PLD -> target PLD"; only the first
+  sighting of an edge counts, however many pages repeat it.
+* ``indegree``: update with merge "add" keyed by the hash of the target PLD, one per new
+  edge; the target PLD's name rides along as aux.
+
+STAR (issue 4) reads the counts to give each PLD its budget. Like URL-seen, both roll back
+to the checkpoint's manifests after a crash, so an edge is never counted twice.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import xxhash
+
+from drumbeat.drum import Drum
+
+INDEGREE_DTYPE = np.dtype([("indegree", "<u4")])
+
+
+def pld_key(pld: str) -> int:
+    return xxhash.xxh3_64_intdigest(pld.encode())
+
+
+def edge_key(source: str, target: str) -> int:
+    return xxhash.xxh3_64_intdigest(f"{source}\n{target}".encode())
+
+
+class PLDIndegree:
+    def __init__(self, directory: Path, *, ram_bytes: int, manifest: dict | None = None,
+                 fsync: bool | str = True) -> None:
+        if manifest is None and directory.exists():
+            shutil.rmtree(directory)  # no checkpoint names it: a run that died before one
+        half = max(ram_bytes // 2, 1 << 20)
+        self.edges = Drum(directory / "edges", ram_bytes=half, fsync=fsync,
+                          manifest=(manifest or {}).get("edges"))
+        self.indegree = Drum(directory / "indegree", value_dtype=INDEGREE_DTYPE, merge="add",
+                             ram_bytes=half, fsync=fsync,
+                             manifest=(manifest or {}).get("indegree"))
+        self.new_edges = 0
+
+    def add(self, edges: Iterable[tuple[str, str]]) -> None:
+        """Queue (source PLD, target PLD) edges; repeats are absorbed by the edges DRUM."""
+        edges = list(edges)
+        if edges:
+            keys = np.fromiter((edge_key(s, t) for s, t in edges), np.uint64, len(edges))
+            self.edges.check_update(keys, aux=[t.encode() for _, t in edges])
+
+    def pump(self) -> int:
+        """Turn edges found new by finished merges into in-degree updates; returns how many."""
+        moved = 0
+        for result in self.edges.take_results():
+            unique = np.flatnonzero(result.unique)
+            if not len(unique):
+                continue
+            targets = result.aux.select(unique)
+            keys = np.fromiter((xxhash.xxh3_64_intdigest(t) for t in targets), np.uint64,
+                               len(targets))
+            ones = np.ones(len(targets), INDEGREE_DTYPE)
+            self.indegree.update(keys, ones, aux=targets)
+            moved += len(targets)
+        self._discard_update_results()
+        self.new_edges += moved
+        return moved
+
+    def _discard_update_results(self) -> None:
+        # Update rounds answer nothing anyone waits for, but DRUM keeps every round's
+        # results on disk until they are taken.
+        for _ in self.indegree.take_results():
+            pass
+
+    def flush(self) -> None:
+        """Merge everything queued in both repositories (edges first)."""
+        self.edges.flush()
+        self.pump()
+        self.indegree.flush()
+        self._discard_update_results()
+
+    def lookup(self, plds: list[str]) -> dict[str, int]:
+        """In-degrees of ``plds`` (0 if unknown). Forces merges: for reports and tests."""
+        self.flush()
+        self.indegree.check(np.fromiter(map(pld_key, plds), np.uint64, len(plds)))
+        self.indegree.flush()
+        counts: dict[str, int] = {}
+        i = 0
+        for result in self.indegree.take_results():
+            for unique, value in zip(result.unique.tolist(), result.values["indegree"].tolist()):
+                counts[plds[i]] = 0 if unique else int(value)
+                i += 1
+        return counts
+
+    def commit(self) -> dict:
+        """Durable point for a checkpoint; new edges of finished merges are moved first."""
+        self.pump()
+        return {"edges": self.edges.commit(), "indegree": self.indegree.commit()}

@@ -1,0 +1,25 @@
+"""PLDindegree on DRUM: each PLD->PLD edge counts once; state rolls back with a manifest."""
+
+from drumbeat.frontier.pldgraph import PLDIndegree
+
+
+def test_each_edge_counts_once(tmp_path):
+    g = PLDIndegree(tmp_path / "g", ram_bytes=2 << 20, fsync=False)
+    g.add([("a.test", "hub.test"), ("b.test", "hub.test"), ("a.test", "hub.test")])
+    g.add([("c.test", "hub.test"), ("hub.test", "a.test"), ("b.test", "hub.test")])
+    assert g.lookup(["hub.test", "a.test", "nobody.test"]) == {
+        "hub.test": 3, "a.test": 1, "nobody.test": 0}
+    g.add([("d.test", "hub.test"), ("a.test", "hub.test")])
+    assert g.lookup(["hub.test"]) == {"hub.test": 4}
+    assert g.new_edges == 5
+
+
+def test_rollback_to_a_manifest_never_double_counts(tmp_path):
+    g = PLDIndegree(tmp_path / "g", ram_bytes=2 << 20)
+    g.add([("a.test", "hub.test"), ("b.test", "hub.test")])
+    manifest = g.commit()  # both edges still pending in the edges DRUM
+    g.add([("c.test", "hub.test")])
+    assert g.lookup(["hub.test"]) == {"hub.test": 3}
+    again = PLDIndegree(tmp_path / "g", ram_bytes=2 << 20, manifest=manifest)
+    again.add([("a.test", "hub.test"), ("c.test", "hub.test")])  # a page seen again
+    assert again.lookup(["hub.test"]) == {"hub.test": 3}
