@@ -149,13 +149,14 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 def cmd_crawl(args: argparse.Namespace) -> int:
     from drumbeat.checkpoint import CheckpointError
+    from drumbeat.drum import DrumError
     from drumbeat.embedded import CrawlError, run_crawl
 
     settings = settings_from_args(args)
     try:
         outcome = run_crawl(settings)
-    except (CrawlError, CheckpointError) as e:
-        print(f"drumbeat crawl: {e}", file=sys.stderr)
+    except (CrawlError, CheckpointError, DrumError) as e:
+        print(f"drumbeat crawl: cannot run: {e}", file=sys.stderr)
         return EXIT_FAILED
     print(f"crawl stopped ({outcome.stop_reason}) after {outcome.elapsed_s:,.1f} s: "
           f"{outcome.pages_done:,} pages in total, {outcome.queued:,} URLs still queued; "

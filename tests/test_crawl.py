@@ -320,3 +320,15 @@ def test_demo_runs_and_reports_where_the_warc_files_are(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "WARC files" in proc.stdout and "pages fetched" in proc.stdout
     assert list((tmp_path / "demo" / "warc").glob("*.warc.gz"))
+
+
+def test_a_corrupt_state_file_is_named_and_exits_1(web, tmp_path):
+    state = tmp_path / "state"
+    proc = subprocess.run(crawl_cmd(web, state, "--allow-loopback", "--max-pages", "5"),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    [drum_state] = (state / "urlseen").glob("STATE*")
+    drum_state.write_bytes(drum_state.read_bytes()[:-7] + b"garbage")
+    proc = subprocess.run(crawl_cmd(web, state), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert drum_state.name in proc.stderr and "Traceback" not in proc.stderr
