@@ -5,7 +5,7 @@ Every DRUM data file is ``header block* [footer]``; all integers little-endian.
 header (20 bytes)::
 
     magic    4s   b"DRUM"
-    version  u16  FORMAT_VERSION (2)
+    version  u16  FORMAT_VERSION (3)
     kind     u8   b"q" pending records, b"a" arrival log (with aux),
                   b"c" sorted cache, b"r" merge results
     pad      u8   0
@@ -17,7 +17,8 @@ block::
 
     count    u32  records in the block
     length   u32  payload bytes
-    crc      u32  zlib.crc32 of the payload
+    crc      u32  low 32 bits of the payload's XXH3-64 (xxhash; ~7 GB/s here,
+                  zlib.crc32 ~2 GB/s was a third of a merge round)
     payload  length bytes
 
 Payloads per kind:
@@ -51,9 +52,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import xxhash
 
 MAGIC = b"DRUM"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 _HEADER = struct.Struct("<4sHBxII")
 HEADER_SIZE = _HEADER.size + 4
 _BLOCK = struct.Struct("<III")
@@ -102,25 +104,39 @@ def decode_header(path: Path, raw: bytes, kind: bytes) -> Header:
     return Header(kind, bucket, itemsize)
 
 
+def _checksum(data: bytes | memoryview) -> int:
+    return xxhash.xxh3_64_intdigest(data) & 0xFFFFFFFF
+
+
 def encode_block(count: int, payload: bytes | memoryview) -> bytes:
-    return _BLOCK.pack(count, len(payload), zlib.crc32(payload)) + bytes(payload)
+    return _BLOCK.pack(count, len(payload), _checksum(payload)) + bytes(payload)
 
 
-def encode_block_parts(count: int, parts: list) -> bytearray:
-    """Same as ``encode_block(count, b"".join(parts))`` with one copy of the data, not three.
+def block_parts(count: int, parts: list) -> list[memoryview | bytes]:
+    """The block ``encode_block(count, b"".join(parts))`` as a list of buffers, without copying.
 
-    ``parts`` are bytes-like objects or C-contiguous numpy arrays (copied as raw bytes).
+    ``parts`` are bytes-like objects or C-contiguous numpy arrays (taken as raw
+    bytes). Write the result with :func:`write_parts`; the parts must not change
+    before that.
     """
     views = [_raw(p) for p in parts]
-    length = sum(len(v) for v in views)
-    out = bytearray(BLOCK_HEADER_SIZE + length)
-    pos, crc = BLOCK_HEADER_SIZE, 0
+    h = xxhash.xxh3_64()
     for v in views:
-        out[pos:pos + len(v)] = v
-        crc = zlib.crc32(v, crc)
-        pos += len(v)
-    _BLOCK.pack_into(out, 0, count, length, crc)
-    return out
+        h.update(v)
+    length = sum(len(v) for v in views)
+    return [_BLOCK.pack(count, length, h.intdigest() & 0xFFFFFFFF), *views]
+
+
+def write_parts(f, buffers: list) -> int:
+    """Write ``buffers`` to the binary file ``f`` in order; return the bytes written.
+
+    Goes straight to the file (no joined copy of the data): large blocks stay views.
+    """
+    n = 0
+    for b in buffers:
+        if len(b):
+            n += f.write(b)
+    return n
 
 
 def _raw(part) -> memoryview:
@@ -150,7 +166,7 @@ def read_block(path: Path, f, offset: int, end: int) -> tuple[int, bytes, int]:
     payload = f.read(length)
     if len(payload) < length:
         raise DrumCorruptError(path, f"truncated block at offset {offset}")
-    if zlib.crc32(payload) != crc:
+    if _checksum(payload) != crc:
         raise DrumCorruptError(path, f"checksum mismatch in block at offset {offset}")
     return count, payload, nxt
 

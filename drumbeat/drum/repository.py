@@ -58,11 +58,11 @@ from drumbeat.drum.format import (
     DrumCorruptError,
     DrumError,
     check_header,
-    encode_block,
-    encode_block_parts,
+    block_parts,
     encode_footer,
     encode_header,
     iter_blocks,
+    write_parts,
 )
 from drumbeat.drum.merge import CHECK, CHECK_UPDATE, UPDATE, MergeFn, Merger, merge_bucket
 from drumbeat.drum.sizing import Sizing, plan
@@ -295,18 +295,17 @@ class Drum:
     # ------------------------------------------------------------------ disk appends
 
     def _append(self, path: Path, length: int, kind: bytes, bucket: int, itemsize: int,
-                data: bytes | bytearray) -> int:
-        """Write ``data`` at ``length`` of ``path`` (creating it); return the new length."""
+                *block: bytes | memoryview) -> int:
+        """Write the buffers of ``block`` (from :func:`block_parts`) at ``length`` of
+        ``path`` (creating it); return the new length."""
         if length == 0:
             with open(path, "wb") as f:
                 f.write(encode_header(kind, bucket, itemsize))
-                f.write(data)
-            written = HEADER_SIZE + len(data)
+                written = HEADER_SIZE + write_parts(f, block)
         else:
             with open(path, "r+b") as f:
                 f.seek(length)
-                f.write(data)
-            written = len(data)
+                written = write_parts(f, block)
         self._dirty.add(path)
         self._counters["bytes_written"] += written
         return length + written
@@ -319,7 +318,7 @@ class Drum:
         n = len(recs)
         live = self._live
         live["q"][b] = self._append(self.directory / _name("q", e, b), live["q"][b], b"q", b,
-                                    self._rec.itemsize, encode_block(n, recs.tobytes()))
+                                    self._rec.itemsize, *block_parts(n, [recs]))
         live["qn"][b] += n
         self._buf_rec[b].clear()
         self._buf_bytes[b] = 0
@@ -330,7 +329,7 @@ class Drum:
             return
         ids, keys, ops, lengths, data = zip(*self._arrivals)
         n = self._arrivals_n
-        block = encode_block_parts(n, [
+        block = block_parts(n, [
             np.concatenate(keys).astype("<u8", copy=False),
             np.concatenate(lengths),
             np.concatenate(ids).astype("<u2", copy=False),
@@ -338,7 +337,7 @@ class Drum:
             *data,
         ])
         path = self.directory / _name("a", self._snap["epoch"])
-        self._live["a"] = self._append(path, self._live["a"], b"a", 0, 0, block)
+        self._live["a"] = self._append(path, self._live["a"], b"a", 0, 0, *block)
         self._live["an"] += n
         self._arrivals.clear()
         self._arrivals_n = 0
@@ -459,7 +458,8 @@ class Drum:
         per = max(1, self.sizing.buffer_bytes // max(1, recs.dtype.itemsize))
         start = f.tell()
         for s in range(0, len(recs), per):
-            f.write(encode_block(len(recs[s:s + per]), recs[s:s + per].tobytes()))
+            part = recs[s:s + per]
+            write_parts(f, block_parts(len(part), [part]))
         return f.tell() - start
 
     # ------------------------------------------------------------------ results
@@ -780,7 +780,7 @@ class _CacheWriter:
     def write(self, keys: np.ndarray, values: np.ndarray) -> None:
         for s in range(0, len(keys), self.per):
             k, v = keys[s:s + self.per], values[s:s + self.per]
-            self.f.write(encode_block_parts(len(k), [k.astype("<u8", copy=False), v]))
+            write_parts(self.f, block_parts(len(k), [k.astype("<u8", copy=False), v]))
             self.total += len(k)
 
     def close(self, fsync: bool) -> int:
