@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from drumbeat.drum import Drum, predicted_alpha
+from drumbeat.drum import AuxArray, Drum, predicted_alpha
 from drumbeat.drum.sizing import WORK_BYTES
 
 P_UNIQUE = 0.11
@@ -76,9 +76,14 @@ def measure_batches(stored: int, measure: int, seed: int = 1) -> Iterator[np.nda
 
 
 FSYNC_MODES = {"round": True, "commit": "commit"}
+# How drumbeat is handed the URLs: a list of bytes (converted inside the timed call,
+# as the manager's URL-seen batches are today), or one (blob, offsets) AuxArray the
+# caller built outside the timer (urlseen.encode_payloads, pldgraph).
+AUX_FORMS = ("list", "blob")
 
 
-def run_drumbeat(work: Path, ram: int, stored: int, measure: int, fsync: str = "round") -> dict:
+def run_drumbeat(work: Path, ram: int, stored: int, measure: int, fsync: str = "round",
+                 aux_form: str = "list") -> dict:
     drum = Drum(work, ram_bytes=ram, fsync=FSYNC_MODES[fsync])
     for ids in load_batches(stored):
         drum.check_update(keys_of(ids))
@@ -92,8 +97,9 @@ def run_drumbeat(work: Path, ram: int, stored: int, measure: int, fsync: str = "
     elapsed = 0.0
     for ids in measure_batches(stored, measure):
         keys, urls = keys_of(ids), urls_of(ids)
+        aux = urls if aux_form == "list" else AuxArray.of(urls)
         t0 = time.perf_counter()
-        drum.check_update(keys, aux=urls)
+        drum.check_update(keys, aux=aux)
         for r in drum.take_results():
             unique += int(r.unique.sum())
         elapsed += time.perf_counter() - t0
@@ -114,7 +120,8 @@ def run_drumbeat(work: Path, ram: int, stored: int, measure: int, fsync: str = "
             buffer_bytes=drum.sizing.buffer_bytes, pointer_bytes=WORK_BYTES),
         "url_bytes": b, "buckets": drum.sizing.buckets, "merges": after.merges - before.merges,
         "sort_s": after.sort_s - before.sort_s, "merge_s": after.merge_s - before.merge_s,
-        "notes": "" if fsync == "round" else f"fsync={fsync}: no commit is timed",
+        "notes": ("" if fsync == "round" else f"fsync={fsync}: no commit is timed; ")
+        + ("" if aux_form == "list" else "aux as one AuxArray, built untimed"),
     }
 
 
@@ -243,12 +250,12 @@ def _disk_bytes(path: Path) -> int:
 
 
 def run_peer(name: str, work: Path, ram: int, stored: int, measure: int,
-             drum_fsync: str = "round") -> dict:
+             drum_fsync: str = "round", drum_aux: str = "list") -> dict:
     """Run one contender in a fresh process; its peak RSS is its own."""
     work.mkdir(parents=True)
     cmd = [sys.executable, "-m", "drumbeat.bench.drum", "--peer", name, "--dir", str(work),
            "--ram", str(ram), "--keys", str(stored), "--measure", str(measure),
-           "--drum-fsync", drum_fsync]
+           "--drum-fsync", drum_fsync, "--drum-aux", drum_aux]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode:
         return {"error": done.stderr.strip().splitlines()[-1] if done.stderr else "failed"}
@@ -270,6 +277,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--dir", type=Path, default=None, help="work directory (default: a temp dir)")
     ap.add_argument("--drum-fsync", choices=sorted(FSYNC_MODES), default="round",
                     help="drumbeat's fsync policy: every merge round (default) or commits only")
+    ap.add_argument("--drum-aux", choices=AUX_FORMS, default="list",
+                    help="how drumbeat gets the URLs: list of bytes (default, converted in the "
+                    "timed call) or one (blob, offsets) AuxArray built untimed by the caller")
     ap.add_argument("--peer", choices=PEERS, help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
@@ -277,7 +287,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     if args.peer:  # child mode
-        extra = {"fsync": args.drum_fsync} if args.peer == "drumbeat" else {}
+        extra = {"fsync": args.drum_fsync, "aux_form": args.drum_aux} \
+            if args.peer == "drumbeat" else {}
         out = RUNNERS[args.peer](args.dir, args.ram, args.keys, args.measure, **extra)
         out["peak_rss"] = _vmhwm()
         print(json.dumps(out))
@@ -302,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
             if not args.json:
                 print(f"running {name}: {n_stored:,} stored, {n_measure:,} checked ...",
                       file=sys.stderr)
-            out = run_peer(name, base / name, args.ram, n_stored, n_measure, args.drum_fsync)
+            out = run_peer(name, base / name, args.ram, n_stored, n_measure, args.drum_fsync,
+                           args.drum_aux)
             out.update(stored=n_stored, checked=n_measure)
             out["notes"] = note + out.get("notes", "")
             results[name] = out

@@ -86,6 +86,37 @@ class AuxArray:
         return [blob[s:e] for s, e in zip(self.offsets[idx].tolist(),
                                            self.offsets[idx + 1].tolist())]
 
+    def take(self, indices: np.ndarray) -> AuxArray:
+        """The items at ``indices``, in that order, as a new AuxArray (one gather, no
+        per-item Python). Scratch RAM: 8 bytes per byte of the items taken."""
+        idx = np.asarray(indices, np.intp)
+        starts = self.offsets[idx]
+        lengths = self.offsets[idx + 1] - starts
+        offsets = np.zeros(len(idx) + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        if not offsets[-1]:
+            return AuxArray(b"", offsets)
+        # Byte j of the result comes from byte j + (start of its item - its new start).
+        shift = np.repeat(starts - offsets[:-1], lengths)
+        shift += np.arange(int(offsets[-1]))
+        return AuxArray(np.frombuffer(self.blob, np.uint8)[shift].tobytes(), offsets)
+
+    @classmethod
+    def from_strs(cls, items: Sequence[str]) -> AuxArray:
+        """The UTF-8 encodings of ``items``, with one join and one encode.
+
+        Character counts are byte counts when every item is ASCII (URLs and host
+        names in their normalized form are); that holds exactly when the totals
+        agree, since any other character takes at least two bytes.
+        """
+        n = len(items)
+        blob = "".join(items).encode()
+        offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(np.fromiter(map(len, items), np.int64, n), out=offsets[1:])
+        if offsets[-1] != len(blob):
+            return cls.of([item.encode() for item in items])
+        return cls(blob, offsets)
+
     @classmethod
     def empty(cls, n: int) -> AuxArray:
         """``n`` empty items."""

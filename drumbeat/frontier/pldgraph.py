@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from drumbeat.drum import Drum
+from drumbeat.drum import AuxArray, Drum
 
 INDEGREE_DTYPE = np.dtype([("indegree", "<u4")])
 
@@ -51,7 +51,7 @@ class PLDIndegree:
         edges = list(edges)
         if edges:
             keys = np.fromiter((edge_key(s, t) for s, t in edges), np.uint64, len(edges))
-            self.edges.check_update(keys, aux=[t.encode() for _, t in edges])
+            self.edges.check_update(keys, aux=AuxArray.from_strs([t for _, t in edges]))
 
     def pump(self) -> int:
         """Turn edges found new by finished merges into in-degree updates; returns how many."""
@@ -60,8 +60,8 @@ class PLDIndegree:
             unique = np.flatnonzero(result.unique)
             if not len(unique):
                 continue
-            targets = result.aux.select(unique)
-            keys = np.fromiter((xxhash.xxh3_64_intdigest(t) for t in targets), np.uint64,
+            targets = result.aux.take(unique)  # stays one blob on its way to `indegree`
+            keys = np.fromiter(map(xxhash.xxh3_64_intdigest, targets.tolist()), np.uint64,
                                len(targets))
             ones = np.ones(len(targets), INDEGREE_DTYPE)
             self.indegree.update(keys, ones, aux=targets)

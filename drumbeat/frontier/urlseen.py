@@ -18,12 +18,18 @@ from pathlib import Path
 
 import numpy as np
 
-from drumbeat.drum import Drum, DrumStats
+from drumbeat.drum import AuxArray, Drum, DrumStats
 
 
 def encode_payload(url: str, depth: int, via: str | None) -> bytes:
     # Normalized URLs never contain a newline (WHATWG parsing strips or escapes it).
     return f"{url}\n{depth}\n{via or ''}".encode()
+
+
+def encode_payloads(urls: Sequence[str], depths: Sequence[int],
+                    vias: Sequence[str | None]) -> AuxArray:
+    """``encode_payload`` of each triple, as one AuxArray (one join and encode)."""
+    return AuxArray.from_strs([f"{u}\n{d}\n{v or ''}" for u, d, v in zip(urls, depths, vias)])
 
 
 def decode_payload(data: bytes) -> tuple[str, int, str | None]:
@@ -43,9 +49,14 @@ class DrumURLSeen:
         self.drum = Drum(directory, ram_bytes=ram_bytes, manifest=manifest, fsync=fsync)
         self._submitted_since_flush = 0
 
-    def submit(self, fingerprints: Sequence[int], payloads: Sequence[bytes]) -> None:
-        """Queue URLs for the check; new ones come out of :meth:`take_new` after a merge."""
-        if fingerprints:
+    def submit(self, fingerprints: Sequence[int],
+               payloads: Sequence[bytes] | AuxArray) -> None:
+        """Queue URLs for the check; new ones come out of :meth:`take_new` after a merge.
+
+        ``payloads`` (from :func:`encode_payload`) may come as an AuxArray, e.g. from
+        :func:`encode_payloads`, which DRUM takes without converting.
+        """
+        if len(fingerprints):
             self.drum.check_update(np.fromiter(fingerprints, np.uint64, len(fingerprints)),
                                    aux=payloads)
             self._submitted_since_flush += len(fingerprints)
