@@ -27,7 +27,7 @@ from drumbeat.fetch.guard import AddressPolicy
 from drumbeat.frontier.pldgraph import PLDIndegree
 from drumbeat.frontier.politeness import HostState, PolitenessScheduler, QueuedURL
 from drumbeat.frontier.robots import GIVEN_UP, UNAVAILABLE, RobotsCache, RobotsEntry
-from drumbeat.frontier.urlseen import DrumURLSeen, decode_payload, encode_payload
+from drumbeat.frontier.urlseen import DrumURLSeen, decode_payload, encode_payloads
 from drumbeat.queue.base import PAGE, ROBOTS, FetchItem, ItemResult, Task, TaskQueue
 from drumbeat.settings import Settings
 from drumbeat.store.crawllog import CrawlLog
@@ -275,8 +275,9 @@ class Manager:
                     self.counters["links_out_of_scope"] += 1
             candidates = kept
         assert self.seen is not None
+        n = len(candidates)
         self.seen.submit([urls.fingerprint(u) for u in candidates],
-                         [encode_payload(u, depth, via) for u in candidates])
+                         encode_payloads(candidates, [depth] * n, [via] * n))
         return len(candidates)
 
     def _take_new_urls(self, now: float) -> None:

@@ -22,13 +22,15 @@ from drumbeat.drum import AuxArray, Drum, DrumStats
 
 
 def encode_payload(url: str, depth: int, via: str | None) -> bytes:
-    # Normalized URLs never contain a newline (WHATWG parsing strips or escapes it).
-    return f"{url}\n{depth}\n{via or ''}".encode()
+    return encode_payloads([url], [depth], [via])[0]
 
 
 def encode_payloads(urls: Sequence[str], depths: Sequence[int],
                     vias: Sequence[str | None]) -> AuxArray:
-    """``encode_payload`` of each triple, as one AuxArray (one join and encode)."""
+    """Payloads ``url \\n depth \\n via`` as one AuxArray (one join and encode).
+
+    Normalized URLs never contain a newline (WHATWG parsing strips or escapes it).
+    """
     return AuxArray.from_strs([f"{u}\n{d}\n{v or ''}" for u, d, v in zip(urls, depths, vias)])
 
 
