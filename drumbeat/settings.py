@@ -45,6 +45,9 @@ class Settings:
     # Politeness. Defaults are polite: an operator lowers them deliberately.
     host_delay_s: float = 2.0  # τh: min spacing of requests to one host name
     ip_delay_s: float = 0.5  # τs: min spacing of requests to one server IP
+    # IRLbot scales τh and τs down for high-budget (well-linked) PLDs, to these floors.
+    host_delay_min_s: float = 0.5
+    ip_delay_min_s: float = 0.1
     crawl_delay_max_s: float = 60.0  # robots Crawl-delay is honoured up to this cap
     user_agent: str = DEFAULT_USER_AGENT
     robots_expiry_s: float = 86400.0
@@ -73,6 +76,20 @@ class Settings:
     urlseen_ram_bytes: int = 64 * 1024 * 1024
     urlseen_flush_interval_s: float = 0.5  # min gap between merges forced by a short frontier
     pld_ram_bytes: int = 16 * 1024 * 1024  # PLD in-degree (two DRUMs, half each)
+
+    # Frontier (IRLbot STAR + BEAST + robots loop): disk queues, RAM fixed by these.
+    frontier_ram_urls: int = 100_000  # URLs held in RAM by the politeness scheduler at most
+    budget_default: int = 10  # B0: URLs per BEAST queue for a PLD in the long tail
+    budget_max: int = 10_000  # the budget of the best-linked PLDs
+    budget_indegree_floor: int = 10  # PLD in-degree up to which a PLD gets budget_default
+    budget_table_plds: int = 100_000  # well-linked PLDs whose in-degree STAR keeps in RAM
+    budget_refresh_s: float = 10.0  # merge the PLD graph this often so budgets follow it
+    beast_queues: int = 4  # j at the start; doubles up to beast_max_queues
+    beast_max_queues: int = 64
+    beast_pld_slots: int = 1 << 20  # BEAST's per-PLD budget table (16 bytes a slot)
+    robots_ram_entries: int = 10_000  # parsed robots.txt kept in RAM (the rest on disk)
+    robots_ram_bytes: int = 4 * 1024 * 1024  # RobotsCache + RobotsRequested DRUM buffers
+    robots_wait_max_s: float = 30.0  # URLs waiting in QR are replayed after this at latest
 
     # Output and durability.
     warc_max_file_bytes: int = 1 << 30
@@ -143,15 +160,21 @@ def validate(s: Settings) -> Settings:
             raise SettingsError(f"setting '{name}' {what}, got {getattr(s, name)!r}")
 
     for name in ("host_delay_s", "ip_delay_s", "crawl_delay_max_s", "robots_retry_s",
-                 "dns_negative_ttl_s", "robots_expiry_s"):
+                 "dns_negative_ttl_s", "robots_expiry_s", "host_delay_min_s", "ip_delay_min_s"):
         need(getattr(s, name) >= 0, name, "must be >= 0 seconds")
     for name in ("connect_timeout_s", "read_timeout_s", "total_timeout_s", "dns_timeout_s",
-                 "checkpoint_interval_s", "progress_interval_s", "urlseen_flush_interval_s"):
+                 "checkpoint_interval_s", "progress_interval_s", "urlseen_flush_interval_s",
+                 "budget_refresh_s", "robots_wait_max_s"):
         need(getattr(s, name) > 0, name, "must be > 0 seconds")
     for name in ("concurrency", "robots_max_attempts", "robots_max_bytes", "max_body_bytes",
                  "max_decoded_bytes", "max_links_per_page", "warc_max_file_bytes", "task_max_items",
-                 "urlseen_ram_bytes", "pld_ram_bytes"):
+                 "urlseen_ram_bytes", "pld_ram_bytes", "frontier_ram_urls", "budget_default",
+                 "budget_table_plds", "beast_queues", "beast_pld_slots", "robots_ram_entries",
+                 "robots_ram_bytes"):
         need(getattr(s, name) >= 1, name, "must be >= 1")
+    need(s.budget_max >= s.budget_default, "budget_max", "must be >= budget_default")
+    need(s.budget_indegree_floor >= 1, "budget_indegree_floor", "must be >= 1")
+    need(s.beast_max_queues >= s.beast_queues, "beast_max_queues", "must be >= beast_queues")
     need(s.max_url_bytes >= 16, "max_url_bytes", "must be >= 16")
     need(0 <= s.warc_gzip_level <= 9, "warc_gzip_level", "must be 0..9")
     need(s.scope in SCOPES, "scope", f"must be one of {', '.join(SCOPES)}")

@@ -23,3 +23,15 @@ def test_rollback_to_a_manifest_never_double_counts(tmp_path):
     again = PLDIndegree(tmp_path / "g", ram_bytes=2 << 20, manifest=manifest)
     again.add([("a.test", "hub.test"), ("c.test", "hub.test")])  # a page seen again
     assert again.lookup(["hub.test"]) == {"hub.test": 3}
+
+
+def test_each_new_edge_reports_the_exact_new_indegree(tmp_path):
+    heard: list[tuple[str, int]] = []
+    g = PLDIndegree(tmp_path / "g", ram_bytes=2 << 20, fsync=False,
+                    on_indegree=lambda plds, counts: heard.extend(zip(plds, counts.tolist())))
+    g.add([("a.test", "hub.test"), ("b.test", "hub.test"), ("a.test", "hub.test"),
+           ("a.test", "x.test")])
+    g.flush()
+    g.add([("c.test", "hub.test"), ("b.test", "hub.test")])
+    g.flush()
+    assert heard == [("hub.test", 1), ("hub.test", 2), ("x.test", 1), ("hub.test", 3)]

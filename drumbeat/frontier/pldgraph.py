@@ -4,17 +4,18 @@ Two DRUM repositories, both with RAM fixed by configuration:
 
 * ``edges``: check+update keyed by the hash of "source PLD -> target PLD"; only the first
   sighting of an edge counts, however many pages repeat it.
-* ``indegree``: update with merge "add" keyed by the hash of the target PLD, one per new
-  edge; the target PLD's name rides along as aux.
+* ``indegree``: check+update with merge "add" keyed by the hash of the target PLD, one per
+  new edge; the target PLD's name rides along as aux. Each answer carries the count before
+  the edge, so every new edge reports its target's exact new in-degree to ``on_indegree``.
 
-STAR (issue 4) reads the counts to give each PLD its budget. Like URL-seen, both roll back
+STAR (``star.py``) takes those counts to give each PLD its budget. Like URL-seen, both roll back
 to the checkpoint's manifests after a crash, so an edge is never counted twice.
 """
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
@@ -33,9 +34,13 @@ def edge_key(source: str, target: str) -> int:
     return xxhash.xxh3_64_intdigest(f"{source}\n{target}".encode())
 
 
+OnIndegree = Callable[[list[str], np.ndarray], None]
+
+
 class PLDIndegree:
     def __init__(self, directory: Path, *, ram_bytes: int, manifest: dict | None = None,
-                 fsync: bool | str = True) -> None:
+                 fsync: bool | str = True, on_indegree: OnIndegree | None = None) -> None:
+        """``on_indegree(plds, counts)`` hears each new edge's target and its new in-degree."""
         if manifest is None and directory.exists():
             shutil.rmtree(directory)  # no checkpoint names it: a run that died before one
         half = max(ram_bytes // 2, 1 << 20)
@@ -45,6 +50,7 @@ class PLDIndegree:
                              ram_bytes=half, fsync=fsync,
                              manifest=(manifest or {}).get("indegree"))
         self.new_edges = 0
+        self.on_indegree = on_indegree
 
     def add(self, edges: Iterable[tuple[str, str]]) -> None:
         """Queue (source PLD, target PLD) edges; repeats are absorbed by the edges DRUM."""
@@ -64,24 +70,27 @@ class PLDIndegree:
             keys = np.fromiter(map(xxhash.xxh3_64_intdigest, targets.tolist()), np.uint64,
                                len(targets))
             ones = np.ones(len(targets), INDEGREE_DTYPE)
-            self.indegree.update(keys, ones, aux=targets)
+            self.indegree.check_update(keys, ones, aux=targets)
             moved += len(targets)
-        self._discard_update_results()
+        self._report_indegrees()
         self.new_edges += moved
         return moved
 
-    def _discard_update_results(self) -> None:
-        # Update rounds answer nothing anyone waits for, but DRUM keeps every round's
-        # results on disk until they are taken.
-        for _ in self.indegree.take_results():
-            pass
+    def _report_indegrees(self) -> None:
+        # DRUM keeps every round's results on disk until they are taken, so take them even
+        # when nobody listens.
+        for result in self.indegree.take_results():
+            if self.on_indegree is not None and len(result.unique):
+                before = np.where(result.unique, 0, result.values["indegree"])
+                self.on_indegree([t.decode() for t in result.aux.tolist()],
+                                 before.astype(np.int64) + 1)
 
     def flush(self) -> None:
         """Merge everything queued in both repositories (edges first)."""
         self.edges.flush()
         self.pump()
         self.indegree.flush()
-        self._discard_update_results()
+        self._report_indegrees()
 
     def lookup(self, plds: list[str]) -> dict[str, int]:
         """In-degrees of ``plds`` (0 if unknown). Forces merges: for reports and tests."""

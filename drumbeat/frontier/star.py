@@ -1,0 +1,75 @@
+"""STAR (IRLbot §VI.B): each PLD's crawl budget from its in-degree in the PLD graph.
+
+A PLD's budget B(x) = F(d_x) is how many of its URLs BEAST lets into each of its queues.
+Spammers can mint pages and subdomains for free but not links from other pay-level domains,
+so a PLD earns budget only through distinct linking PLDs.
+
+RAM is fixed: only PLDs whose in-degree passed ``indegree_floor`` can have a budget above the
+default, so only those are kept, at most ``table_size`` of them (the smallest in-degree is
+evicted when full). The in-degrees come exact from PLDindegree's DRUM (each new edge reports
+the target's new count), so a PLD evicted and linked again comes back with its true count.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+BudgetFn = Callable[[int], int]
+
+
+def irlbot_budget(default: int, maximum: int, floor: int) -> BudgetFn:
+    """IRLbot's shape: ``default`` for the long tail (in-degree <= ``floor``), then growing
+    linearly with in-degree (``default * d / floor``) up to ``maximum``."""
+
+    def budget(indegree: int) -> int:
+        if indegree <= floor:
+            return default
+        return min(maximum, default * indegree // floor)
+
+    return budget
+
+
+class Star:
+    FILE = "star.json"
+
+    def __init__(self, *, budget: BudgetFn, indegree_floor: int, table_size: int) -> None:
+        self._budget = budget
+        self.floor = indegree_floor
+        self.table_size = table_size
+        self._indegree: dict[str, int] = {}  # only PLDs above the floor
+        self.default = budget(0)
+
+    def observe(self, plds: Sequence[str], indegrees: Sequence[int]) -> None:
+        """New exact in-degrees (in order; a later count of the same PLD wins)."""
+        table = self._indegree
+        for pld, d in zip(plds, indegrees):
+            if d > self.floor:
+                table[pld] = d
+        if len(table) > self.table_size:
+            for pld, _ in heapq.nsmallest(len(table) - self.table_size, table.items(),
+                                          key=lambda kv: kv[1]):
+                del table[pld]
+
+    def indegree(self, pld: str) -> int:
+        """The PLD's in-degree if above the floor and kept, else 0 (it has the default)."""
+        return self._indegree.get(pld, 0)
+
+    def budget(self, pld: str) -> int:
+        d = self._indegree.get(pld)
+        return self.default if d is None else self._budget(d)
+
+    def __len__(self) -> int:
+        return len(self._indegree)
+
+    def save(self, directory: Path) -> None:
+        with open(directory / self.FILE, "w", encoding="utf-8") as f:
+            json.dump(self._indegree, f)
+
+    def load(self, directory: Path) -> None:
+        path = directory / self.FILE
+        if path.exists():
+            self._indegree = {str(k): int(v) for k, v in
+                              json.loads(path.read_text(encoding="utf-8")).items()}
