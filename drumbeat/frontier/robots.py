@@ -1,37 +1,77 @@
-"""robots.txt rules per origin (scheme://host[:port]), with expiry and RFC 9309 failure rules.
+"""robots.txt rules per origin (scheme://host[:port]) on disk: IRLbot's RobotsCache and
+RobotsRequested (§IV.C, Fig. 2), with expiry and RFC 9309 failure rules.
+
+Outcomes of a robots.txt fetch (:meth:`RobotsStore.record`):
 
 * 2xx: the body is parsed with protego; garbage parses as "no rules" (allow all).
 * 4xx: no usable robots.txt, everything allowed.
 * 5xx or network failure: the origin is treated as fully disallowed and retried after
-  ``retry_s``; after ``max_attempts`` failures in a row it is given up (the manager drops
-  its URLs with a counted reason).
+  ``retry_s``; after ``max_attempts`` failures in a row it is given up for good (the
+  manager drops its URLs with a counted reason).
+* :meth:`RobotsStore.record_refused`: DNS failed or the address is refused; the origin is
+  disallowed until ``ttl_s`` has passed.
 
-INTERIM: the cache lives in RAM and is saved whole at each checkpoint; DRUM's RobotsCache
-(issue 3) puts it on disk with a small RAM cache in front.
+Storage, under ``directory``::
+
+    cache/       DRUM RobotsCache: origin hash -> VALUE_DTYPE (check and update)
+    requested/   DRUM RobotsRequested: origin hash, no value (check+update)
+    rules.log    robots.txt bodies, append-only (format in :class:`RulesLog`)
+
+RAM is fixed: the two DRUMs get ``drum_ram_bytes`` between them and an LRU of at most
+``ram_entries`` parsed entries sits in front. Only the LRU holds protego objects; an entry
+found on disk re-reads its body from the rules log and is parsed again.
+
+Durability follows the crawler's checkpoints: :meth:`RobotsStore.commit` returns a manifest
+(both DRUM manifests and the rules log's length); reopening with the last or the previous
+manifest gives exactly that state, and opening without one starts empty.
 """
 
 from __future__ import annotations
 
-import json
 import os
+import shutil
+import struct
 import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
+import numpy as np
+import xxhash
 from protego import Protego
+
+from drumbeat.drum import CHECK, AuxArray, Drum, DrumCorruptError, DrumError
+from drumbeat.store.durable import fsync_dir
 
 ALLOW_ALL = "allow_all"
 RULES = "rules"
 UNAVAILABLE = "unavailable"
 GIVEN_UP = "given_up"
+REFUSED = "refused"  # the host's DNS failed or its address is refused; `text` holds the reason
+
+MANIFEST_FORMAT = 1
+
+# The RobotsCache value. No crawl delay: an entry is only usable parsed (allows() needs the
+# rules), and the parse yields the delay too. State code 0 is never written.
+VALUE_DTYPE = np.dtype([
+    ("state", "u1"),
+    ("attempts", "<u4"),  # consecutive failures
+    ("fetched_at", "<f8"),  # wall-clock seconds
+    ("expires_at", "<f8"),
+    ("text_at", "<u8"),  # offset of the body's record in rules.log (when text_len > 0)
+    ("text_len", "<u4"),  # UTF-8 bytes of the body (0: no record, text "")
+])
+_CODES = {RULES: 1, ALLOW_ALL: 2, UNAVAILABLE: 3, GIVEN_UP: 4, REFUSED: 5}
+_STATES = {code: state for state, code in _CODES.items()}
+_TOKEN_LEN = struct.Struct("<I")
 
 
 @dataclass(slots=True)
 class RobotsEntry:
     origin: str
-    state: str  # RULES | ALLOW_ALL | UNAVAILABLE | GIVEN_UP
-    text: str  # the robots.txt body kept for RULES (to re-parse after a restart)
+    state: str  # RULES | ALLOW_ALL | UNAVAILABLE | GIVEN_UP | REFUSED
+    text: str  # the robots.txt body (RULES), the refusal reason (REFUSED), else ""
     fetched_at: float  # wall-clock seconds
     expires_at: float  # wall-clock seconds: re-request after this (retry time when UNAVAILABLE)
     attempts: int  # consecutive failures
@@ -57,40 +97,238 @@ class RobotsEntry:
             return None
 
 
-class RobotsCache:
-    FILE = "robots.json"
+class RulesLogCorruptError(DrumCorruptError):
+    """The rules log is truncated, not a rules log, or a record fails its checksum."""
 
-    def __init__(
-        self,
-        *,
-        user_agent: str,
-        expiry_s: float,
-        retry_s: float,
-        max_attempts: int,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
+    def __init__(self, path: Path, offset: int, problem: str) -> None:
+        DrumError.__init__(self, f"corrupt robots rules log {path} at byte {offset}: {problem}")
+        self.path = path
+        self.offset = offset
+
+
+class RulesLog:
+    """Append-only file of robots.txt bodies, read back with one pread per body.
+
+    Bytes, integers little-endian::
+
+        header   8 bytes   b"DBRULES" + version byte (1)
+        record*  key u64 (origin hash), length u32 (UTF-8 bytes of the body),
+                 xxh3 u64 (XXH3-64 of the body), body
+
+    The valid length is the one in the store's manifest; bytes past it (written after the
+    last commit by a process that died) are cut off when the log is opened.
+    """
+
+    HEADER = b"DBRULES\x01"
+    RECORD = struct.Struct("<QIQ")
+
+    def __init__(self, path: Path, committed: int | None, fsync: bool) -> None:
+        """``committed`` None: a new, empty log; else the length to restore."""
+        self.path = path
+        self._fsync = fsync
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if committed is None:
+                os.ftruncate(self._fd, 0)
+                os.pwrite(self._fd, self.HEADER, 0)
+                self.length = len(self.HEADER)
+            else:
+                size = os.fstat(self._fd).st_size
+                if size < committed:
+                    raise RulesLogCorruptError(path, size,
+                                               f"truncated: {size} bytes, manifest says {committed}")
+                if os.pread(self._fd, len(self.HEADER), 0) != self.HEADER:
+                    raise RulesLogCorruptError(path, 0, "not a drumbeat rules log (bad header)")
+                # Safe: the DRUMs accepted the same commit and dropped any later one, so no
+                # state that can still be opened refers to bytes past `committed`.
+                os.ftruncate(self._fd, committed)
+                self.length = committed
+        except BaseException:
+            os.close(self._fd)
+            raise
+
+    def append(self, key: int, body: bytes) -> int:
+        """Write one body; returns the offset of its record."""
+        at = self.length
+        record = self.RECORD.pack(key, len(body), xxhash.xxh3_64_intdigest(body)) + body
+        written = os.pwrite(self._fd, record, at)
+        if written != len(record):
+            raise OSError(f"short write to {self.path}: {written} of {len(record)} bytes")
+        self.length = at + len(record)
+        return at
+
+    def read(self, key: int, at: int, length: int) -> bytes:
+        """The body written by ``append(key, body)`` at ``at``, checked against its record."""
+        want = self.RECORD.size + length
+        data = os.pread(self._fd, want, at) if at + want <= self.length else b""
+        if len(data) != want:
+            raise RulesLogCorruptError(self.path, at,
+                                       f"record of {want} bytes runs past the end ({self.length})")
+        rkey, rlen, digest = self.RECORD.unpack_from(data)
+        body = data[self.RECORD.size:]
+        if rkey != key or rlen != length:
+            raise RulesLogCorruptError(self.path, at, "record header does not match the cache")
+        if xxhash.xxh3_64_intdigest(body) != digest:
+            raise RulesLogCorruptError(self.path, at, "checksum mismatch")
+        return body
+
+    def sync(self) -> None:
+        if self._fsync:
+            os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def origin_key(origin: str) -> int:
+    return xxhash.xxh3_64_intdigest(origin.encode())
+
+
+def _keys(origins: Sequence[str]) -> np.ndarray:
+    return np.fromiter((origin_key(o) for o in origins), np.uint64, len(origins))
+
+
+class RobotsStore:
+    """RobotsCache (DRUM keyed by origin hash, RAM LRU in front) and RobotsRequested (DRUM
+    check+update).
+
+    Checks and requests only buffer; their answers come out of :meth:`take_checked` and
+    :meth:`take_requested` after a merge round (:meth:`flush`, or when a DRUM bucket fills).
+    Exhaust those iterators: DRUM counts a round as taken only then, and an interrupted
+    round is delivered again. Answers of tuples submitted before a commit and not taken by
+    then are part of that commit: after reopening they are delivered again.
+
+    Consecutive failures (``attempts``) are counted on the LRU entry: once an origin's entry
+    was evicted, the next failure counts as the first again. Retries stay bounded, as at
+    most ``max_attempts`` failures in a row happen while the entry stays in RAM, and an
+    origin being retried is in active use, so rarely the least recently used.
+    """
+
+    def __init__(self, directory: Path, *, user_agent: str, expiry_s: float, retry_s: float,
+                 max_attempts: int, ram_entries: int = 10_000, drum_ram_bytes: int = 4 << 20,
+                 manifest: dict | None = None, clock: Callable[[], float] = time.time,
+                 fsync: bool | str = True) -> None:
+        """``manifest`` None wipes ``directory`` (state of a run that died before its first
+        checkpoint) and starts empty; otherwise the state of that commit is restored."""
+        if ram_entries < 1:
+            raise ValueError(f"ram_entries must be at least 1, got {ram_entries}")
+        self.directory = Path(directory)
         self.user_agent = user_agent
         self.expiry_s = expiry_s
         self.retry_s = retry_s
         self.max_attempts = max_attempts
+        self.ram_entries = ram_entries
         self.clock = clock
-        self._entries: dict[str, RobotsEntry] = {}
+        if manifest is None:
+            if self.directory.exists():
+                shutil.rmtree(self.directory)
+        elif manifest.get("format") != MANIFEST_FORMAT:
+            raise DrumError(f"robots manifest format {manifest.get('format')!r}, "
+                            f"expected {MANIFEST_FORMAT}")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        # Cache records are ~5x the size of RobotsRequested's (42 vs 9 bytes).
+        cache_ram = max(drum_ram_bytes * 3 // 4, 1 << 20)
+        requested_ram = max(drum_ram_bytes - cache_ram, 1 << 20)
+        m = manifest or {}
+        self.cache = Drum(self.directory / "cache", value_dtype=VALUE_DTYPE, ram_bytes=cache_ram,
+                          fsync=fsync, manifest=m.get("cache"))
+        self.requested = Drum(self.directory / "requested", ram_bytes=requested_ram,
+                              fsync=fsync, manifest=m.get("requested"))
+        self._fsync = fsync is not False
+        self.log = RulesLog(self.directory / "rules.log",
+                            None if manifest is None else int(manifest["rules_log_bytes"]),
+                            self._fsync)
+        self._dir_synced = manifest is not None
+        self._lru: OrderedDict[str, RobotsEntry] = OrderedDict()
+        self._hits = self._misses = self._loaded = 0
+        # Merge count of each DRUM when checks / requests were last submitted (None: none
+        # since a flush); any later round merges them.
+        self._check_mark: int | None = None
+        self._request_mark: int | None = None
+
+    # ------------------------------------------------------------------ RAM
 
     def get(self, origin: str) -> RobotsEntry | None:
-        """The entry for ``origin``, or None when unknown or due for a (re-)request."""
-        entry = self._entries.get(origin)
+        """The LRU's entry for ``origin`` (no I/O); may be expired, see :meth:`is_fresh`."""
+        entry = self._lru.get(origin)
         if entry is None:
+            self._misses += 1
             return None
-        if entry.state != GIVEN_UP and entry.expires_at <= self.clock():
-            return None
+        self._hits += 1
+        self._lru.move_to_end(origin)
         return entry
 
-    def previous_attempts(self, origin: str) -> int:
-        entry = self._entries.get(origin)
-        return entry.attempts if entry else 0
+    def is_fresh(self, entry: RobotsEntry) -> bool:
+        """True until ``entry`` expires (UNAVAILABLE: until its retry time); GIVEN_UP always."""
+        return entry.state == GIVEN_UP or entry.expires_at > self.clock()
+
+    def _remember(self, entry: RobotsEntry) -> None:
+        self._lru[entry.origin] = entry
+        self._lru.move_to_end(entry.origin)
+        while len(self._lru) > self.ram_entries:
+            self._lru.popitem(last=False)
+
+    # ------------------------------------------------------------------ RobotsCache
+
+    def check(self, origins: Sequence[str], tokens: Sequence[bytes]) -> None:
+        """Queue lookups of ``origins``; ``tokens[i]`` comes back with the answer for
+        ``origins[i]`` from :meth:`take_checked`."""
+        if len(origins) != len(tokens):
+            raise ValueError(f"{len(tokens)} tokens for {len(origins)} origins")
+        if not origins:
+            return
+        aux = AuxArray.of([_TOKEN_LEN.pack(len(t)) + t + o.encode()
+                           for o, t in zip(origins, tokens)])
+        self.cache.check(_keys(origins), aux)
+        self._check_mark = self.cache.stats().merges
+
+    def take_checked(self) -> Iterator[tuple[bytes, str, RobotsEntry | None]]:
+        """``(token, origin, entry)`` of every merged check, in submission order.
+
+        ``entry`` is the newest known: the LRU's when it holds the origin (a record() made
+        after the check was queued included), else the one on disk, which then joins the
+        LRU; None when the origin was never recorded.
+        """
+        for result in self.cache.take_results():
+            idx = np.flatnonzero(result.ops == CHECK)
+            if not len(idx):
+                continue
+            values = result.values[idx]
+            for aux, key, unique, value in zip(result.aux.select(idx), result.keys[idx].tolist(),
+                                               result.unique[idx].tolist(), values):
+                (n,) = _TOKEN_LEN.unpack_from(aux)
+                token, origin = aux[4:4 + n], aux[4 + n:].decode()
+                entry = self._lru.get(origin)
+                if entry is not None:
+                    self._lru.move_to_end(origin)
+                elif not unique:
+                    entry = self._load(key, origin, value)
+                    self._remember(entry)
+                yield token, origin, entry
+
+    def _load(self, key: int, origin: str, value: np.void) -> RobotsEntry:
+        length = int(value["text_len"])
+        text = self.log.read(key, int(value["text_at"]), length).decode(
+            "utf-8", "surrogatepass") if length else ""
+        code = int(value["state"])
+        if code not in _STATES:
+            raise DrumCorruptError(self.cache.directory, f"robots state code {code} for {origin}")
+        entry = RobotsEntry(origin, _STATES[code], text, float(value["fetched_at"]),
+                            float(value["expires_at"]), int(value["attempts"]))
+        if entry.state == RULES:
+            entry.parsed = _parse(text)
+            if entry.parsed is None:  # as record() would have decided
+                entry.state = ALLOW_ALL
+        self._loaded += 1
+        return entry
 
     def record(self, origin: str, status: int | None, text: str | None) -> RobotsEntry:
-        """Store the outcome of a robots.txt fetch (status None = no HTTP response)."""
+        """Store the outcome of a robots.txt fetch (status None = no HTTP response).
+
+        The previous failure count comes from the LRU (see the class docstring).
+        """
         now = self.clock()
         if status is not None and 200 <= status < 300:
             entry = RobotsEntry(origin, RULES, text or "", now, now + self.expiry_s, 0)
@@ -100,37 +338,99 @@ class RobotsCache:
         elif status is not None and 400 <= status < 500:
             entry = RobotsEntry(origin, ALLOW_ALL, "", now, now + self.expiry_s, 0)
         else:  # 5xx, other odd statuses (1xx/3xx left after redirects), network errors
-            attempts = self.previous_attempts(origin) + 1
+            previous = self._lru.get(origin)
+            attempts = (previous.attempts if previous else 0) + 1
             state = GIVEN_UP if attempts >= self.max_attempts else UNAVAILABLE
             entry = RobotsEntry(origin, state, "", now, now + self.retry_s, attempts)
-        self._entries[origin] = entry
+        self._store(entry)
         return entry
 
-    def __len__(self) -> int:
-        return len(self._entries)
+    def record_refused(self, origin: str, reason: str, ttl_s: float) -> RobotsEntry:
+        """Store that ``origin`` cannot be fetched (DNS failure, refused address) for ``ttl_s``."""
+        now = self.clock()
+        entry = RobotsEntry(origin, REFUSED, reason, now, now + ttl_s, 0)
+        self._store(entry)
+        return entry
 
-    def save(self, directory: Path) -> None:
-        rows = [
-            [e.origin, e.state, e.text, e.fetched_at, e.expires_at, e.attempts]
-            for e in self._entries.values()
-        ]
-        tmp = directory / (self.FILE + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"version": 1, "entries": rows}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, directory / self.FILE)
+    def _store(self, entry: RobotsEntry) -> None:
+        key = origin_key(entry.origin)
+        body = entry.text.encode("utf-8", "surrogatepass")
+        value = np.zeros(1, VALUE_DTYPE)
+        value["state"] = _CODES[entry.state]
+        value["attempts"] = entry.attempts
+        value["fetched_at"] = entry.fetched_at
+        value["expires_at"] = entry.expires_at
+        if body:
+            value["text_at"] = self.log.append(key, body)
+            value["text_len"] = len(body)
+        self.cache.update(np.array([key], np.uint64), value)
+        self._remember(entry)
 
-    def load(self, directory: Path) -> None:
-        path = directory / self.FILE
-        if not path.exists():
-            return
-        data = json.loads(path.read_text(encoding="utf-8"))
-        for origin, state, text, fetched_at, expires_at, attempts in data["entries"]:
-            entry = RobotsEntry(origin, state, text, fetched_at, expires_at, attempts)
-            if state == RULES:
-                entry.parsed = _parse(text)
-            self._entries[origin] = entry
+    # ------------------------------------------------------------------ RobotsRequested
+
+    def request(self, origins: Sequence[str]) -> None:
+        """Queue origins whose robots.txt is wanted; :meth:`take_requested` says which are new."""
+        if origins:
+            self.requested.check_update(_keys(origins), aux=AuxArray.from_strs(list(origins)))
+            self._request_mark = self.requested.stats().merges
+
+    def take_requested(self) -> Iterator[tuple[str, bool]]:
+        """``(origin, new)`` of every merged request, in submission order; ``new`` only the
+        first time an origin is requested in the crawl."""
+        for result in self.requested.take_results():
+            for origin, new in zip(result.aux.tolist(), result.unique.tolist()):
+                yield origin.decode(), new
+
+    # ------------------------------------------------------------------ rounds, durability
+
+    @property
+    def pending(self) -> bool:
+        """Checks or requests were submitted and not merged yet (:meth:`flush` merges them)."""
+        return (self._check_mark is not None
+                and self.cache.stats().merges == self._check_mark) or \
+            (self._request_mark is not None
+             and self.requested.stats().merges == self._request_mark)
+
+    def flush(self) -> None:
+        """Merge both DRUMs now; their answers become available to the take_* methods."""
+        self.cache.flush()
+        self.requested.flush()
+        self._check_mark = self._request_mark = None
+
+    def commit(self) -> dict:
+        """Durable point: everything recorded, checked and requested so far. Returns the
+        JSON-able manifest to reopen with."""
+        # The log is synced only here, even with fsync=True: the store is only ever reopened
+        # at a commit, so bytes written after it are cut off anyway.
+        self.log.sync()
+        if self._fsync and not self._dir_synced:
+            fsync_dir(self.directory)  # rules.log's directory entry
+            self._dir_synced = True
+        return {
+            "format": MANIFEST_FORMAT,
+            "rules_log_bytes": self.log.length,
+            "cache": self.cache.commit(),
+            "requested": self.requested.commit(),
+        }
+
+    def close(self) -> None:
+        """Release the files; anything not committed is forgotten."""
+        self.cache.close()
+        self.requested.close()
+        self.log.close()
+
+    def stats(self) -> dict:
+        """LRU size and get() hits/misses, entries loaded from disk, keys in each DRUM and
+        the rules log's length in bytes."""
+        return {
+            "lru_entries": len(self._lru),
+            "lru_hits": self._hits,
+            "lru_misses": self._misses,
+            "loaded_from_disk": self._loaded,
+            "cache_keys": self.cache.stats().keys_stored,
+            "requested_keys": self.requested.stats().keys_stored,
+            "rules_log_bytes": self.log.length,
+        }
 
 
 def _parse(text: str) -> Protego | None:
