@@ -1,0 +1,375 @@
+"""An append-only FIFO of byte records on disk, rolled back to a commit after a crash.
+
+Directory layout::
+
+    SSSSSSSSSS.seg      segment number S (zero-padded), read and written sequentially
+
+A segment is ``header frame*``; all integers little-endian.
+
+header (20 bytes)::
+
+    magic    4s   b"DQSG"
+    version  u16  FORMAT_VERSION (1)
+    pad      u16  0
+    segment  u64  the segment number, as in the file name
+    crc      u32  zlib.crc32 of the 16 bytes above
+
+frame::
+
+    length   u32  payload bytes
+    check    u32  xxh32 of the payload, seeded with ``length`` (so a damaged length
+                  is caught as well as a damaged payload)
+    payload  length bytes
+
+A new segment starts when the next frame would take the current one past
+``segment_bytes`` (a single larger record gets a segment of its own).
+
+Crash consistency: :meth:`DiskQueue.commit` writes the buffer, fsyncs the write
+segment (earlier segments were fsynced when they were closed) and the directory, and
+returns a JSON-able state: the write position, the read position, the unread count,
+the counters and ``keep``, the oldest segment a state still reopenable may need.
+Reopening with a state cuts what was appended after it (truncate/delete) and rereads
+what was read after it. Fully read segments are deleted at a commit, and only those
+that neither this commit nor the previous one needs, so either of the last two states
+returned by ``commit()`` can be reopened.
+
+Memory is one write buffer and one read buffer (about ``buffer_bytes`` each); at most
+two files are open (the write segment, and the read segment once reading starts).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import zlib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import BinaryIO
+
+import xxhash
+
+FORMAT_VERSION = 1
+MAGIC = b"DQSG"
+_HEADER = struct.Struct("<4sHxxQ")
+HEADER_SIZE = _HEADER.size + 4
+_FRAME = struct.Struct("<II")
+FRAME_SIZE = _FRAME.size
+MAX_RECORD = 0xFFFFFFFF
+
+
+class DiskQueueCorruptError(Exception):
+    """A segment is missing, truncated, not a segment, or fails a checksum."""
+
+    def __init__(self, path: Path | str, offset: int | None, problem: str) -> None:
+        where = f" at offset {offset}" if offset is not None else ""
+        super().__init__(f"corrupt disk queue segment {path}{where}: {problem}")
+        self.path = Path(path)
+        self.offset = offset
+
+
+def _seg_name(seg: int) -> str:
+    return f"{seg:010d}.seg"
+
+
+def _encode_header(seg: int) -> bytes:
+    body = _HEADER.pack(MAGIC, FORMAT_VERSION, seg)
+    return body + struct.pack("<I", zlib.crc32(body))
+
+
+def _check_header(path: Path, raw: bytes, seg: int) -> None:
+    if len(raw) < HEADER_SIZE:
+        raise DiskQueueCorruptError(path, 0, "shorter than its header")
+    body = raw[: _HEADER.size]
+    magic, version, number = _HEADER.unpack(body)
+    if magic != MAGIC:
+        raise DiskQueueCorruptError(path, 0, "bad magic, not a disk queue segment")
+    if version != FORMAT_VERSION:
+        raise DiskQueueCorruptError(path, 0, f"format version {version}, expected {FORMAT_VERSION}")
+    if struct.unpack_from("<I", raw, _HEADER.size)[0] != zlib.crc32(body):
+        raise DiskQueueCorruptError(path, 0, "header checksum mismatch")
+    if number != seg:
+        raise DiskQueueCorruptError(path, 0, f"header names segment {number}")
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class DiskQueue:
+    """FIFO of byte records in ``directory`` (which it owns).
+
+    ``state=None`` starts an empty queue, wiping ``directory``; a state from
+    :meth:`commit` (one of the last two) reopens exactly that commit's contents.
+    """
+
+    def __init__(self, directory: Path, *, state: dict | None = None,
+                 segment_bytes: int = 64 << 20, fsync: bool = True,
+                 buffer_bytes: int = 1 << 20) -> None:
+        if segment_bytes <= HEADER_SIZE:
+            raise ValueError(f"segment_bytes must exceed the {HEADER_SIZE}-byte header")
+        self.directory = Path(directory)
+        self.segment_bytes = segment_bytes
+        self.buffer_bytes = buffer_bytes
+        self._fsync = fsync
+        self._wfile: BinaryIO | None = None
+        self._wbuf = bytearray()
+        self._rfile: BinaryIO | None = None
+        self._rbuf = b""
+        self._rpos = 0  # index in _rbuf of the next unread byte, which is at _roff
+        self._rsize: int | None = None  # size of the read segment once it is complete
+        self._closed = False
+        if state is None:
+            if self.directory.exists():
+                shutil.rmtree(self.directory)
+            self.directory.mkdir(parents=True)
+            self._ws, self._wlen = 0, HEADER_SIZE
+            self._rs, self._roff = 0, HEADER_SIZE
+            self._count = 0
+            self.bytes_written = self.bytes_read = 0
+            self._floor = 0
+            self._last_commit_rs: int | None = None
+            self._create_segment(0)
+            self._dir_dirty = True
+        else:
+            self._reopen(state)
+
+    # -- writing -----------------------------------------------------------------------
+
+    def append(self, record: bytes) -> None:
+        """Queue one record (it is readable at once, durable at the next commit)."""
+        self.extend((record,))
+
+    def extend(self, records: Iterable[bytes]) -> None:
+        """Queue records in order."""
+        self._usable()
+        wbuf, limit, pack = self._wbuf, self.segment_bytes, _FRAME.pack
+        for record in records:
+            n = len(record)
+            if n > MAX_RECORD:
+                raise ValueError(f"record of {n} bytes is too long for a disk queue")
+            size = FRAME_SIZE + n
+            if self._wlen + size > limit and self._wlen > HEADER_SIZE:
+                self._rotate()
+                wbuf = self._wbuf
+            wbuf += pack(n, xxhash.xxh32_intdigest(record, n))
+            wbuf += record
+            self._wlen += size
+            self._count += 1
+            self.bytes_written += size
+            if len(wbuf) >= self.buffer_bytes:
+                self._flush()
+                wbuf = self._wbuf
+
+    def _flushed(self) -> int:
+        """Bytes of the write segment already in its file."""
+        return self._wlen - len(self._wbuf)
+
+    def _flush(self) -> None:
+        if self._wbuf:
+            assert self._wfile is not None
+            view = memoryview(self._wbuf)
+            while view:
+                written = self._wfile.write(view)
+                view = view[written:]
+            self._wbuf = bytearray()
+
+    def _create_segment(self, seg: int) -> None:
+        header = _encode_header(seg)
+        self._wfile = open(self.directory / _seg_name(seg), "xb", buffering=0)
+        self._wfile.write(header)
+        self.bytes_written += len(header)
+
+    def _rotate(self) -> None:
+        self._flush()
+        assert self._wfile is not None
+        if self._fsync:
+            # Earlier segments are never written again: make them durable now, so a
+            # commit only has to fsync the one open segment.
+            os.fsync(self._wfile.fileno())
+        self._wfile.close()
+        self._ws += 1
+        self._wlen = HEADER_SIZE
+        self._create_segment(self._ws)
+        self._dir_dirty = True
+
+    # -- reading -----------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        """Records appended and not yet read."""
+        return self._count
+
+    def read(self, n: int) -> list[bytes]:
+        """Up to ``n`` records in FIFO order (including records still in the write buffer).
+
+        Raises :class:`DiskQueueCorruptError` naming the segment and offset of a
+        record that fails its checksum or runs past its segment.
+        """
+        self._usable()
+        out: list[bytes] = []
+        unpack, digest = _FRAME.unpack_from, xxhash.xxh32_intdigest
+        while len(out) < n and self._count:
+            if self._rs < self._ws and self._roff >= self._read_end():
+                self._next_segment()
+                continue
+            if self._rfile is None:
+                self._open_read()
+            self._ensure(FRAME_SIZE)
+            length, check = unpack(self._rbuf, self._rpos)
+            if self._roff + FRAME_SIZE + length > self._read_end():
+                raise DiskQueueCorruptError(self._read_path(), self._roff,
+                                            f"record of {length} bytes runs past the segment end")
+            self._ensure(FRAME_SIZE + length)
+            start = self._rpos + FRAME_SIZE
+            record = self._rbuf[start:start + length]
+            if digest(record, length) != check:
+                raise DiskQueueCorruptError(self._read_path(), self._roff, "record checksum mismatch")
+            self._rpos = start + length
+            self._roff += FRAME_SIZE + length
+            self._count -= 1
+            self.bytes_read += FRAME_SIZE + length
+            out.append(record)
+        if self._rpos == len(self._rbuf):
+            self._rbuf, self._rpos = b"", 0
+        return out
+
+    def _read_path(self) -> Path:
+        return self.directory / _seg_name(self._rs)
+
+    def _read_end(self) -> int:
+        if self._rs == self._ws:
+            return self._wlen
+        if self._rsize is None:
+            self._rsize = (os.fstat(self._rfile.fileno()).st_size if self._rfile is not None
+                           else self._read_path().stat().st_size)
+        return self._rsize
+
+    def _open_read(self) -> None:
+        path = self._read_path()
+        try:
+            self._rfile = open(path, "rb", buffering=0)
+        except FileNotFoundError:
+            raise DiskQueueCorruptError(path, None, "segment file missing") from None
+        _check_header(path, os.pread(self._rfile.fileno(), HEADER_SIZE, 0), self._rs)
+
+    def _next_segment(self) -> None:
+        if self._rfile is not None:
+            self._rfile.close()
+            self._rfile = None
+        self._rs += 1
+        self._roff = HEADER_SIZE
+        self._rsize = None
+        self._rbuf, self._rpos = b"", 0
+
+    def _ensure(self, k: int) -> None:
+        """Make ``k`` bytes from the read position available in the read buffer."""
+        have = len(self._rbuf) - self._rpos
+        if have >= k:
+            return
+        start = self._roff + have
+        more = self._fetch(start, max(k - have, self.buffer_bytes))
+        if have + len(more) < k:
+            raise DiskQueueCorruptError(self._read_path(), self._roff,
+                                        f"segment ends {k - have - len(more)} bytes early")
+        self._rbuf = self._rbuf[self._rpos:] + more
+        self._rpos = 0
+
+    def _fetch(self, offset: int, want: int) -> bytes:
+        """Up to ``want`` bytes of the read segment at ``offset``, from its file or,
+        past what has been flushed, from the write buffer."""
+        assert self._rfile is not None
+        end = min(offset + want, self._read_end())
+        on_disk = self._flushed() if self._rs == self._ws else end
+        parts = []
+        if offset < on_disk:
+            parts.append(os.pread(self._rfile.fileno(), min(end, on_disk) - offset, offset))
+        if end > on_disk:
+            lo = max(offset, on_disk) - on_disk
+            parts.append(bytes(self._wbuf[lo:end - on_disk]))
+        return b"".join(parts)
+
+    # -- commits -----------------------------------------------------------------------
+
+    def commit(self) -> dict:
+        """Make everything appended so far durable; return the state to reopen with."""
+        self._usable()
+        self._flush()
+        assert self._wfile is not None
+        if self._fsync:
+            os.fsync(self._wfile.fileno())
+            if self._dir_dirty:
+                _fsync_dir(self.directory)
+        self._dir_dirty = False
+        keep = self._rs if self._last_commit_rs is None else self._last_commit_rs
+        state = {
+            "format": FORMAT_VERSION,
+            "write": [self._ws, self._wlen],
+            "read": [self._rs, self._roff],
+            "count": self._count,
+            "keep": keep,
+            "bytes_written": self.bytes_written,
+            "bytes_read": self.bytes_read,
+        }
+        for seg in range(self._floor, keep):
+            (self.directory / _seg_name(seg)).unlink(missing_ok=True)
+        self._floor = keep
+        self._last_commit_rs = self._rs
+        return state
+
+    def _reopen(self, state: dict) -> None:
+        if state.get("format") != FORMAT_VERSION:
+            raise ValueError(f"disk queue state format {state.get('format')!r}, "
+                             f"expected {FORMAT_VERSION}")
+        self._ws, self._wlen = state["write"]
+        self._rs, self._roff = state["read"]
+        self._count = state["count"]
+        self.bytes_written = state["bytes_written"]
+        self.bytes_read = state["bytes_read"]
+        self._floor = state["keep"]
+        self._last_commit_rs = self._rs
+        self._dir_dirty = False
+        if not self.directory.is_dir():
+            raise DiskQueueCorruptError(self.directory, None, "queue directory missing")
+        for path in self.directory.iterdir():
+            stem = path.name.removesuffix(".seg")
+            if path.suffix == ".seg" and stem.isdigit() and \
+                    not self._floor <= int(stem) <= self._ws:
+                path.unlink()
+        for seg in range(self._rs, self._ws + 1):
+            path = self.directory / _seg_name(seg)
+            try:
+                with open(path, "rb") as f:
+                    _check_header(path, f.read(HEADER_SIZE), seg)
+            except FileNotFoundError:
+                raise DiskQueueCorruptError(path, None, "segment file missing") from None
+        path = self.directory / _seg_name(self._ws)
+        size = path.stat().st_size
+        if size < self._wlen:
+            raise DiskQueueCorruptError(path, size, f"truncated: {size} bytes, "
+                                                    f"{self._wlen} committed")
+        self._wfile = open(path, "r+b", buffering=0)
+        self._wfile.truncate(self._wlen)
+        self._wfile.seek(self._wlen)
+
+    def close(self) -> None:
+        """Write the buffer (without fsync) and close the files. Idempotent."""
+        if self._closed:
+            return
+        self._flush()
+        for f in (self._wfile, self._rfile):
+            if f is not None:
+                f.close()
+        self._wfile = self._rfile = None
+        self._closed = True
+
+    def _usable(self) -> None:
+        if self._closed:
+            raise ValueError(f"disk queue {self.directory} is closed")
+
+    def __repr__(self) -> str:
+        return (f"<DiskQueue {self.directory} [{self._count} queued | "
+                f"segments {self._rs}..{self._ws}]>")

@@ -1,0 +1,270 @@
+"""DiskQueue: FIFO across segments, rollback to either of the last two commits, torn
+tails, corruption, and a child process killed with SIGKILL while appending."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from drumbeat.frontier.diskqueue import HEADER_SIZE, DiskQueue, DiskQueueCorruptError
+
+SMALL = dict(segment_bytes=200, buffer_bytes=64, fsync=False)
+
+
+def rec(i: int) -> bytes:
+    return b"record-%d-" % i + b"x" * (i % 23)
+
+
+def segments(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.suffix == ".seg")
+
+
+def test_fifo_across_segment_rotation(tmp_path: Path) -> None:
+    q = DiskQueue(tmp_path / "q", **SMALL)
+    q.extend(rec(i) for i in range(300))
+    assert len(q) == 300
+    assert len(segments(tmp_path / "q")) > 20
+    out = q.read(7) + q.read(200) + q.read(1000)
+    assert out == [rec(i) for i in range(300)]
+    assert len(q) == 0 and q.read(5) == []
+    assert q.bytes_read == sum(8 + len(rec(i)) for i in range(300))
+    q.close()
+
+
+def test_oversized_record_gets_its_own_segment(tmp_path: Path) -> None:
+    q = DiskQueue(tmp_path / "q", **SMALL)
+    big = bytes(range(256)) * 10
+    q.extend([b"a", big, b"b"])
+    assert q.read(3) == [b"a", big, b"b"]
+    q.close()
+
+
+def test_reads_see_buffered_records_and_interleave(tmp_path: Path) -> None:
+    q = DiskQueue(tmp_path / "q", segment_bytes=1 << 20, buffer_bytes=1 << 20, fsync=False)
+    q.append(b"one")
+    assert q.read(5) == [b"one"]  # still in the write buffer, not in the file
+    q.extend([b"two", b"three"])
+    assert q.read(1) == [b"two"]
+    q.append(b"four")
+    assert q.read(5) == [b"three", b"four"]
+    q.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(
+    st.tuples(st.just("append"), st.integers(0, 40)),
+    st.tuples(st.just("read"), st.integers(0, 40)),
+    st.tuples(st.just("commit"), st.just(0)),
+    st.tuples(st.just("reopen"), st.sampled_from([-1, -2])),
+), max_size=40))
+def test_against_a_deque(ops: list[tuple[str, int]]) -> None:
+    """Any mix of appends, reads, commits and reopens (to the last or the previous
+    commit) behaves like a deque snapshotted at each commit."""
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp) / "q"
+        q = DiskQueue(directory, **SMALL)
+        model: deque[bytes] = deque()
+        commits: list[tuple[dict, list[bytes]]] = []
+        counter = 0
+        for op, arg in ops:
+            if op == "append":
+                batch = [rec(counter + i) for i in range(arg)]
+                counter += arg
+                q.extend(batch)
+                model.extend(batch)
+            elif op == "read":
+                assert q.read(arg) == [model.popleft() for _ in range(min(arg, len(model)))]
+            elif op == "commit":
+                commits.append((q.commit(), list(model)))
+                commits = commits[-2:]
+            elif len(commits) >= -arg:
+                state, contents = commits[arg]
+                q.close()
+                q = DiskQueue(directory, state=state, **SMALL)
+                model = deque(contents)
+                # The rolled-back future is gone; only this state (and its predecessor
+                # when we reopened the last one) stays reopenable.
+                commits = commits[: len(commits) + arg + 1]
+            assert len(q) == len(model)
+        assert q.read(len(model) + 5) == list(model)
+        q.close()
+
+
+def test_rollback_to_last_and_previous_commit(tmp_path: Path) -> None:
+    d = tmp_path / "q"
+    q = DiskQueue(d, **SMALL)
+    q.extend(rec(i) for i in range(100))
+    assert q.read(60) == [rec(i) for i in range(60)]
+    first = q.commit()  # unread: 60..99
+    q.extend(rec(i) for i in range(100, 200))
+    assert q.read(70) == [rec(i) for i in range(60, 130)]
+    second = q.commit()  # unread: 130..199
+    q.extend(rec(i) for i in range(200, 300))
+    assert q.read(150) == [rec(i) for i in range(130, 280)]
+    q.close()
+
+    q = DiskQueue(d, state=second, **SMALL)
+    assert len(q) == 70
+    assert q.read(1000) == [rec(i) for i in range(130, 200)]
+    q.close()
+    q = DiskQueue(d, state=first, **SMALL)
+    assert len(q) == 40
+    assert q.read(1000) == [rec(i) for i in range(60, 100)]
+    q.close()
+
+
+def test_fully_read_segments_are_deleted_two_commits_later(tmp_path: Path) -> None:
+    d = tmp_path / "q"
+    q = DiskQueue(d, **SMALL)
+    q.extend(rec(i) for i in range(200))
+    q.read(200)
+    q.commit()
+    many = len(segments(d))
+    q.append(b"tail")
+    q.commit()  # the previous commit still needs the old segments
+    assert len(segments(d)) == many
+    q.read(1)
+    q.commit()
+    assert len(segments(d)) == 1
+    q.close()
+
+
+def test_torn_tail_is_cut(tmp_path: Path) -> None:
+    d = tmp_path / "q"
+    q = DiskQueue(d, segment_bytes=1 << 20, fsync=False)
+    q.extend([b"a", b"b"])
+    state = q.commit()
+    q.close()
+    with open(d / segments(d)[-1], "ab") as f:
+        f.write(b"\x05\x00\x00\x00\x99")  # half a frame, as a kill mid-write leaves it
+    q = DiskQueue(d, state=state, segment_bytes=1 << 20, fsync=False)
+    q.append(b"c")
+    assert q.read(10) == [b"a", b"b", b"c"]
+    q.close()
+
+
+def test_flipped_byte_names_file_and_offset(tmp_path: Path) -> None:
+    d = tmp_path / "q"
+    q = DiskQueue(d, segment_bytes=1 << 20, fsync=False)
+    q.extend([b"first", b"second", b"third"])
+    state = q.commit()
+    q.close()
+    path = d / segments(d)[0]
+    data = bytearray(path.read_bytes())
+    second_at = HEADER_SIZE + 8 + len(b"first")
+    data[second_at + 8 + 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    q = DiskQueue(d, state=state, segment_bytes=1 << 20, fsync=False)
+    assert q.read(1) == [b"first"]
+    with pytest.raises(DiskQueueCorruptError) as err:
+        q.read(2)
+    assert str(path) in str(err.value) and f"offset {second_at}" in str(err.value)
+    assert err.value.path == path and err.value.offset == second_at
+    q.close()
+
+
+def test_damaged_length_is_caught(tmp_path: Path) -> None:
+    d = tmp_path / "q"
+    q = DiskQueue(d, segment_bytes=1 << 20, fsync=False)
+    q.extend([b"abc", b"def"])
+    state = q.commit()
+    q.close()
+    path = d / segments(d)[0]
+    data = bytearray(path.read_bytes())
+    data[HEADER_SIZE + 3] = 0x7F  # a length of ~2 GB must not be allocated
+    path.write_bytes(bytes(data))
+    q = DiskQueue(d, state=state, segment_bytes=1 << 20, fsync=False)
+    with pytest.raises(DiskQueueCorruptError, match="runs past the segment end"):
+        q.read(1)
+    q.close()
+
+
+def test_missing_or_truncated_committed_segment(tmp_path: Path) -> None:
+    d = tmp_path / "q"
+    q = DiskQueue(d, **SMALL)
+    q.extend(rec(i) for i in range(50))
+    state = q.commit()
+    q.close()
+    last = d / segments(d)[-1]
+    with open(last, "r+b") as f:
+        f.truncate(last.stat().st_size - 3)
+    with pytest.raises(DiskQueueCorruptError, match="truncated"):
+        DiskQueue(d, state=state, **SMALL)
+    (d / segments(d)[1]).unlink()
+    with pytest.raises(DiskQueueCorruptError, match="missing"):
+        DiskQueue(d, state=state, **SMALL)
+
+
+def test_state_none_wipes_and_open_files_stay_constant(tmp_path: Path) -> None:
+    d = tmp_path / "q"
+    d.mkdir()
+    (d / "junk").write_bytes(b"old")
+    fds_before = len(os.listdir("/proc/self/fd"))
+    q = DiskQueue(d, **SMALL)
+    assert not (d / "junk").exists()
+    for i in range(200):
+        q.append(rec(i))
+        q.read(1) if i % 3 == 0 else None
+        assert len(os.listdir("/proc/self/fd")) - fds_before <= 2
+    q.close()
+    assert len(os.listdir("/proc/self/fd")) == fds_before
+
+
+def test_closed_queue_refuses_use(tmp_path: Path) -> None:
+    q = DiskQueue(tmp_path / "q", **SMALL)
+    q.close()
+    q.close()
+    with pytest.raises(ValueError, match="closed"):
+        q.append(b"x")
+
+
+CHILD = """
+import json, os, sys, time
+from pathlib import Path
+from drumbeat.frontier.diskqueue import DiskQueue
+directory, status = Path(sys.argv[1]), Path(sys.argv[2])
+q = DiskQueue(directory, segment_bytes=4096, fsync=False)
+appended = read = 0
+deadline = time.monotonic() + 20
+while time.monotonic() < deadline:
+    q.extend(b"%d" % (appended + i) for i in range(97))
+    appended += 97
+    read += len(q.read(41))
+    state = q.commit()
+    tmp = status.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"state": state, "appended": appended, "read": read}))
+    os.replace(tmp, status)
+"""
+
+
+def test_sigkill_while_appending_then_reopen_in_a_fresh_process(tmp_path: Path) -> None:
+    d, status = tmp_path / "q", tmp_path / "status.json"
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(d), str(status)])
+    try:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if status.exists() and json.loads(status.read_text())["appended"] >= 97 * 200:
+                break
+            time.sleep(0.02)
+        else:
+            pytest.fail("child made no progress")
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    committed = json.loads(status.read_text())
+    q = DiskQueue(d, state=committed["state"], segment_bytes=4096, fsync=False)
+    assert len(q) == committed["appended"] - committed["read"]
+    out = q.read(committed["appended"])
+    assert out == [b"%d" % i for i in range(committed["read"], committed["appended"])]
+    q.close()
