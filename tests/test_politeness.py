@@ -80,3 +80,22 @@ def test_sweep_forgets_idle_hosts_only():
     assert s.sweep(2.0) == 0  # still within its delay
     assert s.sweep(3.0) == 1
     assert h.name not in s.hosts and s.queued_urls == 1
+
+
+def test_delays_scale_down_with_budget_to_the_floors():
+    from drumbeat.frontier.politeness import scaled_delay
+
+    assert scaled_delay(2.0, 0.5, 10, 10) == 2.0  # the long tail keeps the full delay
+    assert scaled_delay(2.0, 0.5, 20, 10) == 1.0
+    assert scaled_delay(2.0, 0.5, 10_000, 10) == 0.5  # never below the floor
+    assert scaled_delay(0.2, 0.5, 10_000, 10) == 0.2  # a floor above the delay never raises it
+    s = PolitenessScheduler(host_delay_s=2.0, ip_delay_s=1.0, host_delay_min_s=0.5,
+                            ip_delay_min_s=0.25, default_budget=10)
+    big, small = s.host("big.test", budget=40), s.host("small.test", budget=10)
+    assert (big.delay_s, small.delay_s) == (0.5, 2.0)
+    s.set_ip(big, "127.0.0.9")
+    assert s.ip_delay("127.0.0.9") == 0.25  # only a big host on it: average budget 40
+    s.set_ip(small, "127.0.0.9")
+    assert s.ip_delay("127.0.0.9") == 0.4  # average budget 25
+    s.forget(big)
+    assert s.ip_delay("127.0.0.9") == 1.0

@@ -10,8 +10,13 @@ spacing seen by the server is never below the delay.
 With ``ip_delay_s == 0`` IPs impose nothing (several hosts of one IP may be fetched at
 once); otherwise at most one request per IP is in flight.
 
-INTERIM: URL queues live in RAM (a deque per host) and grow with the frontier; BEAST's disk
-queues (issue 4) will feed this scheduler only as fast as it can fetch.
+Budgets (IRLbot §VII.A): a host of a PLD with budget B gets τh·B0/B, no less than
+``host_delay_min_s``; an IP gets τs·B0/(average budget of its hosts in RAM), no less than
+``ip_delay_min_s``. Well-linked sites are so crawled faster and do not clog RAM; the long
+tail (budget B0) keeps the full delays. Robots Crawl-delay raises a host's delay again.
+
+The per-host URL deques live in RAM; the manager fills them from BEAST's disk queues only
+as fast as they are fetched, so their total stays under its configured bound.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ class QueuedURL:
     url: str
     depth: int
     via: str | None
+    robots: bool = False  # the origin's robots.txt, not a page
 
 
 @dataclass(slots=True, eq=False)
@@ -36,7 +42,8 @@ class HostState:
     ip: str | None = None
     queue: deque[QueuedURL] = field(default_factory=deque)
     due: float = 0.0  # earliest next request (monotonic seconds)
-    delay_s: float = 0.0  # this host's τh (raised by robots Crawl-delay)
+    delay_s: float = 0.0  # this host's τh (scaled by budget, raised by robots Crawl-delay)
+    budget: int = 0  # its PLD's budget when it entered RAM (sets the IP's τs)
     busy: bool = False  # a request (or a decision about one) is outstanding
     blocked: bool = False  # waiting for DNS or for something else outside the scheduler
     heap_token: int = -1  # matches the live heap entry; stale entries are skipped
@@ -58,12 +65,26 @@ class SchedulerStats:
     hosts_in_heap: int
 
 
+def scaled_delay(base_s: float, floor_s: float, budget: float, default_budget: int) -> float:
+    """IRLbot's delay for a budget: ``base_s`` at the default budget, shrinking in
+    proportion to a larger one, never below ``floor_s`` (nor above ``base_s``)."""
+    if budget <= default_budget:
+        return base_s
+    return max(min(floor_s, base_s), base_s * default_budget / budget)
+
+
 class PolitenessScheduler:
-    def __init__(self, *, host_delay_s: float, ip_delay_s: float) -> None:
+    def __init__(self, *, host_delay_s: float, ip_delay_s: float,
+                 host_delay_min_s: float | None = None, ip_delay_min_s: float | None = None,
+                 default_budget: int = 1) -> None:
         self.host_delay_s = host_delay_s
         self.ip_delay_s = ip_delay_s
+        self.host_delay_min_s = host_delay_s if host_delay_min_s is None else host_delay_min_s
+        self.ip_delay_min_s = ip_delay_s if ip_delay_min_s is None else ip_delay_min_s
+        self.default_budget = default_budget
         self.hosts: dict[str, HostState] = {}
         self.ips: dict[str, IPState] = {}
+        self._ip_budgets: dict[str, list[int]] = {}  # ip -> [hosts in RAM, sum of budgets]
         self._heap: list[tuple[float, int, HostState]] = []
         self._tokens = itertools.count()
         self._start_floor = 0.0
@@ -71,11 +92,26 @@ class PolitenessScheduler:
 
     # -- adding work -------------------------------------------------------------------
 
-    def host(self, name: str) -> HostState:
+    def host(self, name: str, budget: int | None = None) -> HostState:
+        """The host's state, created (blocked until :meth:`set_ip`) with its budget's τh."""
         h = self.hosts.get(name)
         if h is None:
-            h = self.hosts[name] = HostState(name, delay_s=self.host_delay_s, blocked=True)
+            b = self.default_budget if budget is None else budget
+            delay = scaled_delay(self.host_delay_s, self.host_delay_min_s, b, self.default_budget)
+            h = self.hosts[name] = HostState(name, delay_s=delay, budget=b, blocked=True)
         return h
+
+    def forget(self, host: HostState) -> None:
+        """Drop an idle host's state (it has no queue and nothing in flight)."""
+        if self.hosts.get(host.name) is host:
+            del self.hosts[host.name]
+            self._unlink_ip(host)
+
+    def ip_delay(self, ip: str) -> float:
+        """τs for ``ip``, from the average budget of its hosts in RAM."""
+        n, total = self._ip_budgets.get(ip, (0, 0))
+        avg = total / n if n else self.default_budget
+        return scaled_delay(self.ip_delay_s, self.ip_delay_min_s, avg, self.default_budget)
 
     def push(self, host: HostState, item: QueuedURL, *, front: bool = False) -> None:
         if front:
@@ -98,7 +134,11 @@ class PolitenessScheduler:
 
     def set_ip(self, host: HostState, ip: str) -> None:
         """The host's IP is known: it may be scheduled."""
+        self._unlink_ip(host)
         host.ip = ip
+        load = self._ip_budgets.setdefault(ip, [0, 0])
+        load[0] += 1
+        load[1] += host.budget
         host.blocked = False
         self._schedule(host)
 
@@ -161,7 +201,7 @@ class PolitenessScheduler:
         """A request to ``host`` has completed at ``now``: start both delays from here."""
         host.busy = False
         host.due = now + (host.delay_s if delay_s is None else delay_s)
-        self._free_ip(host, now + self.ip_delay_s)
+        self._free_ip(host, now + self.ip_delay(host.ip or ""))
         self._schedule(host)
 
     def release(self, host: HostState) -> None:
@@ -201,10 +241,19 @@ class PolitenessScheduler:
             if not h.queue and not h.busy and not h.blocked and h.due <= now
         ]
         for name in gone:
-            del self.hosts[name]
+            self._unlink_ip(self.hosts.pop(name))
         for key in [k for k, ip in self.ips.items() if not ip.busy and not ip.parked and ip.due <= now]:
             del self.ips[key]
         return len(gone)
+
+    def _unlink_ip(self, host: HostState) -> None:
+        load = self._ip_budgets.get(host.ip or "")
+        if load is None:
+            return
+        load[0] -= 1
+        load[1] -= host.budget
+        if load[0] <= 0:
+            del self._ip_budgets[host.ip or ""]
 
     def iter_queued(self) -> Iterator[QueuedURL]:
         for h in self.hosts.values():
