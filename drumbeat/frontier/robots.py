@@ -201,9 +201,10 @@ class RobotsStore:
     then are part of that commit: after reopening they are delivered again.
 
     Consecutive failures (``attempts``) are counted on the LRU entry: once an origin's entry
-    was evicted, the next failure counts as the first again. Retries stay bounded, as at
-    most ``max_attempts`` failures in a row happen while the entry stays in RAM, and an
-    origin being retried is in active use, so rarely the least recently used.
+    was evicted, the next failure counts as the first again. Retries stay bounded: at most
+    ``max_attempts`` in a row while the entry stays in RAM, never more than one per
+    ``retry_s``, and an origin being retried is in active use, so rarely the least recently
+    used.
     """
 
     def __init__(self, directory: Path, *, user_agent: str, expiry_s: float, retry_s: float,
