@@ -1,0 +1,286 @@
+"""BEAST: budget enforcement over disk queues (IRLbot §VII.B, Fig. 5, Theorem 7).
+
+Queues Q0..Q(j-1) form a ring read in order; QF holds URLs over budget. Reading is
+from the *current* queue, which never receives new URLs. A PLD x with budget Bx puts
+its next Bx URLs into the queue after the current one, the next Bx into the one after,
+and so on around the ring (wrapping, but never back into the current queue); URLs that
+do not fit go to QF. When the last queue of the ring has been emptied, the ring grows
+to ``min(2j, max_queues)`` queues, reading restarts at Q0, and QF is read in full and
+its URLs are placed again, in order, with budgets from ``rebudget``, exactly as if they
+arrived at that moment (so a PLD's old URLs come before its newer ones); what does not
+fit goes back to QF. Nothing is ever discarded: a URL over budget is only delayed.
+
+Turns. Every time a queue becomes current, the turn number ``T`` grows by one. Ring
+pass p starts at turn ``S``, so queue i is read at turn ``S + i`` in this pass and
+at ``S + j + i`` in the next one. A PLD's place is kept as (turn of the queue its next
+URL goes to, URLs already put there); it is *live* while ``T < turn <= T + j - 1``,
+which maps to queue ``turn - S`` (this pass) or ``turn - S - j`` (next pass). A
+budget below 1 counts as 1.
+
+Fixed RAM: the places live in a table of ``pld_slots`` entries indexed by
+``pld_hash % pld_slots`` (numpy arrays: PLD hash tag u64, turn i64, count u32). An
+entry that is not live is free. Two PLDs whose live entries collide *share* one
+entry, i.e. one budget: both are delayed sooner, none is dropped
+(``BeastStats.slot_collisions`` counts these placements).
+
+Directory layout::
+
+    qNNN/               ring queue N (a :class:`~drumbeat.frontier.diskqueue.DiskQueue`)
+    qf/                 QF
+    budget-KKKKKKKK.npz  the table at commit K: arrays ``tag``, ``turn``, ``count``
+
+:meth:`Beast.commit` commits every queue, writes the table to a new file (temporary
+name, fsync, rename, directory fsync) and returns a JSON-able state naming it; the
+tables of the last two commits are kept, so either of the last two states reopens.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from drumbeat.frontier.diskqueue import DiskQueue
+
+FORMAT_VERSION = 1
+_MASK64 = (1 << 64) - 1
+_RESPLIT_BATCH = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class BeastStats:
+    queues: int          # j, queues in the ring
+    current: int         # index of the queue being read
+    qf_records: int      # records waiting in QF
+    queued: int          # records anywhere (ring and QF), not yet read
+    placed: int          # records given to place()/place_many()
+    deferred_to_qf: int  # appends to QF, at placement and again at re-splits
+    qf_rescans: int      # times QF was read in full and split
+    slot_collisions: int  # placements that shared a live table entry with another PLD
+    bytes_written: int   # bytes appended to all queues incl. QF (Theorem 7)
+    bytes_read: int      # bytes read from all queues incl. QF
+
+
+def theorem7_bound(pages_per_s: float, url_bytes: float, links_per_page: float) -> float:
+    """Upper bound 2Sb(2L-1) on BEAST's disk I/O in bytes/s (IRLbot Theorem 7).
+
+    ``pages_per_s`` is S, ``url_bytes`` is b, ``links_per_page`` is L (unique links).
+    """
+    return 2 * pages_per_s * url_bytes * (2 * links_per_page - 1)
+
+
+def _table_name(commit: int) -> str:
+    return f"budget-{commit:08d}.npz"
+
+
+class Beast:
+    """BEAST queues in ``directory`` (which it owns).
+
+    ``state=None`` starts empty with ``queues`` queues, wiping ``directory``; a state
+    from :meth:`commit` (one of the last two) reopens exactly that commit.
+    ``rebudget(record) -> (pld_hash, budget)`` is asked again for every QF record at a
+    re-split, as budgets may have grown since.
+    """
+
+    def __init__(self, directory: Path, *, state: dict | None = None, queues: int = 2,
+                 max_queues: int = 64, pld_slots: int = 1 << 20, fsync: bool = True,
+                 rebudget: Callable[[bytes], tuple[int, int]]) -> None:
+        if not 1 <= queues <= max_queues:
+            raise ValueError(f"need 1 <= queues <= max_queues, got {queues}, {max_queues}")
+        if max_queues < 2:
+            # One queue is always the current one: with a ring of one, nothing could
+            # ever be placed and QF would never drain.
+            raise ValueError("max_queues must be at least 2")
+        if pld_slots < 1:
+            raise ValueError("pld_slots must be at least 1")
+        self.directory = Path(directory)
+        self.max_queues = max_queues
+        self._slots = pld_slots
+        self._fsync = fsync
+        self._rebudget = rebudget
+        self._tag = np.zeros(pld_slots, np.uint64)
+        self._turn = np.zeros(pld_slots, np.int64)
+        self._count = np.zeros(pld_slots, np.uint32)
+        # memoryviews give the per-URL loop Python ints at list speed; numpy owns the RAM.
+        self._mtag, self._mturn, self._mcount = (memoryview(a) for a in
+                                                 (self._tag, self._turn, self._count))
+        if state is None:
+            if self.directory.exists():
+                shutil.rmtree(self.directory)
+            self.directory.mkdir(parents=True)
+            self._j, self._start, self._cur, self._commits = queues, 0, 0, 0
+            self._ring = [self._new_queue(i) for i in range(queues)]
+            self._qf = DiskQueue(self.directory / "qf", fsync=fsync)
+            self._placed = self._deferred = self._rescans = self._collisions = 0
+        else:
+            self._reopen(state)
+
+    # -- placing -----------------------------------------------------------------------
+
+    def place(self, record: bytes, pld_hash: int, budget: int) -> None:
+        """Queue one URL record of PLD ``pld_hash`` with budget ``budget`` (from STAR)."""
+        self._place(record, pld_hash, budget)
+        self._placed += 1
+
+    def place_many(self, records: Sequence[bytes], pld_hashes: Sequence[int],
+                   budgets: Sequence[int]) -> None:
+        """:meth:`place` for each triple, in order."""
+        if not len(records) == len(pld_hashes) == len(budgets):
+            raise ValueError("records, pld_hashes and budgets differ in length")
+        place = self._place
+        for record, pld, budget in zip(records, pld_hashes, budgets):
+            place(record, int(pld), int(budget))
+        self._placed += len(records)
+
+    def _place(self, record: bytes, pld: int, budget: int) -> None:
+        pld &= _MASK64
+        slot = pld % self._slots
+        now = self._start + self._cur
+        turn = self._mturn[slot]
+        if turn > now:
+            if self._mtag[slot] != pld:
+                self._collisions += 1
+            used = self._mcount[slot]
+        else:
+            turn, used = now + 1, 0
+        if used >= max(budget, 1):
+            turn, used = turn + 1, 0
+        if turn >= now + self._j:
+            self._qf.append(record)
+            self._deferred += 1
+            return
+        self._mtag[slot], self._mturn[slot], self._mcount[slot] = pld, turn, used + 1
+        index = turn - self._start
+        self._ring[index if index < self._j else index - self._j].append(record)
+
+    # -- reading -----------------------------------------------------------------------
+
+    def read(self, n: int) -> list[bytes]:
+        """Up to ``n`` records in crawl order; fewer only when nothing is queued.
+
+        Moves on to the next queue when the current one is empty and, after the last
+        one, re-splits QF, so records waiting only in QF are still returned.
+        """
+        out: list[bytes] = []
+        while len(out) < n:
+            queue = self._ring[self._cur]
+            if len(queue):
+                out.extend(queue.read(n - len(out)))
+            elif len(self):
+                self._advance()
+            else:
+                break
+        return out
+
+    def _advance(self) -> None:
+        if self._cur + 1 < self._j:
+            self._cur += 1
+            return
+        # The last queue is empty: a new pass over a grown ring, then QF re-placed.
+        self._start += self._j
+        self._cur = 0
+        grown = min(2 * self._j, self.max_queues)
+        self._ring.extend(self._new_queue(i) for i in range(self._j, grown))
+        self._j = grown
+        self._rescans += 1
+        left = len(self._qf)
+        while left:
+            batch = self._qf.read(min(left, _RESPLIT_BATCH))
+            left -= len(batch)
+            for record in batch:
+                pld, budget = self._rebudget(record)
+                self._place(record, pld, budget)
+
+    def __len__(self) -> int:
+        """Records queued anywhere (ring and QF), not yet read."""
+        return sum(len(q) for q in self._ring) + len(self._qf)
+
+    def stats(self) -> BeastStats:
+        queues = [*self._ring, self._qf]
+        return BeastStats(
+            queues=self._j, current=self._cur, qf_records=len(self._qf), queued=len(self),
+            placed=self._placed, deferred_to_qf=self._deferred, qf_rescans=self._rescans,
+            slot_collisions=self._collisions,
+            bytes_written=sum(q.bytes_written for q in queues),
+            bytes_read=sum(q.bytes_read for q in queues),
+        )
+
+    # -- commits -----------------------------------------------------------------------
+
+    def commit(self) -> dict:
+        """Make the queues and the table durable; return the state to reopen with."""
+        ring = [q.commit() for q in self._ring]
+        qf = self._qf.commit()
+        self._commits += 1
+        name = _table_name(self._commits)
+        tmp = self.directory / (name + ".tmp")
+        with open(tmp, "wb") as f:
+            np.savez(f, tag=self._tag, turn=self._turn, count=self._count)
+            if self._fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, self.directory / name)
+        if self._fsync:
+            fd = os.open(self.directory, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self._drop_tables()
+        return {
+            "format": FORMAT_VERSION, "commit": self._commits, "table": name,
+            "pld_slots": self._slots, "queues": self._j, "pass_start": self._start,
+            "current": self._cur, "ring": ring, "qf": qf,
+            "counters": {"placed": self._placed, "deferred_to_qf": self._deferred,
+                         "qf_rescans": self._rescans, "slot_collisions": self._collisions},
+        }
+
+    def _reopen(self, state: dict) -> None:
+        if state.get("format") != FORMAT_VERSION:
+            raise ValueError(f"BEAST state format {state.get('format')!r}, "
+                             f"expected {FORMAT_VERSION}")
+        if state["pld_slots"] != self._slots:
+            raise ValueError(f"the checkpoint's budget table has {state['pld_slots']} slots, "
+                             f"pld_slots is {self._slots}")
+        self._j, self._start, self._cur = state["queues"], state["pass_start"], state["current"]
+        self._commits = state["commit"]
+        counters = state["counters"]
+        self._placed, self._deferred = counters["placed"], counters["deferred_to_qf"]
+        self._rescans, self._collisions = counters["qf_rescans"], counters["slot_collisions"]
+        with np.load(self.directory / state["table"]) as table:
+            self._tag[:], self._turn[:], self._count[:] = \
+                table["tag"], table["turn"], table["count"]
+        self._drop_tables()
+        for path in self.directory.glob("q[0-9][0-9][0-9]"):
+            if int(path.name[1:]) >= self._j:
+                # A queue of a ring grown after this commit.
+                shutil.rmtree(path)
+        self._ring = [DiskQueue(self._queue_dir(i), state=s, fsync=self._fsync)
+                      for i, s in enumerate(state["ring"])]
+        self._qf = DiskQueue(self.directory / "qf", state=state["qf"], fsync=self._fsync)
+
+    def _drop_tables(self) -> None:
+        """Delete table files other than those of this commit and the one before."""
+        keep = {_table_name(self._commits), _table_name(self._commits - 1)}
+        for path in self.directory.glob("budget-*.npz*"):
+            if path.name not in keep:
+                path.unlink()
+
+    def _queue_dir(self, index: int) -> Path:
+        return self.directory / f"q{index:03d}"
+
+    def _new_queue(self, index: int) -> DiskQueue:
+        return DiskQueue(self._queue_dir(index), fsync=self._fsync)
+
+    def close(self) -> None:
+        """Close every queue (buffers written, nothing committed)."""
+        for q in [*self._ring, self._qf]:
+            q.close()
+
+    def __repr__(self) -> str:
+        return (f"<Beast {self.directory} [queue {self._cur} of {self._j} | "
+                f"{len(self)} queued, {len(self._qf)} in QF]>")
