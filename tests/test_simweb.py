@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import json
 import os
 import signal
@@ -433,3 +434,339 @@ def _followed_hrefs(tree: LexborHTMLParser) -> list[str]:
 def _base_of(tree: LexborHTMLParser, url: str) -> str:
     base = tree.css_first("base[href]")
     return (_resolve(url, base.attributes["href"] or "") or url) if base is not None else url
+
+
+# -- frontier scenarios: spam farms, calendar traps, a big site -----------------
+
+SCENARIOS = dataclasses.replace(SMALL, spam_farms=2, calendar_traps=1, big_site_pages=60)
+
+
+@pytest.fixture(scope="module")
+def scenario_web() -> Iterator[SimWeb]:
+    with run_in_thread(SCENARIOS) as web:
+        yield web
+
+
+def _digest(config: SimWebConfig) -> str:
+    model = SimWebModel(config)
+    renderer = Renderer(model)
+    h = hashlib.sha256()
+    for host in model.hosts:
+        h.update(model.robots(host.name).body)
+        for path in model.paths(host.name):
+            page = model.page(host.name, path)
+            h.update(f"{host.name}{path}{page.status}{host.ip}".encode())
+            h.update(renderer.body(page))
+    h.update(repr(sorted(model.dns_records().items())).encode())
+    return h.hexdigest()
+
+
+def test_webs_without_scenarios_are_byte_identical_to_before() -> None:
+    # Digests taken from the code as it was before scenarios existed.
+    assert _digest(dataclasses.replace(SMALL, port=8080)) == (
+        "5414a938a3df624c03a130188f54ba94d094ed161304498b7bb5104511cb6640"
+    )
+    assert _digest(SimWebConfig(port=8080, hosts=20, page_bytes=2000)) == (
+        "3c3f9060e22a453f31aaaef0d80a6a984cbd8f6b9d59fea0481f28d7e1a81c6b"
+    )
+
+
+def test_scenarios_change_only_the_home_pages_that_link_into_them() -> None:
+    plain = SimWebModel(dataclasses.replace(SMALL, port=8080))
+    model = SimWebModel(dataclasses.replace(SCENARIOS, port=8080))
+    assert model.hosts == plain.hosts and model.ips[: SMALL.ips] == plain.ips
+    special = {h.name for h in model.scenario_hosts}
+    assert special == {"spamfarm0.test", "spamfarm1.test", "calendar0.test", "bigsite.test"}
+    assert {h.ip for h in model.scenario_hosts} <= set(model.ips[SMALL.ips :])
+    for host in model.hosts:
+        for path in plain.paths(host.name):
+            page = model.page(host.name, path)
+            targets = {_split(link.url)[0] for link in page.links if link.url}
+            if path != "/" or not targets & special:
+                assert page == plain.page(host.name, path), (host.name, path)
+    linked_from = {
+        name: {h.name for h in model.hosts if name in _hosts_linked(model, h.name)}
+        for name in special
+    }
+    # A seed links to each endless PLD; only one other host does.
+    seeds = {_split(u)[0] for u in model.seeds()}
+    for name in ("spamfarm0.test", "spamfarm1.test", "calendar0.test"):
+        assert len(linked_from[name]) == 2 and linked_from[name] & seeds, name
+    assert len(linked_from["bigsite.test"]) == sum(1 for h in model.hosts if h.index % 4 != 3)
+
+
+def test_pld_class_tells_the_scenarios_apart() -> None:
+    model = SimWebModel(dataclasses.replace(SCENARIOS, port=8080))
+    cases = {
+        "spamfarm0.test": "spam",
+        "cheap.Win42.SPAMFARM1.test": "spam",
+        "http://a.b.c.spamfarm0.test:8080/x/y.html?q=1": "spam",
+        "calendar0.test": "trap",
+        "http://calendar0.test:8080/cal/2024/01": "trap",
+        "bigsite.test": "big",
+        "http://BIGSITE.test:8080/p/5": "big",
+        "site0.test": "legit",
+        "http://www.site2.test:8080/": "legit",
+        "down.test": "legit",
+        "x.spamfarm2.test": "legit",  # farm 2 does not exist in this web
+        "calendar1.test": "legit",
+        "example.org": "legit",
+    }
+    assert {name: model.pld_class(name) for name in cases} == cases
+    farm_host = model.host("a.b.spamfarm1.test")
+    assert farm_host is not None and farm_host.pld == "spamfarm1.test"
+    plain = SimWebModel(dataclasses.replace(SMALL, port=8080))
+    assert plain.pld_class("spamfarm0.test") == "legit" and plain.host("spamfarm0.test") is None
+
+
+def test_spam_farm_answers_any_name_and_path_with_new_links() -> None:
+    model = SimWebModel(dataclasses.replace(SCENARIOS, port=8080))
+    again = Renderer(SimWebModel(dataclasses.replace(SCENARIOS, port=8080)))
+    renderer = Renderer(model)
+    farm_ips = set(model.ips[SMALL.ips : SMALL.ips + 2 * SCENARIOS.spam_ips])
+    for name, path in [
+        ("spamfarm0.test", "/"),
+        ("deals7.spamfarm0.test", "/anything/at/all?x=1"),
+        ("a.b.c.spamfarm1.test", "/win/3.html"),
+    ]:
+        host = model.host(name)
+        assert host is not None and host.ip in farm_ips and model.robots_allows(name, "/private/")
+        page = model.page(name, path)
+        assert (page.status, page.kind) == (200, "html")
+        assert len(page.links) == SCENARIOS.spam_links_per_page
+        targets = [_split(link.url) for link in page.links if link.url]
+        assert all(model.pld_class(h) == "spam" and model.host(h).pld == host.pld for h, _ in targets)
+        assert sum(h != name for h, _ in targets) >= len(targets) // 3
+        assert renderer.body(page) == again.body(again.model.page(name, path))
+    assert model.host("spamfarm0.test.evil") is None and model.host("x..spamfarm0.test") is None
+    with pytest.raises(ValueError):
+        model.paths("x.spamfarm0.test")
+
+
+def test_calendar_pages_and_their_spellings() -> None:
+    model = SimWebModel(dataclasses.replace(SCENARIOS, port=8080))
+    cal = "calendar0.test"
+
+    def targets(path: str) -> list[str]:
+        page = model.page(cal, path)
+        assert page.status == 200, path
+        return [_split(link.url)[1] for link in page.links if link.url]
+
+    assert targets("/") == ["/cal/2024/01"]
+    month = targets("/cal/2024/02")
+    assert month[:2] == ["/cal/2024/01", "/cal/2024/03"] and len(month) == 2 + 29
+    assert targets("/cal/1/01")[0] == "/cal/0/12"
+    assert targets("/cal/0/01")[0] == "/cal/-1/12"  # no year zero wall: endless backwards
+    assert targets("/cal/-1/12/31") == ["/cal/-1/12/30", "/cal/0/01/01", "/cal/-1/12"]
+    assert targets("/cal/1900/02/28")[1] == "/cal/1900/03/01"  # 1900 is no leap year
+    for missing in ("/cal/2024/13", "/cal/02024/01", "/cal/-0/01", "/cal/2023/02/29",
+                    "/cal/2024/1", "/cal/", "/cal/2024/01/", "/p/1", "/cal/" + "9" * 5000 + "/01"):
+        assert model.page(cal, missing).status == 404, missing
+    with pytest.raises(ValueError):
+        model.paths(cal)
+
+
+def test_scenario_html_matches_the_model() -> None:
+    model = SimWebModel(dataclasses.replace(SCENARIOS, port=8080))
+    renderer = Renderer(model)
+    pages = [
+        ("free1.spamfarm0.test", "/"), ("spamfarm1.test", "/top/9.html"),
+        ("calendar0.test", "/"), ("calendar0.test", "/cal/2024/05"),
+        ("calendar0.test", "/cal/2024/05/31"), ("bigsite.test", "/"), ("bigsite.test", "/p/13"),
+    ]
+    for name, path in pages:
+        page = model.page(name, path)
+        tree = LexborHTMLParser(renderer.body(page))
+        assert Counter((h, k, n) for h, k, n in _links_in_html(tree)) == Counter(
+            (link.href, link.kind, link.nofollow) for link in page.links
+        )
+        assert all(_resolve(page.url, link.href) == link.url for link in page.links)
+        assert 0.8 * SCENARIOS.page_bytes <= len(renderer.body(page)) <= 1.3 * SCENARIOS.page_bytes
+
+
+def test_oracle_walks_the_finite_part_and_records_where_it_meets_endless_plds() -> None:
+    model = SimWebModel(dataclasses.replace(SCENARIOS, port=8080))
+    truth = model.crawl()
+    assert truth.endless == {
+        "http://spamfarm0.test:8080/", "http://spamfarm1.test:8080/", "http://calendar0.test:8080/"
+    }
+    assert {model.pld_class(u) for u in truth.fetched} == {"legit", "big"}
+    big = {model.url("bigsite.test", p) for p in model.paths("bigsite.test")}
+    assert len(big) == SCENARIOS.big_site_pages and big <= truth.fetched
+    assert model.page("bigsite.test", "/p/61").status == 404  # past the last page
+    assert model.page("bigsite.test", "/p/01").status == 404  # one spelling per page
+
+
+def test_wildcard_dns_through_the_responder(scenario_web: SimWeb) -> None:
+    model = scenario_web.model
+
+    async def go() -> None:
+        resolver = aiodns.DNSResolver(nameservers=[scenario_web.dns_address], timeout=2, tries=2)
+        names = ["spamfarm0.test", "x.spamfarm0.test", "A.B.C.spamfarm1.TEST",
+                 "casino123456.spamfarm1.test", "calendar0.test", "bigsite.test", "site0.test"]
+        farm_ips = set(model.ips[SCENARIOS.ips : SCENARIOS.ips + 2 * SCENARIOS.spam_ips])
+        for name in names:
+            result = await resolver.query_dns(name, "A")
+            assert [r.data.addr for r in result.answer] == [model.resolve(name)], name
+            if "spamfarm" in name:
+                assert result.answer[0].data.addr in farm_ips
+        spread = set()
+        for i in range(40):
+            result = await resolver.query_dns(f"h{i}.spamfarm0.test", "A")
+            spread.add(result.answer[0].data.addr)
+        assert len(spread) == SCENARIOS.spam_ips  # a farm uses all of its few IPs
+        for name in ("x.spamfarm2.test", "spamfarm0.test.other", "calendar0.test.x"):
+            with pytest.raises(aiodns.error.DNSError) as err:
+                await resolver.query_dns(name, "A")
+            assert err.value.args[0] == aiodns.error.ARES_ENOTFOUND, name
+        with pytest.raises(aiodns.error.DNSError) as err:
+            await resolver.query_dns("y.spamfarm0.test", "AAAA")
+        assert err.value.args[0] == aiodns.error.ARES_ENODATA
+
+    run(go())
+
+
+def test_bfs_walk_over_http_drowns_in_the_spam_farm(scenario_web: SimWeb) -> None:
+    """A plain BFS from the seeds, 300 fetches over real DNS + HTTP: the farm takes over."""
+    model = scenario_web.model
+    walk = run(_bfs_walk(scenario_web, model.seeds(), pages=300))
+    classes = Counter(model.pld_class(url) for url, _, _ in walk.fetched)
+    assert classes["spam"] + classes["trap"] >= 150, classes
+    assert classes["legit"] and classes["big"]
+    last = [model.pld_class(url) for url, _, _ in walk.fetched[-100:]]
+    assert last.count("spam") >= 90  # and it only gets worse from there
+    spam = [(url, status, new) for url, status, new in walk.fetched if model.pld_class(url) == "spam"]
+    assert all(status == 200 for _, status, _ in spam)
+    # Endless fan-out: every spam page brings (nearly) all-new URLs, on new host names.
+    assert all(new >= 0.9 * SCENARIOS.spam_links_per_page for _, _, new in spam)
+    assert len({_split(url)[0] for url, _, _ in spam}) > 50
+    queued = Counter(model.pld_class(url) for url in walk.queue)
+    assert queued["spam"] > 20 * (queued["legit"] + queued["big"])
+    farm_ips = set(model.ips[SCENARIOS.ips : SCENARIOS.ips + 2 * SCENARIOS.spam_ips])
+    served = {r.server_ip for r in scenario_web.requests if model.pld_class(r.host) == "spam"}
+    assert served and served <= farm_ips
+
+
+def test_calendar_chain_is_endless_over_http(scenario_web: SimWeb) -> None:
+    model = scenario_web.model
+
+    async def follow(start: str, which: int, steps: int) -> list[str]:
+        """Follow the previous (0) or next (1) month link ``steps`` times."""
+        visited = [start]
+        async with aiohttp.ClientSession() as session:
+            for _ in range(steps):
+                status, body = await _get(session, scenario_web, visited[-1])
+                assert status == 200
+                hrefs = [href for href, _, _ in _links_in_html(LexborHTMLParser(body))]
+                links = [_resolve(visited[-1], href) for href in hrefs]
+                days = len(links) - 2  # previous month, next month, then each day
+                assert 28 <= days <= 31 and all(link and "/cal/" in link for link in links)
+                visited.append(links[which] or "")
+        return visited
+
+    start = model.url("calendar0.test", "/cal/2024/01")
+    forward = run(follow(start, 1, 30))
+    backward = run(follow(start, 0, 30))
+    assert len(set(forward + backward)) == 61
+    assert forward[-1].endswith("/cal/2026/07") and backward[-1].endswith("/cal/2021/07")
+    robots = run(fetch(scenario_web, model.url("calendar0.test", "/robots.txt")))
+    assert robots[0] == 200 and Protego.parse(robots[2].decode()).can_fetch(start, "drumbeat")
+
+
+def test_big_site_is_linked_from_most_plds_over_http(scenario_web: SimWeb) -> None:
+    model = scenario_web.model
+
+    async def homes() -> dict[str, set[str]]:
+        linked: dict[str, set[str]] = {}
+        async with aiohttp.ClientSession() as session:
+            for host in model.hosts:
+                url = model.url(host.name, "/")
+                status, body = await _get(session, scenario_web, url)
+                assert status == 200
+                tree = LexborHTMLParser(body)
+                targets = {_resolve(url, href) for href in _followed_hrefs(tree)}
+                linked[host.pld] = linked.get(host.pld, set()) | {
+                    model.host(_split(t)[0]).pld for t in targets
+                    if t and t.startswith("http") and model.host(_split(t)[0]) is not None
+                }
+        return linked
+
+    linked = run(homes())
+    indegree = Counter(pld for source, targets in linked.items() for pld in targets - {source})
+    legit_plds = sorted({h.pld for h in model.hosts})
+    assert indegree["bigsite.test"] >= 0.75 * len(legit_plds)
+    for name in ("spamfarm0.test", "spamfarm1.test", "calendar0.test"):
+        assert 1 <= indegree[name] <= 2
+    tail = sorted(indegree[p] for p in legit_plds)
+    assert indegree["bigsite.test"] > 2 * tail[len(tail) // 2]  # the legit PLDs' median
+
+
+def test_module_flags_for_scenarios() -> None:
+    from drumbeat.simweb.__main__ import build_parser, config_from_args, main
+
+    args = build_parser().parse_args(
+        ["--spam-farms", "3", "--spam-ips", "4", "--spam-links-per-page", "25",
+         "--calendar-traps", "2", "--big-site-pages", "5000", "--hosts", "9"]
+    )
+    assert config_from_args(args) == SimWebConfig(
+        hosts=9, spam_farms=3, spam_ips=4, spam_links_per_page=25, calendar_traps=2,
+        big_site_pages=5000,
+    )
+    assert config_from_args(build_parser().parse_args([])) == SimWebConfig()
+    with pytest.raises(SystemExit) as exit_:
+        main(["--spam-farms", "-1"])
+    assert exit_.value.code == 2
+
+
+@dataclasses.dataclass
+class _Walk:
+    fetched: list[tuple[str, int, int]]  # (url, status, links new to the walk)
+    queue: deque[str]
+
+
+async def _bfs_walk(web: SimWeb, seeds: list[str], pages: int) -> _Walk:
+    """Plain BFS: no robots, no politeness, no budgets; DNS through the web's responder."""
+    resolver = aiodns.DNSResolver(nameservers=[web.dns_address], timeout=2, tries=2)
+    addresses: dict[str, str | None] = {}
+    walk = _Walk([], deque(seeds))
+    seen = set(walk.queue)
+    async with aiohttp.ClientSession() as session:
+        while walk.queue and len(walk.fetched) < pages:
+            url = walk.queue.popleft()
+            host = _split(url)[0]
+            if host not in addresses:
+                try:
+                    answer = await resolver.query_dns(host, "A")
+                    addresses[host] = answer.answer[0].data.addr
+                except aiodns.error.DNSError:
+                    addresses[host] = None
+            if addresses[host] in (None, REFUSED_IP):
+                continue
+            status, body = await _get(session, web, url, addresses[host])
+            new = 0
+            if status == 200 and body.lstrip().startswith(b"<!DOCTYPE html>"):
+                tree = LexborHTMLParser(body)
+                base = _base_of(tree, url)
+                for href in _followed_hrefs(tree):
+                    link = _resolve(base, href)
+                    if link and link.startswith("http") and link not in seen:
+                        seen.add(link)
+                        walk.queue.append(link)
+                        new += 1
+            walk.fetched.append((url, status, new))
+    return walk
+
+
+async def _get(
+    session: aiohttp.ClientSession, web: SimWeb, url: str, ip: str | None = None
+) -> tuple[int, bytes]:
+    parts = urlsplit(url)
+    if ip is None:
+        ip = web.model.resolve(parts.hostname or "")
+    target = f"http://{ip}:{web.port}" + _split(url)[1]
+    async with session.get(target, headers={"Host": parts.netloc}, allow_redirects=False) as resp:
+        return resp.status, await resp.read()
+
+
+def _hosts_linked(model: SimWebModel, host: str) -> set[str]:
+    return {_split(link.url)[0] for link in model.page(host, "/").links if link.url}

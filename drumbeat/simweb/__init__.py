@@ -1,6 +1,7 @@
 """simweb: a deterministic synthetic web on loopback, for tests, benchmarks and the demo.
 
-``model`` describes the web (hosts, pages, links, robots) from a seed, ``oracle``
+``model`` describes the web (hosts, pages, links, robots) from a seed, ``scenarios``
+its endless spam farms and calendar traps and its big site, ``oracle``
 says what a correct crawler fetches there, ``render`` makes the bytes, ``server``
 serves HTTP on every IP of the web plus DNS (``dns``) from one process.
 Imports nothing else of drumbeat.
@@ -19,6 +20,7 @@ from drumbeat.simweb.model import (
     SimWebModel,
 )
 from drumbeat.simweb.oracle import CrawlTruth
+from drumbeat.simweb.scenarios import PLDClass
 from drumbeat.simweb.server import RequestRecord, SimWeb, run_in_thread
 
 __all__ = [
@@ -28,6 +30,7 @@ __all__ = [
     "Link",
     "LinkKind",
     "Page",
+    "PLDClass",
     "PageKind",
     "RequestRecord",
     "SimWeb",

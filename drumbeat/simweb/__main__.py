@@ -41,12 +41,31 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.crawl_delay_s,
         help="seconds, for hosts whose robots.txt sets Crawl-delay",
     )
+    scenarios = parser.add_argument_group("frontier scenarios (all off by default)")
+    scenarios.add_argument(
+        "--spam-farms", type=int, default=defaults.spam_farms,
+        help="endless spam PLDs answering for *.spamfarmK.test",
+    )
+    scenarios.add_argument(
+        "--spam-ips", type=int, default=defaults.spam_ips, help="addresses per spam farm"
+    )
+    scenarios.add_argument(
+        "--spam-links-per-page", type=int, default=defaults.spam_links_per_page,
+        help="links on every spam page",
+    )
+    scenarios.add_argument(
+        "--calendar-traps", type=int, default=defaults.calendar_traps,
+        help="endless calendar PLDs (/cal/YYYY/MM)",
+    )
+    scenarios.add_argument(
+        "--big-site-pages", type=int, default=defaults.big_site_pages,
+        help="pages of bigsite.test, linked from most hosts (0: none)",
+    )
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    config = SimWebConfig(
+def config_from_args(args: argparse.Namespace) -> SimWebConfig:
+    return SimWebConfig(
         seed=args.seed,
         hosts=args.hosts,
         ips=args.ips,
@@ -54,7 +73,21 @@ def main(argv: list[str] | None = None) -> int:
         port=args.port,
         dns_port=args.dns_port,
         crawl_delay_s=args.crawl_delay,
+        spam_farms=args.spam_farms,
+        spam_ips=args.spam_ips,
+        spam_links_per_page=args.spam_links_per_page,
+        calendar_traps=args.calendar_traps,
+        big_site_pages=args.big_site_pages,
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:
+        parser.error(str(exc))
     asyncio.run(_serve(config, args.request_log))
     return 0
 

@@ -1,26 +1,37 @@
 """A UDP DNS responder for the synthetic web's names, built on dnslib.
 
-Answers, for a name in ``records`` (case-insensitive, trailing dot optional):
-an ``A`` query gets one A record (``ttl`` seconds); any other type gets NOERROR
-with no records (so ``AAAA`` is an empty answer). Any other name gets NXDOMAIN.
+Answers, for a name in ``records`` (case-insensitive, trailing dot optional) or one
+``fallback`` gives an address for (wildcards: names too many to list): an ``A`` query
+gets one A record (``ttl`` seconds); any other type gets NOERROR with no records (so
+``AAAA`` is an empty answer). Any other name gets NXDOMAIN.
 Unparsable datagrams are dropped. Runs on the caller's event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import cast
 
 from dnslib import QTYPE, RCODE, RR, A, DNSError, DNSRecord
 
 
 class SimDNS:
-    """Authoritative-looking answers for a fixed name -> IPv4 table."""
+    """Authoritative-looking answers for a name -> IPv4 table plus an optional fallback.
 
-    def __init__(self, records: Mapping[str, str], ttl: int = 300) -> None:
+    ``fallback`` gets a lower-case name without trailing dot and returns its address or
+    None (NXDOMAIN); it runs on the event loop, so it must be cheap.
+    """
+
+    def __init__(
+        self,
+        records: Mapping[str, str],
+        ttl: int = 300,
+        fallback: Callable[[str], str | None] | None = None,
+    ) -> None:
         self._records = {name.lower().rstrip("."): ip for name, ip in records.items()}
         self._ttl = ttl
+        self._fallback = fallback
         self._transport: asyncio.DatagramTransport | None = None
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
@@ -54,7 +65,10 @@ class SimDNS:
             return None
         reply = request.reply()
         question = request.q
-        ip = self._records.get(str(question.qname).lower().rstrip("."))
+        name = str(question.qname).lower().rstrip(".")
+        ip = self._records.get(name)
+        if ip is None and self._fallback is not None:
+            ip = self._fallback(name)
         if ip is None:
             reply.header.rcode = RCODE.NXDOMAIN
         elif question.qtype == QTYPE.A:

@@ -37,6 +37,23 @@ fragment, e.g. ``http://site3.test:43117/a/1/3/c6.html``. The HTML uses many
 spellings of those URLs (relative, ``../``, ``./``, ``?query`` only, absolute,
 upper-case host, ``#fragment``); ``Link.href`` is the spelling, ``Link.url`` the
 canonical form.
+
+Frontier scenarios (all off by default; see ``scenarios``)
+----------------------------------------------------------
+``spam_farms``, ``calendar_traps`` and ``big_site_pages`` add PLDs outside the ring
+of ``hosts``: endless spam farms answering for any subdomain and path, endless calendar
+traps, and one big legitimate site. Their hosts are in ``scenario_hosts`` (spam
+subdomains are made on demand by ``host``), all allow-all in robots.txt, and
+``pld_class`` tells them apart from the ordinary ("legit") hosts. Home pages of legit
+hosts link into them, after their other fixed links:
+
+* spam farm ``k`` and calendar ``k`` from ``/`` of two legit hosts each: a seed host
+  (so a BFS from ``seeds()`` meets them at depth 1) and the host half the ring away;
+* the big site from ``/`` of three legit hosts in four (``i % 4 != 3``), so its PLD
+  in-degree is high while every other PLD's stays small: the legit hosts are its
+  long tail.
+
+With every scenario off, webs are byte-identical to webs made before scenarios existed.
 """
 
 from __future__ import annotations
@@ -46,9 +63,12 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Literal
+from urllib.parse import urlsplit
 
+from drumbeat.simweb import scenarios
 from drumbeat.simweb.oracle import CrawlTruth, crawl
 from drumbeat.simweb.robots import CYCLE, RobotsFile, RobotsVariant, robots_file
+from drumbeat.simweb.scenarios import PLDClass
 
 LinkKind = Literal["a", "area", "frame", "iframe", "refresh", "canonical"]
 ALL_LINK_KINDS: frozenset[LinkKind] = frozenset(
@@ -59,6 +79,7 @@ ALL_LINK_KINDS: frozenset[LinkKind] = frozenset(
 PageKind = Literal["html", "redirect", "binary", "garbage", "missing"]
 
 REFUSED_IP = "127.3.0.1"
+_SCENARIO_ROBOTS = robots_file("allow_all", 0.0, random.Random(0))
 _HOST_CACHE = 4096
 _PAGE_CACHE = 8192
 
@@ -78,24 +99,42 @@ class SimWebConfig:
     dns_port: int = 0  # UDP port of the DNS responder on 127.0.0.1; 0 = pick
     tld: str = "test"
     crawl_delay_s: float = 0.3  # Crawl-delay of the crawl_delay robots variant
+    spam_farms: int = 0  # endless spam PLDs, each answering for *.spamfarm{k}.{tld}
+    spam_ips: int = 2  # 127.2.x.y addresses per spam farm
+    spam_links_per_page: int = 30  # links of every spam page, mostly to new subdomains
+    calendar_traps: int = 0  # endless calendar PLDs (/cal/YYYY/MM both ways)
+    big_site_pages: int = 0  # backbone pages of bigsite.{tld}; 0 = no big site
 
     def __post_init__(self) -> None:
         if self.hosts < 1 or self.ips < 1 or self.pages_per_host < 1:
             raise ValueError("hosts, ips and pages_per_host must be at least 1")
         if self.ips > 254 * 256:
             raise ValueError("at most 65024 IPs fit in 127.1.0.0/16")
+        if min(self.spam_farms, self.calendar_traps, self.big_site_pages) < 0:
+            raise ValueError("spam_farms, calendar_traps and big_site_pages must be >= 0")
+        if self.spam_ips < 1 or self.spam_links_per_page < 1:
+            raise ValueError("spam_ips and spam_links_per_page must be at least 1")
+        if scenarios.special_ip_count(self) > 254 * 256:
+            raise ValueError("at most 65024 scenario IPs fit in 127.2.0.0/16")
         if not 0.0 <= self.cross_host_link_fraction <= 1.0:
             raise ValueError("cross_host_link_fraction must be within [0, 1]")
 
 
 @dataclass(frozen=True, slots=True)
 class Host:
+    """One host name of the web.
+
+    ``index`` is the position in ``SimWebModel.hosts``, or -1 for a scenario host;
+    ``backbone_pages`` is 0 for a host whose pages never end.
+    """
+
     index: int
     name: str
     pld: str
     ip: str
     robots_variant: RobotsVariant
     backbone_pages: int
+    pld_class: PLDClass = "legit"
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,9 +186,10 @@ class SimWebModel:
 
     def __init__(self, config: SimWebConfig) -> None:
         self.config = config
+        # The ring hosts use the first config.ips addresses; scenario hosts the rest.
         self.ips: tuple[str, ...] = tuple(
             f"127.1.{j // 254}.{j % 254 + 1}" for j in range(config.ips)
-        )
+        ) + tuple(scenarios.special_ip(j) for j in range(scenarios.special_ip_count(config)))
         self.refused_host = f"down.{config.tld}"
         self.nxdomain_host = f"gone.{config.tld}"
         sizes = _backbone_sizes(config)
@@ -164,7 +204,11 @@ class SimWebModel:
             )
             for i in range(config.hosts)
         )
-        self._by_name = {h.name: h for h in self.hosts}
+        self._spam_names = scenarios.spam_pattern(config.tld)
+        self.scenario_hosts: tuple[Host, ...] = self._build_scenario_hosts()
+        self._by_name = {h.name: h for h in self.hosts + self.scenario_hosts}
+        self._endless_linkers = self._build_endless_linkers()
+        self._spam_host = functools.lru_cache(maxsize=_HOST_CACHE)(self._build_spam_host)
         self._inventory = functools.lru_cache(maxsize=_HOST_CACHE)(self._build_inventory)
         self._page = functools.lru_cache(maxsize=_PAGE_CACHE)(self._build_page)
         self._robots = functools.lru_cache(maxsize=_HOST_CACHE)(self._build_robots)
@@ -172,7 +216,22 @@ class SimWebModel:
     # -- hosts, DNS, robots ---------------------------------------------------
 
     def host(self, name: str) -> Host | None:
-        return self._by_name.get(name.lower())
+        """The host called ``name`` (any case), including any name of a spam farm."""
+        name = name.lower()
+        found = self._by_name.get(name)
+        if found is None and self.config.spam_farms:
+            found = self._spam_host(name)
+        return found
+
+    def pld_class(self, host_or_url: str) -> PLDClass:
+        """Which kind of PLD a host name or absolute URL belongs to.
+
+        "spam" and "trap" are the endless spam farms and calendars, "big" the big site;
+        every other name, including ones outside the web, is "legit".
+        """
+        name = (urlsplit(host_or_url).hostname or "") if "://" in host_or_url else host_or_url
+        found = self.host(name.rstrip("."))
+        return found.pld_class if found is not None else "legit"
 
     def origin(self, name: str) -> str:
         port = self.config.port
@@ -182,14 +241,28 @@ class SimWebModel:
         return self.origin(host) + path
 
     def dns_records(self) -> dict[str, str]:
-        """A records of the web: every served host plus the refused one."""
-        records = {h.name: h.ip for h in self.hosts}
+        """A records of the web: every named host plus the refused one.
+
+        Spam subdomains are not listed (there is no end to them); ``resolve`` answers
+        for them too.
+        """
+        records = {h.name: h.ip for h in self.hosts + self.scenario_hosts}
         records[self.refused_host] = REFUSED_IP
         return records
 
+    def resolve(self, name: str) -> str | None:
+        """The IPv4 address of ``name`` (any case), or None for NXDOMAIN."""
+        found = self.host(name)
+        if found is not None:
+            return found.ip
+        return REFUSED_IP if name.lower() == self.refused_host else None
+
     def robots(self, host: str) -> RobotsFile:
         """What ``/robots.txt`` of ``host`` serves; KeyError for a name not in the web."""
-        return self._robots(self._require(host).index)
+        found = self._require(host)
+        if found.pld_class != "legit":
+            return _SCENARIO_ROBOTS  # allow-all, so robots cannot hide a scenario's effect
+        return self._robots(found.index)
 
     def robots_variant(self, host: str) -> RobotsVariant:
         return self._require(host).robots_variant
@@ -212,8 +285,16 @@ class SimWebModel:
     # -- pages ----------------------------------------------------------------
 
     def paths(self, host: str) -> list[str]:
-        """Every path of ``host`` that is served with something other than 404."""
-        return list(self._inventory(self._require(host).index))
+        """Every path of ``host`` that is served with something other than 404.
+
+        ValueError for a spam farm or calendar host: their paths never end.
+        """
+        found = self._require(host)
+        if found.pld_class in scenarios.ENDLESS:
+            raise ValueError(f"{host} has endless paths")
+        if found.pld_class == "big":
+            return [backbone_path(k) for k in range(found.backbone_pages)]
+        return list(self._inventory(found.index))
 
     def page(self, host: str, path: str) -> Page:
         """The page at ``path`` (path plus ``?query``); a ``missing`` 404 if none."""
@@ -260,7 +341,7 @@ class SimWebModel:
 
     def _build_page(self, host: str, path: str) -> Page:
         h = self.host(host)
-        spec = self._inventory(h.index).get(path) if h is not None else None
+        spec = self._spec(h, path) if h is not None else None
         url = self.url(host, path)
         if h is None or spec is None:
             return Page(host, path, url, "missing", 404, "text/html")
@@ -280,6 +361,83 @@ class SimWebModel:
         return Page(
             host, path, url, "html", 200, "text/html",
             links=links, meta_nofollow=spec.meta_nofollow, base_href=base_href,
+        )
+
+    def _spec(self, h: Host, path: str) -> _Spec | None:
+        """What ``path`` of ``h`` is, before its generated links; None for a 404."""
+        if h.pld_class == "legit":
+            return self._inventory(h.index).get(path)
+        if h.pld_class == "big":
+            k = _backbone_index(path, h.backbone_pages)
+            if k is None:
+                return None
+            nxt = (("@" + backbone_path(k + 1), "a", False),) if k + 1 < h.backbone_pages else ()
+            return _Spec("html", nxt)
+        if h.pld_class == "trap":
+            targets = scenarios.calendar_targets(path)
+            if targets is None:
+                return None
+            links: tuple[tuple[str, LinkKind, bool], ...] = tuple(
+                ("@" + t, "a", False) for t in targets
+            )
+            return _Spec("html", links, generated=False)
+        links = tuple(
+            ("@" + p if name == h.name else self.url(name, p), "a", False)
+            for name, p in scenarios.spam_targets(self.config, h.pld, h.name, path)
+        )
+        return _Spec("html", links, generated=False)
+
+    def _build_scenario_hosts(self) -> tuple[Host, ...]:
+        cfg = self.config
+        hosts: list[Host] = []
+        for k in range(cfg.spam_farms):
+            apex = self._build_spam_host(scenarios.spam_farm_name(k, cfg.tld))
+            assert apex is not None
+            hosts.append(apex)
+        first_calendar_ip = cfg.spam_farms * cfg.spam_ips
+        for k in range(cfg.calendar_traps):
+            name = scenarios.calendar_name(k, cfg.tld)
+            ip = scenarios.special_ip(first_calendar_ip + k)
+            hosts.append(Host(-1, name, name, ip, "allow_all", 0, "trap"))
+        if cfg.big_site_pages:
+            name = scenarios.big_site_name(cfg.tld)
+            ip = scenarios.special_ip(first_calendar_ip + cfg.calendar_traps)
+            hosts.append(Host(-1, name, name, ip, "allow_all", cfg.big_site_pages, "big"))
+        return tuple(hosts)
+
+    def _build_spam_host(self, name: str) -> Host | None:
+        match = self._spam_names.fullmatch(name)
+        if match is None or int(match.group(1)) >= self.config.spam_farms:
+            return None
+        farm = int(match.group(1))
+        ip = scenarios.special_ip(scenarios.spam_ip_index(self.config, farm, name))
+        pld = scenarios.spam_farm_name(farm, self.config.tld)
+        return Host(-1, name, pld, ip, "allow_all", 0, "spam")
+
+    def _scenario_links(self, index: int) -> list[tuple[str, LinkKind, bool]]:
+        """Links from ``/`` of ring host ``index`` into the scenario PLDs (module doc)."""
+        cfg = self.config
+        links: list[tuple[str, LinkKind, bool]] = []
+        for name, linkers in self._endless_linkers:
+            if index in linkers:
+                links.append((self.url(name, "/"), "a", False))
+        if cfg.big_site_pages and index % 4 != 3:
+            links.append((self.url(scenarios.big_site_name(cfg.tld), "/"), "a", False))
+        return links
+
+    def _build_endless_linkers(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        """(name, ring hosts whose ``/`` links to it) for every spam farm and calendar."""
+        cfg = self.config
+        names = [scenarios.spam_farm_name(k, cfg.tld) for k in range(cfg.spam_farms)]
+        names += [scenarios.calendar_name(k, cfg.tld) for k in range(cfg.calendar_traps)]
+        if not names:
+            return ()
+        # The hosts of seeds(), so that a crawl from them meets every endless PLD at once.
+        seeds = [h.index for h in self.hosts if h.robots_variant != "error"][:3] or [0]
+        n = len(self.hosts)
+        return tuple(
+            (name, (seeds[k % len(seeds)], (seeds[k % len(seeds)] + n // 2) % n))
+            for k, name in enumerate(names)
         )
 
     def _build_inventory(self, index: int) -> dict[str, _Spec]:
@@ -310,6 +468,7 @@ class SimWebModel:
             pages.update(special)
             home += [("@" + p, "a", False) for p in _SPECIAL_ENTRIES]
             home.append(("@/special/hidden-2.html", "a", True))
+        home += self._scenario_links(index)
         pages["/"] = replace(pages["/"], links=tuple(home))
         return pages
 
@@ -416,7 +575,9 @@ class _LinkMaker:
         self.host = host
         self.path = path
         self.ref_base = base_path or path  # relative hrefs resolve against <base> if any
-        self.rng = random.Random(f"{self.cfg.seed}:{host.index}:{path}")
+        # Ring hosts keep their index in the key, so their bytes predate scenario hosts.
+        key = host.index if host.index >= 0 else host.name
+        self.rng = random.Random(f"{self.cfg.seed}:{key}:{path}")
 
     def make(self, spec: _Spec) -> tuple[Link, ...]:
         links = [self._fixed(href, kind, nofollow) for href, kind, nofollow in spec.links]
@@ -494,6 +655,19 @@ _LEAVES = (
     "/search?q=2",
     "/nowhere.html",
 )
+
+
+def _backbone_index(path: str, pages: int) -> int | None:
+    """The ``k < pages`` with ``backbone_path(k) == path``, or None."""
+    if path == "/":
+        return 0
+    digits = "".join(c if c.isdigit() else " " for c in path).split()
+    if not digits:
+        return None
+    if len(digits[-1]) > 18:
+        return None  # far beyond any page, and int() refuses very long digit strings
+    k = int(digits[-1])
+    return k if 0 < k < pages and backbone_path(k) == path else None
 
 
 def _skewed(rng: random.Random, n: int) -> int:

@@ -4,6 +4,9 @@ The rules (a crawler test compares its crawl against these):
 
 * breadth-first from canonical seed URLs; every URL is considered once;
 * a URL on the refused or NXDOMAIN host is *attempted* and fails (``unreachable``);
+* a URL on a spam farm or calendar trap (``scenarios.ENDLESS``) is recorded in
+  ``endless`` and not walked: those pages never end, so the oracle describes the finite
+  part of the web and where it touches the endless ones;
 * a URL on a host whose robots.txt answers 500 is not fetched (``host_blocked``);
 * a URL its host's robots.txt disallows is not fetched (``disallowed``);
   404 or garbage robots.txt allow everything;
@@ -24,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from drumbeat.simweb.scenarios import ENDLESS
+
 if TYPE_CHECKING:  # model imports this module to offer crawl() as methods
     from drumbeat.simweb.model import LinkKind, SimWebModel
 
@@ -36,6 +41,7 @@ class CrawlTruth:
     disallowed: set[str] = field(default_factory=set)
     host_blocked: set[str] = field(default_factory=set)
     unreachable: set[str] = field(default_factory=set)
+    endless: set[str] = field(default_factory=set)  # discovered on spam and trap PLDs
 
 
 def crawl(
@@ -61,8 +67,12 @@ def crawl(
         if host in (model.refused_host, model.nxdomain_host):
             truth.unreachable.add(url)
             continue
-        if model.host(host) is None:
+        found = model.host(host)
+        if found is None:
             continue  # the web never links outside itself; a foreign seed is ignored
+        if found.pld_class in ENDLESS:
+            truth.endless.add(url)
+            continue
         robots = model.robots(host)
         if robots.fetch_nothing:
             truth.host_blocked.add(url)

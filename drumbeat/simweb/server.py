@@ -100,7 +100,7 @@ class SimWeb:
         await self._runner.setup()
         for sock in sockets:
             await web.SockSite(self._runner, sock).start()
-        self._dns = SimDNS(self._model.dns_records())
+        self._dns = SimDNS(self._model.dns_records(), fallback=self._model.resolve)
         await self._dns.start("127.0.0.1", self._config.dns_port)
 
     async def stop(self) -> None:
