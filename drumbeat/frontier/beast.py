@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,20 +123,29 @@ class Beast:
 
     def place(self, record: bytes, pld_hash: int, budget: int) -> None:
         """Queue one URL record of PLD ``pld_hash`` with budget ``budget`` (from STAR)."""
-        self._place(record, pld_hash, budget)
-        self._placed += 1
+        self.place_many((record,), (pld_hash,), (budget,))
 
     def place_many(self, records: Sequence[bytes], pld_hashes: Sequence[int],
                    budgets: Sequence[int]) -> None:
         """:meth:`place` for each triple, in order."""
         if not len(records) == len(pld_hashes) == len(budgets):
             raise ValueError("records, pld_hashes and budgets differ in length")
-        place = self._place
-        for record, pld, budget in zip(records, pld_hashes, budgets):
-            place(record, int(pld), int(budget))
+        self._spread(zip(records, map(int, pld_hashes), map(int, budgets)))
         self._placed += len(records)
 
-    def _place(self, record: bytes, pld: int, budget: int) -> None:
+    def _spread(self, items: Iterable[tuple[bytes, int, int]]) -> None:
+        """Place (record, pld_hash, budget) triples, appending to each queue once."""
+        batches: list[list[bytes]] = [[] for _ in range(self._j + 1)]  # the last is QF
+        target = self._target
+        for record, pld, budget in items:
+            batches[target(pld, budget)].append(record)
+        for queue, batch in zip([*self._ring, self._qf], batches):
+            if batch:
+                queue.extend(batch)
+        self._deferred += len(batches[-1])
+
+    def _target(self, pld: int, budget: int) -> int:
+        """The ring index the PLD's next URL goes to (the table updated), or -1: QF."""
         pld &= _MASK64
         slot = pld % self._slots
         now = self._start + self._cur
@@ -150,12 +159,10 @@ class Beast:
         if used >= max(budget, 1):
             turn, used = turn + 1, 0
         if turn >= now + self._j:
-            self._qf.append(record)
-            self._deferred += 1
-            return
+            return -1
         self._mtag[slot], self._mturn[slot], self._mcount[slot] = pld, turn, used + 1
         index = turn - self._start
-        self._ring[index if index < self._j else index - self._j].append(record)
+        return index if index < self._j else index - self._j
 
     # -- reading -----------------------------------------------------------------------
 
@@ -191,9 +198,7 @@ class Beast:
         while left:
             batch = self._qf.read(min(left, _RESPLIT_BATCH))
             left -= len(batch)
-            for record in batch:
-                pld, budget = self._rebudget(record)
-                self._place(record, pld, budget)
+            self._spread((record, *map(int, self._rebudget(record))) for record in batch)
 
     def __len__(self) -> int:
         """Records queued anywhere (ring and QF), not yet read."""
