@@ -224,7 +224,11 @@ def _filled(tmp_path: Path) -> tuple[Drum, dict]:
     drum.update(keys, np.ones(len(keys), VALUE))
     drum.flush()
     list(drum.take_results())
-    drum.check_update(keys[:100] + np.uint64(1), aux=[b"x"] * 100)
+    # Pending at the commit: enough tuples (over both buckets) to spill the first
+    # ones to q files; the rest are only in the arrival log.
+    pending = np.concatenate([keys[:350] + np.uint64(1), keys[:350] + np.uint64(1 << 63)])
+    drum.check_update(pending, aux=[b"x"] * len(pending))
+    assert drum._live["sn"] and drum._ram_n
     manifest = drum.commit()
     drum.close()
     return drum, manifest

@@ -5,11 +5,11 @@ Every DRUM data file is ``header block* [footer]``; all integers little-endian.
 header (20 bytes)::
 
     magic    4s   b"DRUM"
-    version  u16  FORMAT_VERSION (3)
+    version  u16  FORMAT_VERSION (4)
     kind     u8   b"q" pending records, b"a" arrival log (with aux),
                   b"c" sorted cache, b"r" merge results
     pad      u8   0
-    bucket   u32  bucket number (0 for the arrival log and result files)
+    bucket   u32  bucket number of a ``q`` file (0 for the other kinds)
     itemsize u32  bytes per fixed-size record (0 for the arrival log)
     crc      u32  zlib.crc32 of the 16 bytes above
 
@@ -25,17 +25,20 @@ Payloads per kind:
 
 - ``q``: ``count`` packed records ``(key u64, op u8, value)`` in arrival order.
 - ``a``: one entry per tuple, in global arrival order, as columns: ``count`` u64
-  keys, ``count`` u32 aux lengths, ``count`` u16 bucket numbers, ``count`` u8
-  ops, then the aux bytes concatenated.
-- ``c``: ``count`` u64 keys (strictly increasing across the file), then
-  ``count`` values.
-- ``r``: ``count`` packed ``(unique bool, value)``; the file holds one run of
-  blocks per bucket (in bucket order, lengths in the repository state), each
-  in its bucket's arrival order.
+  keys, ``count`` u32 aux lengths, ``count`` u8 ops, ``count`` values, then the
+  aux bytes concatenated.
+- ``c``: one *section* per bucket, in bucket order, each a run of blocks of
+  ``count`` u64 keys (strictly increasing across the section), then ``count``
+  values, and a footer. Offsets, lengths and record counts of the sections are
+  in the repository state.
+- ``r``: ``count`` packed ``(unique bool, value)``; the file holds either one
+  run of blocks in arrival order (a round merged from RAM) or one run per
+  bucket (in bucket order, lengths in the repository state), each in its
+  bucket's arrival order.
 
-A ``c`` file ends with a footer block whose count is ``0xFFFFFFFF`` and whose
-8-byte payload is the total record count, so a cut-off cache is detected even
-when it ends on a block boundary. Append-only files (q, a) have no footer:
+A ``c`` section ends with a footer block whose count is ``0xFFFFFFFF`` and
+whose 8-byte payload is the section's record count, so a cut-off cache is
+detected even when it ends on a block boundary. Append-only files (q, a) have no footer:
 their valid length is recorded in the repository state (see ``repository``).
 
 Any mismatch (bad magic, unknown version, short read, checksum) raises
@@ -55,7 +58,7 @@ import numpy as np
 import xxhash
 
 MAGIC = b"DRUM"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 _HEADER = struct.Struct("<4sHBxII")
 HEADER_SIZE = _HEADER.size + 4
 _BLOCK = struct.Struct("<III")

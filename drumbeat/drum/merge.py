@@ -78,7 +78,44 @@ class Merger:
         return out
 
 
+_LOW = np.uint64(0xFFFFFFFF)
+_32 = np.uint64(32)
+
+
 def stable_argsort(keys: np.ndarray) -> np.ndarray:
+    """Argsort by key, ties in input order.
+
+    ``np.sort`` of uint64 is SIMD and ~5x faster than ``np.argsort`` here, so the
+    order comes from sorting ``high 32 bits of the key | input index`` as plain
+    integers. That is the answer unless two different keys share their high bits
+    (rare: ~n^2 / 2^33 pairs); only such runs are sorted again, by their low bits.
+    """
+    n = len(keys)
+    if n >= 1 << 32:
+        return _argsort_ties(keys)
+    comp = keys & ~_LOW
+    comp |= np.arange(n, dtype=np.uint64)
+    comp.sort()
+    order = (comp & _LOW).astype(np.intp)
+    comp >>= _32
+    tie = comp[1:] == comp[:-1]
+    if tie.any():
+        low = keys[order] & _LOW
+        mixed = tie & (low[1:] != low[:-1])
+        if mixed.any():
+            run = np.empty(n, np.intp)
+            run[0] = 0
+            np.cumsum(~tie, out=run[1:])
+            bad = np.zeros(int(run[-1]) + 1, bool)
+            bad[run[1:][mixed]] = True
+            pos = np.flatnonzero(bad[run])
+            # Within a run the input indices ascend: a stable sort by (run, low bits)
+            # puts equal keys in input order.
+            order[pos] = order[pos][_argsort_ties((run[pos].astype(np.uint64) << _32) | low[pos])]
+    return order
+
+
+def _argsort_ties(keys: np.ndarray) -> np.ndarray:
     """Argsort by key, ties in input order; 2 unstable sorts beat one 'stable' (11x slower)."""
     order = np.argsort(keys)
     sk = keys[order]
@@ -134,14 +171,14 @@ def merge_bucket(
 
     # Per tuple: the group's last writer strictly before it, and the running fold
     # of the group's writers up to each writer (`folded`, valid at writer slots).
-    pos = np.arange(n)
-    last_incl = np.maximum.accumulate(np.where(writer, pos, -1)) if n else pos
-    last_excl = np.empty(n, np.intp)
-    last_excl[:1] = -1
-    last_excl[1:] = last_incl[:-1]
-    has_prev = last_excl >= starts[gid]
-    group_last = last_incl[np.r_[starts[1:], n] - 1] if n else pos
     if has_values:
+        pos = np.arange(n)
+        last_incl = np.maximum.accumulate(np.where(writer, pos, -1)) if n else pos
+        last_excl = np.empty(n, np.intp)
+        last_excl[:1] = -1
+        last_excl[1:] = last_incl[:-1]
+        has_prev = last_excl >= starts[gid]
+        group_last = last_incl[np.r_[starts[1:], n] - 1] if n else pos
         folded = values[order]
         wi = np.flatnonzero(writer)
         if len(wi):

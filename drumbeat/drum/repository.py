@@ -5,14 +5,16 @@ Directory layout (file formats in :mod:`drumbeat.drum.format`)::
     STATE.json                 the repository state (below), replaced atomically
     q-EEEEEEEE-BBBB.drum       pending records of epoch E, bucket B (append-only)
     a-EEEEEEEE.drum            arrival log of epoch E: bucket, key, op and aux of every tuple
-    c-BBBB-GGGGGGGG.drum       sorted cache of bucket B, generation G
+    c-GGGGGGGG.drum            sorted caches written by the round that made generation G:
+                               one section per bucket it rewrote, in bucket order
     r-EEEEEEEE.drum            results of merging epoch E: one section per bucket
 
 ``STATE.json`` is JSON followed by a line with the zlib.crc32 of the JSON in
 hex. It holds the format version, value dtype and bucket count, the
 ``current`` snapshot and the last two ``commits`` (snapshots returned by
-:meth:`Drum.commit`). A snapshot names, per bucket, the live cache generation,
-its record count and file size, the valid lengths of the pending files of the
+:meth:`Drum.commit`). A snapshot names, per bucket, the cache file (generation)
+holding its section, the section's offset, length and record count; the size of
+every cache file it refers to; the valid lengths of the pending files of the
 current epoch, the merged epochs whose results were not yet taken, and the
 counters. Files no snapshot refers to are deleted.
 
@@ -20,8 +22,11 @@ An *epoch* is the set of tuples merged in one round. Keys, ops and aux are
 logged in arrival order, so delivering results only puts each bucket's
 ``(unique, value)`` records back in that order. Records still buffered in RAM
 when a round starts are merged from RAM (they reach ``q`` files only when a
-bucket buffer fills or at a commit). A round writes every changed bucket's
-cache as a new generation and the epoch's result file (a section per bucket),
+bucket buffer fills or at a commit). A round merges runs of consecutive buckets
+together (as many as fit the bucket buffer: their caches, concatenated, are one
+sorted stream), writes every changed bucket's cache as a section of *one* new
+cache file (creating a file costs ~1.5 ms here, so one file per bucket and round
+was most of a round's fixed cost) and the epoch's result file (a run per bucket),
 fsyncs them and the epoch's arrival log and pending files, then switches
 ``STATE.json`` (fsync, rename, fsync of the directory). A kill at any instant
 leaves either the old state (the round is redone from the same pending files)
@@ -68,11 +73,10 @@ from drumbeat.drum.merge import CHECK, CHECK_UPDATE, UPDATE, MergeFn, Merger, me
 from drumbeat.drum.sizing import Sizing, plan
 
 STATE = "STATE.json"
-STATE_VERSION = 2
+STATE_VERSION = 3
 _FILE_RE = re.compile(r"^([qacr])-(\d{4,8})(?:-(\d{4,8}))?\.drum$")
 _EMPTY = np.dtype([])
-_LIVE = ("q", "qn", "a", "an")  # snapshot fields that change while tuples are queued
-_ARRIVAL_BYTES = 15  # per tuple in the arrival log besides its aux: key, aux length, bucket, op
+_LIVE = ("q", "qn", "sn", "a", "an")  # snapshot fields that change while tuples are queued
 
 
 class DrumIOError(DrumError, OSError):
@@ -124,8 +128,23 @@ def _name(kind: str, a: int, b: int | None = None) -> str:
     return f"{kind}-{a:08d}.drum" if b is None else f"{kind}-{a:08d}-{b:04d}.drum"
 
 
-def _cache_name(bucket: int, gen: int) -> str:
-    return f"c-{bucket:04d}-{gen:08d}.drum"
+def _cache_file(gen: int) -> str:
+    return f"c-{gen:08d}.drum"
+
+
+def _units(pending: np.ndarray, limit: int) -> list[list[int]]:
+    """Runs of consecutive buckets with pending tuples, each holding at most ``limit``
+    tuples (or one bucket): merging a run at once pays the per-merge fixed costs once."""
+    units: list[list[int]] = []
+    total = limit
+    for b in np.flatnonzero(pending).tolist():
+        n = int(pending[b])
+        if total + n > limit:
+            units.append([])
+            total = 0
+        units[-1].append(b)
+        total += n
+    return units
 
 
 class Drum:
@@ -178,14 +197,21 @@ class Drum:
         self._counters: dict[str, Any] = dict(self._snap["counters"])
         self._recover()
         self._live = {key: copy.deepcopy(self._snap[key]) for key in _LIVE}
-        self._buf_rec: list[list[np.ndarray]] = [[] for _ in range(self._k)]
-        self._buf_bytes = np.zeros(self._k, np.int64)
-        self._buf_n = np.zeros(self._k, np.int64)
-        # Arrival log buffer, per submitted piece: (bucket ids, keys, ops, aux lengths, aux).
-        self._arrivals: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
-                                   bytes | memoryview]] = []
+        # Tuples of the epoch not spilled to q files, in arrival order: (keys, ops,
+        # values or None). At most a quarter of the RAM (Theorem 2's 2k buffers of
+        # M bytes, half of them for records) and one merge unit.
+        self._spill_at = max(1, min(self.sizing.bucket_records,
+                                    self.sizing.ram_bytes // 4 // self._rec.itemsize))
+        self._ram: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []
+        self._ram_n = 0
+        self._ram_bn = np.zeros(self._k, np.int64)  # per bucket, in bucket mode only
+        # Arrival log buffer, per submitted piece: (keys, aux lengths, ops, values, aux).
+        self._arrivals: list[tuple[Any, ...]] = []
         self._arrivals_n = 0
         self._arrivals_bytes = 0
+        # Per tuple in the arrival log besides its aux: key, aux length, op, value.
+        self._arrival_bytes = 13 + self.value_dtype.itemsize
+        self._reload()
         if manifest is not None:
             self._write_state(durable=True)
         self._gc()
@@ -228,16 +254,18 @@ class Drum:
         aux_array = None if aux is None else AuxArray.of(aux)
         if aux_array is not None and len(aux_array) != len(keys):
             raise ValueError(f"{len(aux_array)} aux items for {len(keys)} keys")
-        piece = max(1, self.sizing.bucket_records // 2)
+        piece = self._spill_at
         for start in range(0, len(keys), piece):
             end = min(len(keys), start + piece)
-            self._distribute(
+            self._add(
                 ops[start:end], keys[start:end],
                 None if values is None else values[start:end],
                 None if aux_array is None else aux_array[start:end],
             )
-            if int((np.asarray(self._live["qn"]) + self._buf_n).max()) >= \
-                    self.sizing.bucket_records:
+            if self._ram_n >= self._spill_at:
+                self._guard(self._spill)
+            if self._live["sn"] and int((np.asarray(self._live["qn"]) + self._ram_bn).max()) \
+                    >= self.sizing.bucket_records:
                 self._guard(self._round)
 
     def _validate(self, ops, keys, values):
@@ -258,39 +286,58 @@ class Drum:
                 raise ValueError(f"{len(values)} values for {n} keys")
         return keys, ops, values
 
-    def _distribute(self, ops, keys, values, aux: AuxArray | None) -> None:
+    def _add(self, ops, keys, values, aux: AuxArray | None) -> None:
         m = len(keys)
-        rec = np.empty(m, self._rec)
-        rec["key"] = keys
-        rec["op"] = ops
-        if values is not None:
-            rec["value"] = values
-        else:
-            rec["value"] = np.zeros(m, self.value_dtype)
-        bucket = (keys >> self._shift).astype(np.uint16) if self._k > 1 else np.zeros(m, np.uint16)
-        order = np.argsort(bucket, kind="stable")  # u16: radix sort
-        counts = np.bincount(bucket, minlength=self._k)
-        srec = _take_records(rec, order)
-        end = np.cumsum(counts)
-        for b in np.flatnonzero(counts).tolist():
-            s, e = int(end[b] - counts[b]), int(end[b])
-            self._buf_rec[b].append(srec[s:e])
-            self._buf_bytes[b] += (e - s) * self._rec.itemsize
-            self._buf_n[b] += e - s
-            if self._buf_bytes[b] >= self.sizing.buffer_bytes:
-                self._guard(self._flush_bucket, b)
-        # Keys, ops and aux also go to the arrival log, in arrival order, so
-        # delivering results needs no reordering but of (unique, value).
+        # Copies: the caller may reuse its arrays once submit() returns.
+        keys, ops = keys.copy(), ops.copy()
+        values = values.copy() if values is not None and self.value_dtype.itemsize else None
+        self._keep(keys, ops, values)
+        # The arrival log holds every tuple in arrival order: results are delivered
+        # from it, and tuples not spilled to q files are reloaded from it on open.
         if aux is not None:
             lengths, data = aux.lengths().astype("<u4"), aux.data()
         else:
             lengths, data = np.zeros(m, "<u4"), b""
         self._counters["checked_bytes"] += 8 * m + len(data)
-        self._arrivals.append((bucket, keys, ops, lengths, data))
+        self._arrivals.append((keys, lengths, ops, values, data))
         self._arrivals_n += m
-        self._arrivals_bytes += _ARRIVAL_BYTES * m + len(data)
+        self._arrivals_bytes += self._arrival_bytes * m + len(data)
         if self._arrivals_bytes >= self.sizing.chunk_bytes:
             self._guard(self._flush_arrivals)
+
+    def _keep(self, keys: np.ndarray, ops: np.ndarray, values: np.ndarray | None) -> None:
+        """Hold tuples in RAM, in arrival order (values None: zeros)."""
+        self._ram.append((keys, ops, values))
+        self._ram_n += len(keys)
+        if self._live["sn"]:  # bucket mode: a round starts when one bucket is full
+            self._ram_bn += self._bucket_counts(keys)
+
+    def _bucket_of(self, keys: np.ndarray) -> np.ndarray:
+        if self._k == 1:
+            return np.zeros(len(keys), np.uint16)
+        return (keys >> self._shift).astype(np.uint16)
+
+    def _bucket_counts(self, keys: np.ndarray) -> np.ndarray:
+        return np.bincount(self._bucket_of(keys), minlength=self._k)
+
+    def _ram_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The RAM tuples as (keys, ops, values), in arrival order."""
+        if not self._ram:
+            return np.empty(0, np.uint64), np.empty(0, np.uint8), np.empty(0, self.value_dtype)
+        keys, ops, values = zip(*self._ram)
+        if not self.value_dtype.itemsize:
+            vals = np.empty(self._ram_n, self.value_dtype)
+        elif all(v is None for v in values):
+            vals = np.zeros(self._ram_n, self.value_dtype)
+        else:
+            vals = np.concatenate([np.zeros(len(k), self.value_dtype) if v is None else v
+                                   for k, v in zip(keys, values)])
+        return _cat(keys), _cat(ops), vals
+
+    def _clear_ram(self) -> None:
+        self._ram.clear()
+        self._ram_n = 0
+        self._ram_bn[:] = 0
 
     # ------------------------------------------------------------------ disk appends
 
@@ -310,32 +357,39 @@ class Drum:
         self._counters["bytes_written"] += written
         return length + written
 
-    def _flush_bucket(self, b: int) -> None:
-        if not self._buf_rec[b]:
-            return
-        e = self._snap["epoch"]
-        recs = np.concatenate(self._buf_rec[b])
-        n = len(recs)
-        live = self._live
-        live["q"][b] = self._append(self.directory / _name("q", e, b), live["q"][b], b"q", b,
-                                    self._rec.itemsize, *block_parts(n, [recs]))
-        live["qn"][b] += n
-        self._buf_rec[b].clear()
-        self._buf_bytes[b] = 0
-        self._buf_n[b] = 0
+    def _spill(self) -> None:
+        """Move the RAM tuples to per-bucket q files (the epoch is then in bucket mode).
+
+        They are a prefix of the arrival log: ``sn`` counts them, so reopening
+        reloads only the tuples after it.
+        """
+        keys, ops, values = self._ram_columns()
+        n = len(keys)
+        recs = np.empty(n, self._rec)
+        recs["key"], recs["op"], recs["value"] = keys, ops, values
+        ids = self._bucket_of(keys)
+        counts = np.bincount(ids, minlength=self._k)
+        srec = _take_records(recs, np.argsort(ids, kind="stable"))  # u16: radix sort
+        end = np.cumsum(counts)
+        e, live = self._snap["epoch"], self._live
+        for b in np.flatnonzero(counts).tolist():
+            s, t = int(end[b] - counts[b]), int(end[b])
+            live["q"][b] = self._append(self.directory / _name("q", e, b), live["q"][b], b"q",
+                                        b, self._rec.itemsize, *block_parts(t - s, [srec[s:t]]))
+            live["qn"][b] += t - s
+        live["sn"] += n
+        self._clear_ram()
 
     def _flush_arrivals(self) -> None:
         if not self._arrivals:
             return
-        ids, keys, ops, lengths, data = zip(*self._arrivals)
+        keys, lengths, ops, values, data = zip(*self._arrivals)
         n = self._arrivals_n
-        block = block_parts(n, [
-            np.concatenate(keys).astype("<u8", copy=False),
-            np.concatenate(lengths),
-            np.concatenate(ids).astype("<u2", copy=False),
-            np.concatenate(ops),
-            *data,
-        ])
+        parts: list = [_cat(keys).astype("<u8", copy=False), _cat(lengths), _cat(ops)]
+        if self.value_dtype.itemsize:
+            parts.append(np.concatenate([np.zeros(len(k), self.value_dtype) if v is None else v
+                                         for k, v in zip(keys, values)]))
+        block = block_parts(n, [*parts, *data])
         path = self.directory / _name("a", self._snap["epoch"])
         self._live["a"] = self._append(path, self._live["a"], b"a", 0, 0, *block)
         self._live["an"] += n
@@ -343,10 +397,39 @@ class Drum:
         self._arrivals_n = 0
         self._arrivals_bytes = 0
 
-    def _flush_all(self) -> None:
-        for b in np.flatnonzero(self._buf_n).tolist():
-            self._flush_bucket(b)
-        self._flush_arrivals()
+    def _arrival_block(self, n: int, payload: bytes
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, AuxArray]:
+        """(keys, ops, values, aux) of an arrival-log block (views of ``payload``)."""
+        vsize = self.value_dtype.itemsize
+        keys = np.frombuffer(payload, "<u8", n)
+        lengths = np.frombuffer(payload, "<u4", n, offset=8 * n)
+        ops = np.frombuffer(payload, "u1", n, offset=12 * n)
+        values = np.frombuffer(payload, self.value_dtype, n, offset=13 * n) if vsize else \
+            np.empty(n, self.value_dtype)
+        offsets = np.empty(n + 1, np.int64)
+        offsets[0] = self._arrival_bytes * n
+        np.cumsum(lengths, out=offsets[1:])
+        offsets[1:] += offsets[0]
+        return keys, ops, values, AuxArray(payload, offsets)
+
+    def _reload(self) -> None:
+        """Put the current epoch's tuples that are not in q files back in RAM."""
+        live = self._live
+        skip = live["sn"]
+        if live["an"] == skip:
+            return
+        path = self.directory / _name("a", self._snap["epoch"])
+        for n, payload in iter_blocks(path, b"a", end=live["a"]):
+            self._counters["bytes_read"] += len(payload) + 12
+            if skip >= n:
+                skip -= n
+                continue
+            keys, ops, values, _ = self._arrival_block(n, payload)
+            self._keep(keys[skip:].copy(), ops[skip:].copy(),
+                       values[skip:].copy() if self.value_dtype.itemsize else None)
+            skip = 0
+        if self._ram_n >= self._spill_at:
+            self._spill()  # reopened with less RAM
 
     def _sync_dirty(self) -> None:
         if self._fsync:
@@ -367,35 +450,54 @@ class Drum:
             self._guard(self._round)
 
     def _round(self) -> None:
-        # Buffered records are merged straight from RAM: a crash before the round
-        # completes loses only unacknowledged tuples (commit() writes them out).
+        # RAM tuples are merged straight from RAM: a crash before the round completes
+        # finds them in the arrival log again.
         self._flush_arrivals()
         snap, live, e = self._snap, self._live, self._snap["epoch"]
-        r_lens = [0] * self._k
         t0 = time.perf_counter()
         sort_s = 0.0
         r_path = self.directory / _name("r", e)
         r_file = open(r_path, "wb")
         self._dirty.add(r_path)
+        writer = _CacheWriter(self.directory / _cache_file(e + 1), self._shift, self._k,
+                              self.value_dtype, self.sizing.chunk_bytes)
+        arrival = not live["sn"]
         try:
             r_file.write(encode_header(b"r", 0, self._res.itemsize))
-            for b in np.flatnonzero(np.asarray(live["qn"]) + self._buf_n).tolist():
-                sort_s += self._merge_one(b, e, r_file, r_lens)
+            if arrival:
+                r_lens, sort_s = self._merge_ram(r_file, writer)
+            else:
+                r_lens = [0] * self._k
+                ram = self._ram_by_bucket()
+                pending = np.asarray(live["qn"]) + self._ram_bn
+                for unit in _units(pending, self.sizing.bucket_records):
+                    sort_s += self._merge_unit(unit, e, r_file, r_lens, writer, ram)
             size = r_file.tell()
+            c_size = writer.close(self._fsync_rounds)
         finally:
             r_file.close()
+            if not writer.closed:
+                writer.abort()
         self._counters["bytes_written"] += size
-        for b in range(self._k):
-            self._buf_rec[b].clear()
-        self._buf_bytes[:] = 0
-        self._buf_n[:] = 0
+        if writer.sections:
+            if not self._fsync_rounds:
+                self._dirty.add(writer.path)
+            self._counters["bytes_written"] += c_size
+            for b, (offset, length, count) in writer.sections.items():
+                snap["gens"][b], snap["offs"][b] = e + 1, offset
+                snap["sizes"][b], snap["counts"][b] = length, count
+            snap["files"][str(e + 1)] = c_size
+            live_gens = {str(g) for g in snap["gens"] if g}
+            snap["files"] = {g: n for g, n in snap["files"].items() if g in live_gens}
+        self._clear_ram()
         if self._fsync_rounds:
             self._sync_dirty()
-        snap["results"].append({"epoch": e, "a": live["a"], "an": live["an"], "r": r_lens})
+        snap["results"].append({"epoch": e, "a": live["a"], "an": live["an"], "r": r_lens,
+                                "arrival": arrival})
         snap["epoch"] = e + 1
         for key in ("q", "qn"):
             snap[key] = [0] * self._k
-        snap["a"] = snap["an"] = 0
+        snap["sn"] = snap["a"] = snap["an"] = 0
         self._live = {key: copy.deepcopy(snap[key]) for key in _LIVE}
         c = self._counters
         c["merges"] += 1
@@ -405,35 +507,67 @@ class Drum:
         self._write_state()
         self._gc()
 
-    def _merge_one(self, b: int, e: int, r_file: Any, r_lens: list[int]) -> float:
-        """Merge bucket ``b``'s pending tuples (on disk, then buffered); return sort seconds."""
-        snap, live = self._snap, self._live
-        parts = list(self._buf_rec[b])
-        if live["q"][b]:
-            parts.insert(0, self._read_records(self.directory / _name("q", e, b), b"q",
-                                               live["q"][b], self._rec))
+    def _merge_ram(self, r_file: Any, writer: _CacheWriter) -> tuple[list[int], float]:
+        """Merge an epoch held wholly in RAM (no spill; at most ``bucket_records`` tuples)
+        against the caches of the buckets it touches, as one sorted stream. Its results
+        come out in arrival order: one run, delivered without reordering."""
+        keys, ops, values = self._ram_columns()
+        unit = np.flatnonzero(self._bucket_counts(keys)).tolist()
+        cache = self._unit_cache(unit)
+        try:
+            out = merge_bucket(keys, ops, values, cache, self._merger, writer.write)
+        finally:
+            cache.close()  # a generator holding an old cache file open
+        writer.end_section()
+        return [self._write_blocks(r_file, self._results(out))], out.sort_s
+
+    def _results(self, out: Any) -> np.ndarray:
+        res = np.empty(len(out.unique), self._res)
+        res["unique"] = out.unique
+        if self.value_dtype.itemsize:
+            res["value"] = out.before
+        return res
+
+    def _ram_by_bucket(self) -> dict[int, np.ndarray]:
+        """The RAM tuples as records, per bucket in arrival order."""
+        keys, ops, values = self._ram_columns()
+        recs = np.empty(len(keys), self._rec)
+        recs["key"], recs["op"], recs["value"] = keys, ops, values
+        ids = self._bucket_of(keys)
+        counts = np.bincount(ids, minlength=self._k)
+        srec = _take_records(recs, np.argsort(ids, kind="stable"))
+        end = np.cumsum(counts)
+        return {b: srec[int(end[b] - counts[b]):int(end[b])]
+                for b in np.flatnonzero(counts).tolist()}
+
+    def _merge_unit(self, unit: list[int], e: int, r_file: Any, r_lens: list[int],
+                    writer: _CacheWriter, ram: dict[int, np.ndarray]) -> float:
+        """Merge the pending tuples of the consecutive buckets ``unit`` (in q files, then
+        in RAM) as one sorted stream; return sort seconds."""
+        live = self._live
+        parts: list[np.ndarray] = []
+        counts = []
+        for b in unit:
+            n = len(parts)
+            if live["q"][b]:
+                parts.append(self._read_records(self.directory / _name("q", e, b), b"q",
+                                                live["q"][b], self._rec))
+            if b in ram:
+                parts.append(ram[b])
+            counts.append(sum(len(p) for p in parts[n:]))
         recs = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        cache = self._cache_chunks(b)
-        new_gen = e + 1
-        writer = _CacheWriter(self.directory / _cache_name(b, new_gen), b,
-                              self.value_dtype, self.sizing.chunk_bytes)
+        cache = self._unit_cache(unit)
         try:
             out = merge_bucket(recs["key"], recs["op"], recs["value"], cache, self._merger,
                                writer.write)
-            size = writer.close(self._fsync_rounds) if out.changed else 0
-            if out.changed and not self._fsync_rounds:
-                self._dirty.add(writer.path)
         finally:
-            cache.close()  # a generator holding the old cache file open
-            if not writer.closed:
-                writer.abort()
-        if out.changed:
-            self._counters["bytes_written"] += size
-            snap["gens"][b], snap["counts"][b], snap["sizes"][b] = new_gen, out.stored, size
-        res = np.empty(len(recs), self._res)
-        res["unique"] = out.unique
-        res["value"] = out.before
-        r_lens[b] = self._write_blocks(r_file, res)
+            cache.close()  # a generator holding an old cache file open
+        writer.end_section()
+        res = self._results(out)
+        start = 0
+        for b, n in zip(unit, counts):
+            r_lens[b] = self._write_blocks(r_file, res[start:start + n])
+            start += n
         return out.sort_s
 
     def _read_records(self, path: Path, kind: bytes, end: int, dtype: np.dtype) -> np.ndarray:
@@ -441,12 +575,19 @@ class Drum:
         self._counters["bytes_read"] += end
         return np.concatenate(parts) if parts else np.empty(0, dtype)
 
+    def _unit_cache(self, unit: list[int]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for b in unit:
+            yield from self._cache_chunks(b)
+
     def _cache_chunks(self, b: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        if not self._snap["gens"][b]:
+        snap = self._snap
+        if not snap["gens"][b]:
             return
-        path = self.directory / _cache_name(b, self._snap["gens"][b])
+        path = self.directory / _cache_file(snap["gens"][b])
         vdt = self.value_dtype
-        for n, payload in iter_blocks(path, b"c", footer=True):
+        start = snap["offs"][b]
+        for n, payload in iter_blocks(path, b"c", start=start, end=start + snap["sizes"][b],
+                                      footer=True):
             self._counters["bytes_read"] += len(payload) + 12
             keys = np.frombuffer(payload, "<u8", n)
             values = np.frombuffer(payload, vdt, n, offset=8 * n) if vdt.itemsize else \
@@ -454,8 +595,8 @@ class Drum:
             yield keys, values
 
     def _write_blocks(self, f: Any, recs: np.ndarray) -> int:
-        """Append ``recs`` to ``f`` in blocks of at most ``buffer_bytes``; return bytes written."""
-        per = max(1, self.sizing.buffer_bytes // max(1, recs.dtype.itemsize))
+        """Append ``recs`` to ``f`` in blocks of at most ``chunk_bytes``; return bytes written."""
+        per = max(1, self.sizing.chunk_bytes // max(1, recs.dtype.itemsize))
         start = f.tell()
         for s in range(0, len(recs), per):
             part = recs[s:s + per]
@@ -497,30 +638,29 @@ class Drum:
         a_path = self.directory / _name("a", e)
         for n, payload in iter_blocks(a_path, b"a", end=entry["a"]):
             self._counters["bytes_read"] += len(payload) + 12
-            keys = np.frombuffer(payload, "<u8", n)
-            lengths = np.frombuffer(payload, "<u4", n, offset=8 * n)
-            ids = np.frombuffer(payload, "<u2", n, offset=12 * n)
-            ops = np.frombuffer(payload, "u1", n, offset=14 * n)
-            offsets = np.empty(n + 1, np.int64)
-            offsets[0] = _ARRIVAL_BYTES * n
-            np.cumsum(lengths, out=offsets[1:])
-            offsets[1:] += _ARRIVAL_BYTES * n
-            aux = AuxArray(payload, offsets)
+            keys, ops, _, aux = self._arrival_block(n, payload)
             for s in range(0, n, step):
                 t = slice(s, s + step)
-                yield self._deliver_chunk(e, keys[t], ops[t], ids[t], res_streams, aux[t])
+                if entry["arrival"]:
+                    res = res_streams[0].take(len(keys[t])) if res_streams else \
+                        np.empty(0, self._res)
+                    res = res.copy()
+                else:
+                    res = self._reorder(keys[t], res_streams)
+                yield DrumResult(e, keys[t].copy(), ops[t].copy(), res["unique"], res["value"],
+                                 aux[t])
 
-    def _deliver_chunk(self, e: int, keys: np.ndarray, ops: np.ndarray, ids: np.ndarray,
-                       res_streams: dict, aux: AuxArray) -> DrumResult:
-        n = len(ids)
+    def _reorder(self, keys: np.ndarray, res_streams: dict) -> np.ndarray:
+        """The results of ``keys`` (bucket mode: a run per bucket), in arrival order."""
+        ids = self._bucket_of(keys)
         # Stable by bucket: the records of bucket b, in its arrival order, go to
         # the positions of b's tuples, in order.
         order = np.argsort(ids, kind="stable")
         counts = np.bincount(ids, minlength=self._k)
         recs = [res_streams[b].take(int(counts[b])) for b in np.flatnonzero(counts).tolist()]
-        out = np.empty(n, self._res)
+        out = np.empty(len(keys), self._res)
         _as_void(out)[order] = _as_void(np.concatenate(recs))
-        return DrumResult(e, keys.copy(), ops.copy(), out["unique"], out["value"], aux)
+        return out
 
     # ------------------------------------------------------------------ commit / state
 
@@ -536,7 +676,7 @@ class Drum:
         is one of the last two commits (older generations are deleted then).
         """
         self._usable()
-        self._guard(self._flush_all)
+        self._guard(self._flush_arrivals)
         self._guard(self._sync_dirty)
         snap = self._snap
         for key in _LIVE:
@@ -615,7 +755,10 @@ class Drum:
         except ValueError as exc:
             raise DrumCorruptError(path, f"unreadable state ({exc})") from None
         if state.get("format") != STATE_VERSION:
-            raise DrumCorruptError(path, f"state format {state.get('format')}")
+            raise DrumError(
+                f"{path} is in DRUM state format {state.get('format')}, this drumbeat reads "
+                f"only format {STATE_VERSION}: the directory was written by another version "
+                "(there is no converter; start it anew)")
         stored = np.dtype(_descr(state["value_dtype"]))
         if stored != self.value_dtype:
             raise ValueError(f"{self.directory} stores values of {stored}, not {self.value_dtype}")
@@ -626,8 +769,9 @@ class Drum:
     def _create(self) -> dict:
         k = self._k
         self._snap = {
-            "seq": 0, "id": "", "epoch": 1, "gens": [0] * k, "counts": [0] * k, "sizes": [0] * k,
-            "q": [0] * k, "qn": [0] * k, "a": 0, "an": 0, "results": [],
+            "seq": 0, "id": "", "epoch": 1, "gens": [0] * k, "offs": [0] * k,
+            "sizes": [0] * k, "counts": [0] * k, "files": {},
+            "q": [0] * k, "qn": [0] * k, "sn": 0, "a": 0, "an": 0, "results": [],
             "counters": {"bytes_read": 0, "bytes_written": 0, "merges": 0, "sort_s": 0.0,
                          "merge_s": 0.0, "last_batch": 0, "checked_bytes": 0},
         }
@@ -663,12 +807,13 @@ class Drum:
         snap, e = self._snap, self._snap["epoch"]
         for b in range(self._k):
             _cut(self.directory / _name("q", e, b), snap["q"][b], b"q")
-            if snap["gens"][b]:
-                path = self.directory / _cache_name(b, snap["gens"][b])
-                check_header(path, b"c")
-                if path.stat().st_size != snap["sizes"][b]:
-                    raise DrumCorruptError(
-                        path, f"{path.stat().st_size} bytes, state says {snap['sizes'][b]}")
+            if snap["gens"][b] and str(snap["gens"][b]) not in snap["files"]:
+                raise DrumCorruptError(self._state_path(), f"bucket {b} names an unknown file")
+        for gen, size in snap["files"].items():
+            path = self.directory / _cache_file(int(gen))
+            check_header(path, b"c")
+            if path.stat().st_size != size:
+                raise DrumCorruptError(path, f"{path.stat().st_size} bytes, state says {size}")
         _cut(self.directory / _name("a", e), snap["a"], b"a")
         for entry in snap["results"]:
             ep = entry["epoch"]
@@ -691,7 +836,7 @@ class Drum:
 
 def _refs(snap: dict, k: int) -> set[str]:
     e = snap["epoch"]
-    names = {_cache_name(b, g) for b, g in enumerate(snap["gens"]) if g}
+    names = {_cache_file(int(g)) for g in snap["files"]}
     names.update(_name("q", e, b) for b in range(k) if snap["q"][b])
     if snap["a"]:
         names.add(_name("a", e))
@@ -760,6 +905,10 @@ def _take_records(recs: np.ndarray, order: np.ndarray) -> np.ndarray:
     return np.take(_as_void(recs), order).view(recs.dtype)
 
 
+def _cat(arrays: tuple[np.ndarray, ...]) -> np.ndarray:
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+
+
 def _describe(x: object) -> str:
     if isinstance(x, np.ndarray):
         return f"ndarray {x.dtype} {x.shape}"
@@ -767,39 +916,84 @@ def _describe(x: object) -> str:
 
 
 class _CacheWriter:
-    """Writes a new cache generation in blocks of at most ``chunk_bytes``."""
+    """Writes one round's cache file: a section (blocks of at most ``chunk_bytes``, then a
+    footer) per bucket, in bucket order; the file is created on the first write.
 
-    def __init__(self, path: Path, bucket: int, value_dtype: np.dtype, chunk_bytes: int) -> None:
+    ``sections`` maps each bucket written to ``(offset, length, records)``.
+    """
+
+    def __init__(self, path: Path, shift: np.uint64, buckets: int, value_dtype: np.dtype,
+                 chunk_bytes: int) -> None:
         self.path = path
-        self.f = open(path, "wb")
-        self.f.write(encode_header(b"c", bucket, value_dtype.itemsize))
+        self.shift = shift
+        self.buckets = buckets
+        self.itemsize = value_dtype.itemsize
         self.per = max(1, chunk_bytes // (8 + value_dtype.itemsize))
+        self.f: Any = None
+        self.bucket = -1  # bucket of the open section
+        self.start = 0
         self.total = 0
+        self.sections: dict[int, tuple[int, int, int]] = {}
         self.closed = False
 
     def write(self, keys: np.ndarray, values: np.ndarray) -> None:
+        """Append sorted records (keys ascending across calls)."""
+        if not len(keys):
+            return
+        if self.buckets == 1:
+            self._write_bucket(0, keys, values)
+            return
+        first, last = int(keys[0] >> self.shift), int(keys[-1] >> self.shift)
+        if first == last:
+            self._write_bucket(first, keys, values)
+            return
+        bounds = np.arange(first + 1, last + 1, dtype=np.uint64) << self.shift
+        cuts = [0, *np.searchsorted(keys, bounds).tolist(), len(keys)]
+        for b, s, e in zip(range(first, last + 1), cuts, cuts[1:]):
+            if e > s:
+                self._write_bucket(b, keys[s:e], values[s:e])
+
+    def _write_bucket(self, b: int, keys: np.ndarray, values: np.ndarray) -> None:
+        if b != self.bucket:
+            self.end_section()
+            if self.f is None:
+                self.f = open(self.path, "wb")
+                self.f.write(encode_header(b"c", 0, self.itemsize))
+            self.bucket, self.start, self.total = b, self.f.tell(), 0
         for s in range(0, len(keys), self.per):
             k, v = keys[s:s + self.per], values[s:s + self.per]
             write_parts(self.f, block_parts(len(k), [k.astype("<u8", copy=False), v]))
             self.total += len(k)
 
-    def close(self, fsync: bool) -> int:
+    def end_section(self) -> None:
+        """Close the open section with its footer (a merge unit ends)."""
+        if self.bucket < 0:
+            return
         self.f.write(encode_footer(self.total))
+        self.sections[self.bucket] = (self.start, self.f.tell() - self.start, self.total)
+        self.bucket = -1
+
+    def close(self, fsync: bool) -> int:
+        """Finish the file (if any section was written); return its size."""
+        self.closed = True
+        if self.f is None:
+            return 0
+        self.end_section()
         self.f.flush()
         if fsync:
             os.fsync(self.f.fileno())
         size = self.f.tell()
         self.f.close()
-        self.closed = True
         return size
 
     def abort(self) -> None:
         """Drop the unfinished file (closing may fail again on a full disk)."""
         self.closed = True
-        try:
-            self.f.close()
-        except OSError:
-            pass
+        if self.f is not None:
+            try:
+                self.f.close()
+            except OSError:
+                pass
         self.path.unlink(missing_ok=True)
 
 
