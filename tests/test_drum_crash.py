@@ -56,7 +56,8 @@ def model(batches: int, grow: bool = False) -> tuple[dict[int, int], list[tuple]
     return stored, expected
 
 
-def child_main(directory: str, seed: int, kill: str, fsync: bool | str) -> None:
+def child_main(directory: str, seed: int, kill: str, fsync: bool | str,
+               ram: int = OPTS["ram_bytes"]) -> None:
     """Run the stream; ``kill`` = "Owner.attr:n:mode" SIGKILLs the child at that call."""
     from drumbeat.drum import repository
 
@@ -85,7 +86,7 @@ def child_main(directory: str, seed: int, kill: str, fsync: bool | str) -> None:
 
         setattr(owner, attr, hooked)
     rng = random.Random(seed)
-    drum = Drum(directory, fsync=fsync, **OPTS)
+    drum = Drum(directory, fsync=fsync, **{**OPTS, "ram_bytes": ram})
     progress = Path(directory).parent / "progress.json"
     taken = 0
     for i in range(MAX_BATCHES):
@@ -102,10 +103,10 @@ def child_main(directory: str, seed: int, kill: str, fsync: bool | str) -> None:
 
 
 def run_child(directory: Path, seed: int, kill: str = "", fsync: bool | str = False,
-              kill_after_s: float | None = None) -> int:
+              kill_after_s: float | None = None, ram: int = OPTS["ram_bytes"]) -> int:
     code = (
         f"import sys; sys.path.insert(0, {str(HERE)!r}); from test_drum_crash import child_main; "
-        f"child_main({str(directory)!r}, {seed}, {kill!r}, {fsync!r})"
+        f"child_main({str(directory)!r}, {seed}, {kill!r}, {fsync!r}, {ram})"
     )
     proc = subprocess.Popen([sys.executable, "-c", code])
     try:
@@ -171,18 +172,33 @@ KILL_POINTS = [
 ]
 
 
-@pytest.mark.parametrize("kill", KILL_POINTS)
-def test_killed_at_a_precise_point(tmp_path: Path, kill: str) -> None:
-    rc = run_child(tmp_path / "drum", seed=zlib.crc32(kill.encode()), kill=kill)
+# Kill points with epochs held in RAM (merged from RAM, results in arrival order).
+RAM_KILL_POINTS = [
+    "Drum._flush_arrivals:20:after",
+    "_CacheWriter.close:6:before",
+    "Drum._write_blocks:6:after",
+    "_Stream.take:40:after",
+]
+
+
+@pytest.mark.parametrize("kill,ram", [(k, 1 << 14) for k in KILL_POINTS]
+                         + [(k, 1 << 17) for k in RAM_KILL_POINTS])
+def test_killed_at_a_precise_point(tmp_path: Path, kill: str, ram: int) -> None:
+    rc = run_child(tmp_path / "drum", seed=zlib.crc32(kill.encode()), kill=kill, ram=ram)
     assert rc == -signal.SIGKILL, "the kill point was never reached"
     assert (tmp_path / "progress.json").exists(), "killed before the first commit"
     verify(tmp_path)
 
 
-@pytest.mark.parametrize("seed,fsync", [(1, False), (2, False), (3, True), (4, "commit")])
-def test_killed_at_random_times(tmp_path: Path, seed: int, fsync: bool | str) -> None:
+@pytest.mark.parametrize("seed,fsync,ram", [
+    (1, False, 1 << 14), (2, False, 1 << 14), (3, True, 1 << 14), (4, "commit", 1 << 14),
+    # Epochs of several batches held in RAM (no spill to q files): after the kill the
+    # pending tuples come back from the arrival log.
+    (5, False, 1 << 17), (6, True, 1 << 17),
+])
+def test_killed_at_random_times(tmp_path: Path, seed: int, fsync: bool | str, ram: int) -> None:
     delay = random.Random(seed).uniform(0.4, 1.5)
-    run_child(tmp_path / "drum", seed=seed, fsync=fsync, kill_after_s=delay)
+    run_child(tmp_path / "drum", seed=seed, fsync=fsync, kill_after_s=delay, ram=ram)
     verify(tmp_path)
 
 

@@ -77,6 +77,7 @@ STATE_VERSION = 3
 _FILE_RE = re.compile(r"^([qacr])-(\d{4,8})(?:-(\d{4,8}))?\.drum$")
 _EMPTY = np.dtype([])
 _LIVE = ("q", "qn", "sn", "a", "an")  # snapshot fields that change while tuples are queued
+_LIST_PIECE = 1 << 16  # aux items joined at once when aux is a list of bytes
 
 
 class DrumIOError(DrumError, OSError):
@@ -251,16 +252,21 @@ class Drum:
         """
         self._usable()
         keys, ops, values = self._validate(ops, keys, values)
-        aux_array = None if aux is None else AuxArray.of(aux)
-        if aux_array is not None and len(aux_array) != len(keys):
-            raise ValueError(f"{len(aux_array)} aux items for {len(keys)} keys")
         piece = self._spill_at
+        if aux is None or isinstance(aux, (AuxArray, tuple)):
+            aux = None if aux is None else AuxArray.of(aux)
+        else:
+            # A list of bytes is joined piece by piece: joins of a few MB reuse the
+            # memory glibc freed, a single huge join pays a page fault per 4 KiB.
+            piece = min(piece, _LIST_PIECE)
+        if aux is not None and len(aux) != len(keys):
+            raise ValueError(f"{len(aux)} aux items for {len(keys)} keys")
         for start in range(0, len(keys), piece):
             end = min(len(keys), start + piece)
             self._add(
                 ops[start:end], keys[start:end],
                 None if values is None else values[start:end],
-                None if aux_array is None else aux_array[start:end],
+                None if aux is None else AuxArray.of(aux[start:end]),
             )
             if self._ram_n >= self._spill_at:
                 self._guard(self._spill)
