@@ -70,7 +70,7 @@ from drumbeat.drum.format import (
     write_parts,
 )
 from drumbeat.drum.merge import CHECK, CHECK_UPDATE, UPDATE, MergeFn, Merger, merge_bucket
-from drumbeat.drum.sizing import Sizing, plan
+from drumbeat.drum.sizing import UNIT_RECORDS, Sizing, plan
 
 STATE = "STATE.json"
 STATE_VERSION = 3
@@ -203,7 +203,7 @@ class Drum:
         # M bytes, half of them for records) and one merge unit.
         self._spill_at = max(1, min(self.sizing.bucket_records,
                                     self.sizing.ram_bytes // 4 // self._rec.itemsize))
-        self._ram: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []
+        self._ram_keys: np.ndarray | None = None  # and _ram_ops, _ram_ids, _ram_values
         self._ram_n = 0
         self._ram_bn = np.zeros(self._k, np.int64)  # per bucket, in bucket mode only
         # Arrival log buffer, per submitted piece: (keys, aux lengths, ops, values, aux).
@@ -252,22 +252,26 @@ class Drum:
         """
         self._usable()
         keys, ops, values = self._validate(ops, keys, values)
-        piece = self._spill_at
         if aux is None or isinstance(aux, (AuxArray, tuple)):
             aux = None if aux is None else AuxArray.of(aux)
+            # Arrival-log blocks of about chunk_bytes: each is read back into a fresh
+            # buffer, and small buffers are recycled by malloc (see sizing).
+            per = self._arrival_bytes + (aux.nbytes / max(1, len(aux)) if aux else 0)
+            piece = max(1, int(self.sizing.chunk_bytes // per))
         else:
-            # A list of bytes is joined piece by piece: joins of a few MB reuse the
-            # memory glibc freed, a single huge join pays a page fault per 4 KiB.
-            piece = min(piece, _LIST_PIECE)
+            # A list of bytes is joined piece by piece, for the same reason.
+            piece = _LIST_PIECE
         if aux is not None and len(aux) != len(keys):
             raise ValueError(f"{len(aux)} aux items for {len(keys)} keys")
-        for start in range(0, len(keys), piece):
-            end = min(len(keys), start + piece)
+        start = 0
+        while start < len(keys):
+            end = min(len(keys), start + piece, start + self._spill_at - self._ram_n)
             self._add(
                 ops[start:end], keys[start:end],
                 None if values is None else values[start:end],
                 None if aux is None else AuxArray.of(aux[start:end]),
             )
+            start = end
             if self._ram_n >= self._spill_at:
                 self._guard(self._spill)
             if self._live["sn"] and int((np.asarray(self._live["qn"]) + self._ram_bn).max()) \
@@ -294,10 +298,7 @@ class Drum:
 
     def _add(self, ops, keys, values, aux: AuxArray | None) -> None:
         m = len(keys)
-        # Copies: the caller may reuse its arrays once submit() returns.
-        keys, ops = keys.copy(), ops.copy()
-        values = values.copy() if values is not None and self.value_dtype.itemsize else None
-        self._keep(keys, ops, values)
+        keys, ops, values = self._keep(keys, ops, values)
         # The arrival log holds every tuple in arrival order: results are delivered
         # from it, and tuples not spilled to q files are reloaded from it on open.
         if aux is not None:
@@ -311,37 +312,47 @@ class Drum:
         if self._arrivals_bytes >= self.sizing.chunk_bytes:
             self._guard(self._flush_arrivals)
 
-    def _keep(self, keys: np.ndarray, ops: np.ndarray, values: np.ndarray | None) -> None:
-        """Hold tuples in RAM, in arrival order (values None: zeros)."""
-        self._ram.append((keys, ops, values))
-        self._ram_n += len(keys)
+    def _keep(self, keys: np.ndarray, ops: np.ndarray, values: np.ndarray | None
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Copy tuples into the RAM buffer, after those held (values None: zeros);
+        return views of them there (the caller may reuse its arrays)."""
+        a, b = self._ram_n, self._ram_n + len(keys)
+        if self._ram_keys is None:
+            # Allocated once and reused by every epoch: the pages stay mapped, so the
+            # buffer costs no page faults after the first epoch (and RAM stays fixed).
+            cap = self._spill_at
+            self._ram_keys = np.empty(cap, np.uint64)
+            self._ram_ops = np.empty(cap, np.uint8)
+            self._ram_ids = np.empty(cap, np.uint16)
+            self._ram_values = np.empty(cap, self.value_dtype)
+        self._ram_keys[a:b] = keys
+        self._ram_ops[a:b] = ops
+        if self.value_dtype.itemsize:
+            self._ram_values[a:b] = 0 if values is None else values
+        ids = self._ram_ids[a:b]
+        if self._k > 1:
+            ids[:] = keys >> self._shift
+        else:
+            ids[:] = 0
+        self._ram_n = b
         if self._live["sn"]:  # bucket mode: a round starts when one bucket is full
-            self._ram_bn += self._bucket_counts(keys)
+            self._ram_bn += np.bincount(ids, minlength=self._k)
+        return self._ram_keys[a:b], self._ram_ops[a:b], self._ram_values[a:b]
 
     def _bucket_of(self, keys: np.ndarray) -> np.ndarray:
         if self._k == 1:
             return np.zeros(len(keys), np.uint16)
         return (keys >> self._shift).astype(np.uint16)
 
-    def _bucket_counts(self, keys: np.ndarray) -> np.ndarray:
-        return np.bincount(self._bucket_of(keys), minlength=self._k)
-
-    def _ram_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The RAM tuples as (keys, ops, values), in arrival order."""
-        if not self._ram:
-            return np.empty(0, np.uint64), np.empty(0, np.uint8), np.empty(0, self.value_dtype)
-        keys, ops, values = zip(*self._ram)
-        if not self.value_dtype.itemsize:
-            vals = np.empty(self._ram_n, self.value_dtype)
-        elif all(v is None for v in values):
-            vals = np.zeros(self._ram_n, self.value_dtype)
-        else:
-            vals = np.concatenate([np.zeros(len(k), self.value_dtype) if v is None else v
-                                   for k, v in zip(keys, values)])
-        return _cat(keys), _cat(ops), vals
+    def _ram_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The RAM tuples as (keys, ops, values, bucket ids), in arrival order (views)."""
+        n = self._ram_n
+        if self._ram_keys is None:
+            return (np.empty(0, np.uint64), np.empty(0, np.uint8),
+                    np.empty(0, self.value_dtype), np.empty(0, np.uint16))
+        return self._ram_keys[:n], self._ram_ops[:n], self._ram_values[:n], self._ram_ids[:n]
 
     def _clear_ram(self) -> None:
-        self._ram.clear()
         self._ram_n = 0
         self._ram_bn[:] = 0
 
@@ -369,11 +380,11 @@ class Drum:
         They are a prefix of the arrival log: ``sn`` counts them, so reopening
         reloads only the tuples after it.
         """
-        keys, ops, values = self._ram_columns()
+        self._flush_arrivals()  # it holds views of the RAM buffer, which is reused
+        keys, ops, values, ids = self._ram_columns()
         n = len(keys)
         recs = np.empty(n, self._rec)
         recs["key"], recs["op"], recs["value"] = keys, ops, values
-        ids = self._bucket_of(keys)
         counts = np.bincount(ids, minlength=self._k)
         srec = _take_records(recs, np.argsort(ids, kind="stable"))  # u16: radix sort
         end = np.cumsum(counts)
@@ -393,8 +404,7 @@ class Drum:
         n = self._arrivals_n
         parts: list = [_cat(keys).astype("<u8", copy=False), _cat(lengths), _cat(ops)]
         if self.value_dtype.itemsize:
-            parts.append(np.concatenate([np.zeros(len(k), self.value_dtype) if v is None else v
-                                         for k, v in zip(keys, values)]))
+            parts.append(_cat(values))
         block = block_parts(n, [*parts, *data])
         path = self.directory / _name("a", self._snap["epoch"])
         self._live["a"] = self._append(path, self._live["a"], b"a", 0, 0, *block)
@@ -431,11 +441,13 @@ class Drum:
                 skip -= n
                 continue
             keys, ops, values, _ = self._arrival_block(n, payload)
-            self._keep(keys[skip:].copy(), ops[skip:].copy(),
-                       values[skip:].copy() if self.value_dtype.itemsize else None)
+            while skip < n:  # reopened with less RAM: spill as submit() would
+                end = min(n, skip + self._spill_at - self._ram_n)
+                self._keep(keys[skip:end], ops[skip:end], values[skip:end])
+                skip = end
+                if self._ram_n >= self._spill_at:
+                    self._spill()
             skip = 0
-        if self._ram_n >= self._spill_at:
-            self._spill()  # reopened with less RAM
 
     def _sync_dirty(self) -> None:
         if self._fsync:
@@ -476,7 +488,7 @@ class Drum:
                 r_lens = [0] * self._k
                 ram = self._ram_by_bucket()
                 pending = np.asarray(live["qn"]) + self._ram_bn
-                for unit in _units(pending, self.sizing.bucket_records):
+                for unit in _units(pending, UNIT_RECORDS):
                     sort_s += self._merge_unit(unit, e, r_file, r_lens, writer, ram)
             size = r_file.tell()
             c_size = writer.close(self._fsync_rounds)
@@ -514,18 +526,34 @@ class Drum:
         self._gc()
 
     def _merge_ram(self, r_file: Any, writer: _CacheWriter) -> tuple[list[int], float]:
-        """Merge an epoch held wholly in RAM (no spill; at most ``bucket_records`` tuples)
-        against the caches of the buckets it touches, as one sorted stream. Its results
-        come out in arrival order: one run, delivered without reordering."""
-        keys, ops, values = self._ram_columns()
-        unit = np.flatnonzero(self._bucket_counts(keys)).tolist()
+        """Merge an epoch held wholly in RAM (no spill) in units of consecutive buckets.
+
+        Its results are put back in arrival order and written as one run, which is
+        delivered without reordering.
+        """
+        keys, ops, values, ids = self._ram_columns()
+        order = np.argsort(ids, kind="stable")  # u16: radix sort
+        counts = np.bincount(ids, minlength=self._k)
+        ends = np.cumsum(counts).tolist()
+        res = np.empty(len(keys), self._res)
+        sort_s = 0.0
+        for unit in _units(counts, UNIT_RECORDS):
+            idx = order[ends[unit[0]] - int(counts[unit[0]]):ends[unit[-1]]]
+            out = self._merge_stream(unit, keys[idx], ops[idx], values[idx], writer)
+            _as_void(res)[idx] = _as_void(self._results(out))
+            sort_s += out.sort_s
+        return [self._write_blocks(r_file, res)], sort_s
+
+    def _merge_stream(self, unit: list[int], keys: np.ndarray, ops: np.ndarray,
+                      values: np.ndarray, writer: _CacheWriter) -> Any:
+        """Merge tuples of the consecutive buckets ``unit`` with their caches, one stream."""
         cache = self._unit_cache(unit)
         try:
             out = merge_bucket(keys, ops, values, cache, self._merger, writer.write)
         finally:
             cache.close()  # a generator holding an old cache file open
         writer.end_section()
-        return [self._write_blocks(r_file, self._results(out))], out.sort_s
+        return out
 
     def _results(self, out: Any) -> np.ndarray:
         res = np.empty(len(out.unique), self._res)
@@ -536,10 +564,9 @@ class Drum:
 
     def _ram_by_bucket(self) -> dict[int, np.ndarray]:
         """The RAM tuples as records, per bucket in arrival order."""
-        keys, ops, values = self._ram_columns()
+        keys, ops, values, ids = self._ram_columns()
         recs = np.empty(len(keys), self._rec)
         recs["key"], recs["op"], recs["value"] = keys, ops, values
-        ids = self._bucket_of(keys)
         counts = np.bincount(ids, minlength=self._k)
         srec = _take_records(recs, np.argsort(ids, kind="stable"))
         end = np.cumsum(counts)
@@ -562,13 +589,7 @@ class Drum:
                 parts.append(ram[b])
             counts.append(sum(len(p) for p in parts[n:]))
         recs = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        cache = self._unit_cache(unit)
-        try:
-            out = merge_bucket(recs["key"], recs["op"], recs["value"], cache, self._merger,
-                               writer.write)
-        finally:
-            cache.close()  # a generator holding an old cache file open
-        writer.end_section()
+        out = self._merge_stream(unit, recs["key"], recs["op"], recs["value"], writer)
         res = self._results(out)
         start = 0
         for b, n in zip(unit, counts):

@@ -37,6 +37,12 @@ from dataclasses import dataclass
 
 DEFAULT_M = 1 << 20
 MAX_CHUNK = 4 << 20
+# A merge round handles runs of consecutive buckets with about this many tuples at
+# once (a bucket holding more is merged alone, up to ``bucket_records``). Every
+# work array of a unit is then at most a few MiB, memory glibc hands back on the
+# next unit; a unit of 10 M tuples allocated ~1 GB of fresh pages per round, and
+# on this VM a fresh page costs up to ~3 ms per MB.
+UNIT_RECORDS = 1 << 18
 MAX_BUCKETS = 4096
 KEY_BYTES = 8  # H
 WORK_BYTES = 24  # P: argsort index, group id and flags per record while merging
