@@ -1,16 +1,17 @@
 """Crash-consistent checkpoints of the manager's state under ``DIR/checkpoints/``.
 
-Layout (format version 1)::
+Layout (format version 2)::
 
     DIR/checkpoints/CURRENT        text: the name of the live checkpoint directory
     DIR/checkpoints/ckpt-000042/   one complete checkpoint
         state.json                 {"version": 1, "seeds": [...], "pages_done": n,
                                     "next_item_id": n, "counters": {...}, "time": epoch,
-                                    "urlseen_manifest": {...}, "pld_manifest": {...}}
-        queue.jsonl                one queued URL per line: [url, depth, via]
-        robots.json                written by the robots cache
-    DIR/urlseen/, DIR/pldgraph/    DRUM repositories of URL-seen and PLD in-degree; state.json
-                                   holds the manifests of their commits for this checkpoint
+                                    "urlseen_manifest": {...}, "pld_manifest": {...},
+                                    "frontier": {beast, robots, qr, robots_todo commits}}
+        queue.jsonl                the URLs held in RAM, one per line: [url, depth, via]
+        star.json                  STAR's in-degree table
+    DIR/urlseen/, DIR/pldgraph/,   DRUM repositories and disk queues; state.json holds the
+    DIR/robots/, DIR/frontier/     commits of each for this checkpoint
 
 A checkpoint is written completely into a fresh directory, every file fsynced, and only
 then made live by atomically replacing ``CURRENT``; so a crash at any instant leaves
@@ -29,7 +30,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from drumbeat.store.durable import fsync_dir
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 class CheckpointError(RuntimeError):
@@ -45,6 +46,7 @@ class CheckpointMeta:
     time: float = 0.0
     urlseen_manifest: dict | None = None  # DRUM's commit for URL-seen at this checkpoint
     pld_manifest: dict | None = None  # the PLD in-degree DRUMs' commits
+    frontier: dict | None = None  # BEAST, RobotsCache, QR, robots-to-fetch commits
 
 
 class Checkpoints:

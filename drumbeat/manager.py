@@ -1,13 +1,21 @@
 """The crawl manager: owns all crawl state and decides what is fetched when.
 
-Per URL: normalize -> scope -> URL-seen (new only) -> host queue -> DNS (once per host,
-guarded) -> robots.txt (once per origin, before any page of it) -> politeness (host and
-IP delays) -> a FetchItem in a Task for the fetchers. Results come back through the task
-queue; their links take the same path.
+The flow of a URL (IRLbot Fig. 2; ARCHITECTURE.md):
 
-Everything the manager knows is saved by periodic checkpoints (see ``checkpoint.py``). Items
-handed to fetchers but not reported by checkpoint time are saved as queued, so a crash loses
-no URL; pages fetched after the last checkpoint may be fetched again after a restart.
+    links -> normalize -> scope -> URL-seen (DRUM) -> STAR budget -> BEAST queues (disk)
+      -> robots check (RAM LRU, else RobotsCache DRUM) -- no rules yet --> QR (disk)
+         |                                                 origin -> RobotsRequested (DRUM)
+         |                                                 new -> robots-to-fetch queue (disk)
+         v allowed                                         -> DNS + robots.txt -> QR replay
+      politeness scheduler (RAM, host and IP heaps) -> FetchItems in Tasks for the fetchers
+
+URLs enter RAM only as fast as they are fetched: BEAST is read when the scheduler holds
+fewer than ``frontier_ram_urls`` URLs, so RAM stays bounded whatever the disk queues hold.
+
+Everything the manager knows is saved by periodic checkpoints (see ``checkpoint.py``): the
+DRUMs' and disk queues' commits, plus the URLs held in RAM. Items handed to fetchers but not
+reported by checkpoint time are saved as queued, so a crash loses no URL; pages fetched after
+the last checkpoint may be fetched again after a restart.
 """
 
 from __future__ import annotations
@@ -15,19 +23,33 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
+
+import xxhash
 
 from drumbeat import urls
 from drumbeat.checkpoint import CheckpointMeta, Checkpoints
 from drumbeat.fetch.dns import DnsCache
 from drumbeat.fetch.guard import AddressPolicy
+from drumbeat.frontier.beast import Beast
+from drumbeat.frontier.diskqueue import DiskQueue
 from drumbeat.frontier.pldgraph import PLDIndegree
 from drumbeat.frontier.politeness import HostState, PolitenessScheduler, QueuedURL
-from drumbeat.frontier.robots import GIVEN_UP, UNAVAILABLE, RobotsCache, RobotsEntry
-from drumbeat.frontier.urlseen import DrumURLSeen, decode_payload, encode_payloads
+from drumbeat.frontier.qr import RobotsWaitQueue
+from drumbeat.frontier.robots import (
+    ALLOW_ALL,
+    GIVEN_UP,
+    REFUSED,
+    RULES,
+    UNAVAILABLE,
+    RobotsEntry,
+    RobotsStore,
+)
+from drumbeat.frontier.star import Star, irlbot_budget
+from drumbeat.frontier.urlseen import DrumURLSeen, decode_payload, encode_payload, encode_payloads
 from drumbeat.queue.base import PAGE, ROBOTS, FetchItem, ItemResult, Task, TaskQueue
 from drumbeat.settings import Settings
 from drumbeat.store.crawllog import CrawlLog
@@ -35,14 +57,21 @@ from drumbeat.store.crawllog import CrawlLog
 log = logging.getLogger("drumbeat.manager")
 
 DNS_CONCURRENCY = 64
-MAX_SKIPS_PER_HOST_VISIT = 1000  # robots-disallowed URLs dropped in one go before yielding
+# RobotsCache merges are small (one key per origin); when the scheduler runs short of URLs
+# they run this often rather than every urlseen_flush_interval_s.
+ROBOTS_FLUSH_STARVING_S = 0.05
+
+
+def pld_hash(pld: str) -> int:
+    return xxhash.xxh3_64_intdigest(pld.encode())
 
 
 @dataclass(frozen=True, slots=True)
 class ManagerStats:
     pages_done: int
     in_flight: int
-    queued: int
+    queued: int  # URLs waiting anywhere: RAM, BEAST, QR, robots checks
+    queued_ram: int
     hosts: int
     seen: int
     resolving: int
@@ -61,32 +90,33 @@ class Manager:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         assert settings.state_dir is not None
-        self.settings = settings
+        s = self.settings = settings
         self.queue = queue
         self.crawl_log = crawl_log
         self.durables = list(durables)  # flushed + fsynced before each checkpoint (WARC, logs)
         self.clock = clock
-        self.policy = AddressPolicy(
-            allow_loopback=settings.allow_loopback, allow_private=settings.allow_private
-        )
-        self.dns = DnsCache(
-            nameserver=settings.dns_server,
-            timeout_s=settings.dns_timeout_s,
-            negative_ttl_s=settings.dns_negative_ttl_s,
-        )
-        self.robots = RobotsCache(
-            user_agent=settings.user_agent,
-            expiry_s=settings.robots_expiry_s,
-            retry_s=settings.robots_retry_s,
-            max_attempts=settings.robots_max_attempts,
-        )
-        self.seen: DrumURLSeen | None = None  # opened by restore()
-        self.plds: PLDIndegree | None = None  # opened by restore()
-        self._last_seen_flush = self.clock()
+        self.policy = AddressPolicy(allow_loopback=s.allow_loopback, allow_private=s.allow_private)
+        self.dns = DnsCache(nameserver=s.dns_server, timeout_s=s.dns_timeout_s,
+                            negative_ttl_s=s.dns_negative_ttl_s)
+        self.star = Star(budget=irlbot_budget(s.budget_default, s.budget_max,
+                                              s.budget_indegree_floor),
+                         indegree_floor=s.budget_indegree_floor, table_size=s.budget_table_plds)
+        # Opened by restore(), from the checkpoint's commits:
+        self.seen: DrumURLSeen | None = None
+        self.plds: PLDIndegree | None = None
+        self.beast: Beast | None = None
+        self.robots: RobotsStore | None = None
+        self.qr: RobotsWaitQueue | None = None
+        self.qr_retry: RobotsWaitQueue | None = None  # URLs of origins whose robots.txt failed
+        self.robots_todo: DiskQueue | None = None  # origins whose robots.txt is to be fetched
         self.scheduler = PolitenessScheduler(
-            host_delay_s=settings.host_delay_s, ip_delay_s=settings.ip_delay_s
+            host_delay_s=s.host_delay_s, ip_delay_s=s.ip_delay_s,
+            host_delay_min_s=s.host_delay_min_s, ip_delay_min_s=s.ip_delay_min_s,
+            default_budget=s.budget_default,
         )
-        self.checkpoints = Checkpoints(settings.state_dir)
+        # Hosts waiting for robots.txt in RAM at most (the rest wait in robots_todo).
+        self.robots_ram_hosts = max(100, s.frontier_ram_urls // 10)
+        self.checkpoints = Checkpoints(s.state_dir)
         self.counters: Counter[str] = Counter()
         self.seeds: list[str] = []
         self.seed_hosts: frozenset[str] = frozenset()
@@ -94,6 +124,8 @@ class Manager:
         self.pages_done = 0
         self.in_flight: dict[int, tuple[FetchItem, HostState]] = {}
         self.in_flight_pages = 0
+        self._checking = 0  # URLs in a RobotsCache check, not yet answered
+        self._request_gens: deque[int] = deque()  # QR generation of each RobotsRequested check
         self._next_item_id = 0
         self._next_task_id = 0
         self._resolving: dict[str, asyncio.Task[None]] = {}
@@ -102,6 +134,9 @@ class Manager:
         self._last_checkpoint = self._started
         self._resumed_at = float("-inf")  # set by restore()
         self._last_sweep = self._started
+        self._last_seen_flush = self._started
+        self._last_robots_flush = self._started
+        self._last_pld_flush = self._started
         self.stop_reason: str | None = None
         self._force_stop = False
         self._wake = asyncio.Event()
@@ -109,27 +144,40 @@ class Manager:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def _open_seen(self, manifest: dict | None) -> DrumURLSeen:
-        assert self.settings.state_dir is not None
-        return DrumURLSeen(self.settings.state_dir / "urlseen",
-                           ram_bytes=self.settings.urlseen_ram_bytes, manifest=manifest)
-
-    def _open_plds(self, manifest: dict | None) -> PLDIndegree:
-        assert self.settings.state_dir is not None
-        return PLDIndegree(self.settings.state_dir / "pldgraph",
-                           ram_bytes=self.settings.pld_ram_bytes, manifest=manifest)
+    def _open(self, frontier: dict | None, urlseen: dict | None, pld: dict | None) -> None:
+        """Open the disk structures at a checkpoint's commits (all None: a new crawl)."""
+        s = self.settings
+        d = s.state_dir
+        assert d is not None
+        f = frontier or {}
+        self.seen = DrumURLSeen(d / "urlseen", ram_bytes=s.urlseen_ram_bytes, manifest=urlseen)
+        self.plds = PLDIndegree(d / "pldgraph", ram_bytes=s.pld_ram_bytes, manifest=pld,
+                                on_indegree=self.star.observe)
+        self.beast = Beast(d / "frontier" / "beast", state=f.get("beast"),
+                           queues=s.beast_queues, max_queues=s.beast_max_queues,
+                           pld_slots=s.beast_pld_slots, rebudget=self._rebudget)
+        self.robots = RobotsStore(
+            d / "robots", user_agent=s.user_agent, expiry_s=s.robots_expiry_s,
+            retry_s=s.robots_retry_s, max_attempts=s.robots_max_attempts,
+            ram_entries=s.robots_ram_entries, drum_ram_bytes=s.robots_ram_bytes,
+            manifest=f.get("robots"),
+        )
+        self.qr = RobotsWaitQueue(d / "frontier" / "qr", state=f.get("qr"),
+                                  max_wait_s=s.robots_wait_max_s, clock=self.clock)
+        self.qr_retry = RobotsWaitQueue(d / "frontier" / "qr_retry", state=f.get("qr_retry"),
+                                        max_wait_s=s.robots_wait_max_s,
+                                        min_wait_s=s.robots_wait_max_s, clock=self.clock)
+        self.robots_todo = DiskQueue(d / "frontier" / "robots_todo", state=f.get("robots_todo"))
 
     def restore(self) -> bool:
         """Load the live checkpoint if there is one. Returns True when resuming."""
         path = self.checkpoints.current()
         if path is None:
-            self.seen = self._open_seen(None)
-            self.plds = self._open_plds(None)
+            self._open(None, None, None)
             return False
         meta = self.checkpoints.read_meta(path)
-        self.seen = self._open_seen(meta.urlseen_manifest)
-        self.plds = self._open_plds(meta.pld_manifest)
-        self.robots.load(path)
+        self._open(meta.frontier, meta.urlseen_manifest, meta.pld_manifest)
+        self.star.load(path)
         self.counters.update(meta.counters)
         self.pages_done = meta.pages_done
         self._next_item_id = meta.next_item_id
@@ -139,10 +187,16 @@ class Manager:
         self.scheduler.start_no_earlier_than(
             self._resumed_at + max(self.settings.host_delay_s, self.settings.ip_delay_s)
         )
+        assert self.qr is not None and self.beast is not None
+        for origin in (meta.frontier or {}).get("robots_working", []):
+            self._work_on_robots(origin, self.qr.issue())
+        n = 0
         for url, depth, via in self.checkpoints.read_queue(path):
-            self._enqueue(url, depth, via)
-        log.info("resumed from %s: %d queued, %d seen, %d pages done",
-                 path, self.scheduler.queued_urls, len(self.seen), self.pages_done)
+            self._route(encode_payload(url, depth, via))
+            n += 1
+        log.info("resumed from %s: %d URLs were in RAM, %d in BEAST, %d in QR; %d seen, "
+                 "%d pages done", path, n, len(self.beast), len(self.qr),
+                 len(self.seen) if self.seen is not None else 0, self.pages_done)
         return True
 
     def add_seeds(self, seeds: Iterable[str]) -> list[str]:
@@ -184,6 +238,7 @@ class Manager:
                     self.request_stop("max_time")
                     break
                 self._take_new_urls(now)
+                self._feed(now)
                 self._dispatch_and_submit(now)
                 if self._finished():
                     self.request_stop("max_pages" if self._page_limit_reached() else "done")
@@ -216,9 +271,12 @@ class Manager:
             return False
         if self._page_limit_reached():
             return True
-        if self._resolving or (self.seen is not None and self.seen.pending):
-            return False
-        return self.scheduler.queued_urls == 0
+        assert self.seen is not None and self.robots is not None
+        assert self.qr is not None and self.robots_todo is not None
+        return not (self._resolving or self.seen.pending or self.robots.pending or self._checking
+                    or self.scheduler.queued_urls or len(self.beast or ()) or len(self.qr)
+                    or len(self.qr_retry or ())
+                    or len(self.robots_todo) or self.qr.working_origins())
 
     def _page_limit_reached(self) -> bool:
         m = self.settings.max_pages
@@ -258,10 +316,10 @@ class Manager:
         for r in results:
             self._on_result(r, now)
 
-    # -- admission -------------------------------------------------------------------------
+    # -- URL-seen -> STAR -> BEAST ---------------------------------------------------------
 
     def _admit(self, candidates: list[str], depth: int, via: str | None) -> int:
-        """Send in-scope URLs to URL-seen; new ones reach the frontier via _take_new_urls.
+        """Send in-scope URLs to URL-seen; new ones reach BEAST via _take_new_urls.
 
         Returns the number of URLs submitted.
         """
@@ -280,8 +338,13 @@ class Manager:
                          encode_payloads(candidates, [depth] * n, [via] * n))
         return len(candidates)
 
+    def _frontier_short(self) -> bool:
+        """Fewer URLs than the fetchers could take are waiting in RAM and in BEAST."""
+        assert self.beast is not None
+        return self.scheduler.queued_urls + len(self.beast) < self.settings.concurrency
+
     def _take_new_urls(self, now: float) -> None:
-        """Move URLs that URL-seen found new into the frontier, merging first if it is due.
+        """Move URLs that URL-seen found new into BEAST with their STAR budget.
 
         DRUM merges by itself when its buffers fill (the cheap, sequential case IRLbot
         designs for). A merge of a part-filled buffer costs a pass over every bucket, so
@@ -289,26 +352,163 @@ class Manager:
         ``urlseen_flush_interval_s``: small crawls and crawl ends then do not wait for
         full buffers, and large crawls never pay for it.
         """
-        seen = self.seen
-        assert seen is not None
-        if (seen.pending and self.scheduler.queued_urls < self.settings.concurrency
-                and now - self._last_seen_flush >= self.settings.urlseen_flush_interval_s):
+        s = self.settings
+        seen, plds, beast = self.seen, self.plds, self.beast
+        assert seen is not None and plds is not None and beast is not None
+        if (seen.pending and self._frontier_short()
+                and now - self._last_seen_flush >= s.urlseen_flush_interval_s):
             seen.flush()
             self._last_seen_flush = now
-        assert self.plds is not None
-        self.counters["pld_edges_new"] += self.plds.pump()
-        admitted = 0
+        if now - self._last_pld_flush >= s.budget_refresh_s:
+            plds.flush()  # budgets follow the in-degrees found so far
+            self._last_pld_flush = now
+        self.counters["pld_edges_new"] += plds.pump()
+        records, hashes, budgets = [], [], []
         for payload in seen.take_new():
-            self._enqueue(*decode_payload(payload))
-            admitted += 1
-        self.counters["urls_admitted"] += admitted
+            pld = urls.pld(urls.host_of(payload[:payload.index(b"\n")].decode()))
+            records.append(payload)
+            hashes.append(pld_hash(pld))
+            budgets.append(self.star.budget(pld))
+        if records:
+            beast.place_many(records, hashes, budgets)
+            self.counters["urls_admitted"] += len(records)
 
-    def _enqueue(self, url: str, depth: int, via: str | None) -> None:
-        name = urls.host_of(url)
-        host = self.scheduler.host(name)
+    def _rebudget(self, payload: bytes) -> tuple[int, int]:
+        """BEAST re-splitting QF asks for a URL's PLD and its budget now."""
+        pld = urls.pld(urls.host_of(payload[:payload.index(b"\n")].decode()))
+        return pld_hash(pld), self.star.budget(pld)
+
+    # -- the robots loop -------------------------------------------------------------------
+
+    def _feed(self, now: float) -> None:
+        """Move URLs towards the scheduler: robots answers, QR replays, then BEAST.
+
+        Reads from disk only while the scheduler holds fewer than ``frontier_ram_urls``;
+        BEAST is read in batches of at least half of that, when RAM has fallen to half.
+        """
+        robots, qr, beast = self.robots, self.qr, self.beast
+        assert robots is not None and qr is not None and beast is not None
+        starving = self.scheduler.queued_urls < self.settings.concurrency
+        interval = ROBOTS_FLUSH_STARVING_S if starving else self.settings.urlseen_flush_interval_s
+        if robots.pending and now - self._last_robots_flush >= interval:
+            # Two rounds: checks that find no rules make requests, answered by the second.
+            for _ in range(2):
+                robots.flush()
+                self._take_robots_answers()
+            self._last_robots_flush = now
+        else:
+            self._take_robots_answers()
+        self._load_robots_work()
+        room = self.settings.frontier_ram_urls - self.scheduler.queued_urls - self._checking
+        for waiting in (qr, self.qr_retry):
+            if room > 0 and waiting is not None and len(waiting):
+                replayed = waiting.replay(room)
+                self.counters["qr_replayed"] += len(replayed)
+                for payload in replayed:
+                    self._route(payload)
+                room -= len(replayed)
+        if room >= self.settings.frontier_ram_urls // 2 and len(beast):
+            for payload in beast.read(room):
+                self._route(payload)
+
+    def _take_robots_answers(self) -> None:
+        robots, qr, todo = self.robots, self.qr, self.robots_todo
+        assert robots is not None and qr is not None and todo is not None
+        unknown: list[str] = []
+        for payload, origin, entry in robots.take_checked():
+            self._checking -= 1
+            if entry is not None:
+                self._route(payload, origin, entry)
+            else:
+                # The request is counted in the URL's QR generation now, so the generation
+                # cannot be replayed before the answer.
+                qr.add(payload)
+                unknown.append(origin)
+                self._request_gens.append(qr.issue())
+        if unknown:
+            robots.request(unknown)
+        for origin, new in robots.take_requested():
+            # After a restart RobotsRequested may answer requests of the previous run.
+            gen = self._request_gens.popleft() if self._request_gens else None
+            if new:
+                self.counters["robots_requested"] += 1
+                todo.append(f"{-1 if gen is None else gen}\n{origin}".encode())
+            elif gen is not None:
+                qr.settle(gen)  # already requested: that request's generation answers it
+
+    def _load_robots_work(self) -> None:
+        """Bring origins whose robots.txt is to be fetched from disk into the scheduler."""
+        qr, todo = self.qr, self.robots_todo
+        assert qr is not None and todo is not None
+        room = self.robots_ram_hosts - len(qr.working_origins())
+        if room <= 0 or not len(todo):
+            return
+        for record in todo.read(room):
+            gen, origin = record.decode().split("\n", 1)
+            if qr.is_working(origin):
+                qr.settle(int(gen))  # asked twice (e.g. expired rules): one fetch answers both
+            else:
+                self._work_on_robots(origin, int(gen))
+
+    def _work_on_robots(self, origin: str, gen: int | None) -> None:
+        """Put ``origin``'s robots.txt in its host's queue (front); DNS first if needed."""
+        assert self.qr is not None
+        self.qr.working(origin, gen)
+        host = self._host(urls.host_of(origin))
+        self.scheduler.push(host, QueuedURL(origin + "/robots.txt", 0, None, robots=True),
+                            front=True)
+
+    def _route(self, payload: bytes, origin: str | None = None,
+               entry: RobotsEntry | None = None) -> None:
+        """Send a URL on by its origin's robots rules: to its host's queue, dropped, into QR
+        (rules coming), or to a RobotsCache check (rules not in RAM)."""
+        robots, qr = self.robots, self.qr
+        assert robots is not None and qr is not None
+        url, depth, via = decode_payload(payload)
+        if origin is None:
+            origin = urls.origin_of(url)
+            entry = robots.get(origin)
+        if entry is None:
+            if qr.is_working(origin):
+                qr.add(payload)
+            else:
+                robots.check([origin], [payload])
+                self._checking += 1
+            return
+        if not robots.is_fresh(entry):
+            if not qr.is_working(origin) and entry.state != UNAVAILABLE:
+                self.counters["robots_expired"] += 1
+                self.robots_todo.append(f"{qr.issue()}\n{origin}".encode())  # type: ignore[union-attr]
+            qr.add(payload)
+            return
+        state = entry.state
+        if state in (RULES, ALLOW_ALL):
+            if entry.allows(url, self.settings.user_agent):
+                self._push_page(url, depth, via, entry)
+            else:
+                self._log_drop(url, depth, via, "robots_disallowed")
+        elif state == UNAVAILABLE:
+            self.qr_retry.add(payload)  # type: ignore[union-attr]  # waits for the retry
+        elif state == GIVEN_UP:
+            self._log_drop(url, depth, via, "robots_unavailable")
+        elif state == REFUSED:
+            self._log_drop(url, depth, via, entry.text)
+
+    def _push_page(self, url: str, depth: int, via: str | None, entry: RobotsEntry) -> None:
+        host = self._host(urls.host_of(url))
+        self._raise_host_delay(host, entry)
         self.scheduler.push(host, QueuedURL(url, depth, via))
+
+    def _host(self, name: str) -> HostState:
+        """The host's scheduler state, created with its PLD's budget; DNS started if new."""
+        host = self.scheduler.hosts.get(name)
+        if host is None:
+            host = self.scheduler.host(name, budget=self.star.budget(urls.pld(name)))
+            # The previous run may have hit this host just before it stopped.
+            host.due = max(host.due, self._resumed_at + host.delay_s)
         if host.ip is None and name not in self._resolving:
             self._resolving[name] = asyncio.ensure_future(self._resolve(host))
+        return host
 
     async def _resolve(self, host: HostState) -> None:
         try:
@@ -321,15 +521,26 @@ class Manager:
                 return
             self.counters[f"hosts_failed.{reason}"] += 1
             log.info("host %s refused: %s", host.name, reason)
-            for q in self.scheduler.drain(host):
-                self._log_drop(q, reason, ip=answer.ip)
-            # Forget the host: a later URL of it resolves again (the DNS cache answers
-            # negatives from memory until their TTL runs out).
-            if not host.busy and self.scheduler.hosts.get(host.name) is host:
-                del self.scheduler.hosts[host.name]
+            self._refuse(host, reason, answer.ip)
         finally:
             self._resolving.pop(host.name, None)
             self._wake.set()
+
+    def _refuse(self, host: HostState, reason: str, ip: str | None) -> None:
+        """The host cannot be fetched: answer its robots requests with the refusal (so its
+        URLs waiting in QR are dropped with ``reason``), drop its queued pages."""
+        assert self.robots is not None and self.qr is not None
+        for q in self.scheduler.drain(host):
+            if q.robots:
+                origin = urls.origin_of(q.url)
+                self.robots.record_refused(origin, reason, self.settings.dns_negative_ttl_s)
+                self.qr.answered(origin)
+            else:
+                self._log_drop(q.url, q.depth, q.via, reason, ip=ip)
+        # Forget the host: a later URL of it resolves again (the DNS cache answers
+        # negatives from memory until their TTL runs out).
+        if not host.busy:
+            self.scheduler.forget(host)
 
     # -- dispatch --------------------------------------------------------------------------
 
@@ -342,10 +553,14 @@ class Manager:
             host = self.scheduler.next_ready(now)
             if host is None:
                 break
-            item = self._choose(host, now)
-            if item is not None:
-                self.in_flight[item.item_id] = (item, host)
-                items.append(item)
+            q = self.scheduler.pop_url(host)
+            if q.robots:
+                item = self._new_item(q.url, host, ROBOTS, 0, None)
+            else:
+                self.in_flight_pages += 1
+                item = self._new_item(q.url, host, PAGE, q.depth, q.via)
+            self.in_flight[item.item_id] = (item, host)
+            items.append(item)
         if not items:
             return
         size = self.settings.task_max_items
@@ -355,39 +570,6 @@ class Manager:
             self._next_task_id += 1
         # LocalTaskQueue.submit never blocks; a remote queue would be awaited by a task.
         asyncio.ensure_future(self.queue.submit(tasks))
-
-    def _choose(self, host: HostState, now: float) -> FetchItem | None:
-        """Pick what to send to a ready host: its robots.txt, a page, or nothing."""
-        skipped = 0
-        while host.queue and skipped < MAX_SKIPS_PER_HOST_VISIT:
-            q = host.queue[0]
-            origin = urls.origin_of(q.url)
-            entry = self.robots.get(origin)
-            if entry is None:
-                return self._new_item(urls.robots_url(q.url), host, ROBOTS, q.depth, None)
-            if entry.state == UNAVAILABLE:
-                self.scheduler.delay_until(host, now + max(0.0, entry.expires_at - time.time()))
-                return None
-            if entry.state == GIVEN_UP:
-                self._log_drop(self.scheduler.pop_url(host), "robots_unavailable", ip=host.ip)
-                skipped += 1
-                continue
-            if not entry.allows(q.url, self.settings.user_agent):
-                self._log_drop(self.scheduler.pop_url(host), "robots_disallowed", ip=host.ip)
-                skipped += 1
-                continue
-            if self._raise_host_delay(host, entry) and now < self._resumed_at + host.delay_s:
-                # Crawl-delay learnt from the restored robots cache: the previous run may
-                # have hit this host just before it stopped.
-                self.scheduler.delay_until(host, self._resumed_at + host.delay_s)
-                return None
-            if self._page_limit_reached():
-                break
-            self.scheduler.pop_url(host)
-            self.in_flight_pages += 1
-            return self._new_item(q.url, host, PAGE, q.depth, q.via)
-        self.scheduler.release(host)
-        return None
 
     def _new_item(self, url: str, host: HostState, kind: str, depth: int,
                   via: str | None) -> FetchItem:
@@ -403,27 +585,36 @@ class Manager:
             return  # a duplicate report of work already accounted for
         item, host = entry
         if item.kind == ROBOTS:
-            self._on_robots(r, host)
-        else:
-            self.in_flight_pages -= 1
-            self.pages_done += 1 if r.status is not None else 0
-            self.counters["fetches"] += 1
-            self.counters[f"status.{r.status}" if r.status is not None else f"error.{r.error}"] += 1
-            for reason, n in r.dropped.items():
-                self.counters[f"links_dropped.{reason}"] += n
-            if r.pld_edges:
-                assert self.plds is not None
-                self.plds.add(r.pld_edges)
-            if r.links:
-                self._admit(r.links, item.depth + 1, item.url)
+            self.scheduler.done(host, now, self._on_robots(r, host))
+            return
+        self.in_flight_pages -= 1
+        self.pages_done += 1 if r.status is not None else 0
+        self.counters["fetches"] += 1
+        self.counters[f"status.{r.status}" if r.status is not None else f"error.{r.error}"] += 1
+        for reason, n in r.dropped.items():
+            self.counters[f"links_dropped.{reason}"] += n
+        if r.pld_edges:
+            assert self.plds is not None
+            self.plds.add(r.pld_edges)
+        if r.links:
+            self._admit(r.links, item.depth + 1, item.url)
         self.scheduler.done(host, now)
 
-    def _on_robots(self, r: ItemResult, host: HostState) -> None:
+    def _on_robots(self, r: ItemResult, host: HostState) -> float | None:
+        """Record a robots.txt answer; returns the host's next delay if not the usual one."""
+        assert self.robots is not None and self.qr is not None
         origin = urls.origin_of(r.item.url)
         entry = self.robots.record(origin, r.status, r.robots_text)
+        self.qr.answered(origin)
         self.counters["robots_fetches"] += 1
         self.counters[f"robots.{entry.state}"] += 1
+        if entry.state == UNAVAILABLE:
+            # Retried when the entry expires; the URLs wait in QR meanwhile. Not counted in
+            # a QR generation: a retry minutes away must not hold other URLs back.
+            self._work_on_robots(origin, None)
+            return max(host.delay_s, entry.expires_at - time.time())
         self._raise_host_delay(host, entry)
+        return None
 
     def _raise_host_delay(self, host: HostState, entry: RobotsEntry) -> bool:
         """Honour a robots Crawl-delay longer than the host delay (capped). True if raised."""
@@ -434,14 +625,18 @@ class Manager:
         if capped <= host.delay_s:
             return False
         host.delay_s = capped
+        # Learnt from the restored robots cache: the previous run may have hit this host
+        # just before it stopped.
+        host.due = max(host.due, self._resumed_at + capped)
         return True
 
-    def _log_drop(self, q: QueuedURL, reason: str, *, ip: str | None) -> None:
+    def _log_drop(self, url: str, depth: int, via: str | None, reason: str, *,
+                  ip: str | None = None) -> None:
         self.counters[f"dropped.{reason}"] += 1
         self.crawl_log.append({
-            "time": time.time(), "url": q.url, "kind": PAGE, "status": None, "error": reason,
-            "bytes": 0, "content_type": None, "fetch_ms": None, "ip": ip, "depth": q.depth,
-            "via": q.via, "truncated": False, "warc": None,
+            "time": time.time(), "url": url, "kind": PAGE, "status": None, "error": reason,
+            "bytes": 0, "content_type": None, "fetch_ms": None, "ip": ip, "depth": depth,
+            "via": via, "truncated": False, "warc": None,
         })
 
     # -- checkpoint ------------------------------------------------------------------------
@@ -450,36 +645,57 @@ class Manager:
         for sync in self.durables:
             sync()
         self.crawl_log.sync()
-        assert self.seen is not None
-        # Merged results not yet taken go to the frontier first, so that the manifest and
-        # the queue below describe one moment.
+        seen, plds, beast, robots, qr, todo = (self.seen, self.plds, self.beast, self.robots,
+                                               self.qr, self.robots_todo)
+        assert seen is not None and plds is not None and beast is not None
+        assert robots is not None and qr is not None and todo is not None
+        # Answers already merged go to their next stage first, so that the commits and the
+        # RAM rows below describe one moment.
         self._take_new_urls(self.clock())
+        robots.flush()
+        self._take_robots_answers()
+        robots.flush()
+        self._take_robots_answers()
+        assert self._checking == 0, self._checking
         meta = CheckpointMeta(
-            urlseen_manifest=self.seen.commit(),
-            pld_manifest=self.plds.commit() if self.plds is not None else None,
+            urlseen_manifest=seen.commit(),
+            pld_manifest=plds.commit(),
+            frontier={
+                "beast": beast.commit(),
+                "robots": robots.commit(),
+                "qr": qr.commit(),
+                "qr_retry": self.qr_retry.commit(),  # type: ignore[union-attr]
+                "robots_todo": todo.commit(),
+                "robots_working": qr.working_origins(),
+            },
             seeds=self.seeds,
             pages_done=self.pages_done,
             next_item_id=self._next_item_id,
             counters=dict(self.counters),
             time=time.time(),
         )
-        path = self.checkpoints.write(meta, self._queued_rows(), [self.robots.save])
+        path = self.checkpoints.write(meta, self._ram_rows(), [self.star.save])
         self._last_checkpoint = self.clock()
         return path
 
-    def _queued_rows(self) -> Iterable[tuple[str, int, str | None]]:
+    def _ram_rows(self) -> Iterable[tuple[str, int, str | None]]:
         # Unreported pages first: they were next in line.
         for item, _ in self.in_flight.values():
             if item.kind == PAGE:
                 yield item.url, item.depth, item.via
         for q in self.scheduler.iter_queued():
-            yield q.url, q.depth, q.via
+            if not q.robots:
+                yield q.url, q.depth, q.via
 
     def stats(self) -> ManagerStats:
+        ram = self.scheduler.queued_urls
+        disk = self._checking + sum(len(x) for x in (self.beast, self.qr, self.qr_retry)
+                                    if x is not None)
         return ManagerStats(
             pages_done=self.pages_done,
             in_flight=len(self.in_flight),
-            queued=self.scheduler.queued_urls,
+            queued=ram + disk,
+            queued_ram=ram,
             hosts=len(self.scheduler.hosts),
             seen=len(self.seen) if self.seen is not None else 0,
             resolving=len(self._resolving),

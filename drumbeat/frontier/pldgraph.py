@@ -34,7 +34,7 @@ def edge_key(source: str, target: str) -> int:
     return xxhash.xxh3_64_intdigest(f"{source}\n{target}".encode())
 
 
-OnIndegree = Callable[[list[str], np.ndarray], None]
+OnIndegree = Callable[[list[str], list[int]], None]
 
 
 class PLDIndegree:
@@ -83,7 +83,7 @@ class PLDIndegree:
             if self.on_indegree is not None and len(result.unique):
                 before = np.where(result.unique, 0, result.values["indegree"])
                 self.on_indegree([t.decode() for t in result.aux.tolist()],
-                                 before.astype(np.int64) + 1)
+                                 (before.astype(np.int64) + 1).tolist())
 
     def flush(self) -> None:
         """Merge everything queued in both repositories (edges first)."""
