@@ -76,14 +76,14 @@ def measure_batches(stored: int, measure: int, seed: int = 1) -> Iterator[np.nda
 
 
 FSYNC_MODES = {"round": True, "commit": "commit"}
-# How drumbeat is handed the URLs: a list of bytes (converted inside the timed call,
-# as the manager's URL-seen batches are today), or one (blob, offsets) AuxArray the
-# caller built outside the timer (urlseen.encode_payloads, pldgraph).
-AUX_FORMS = ("list", "blob")
+# How drumbeat is handed the URLs: one (blob, offsets) AuxArray the caller built
+# outside the timer, as the manager's URL-seen (urlseen.encode_payloads) and pldgraph
+# do (default), or a list of bytes, joined inside the timed call.
+AUX_FORMS = ("blob", "list")
 
 
 def run_drumbeat(work: Path, ram: int, stored: int, measure: int, fsync: str = "round",
-                 aux_form: str = "list") -> dict:
+                 aux_form: str = "blob") -> dict:
     drum = Drum(work, ram_bytes=ram, fsync=FSYNC_MODES[fsync])
     for ids in load_batches(stored):
         drum.check_update(keys_of(ids))
@@ -121,7 +121,8 @@ def run_drumbeat(work: Path, ram: int, stored: int, measure: int, fsync: str = "
         "url_bytes": b, "buckets": drum.sizing.buckets, "merges": after.merges - before.merges,
         "sort_s": after.sort_s - before.sort_s, "merge_s": after.merge_s - before.merge_s,
         "notes": ("" if fsync == "round" else f"fsync={fsync}: no commit is timed; ")
-        + ("" if aux_form == "list" else "aux as one AuxArray, built untimed"),
+        + ("aux as a list of bytes, joined in the timed call" if aux_form == "list"
+           else "aux as one AuxArray, built untimed (as URL-seen's caller does)"),
     }
 
 
@@ -250,7 +251,7 @@ def _disk_bytes(path: Path) -> int:
 
 
 def run_peer(name: str, work: Path, ram: int, stored: int, measure: int,
-             drum_fsync: str = "round", drum_aux: str = "list") -> dict:
+             drum_fsync: str = "round", drum_aux: str = "blob") -> dict:
     """Run one contender in a fresh process; its peak RSS is its own."""
     work.mkdir(parents=True)
     cmd = [sys.executable, "-m", "drumbeat.bench.drum", "--peer", name, "--dir", str(work),
@@ -277,9 +278,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--dir", type=Path, default=None, help="work directory (default: a temp dir)")
     ap.add_argument("--drum-fsync", choices=sorted(FSYNC_MODES), default="round",
                     help="drumbeat's fsync policy: every merge round (default) or commits only")
-    ap.add_argument("--drum-aux", choices=AUX_FORMS, default="list",
-                    help="how drumbeat gets the URLs: list of bytes (default, converted in the "
-                    "timed call) or one (blob, offsets) AuxArray built untimed by the caller")
+    ap.add_argument("--drum-aux", choices=AUX_FORMS, default="blob",
+                    help="how drumbeat gets the URLs: one (blob, offsets) AuxArray built untimed "
+                    "by the caller, as the crawler's URL-seen does (default), or a list of "
+                    "bytes, joined in the timed call")
     ap.add_argument("--peer", choices=PEERS, help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 

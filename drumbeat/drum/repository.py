@@ -205,7 +205,7 @@ class Drum:
                                     self.sizing.ram_bytes // 4 // self._rec.itemsize))
         self._ram_keys: np.ndarray | None = None  # and _ram_ops, _ram_ids, _ram_values
         self._ram_n = 0
-        self._ram_bn = np.zeros(self._k, np.int64)  # per bucket, in bucket mode only
+        self._ram_bn = np.zeros(self._k, np.int64)  # RAM tuples per bucket
         # Arrival log buffer, per submitted piece: (keys, aux lengths, ops, values, aux).
         self._arrivals: list[tuple[Any, ...]] = []
         self._arrivals_n = 0
@@ -335,8 +335,7 @@ class Drum:
         else:
             ids[:] = 0
         self._ram_n = b
-        if self._live["sn"]:  # bucket mode: a round starts when one bucket is full
-            self._ram_bn += np.bincount(ids, minlength=self._k)
+        self._ram_bn += np.bincount(ids, minlength=self._k)
         return self._ram_keys[a:b], self._ram_ops[a:b], self._ram_values[a:b]
 
     def _bucket_of(self, keys: np.ndarray) -> np.ndarray:
@@ -385,7 +384,7 @@ class Drum:
         n = len(keys)
         recs = np.empty(n, self._rec)
         recs["key"], recs["op"], recs["value"] = keys, ops, values
-        counts = np.bincount(ids, minlength=self._k)
+        counts = self._ram_bn
         srec = _take_records(recs, np.argsort(ids, kind="stable"))  # u16: radix sort
         end = np.cumsum(counts)
         e, live = self._snap["epoch"], self._live
@@ -533,7 +532,7 @@ class Drum:
         """
         keys, ops, values, ids = self._ram_columns()
         order = np.argsort(ids, kind="stable")  # u16: radix sort
-        counts = np.bincount(ids, minlength=self._k)
+        counts = self._ram_bn
         ends = np.cumsum(counts).tolist()
         res = np.empty(len(keys), self._res)
         sort_s = 0.0
@@ -567,7 +566,7 @@ class Drum:
         keys, ops, values, ids = self._ram_columns()
         recs = np.empty(len(keys), self._rec)
         recs["key"], recs["op"], recs["value"] = keys, ops, values
-        counts = np.bincount(ids, minlength=self._k)
+        counts = self._ram_bn
         srec = _take_records(recs, np.argsort(ids, kind="stable"))
         end = np.cumsum(counts)
         return {b: srec[int(end[b] - counts[b]):int(end[b])]
