@@ -3,11 +3,11 @@
 Directory layout (file formats in :mod:`drumbeat.drum.format`)::
 
     STATE.json                 the repository state (below), replaced atomically
-    q-EEEEEEEE-BBBB.drum       pending records of epoch E, bucket B (append-only)
-    a-EEEEEEEE.drum            arrival log of epoch E: bucket, key, op and aux of every tuple
+    q-EEEEEEEE-BBBB.drum       spilled records of epoch E, bucket B (append-only)
+    a-EEEEEEEE.drum            arrival log of epoch E: key, op, value and aux of every tuple
     c-GGGGGGGG.drum            sorted caches written by the round that made generation G:
                                one section per bucket it rewrote, in bucket order
-    r-EEEEEEEE.drum            results of merging epoch E: one section per bucket
+    r-EEEEEEEE.drum            results of merging epoch E, in arrival order or a run per bucket
 
 ``STATE.json`` is JSON followed by a line with the zlib.crc32 of the JSON in
 hex. It holds the format version, value dtype and bucket count, the
@@ -15,22 +15,33 @@ hex. It holds the format version, value dtype and bucket count, the
 :meth:`Drum.commit`). A snapshot names, per bucket, the cache file (generation)
 holding its section, the section's offset, length and record count; the size of
 every cache file it refers to; the valid lengths of the pending files of the
-current epoch, the merged epochs whose results were not yet taken, and the
-counters. Files no snapshot refers to are deleted.
+current epoch and how many of its tuples were spilled to q files (``sn``); the
+merged epochs whose results were not yet taken, and the counters. Files no
+snapshot refers to are deleted.
 
-An *epoch* is the set of tuples merged in one round. Keys, ops and aux are
-logged in arrival order, so delivering results only puts each bucket's
-``(unique, value)`` records back in that order. Records still buffered in RAM
-when a round starts are merged from RAM (they reach ``q`` files only when a
-bucket buffer fills or at a commit). A round merges runs of consecutive buckets
-together (as many as fit the bucket buffer: their caches, concatenated, are one
-sorted stream), writes every changed bucket's cache as a section of *one* new
-cache file (creating a file costs ~1.5 ms here, so one file per bucket and round
-was most of a round's fixed cost) and the epoch's result file (a run per bucket),
-fsyncs them and the epoch's arrival log and pending files, then switches
+An *epoch* is the set of tuples merged in one round. Every tuple goes to the
+arrival log, in arrival order; it is the write-ahead log of the epoch and the
+source of result delivery (keys, ops and aux come back from it, so delivering
+only adds each tuple's ``(unique, value)``). Tuples are also held in one RAM
+buffer, allocated once and reused by every epoch, of a quarter of ``ram_bytes``
+(at most ``bucket_records``). An epoch that fits is merged from RAM (*arrival
+mode*): its results are written in arrival order and delivered without any
+reordering. When the buffer fills, its tuples are spilled to the per-bucket q
+files -- always a prefix of the arrival log, ``sn`` tuples long -- and the epoch
+is in *bucket mode*, IRLbot's: a round starts when the fullest bucket reaches
+``bucket_records``, and results are written as a run per bucket and put back in
+arrival order on delivery. Reopening reloads the tuples after ``sn`` from the
+arrival log into RAM.
+
+A round merges runs of consecutive buckets together (about
+:data:`~drumbeat.drum.sizing.UNIT_RECORDS` tuples: their caches, concatenated,
+are one sorted stream), writes every changed bucket's cache as a section of
+*one* new cache file (creating a file costs ~1.5 ms here, so one file per
+bucket and round was most of a round's fixed cost) and the epoch's result file,
+fsyncs them and the epoch's arrival log and q files, then switches
 ``STATE.json`` (fsync, rename, fsync of the directory). A kill at any instant
-leaves either the old state (the round is redone from the same pending files)
-or the new.
+leaves either the old state (the round is redone from the arrival log and q
+files) or the new.
 
 With ``fsync="commit"`` rounds write and rename the same files but fsync
 nothing; :meth:`Drum.commit` fsyncs every file written since the previous

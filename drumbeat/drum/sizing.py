@@ -18,7 +18,10 @@ giving the first branch of (7) (disk not the limit)::
 
 drumbeat follows that optimum: half of ``R`` goes to the ``2k`` buffers
 (``M = R / (4k)``), the other half to the bucket buffer, the cache chunk
-``Delta`` that streams the sorted cache, and the arrival-log buffer. ``k`` is
+``Delta`` that streams the sorted cache, and the arrival-log buffer. The ``k``
+record buffers are one shared RAM buffer of ``k M = R / 4`` in arrival order,
+spilled to per-bucket files only when it fills (see ``repository``); the ``k``
+aux buffers are the arrival log's, written every ``Delta`` bytes. ``k`` is
 ``R / (4 M)`` with ``M = 1 MiB``, rounded down to a power of two (buckets are
 chosen by the key's high bits), between 1 and 4096. The paper used 256 KiB; here
 creating a file costs ~0.4 ms (measured: 8 k opens took 3.5 s of a 13 s run
