@@ -125,6 +125,9 @@ class Manager:
         self.in_flight: dict[int, tuple[FetchItem, HostState]] = {}
         self.in_flight_pages = 0
         self._checking = 0  # URLs in a RobotsCache check, not yet answered
+        # Failures so far of origins whose robots.txt failed and is being retried (each is a
+        # host in RAM, so this is bounded like them).
+        self._robots_failures: dict[str, int] = {}
         self._request_gens: deque[int] = deque()  # QR generation of each RobotsRequested check
         self._next_item_id = 0
         self._next_task_id = 0
@@ -165,8 +168,8 @@ class Manager:
         self.qr = RobotsWaitQueue(d / "frontier" / "qr", state=f.get("qr"),
                                   max_wait_s=s.robots_wait_max_s, clock=self.clock)
         self.qr_retry = RobotsWaitQueue(d / "frontier" / "qr_retry", state=f.get("qr_retry"),
-                                        max_wait_s=s.robots_wait_max_s,
-                                        min_wait_s=s.robots_wait_max_s, clock=self.clock)
+                                        max_wait_s=s.robots_retry_s,
+                                        min_wait_s=s.robots_retry_s, clock=self.clock)
         self.robots_todo = DiskQueue(d / "frontier" / "robots_todo", state=f.get("robots_todo"))
 
     def restore(self) -> bool:
@@ -188,6 +191,7 @@ class Manager:
             self._resumed_at + max(self.settings.host_delay_s, self.settings.ip_delay_s)
         )
         assert self.qr is not None and self.beast is not None
+        self._robots_failures = dict((meta.frontier or {}).get("robots_failures", {}))
         for origin in (meta.frontier or {}).get("robots_working", []):
             self._work_on_robots(origin, self.qr.issue())
         n = 0
@@ -400,10 +404,11 @@ class Manager:
             self._take_robots_answers()
         self._load_robots_work()
         room = self.settings.frontier_ram_urls - self.scheduler.queued_urls - self._checking
-        for waiting in (qr, self.qr_retry):
+        for name, waiting in (("qr", qr), ("qr_retry", self.qr_retry)):
             if room > 0 and waiting is not None and len(waiting):
                 replayed = waiting.replay(room)
-                self.counters["qr_replayed"] += len(replayed)
+                self.counters[f"{name}_replayed"] += len(replayed)
+                self.counters[f"{name}_repeats"] = waiting.repeats
                 for payload in replayed:
                     self._route(payload)
                 room -= len(replayed)
@@ -422,7 +427,7 @@ class Manager:
             else:
                 # The request is counted in the URL's QR generation now, so the generation
                 # cannot be replayed before the answer.
-                qr.add(payload)
+                self._wait_for_robots(payload)
                 unknown.append(origin)
                 self._request_gens.append(qr.issue())
         if unknown:
@@ -470,16 +475,19 @@ class Manager:
             entry = robots.get(origin)
         if entry is None:
             if qr.is_working(origin):
-                qr.add(payload)
+                self._wait_for_robots(payload)
             else:
                 robots.check([origin], [payload])
                 self._checking += 1
             return
         if not robots.is_fresh(entry):
-            if not qr.is_working(origin) and entry.state != UNAVAILABLE:
+            if entry.state == UNAVAILABLE:  # its retry is under way (see _on_robots)
+                self._wait_for_robots(payload, retry=True)
+                return
+            if not qr.is_working(origin):
                 self.counters["robots_expired"] += 1
                 self.robots_todo.append(f"{qr.issue()}\n{origin}".encode())  # type: ignore[union-attr]
-            qr.add(payload)
+            self._wait_for_robots(payload)
             return
         state = entry.state
         if state in (RULES, ALLOW_ALL):
@@ -488,11 +496,18 @@ class Manager:
             else:
                 self._log_drop(url, depth, via, "robots_disallowed")
         elif state == UNAVAILABLE:
-            self.qr_retry.add(payload)  # type: ignore[union-attr]  # waits for the retry
+            self._wait_for_robots(payload, retry=True)
         elif state == GIVEN_UP:
             self._log_drop(url, depth, via, "robots_unavailable")
         elif state == REFUSED:
             self._log_drop(url, depth, via, entry.text)
+
+    def _wait_for_robots(self, payload: bytes, *, retry: bool = False) -> None:
+        """Park a URL in QR (or, while its origin's robots.txt awaits a retry, in QR-retry)."""
+        waiting = self.qr_retry if retry else self.qr
+        assert waiting is not None
+        waiting.add(payload)
+        self.counters["qr_retry_waited" if retry else "qr_waited"] += 1
 
     def _push_page(self, url: str, depth: int, via: str | None, entry: RobotsEntry) -> None:
         host = self._host(urls.host_of(url))
@@ -534,6 +549,7 @@ class Manager:
             if q.robots:
                 origin = urls.origin_of(q.url)
                 self.robots.record_refused(origin, reason, self.settings.dns_negative_ttl_s)
+                self._robots_failures.pop(origin, None)
                 self.qr.answered(origin)
             else:
                 self._log_drop(q.url, q.depth, q.via, reason, ip=ip)
@@ -604,13 +620,15 @@ class Manager:
         """Record a robots.txt answer; returns the host's next delay if not the usual one."""
         assert self.robots is not None and self.qr is not None
         origin = urls.origin_of(r.item.url)
-        entry = self.robots.record(origin, r.status, r.robots_text)
+        entry = self.robots.record(origin, r.status, r.robots_text,
+                                   failures=self._robots_failures.pop(origin, 0))
         self.qr.answered(origin)
         self.counters["robots_fetches"] += 1
         self.counters[f"robots.{entry.state}"] += 1
         if entry.state == UNAVAILABLE:
             # Retried when the entry expires; the URLs wait in QR meanwhile. Not counted in
             # a QR generation: a retry minutes away must not hold other URLs back.
+            self._robots_failures[origin] = entry.attempts
             self._work_on_robots(origin, None)
             return max(host.delay_s, entry.expires_at - time.time())
         self._raise_host_delay(host, entry)
@@ -667,6 +685,7 @@ class Manager:
                 "qr_retry": self.qr_retry.commit(),  # type: ignore[union-attr]
                 "robots_todo": todo.commit(),
                 "robots_working": qr.working_origins(),
+                "robots_failures": self._robots_failures,
             },
             seeds=self.seeds,
             pages_done=self.pages_done,

@@ -93,6 +93,37 @@ def test_every_reachable_allowed_page_is_fetched_exactly_once(web, full_crawl):
     assert any(r.startswith("dns:") for r in dropped), "the NXDOMAIN host is reported"
 
 
+TIGHT_FRONTIER = """\
+budget_default = 1
+budget_max = 1
+beast_queues = 1
+beast_max_queues = 4
+frontier_ram_urls = 16
+robots_ram_entries = 4
+robots_wait_max_s = 120.0
+"""
+
+
+def test_tight_frontier_loses_nothing_and_each_url_waits_in_qr_once(web, tmp_path):
+    """Budget 1 per PLD and queue, 16 URLs in RAM, 4 robots entries in RAM: every URL goes
+    through BEAST's queues and re-splits, robots rules come back from disk, and still every
+    page is fetched exactly once, each URL waiting for robots.txt in QR at most once."""
+    from drumbeat.checkpoint import read_counters
+
+    state = tmp_path / "state"
+    cmd = crawl_cmd(web, state, "--allow-loopback")
+    cfg = Path(cmd[cmd.index("--config") + 1])
+    cfg.write_text(CONFIG + TIGHT_FRONTIER)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    pages = fetched_pages(read_log(state))
+    assert Counter(pages).most_common(1)[0][1] == 1, "a page was fetched twice"
+    assert set(pages) == web.model.crawl(web.seeds).fetched
+    counters = read_counters(state)
+    assert counters["qr_waited"] > 0 and counters["qr_replayed"] == counters["qr_waited"]
+    assert counters.get("qr_repeats", 0) == 0
+
+
 def test_pld_indegree_counts_each_linking_pld_once(web, full_crawl):
     from drumbeat.checkpoint import Checkpoints
     from drumbeat.frontier.pldgraph import PLDIndegree

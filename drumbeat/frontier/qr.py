@@ -9,7 +9,7 @@ steady stream of new hosts cannot hold it open. So in steady state each URL pass
 through QR once; a generation older than ``max_wait_s`` is
 replayed anyway, so one slow robots.txt cannot hold the others back (its URLs then simply
 come back here, counted as repeats). URLs of an origin whose robots.txt failed and will be
-retried minutes later wait in a second instance with ``min_wait_s = max_wait_s``, so they
+retried later wait in a second instance with ``min_wait_s`` = the retry delay, so they
 neither hold others back nor cycle quickly.
 
 RAM holds one small record per generation and one per robots request being worked on;

@@ -325,10 +325,12 @@ class RobotsStore:
         self._loaded += 1
         return entry
 
-    def record(self, origin: str, status: int | None, text: str | None) -> RobotsEntry:
+    def record(self, origin: str, status: int | None, text: str | None,
+               failures: int | None = None) -> RobotsEntry:
         """Store the outcome of a robots.txt fetch (status None = no HTTP response).
 
-        The previous failure count comes from the LRU (see the class docstring).
+        ``failures``: consecutive failures before this one, when the caller keeps them;
+        otherwise they come from the LRU (see the class docstring).
         """
         now = self.clock()
         if status is not None and 200 <= status < 300:
@@ -339,8 +341,10 @@ class RobotsStore:
         elif status is not None and 400 <= status < 500:
             entry = RobotsEntry(origin, ALLOW_ALL, "", now, now + self.expiry_s, 0)
         else:  # 5xx, other odd statuses (1xx/3xx left after redirects), network errors
-            previous = self._lru.get(origin)
-            attempts = (previous.attempts if previous else 0) + 1
+            if failures is None:
+                previous = self._lru.get(origin)
+                failures = previous.attempts if previous else 0
+            attempts = failures + 1
             state = GIVEN_UP if attempts >= self.max_attempts else UNAVAILABLE
             entry = RobotsEntry(origin, state, "", now, now + self.retry_s, attempts)
         self._store(entry)
