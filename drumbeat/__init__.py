@@ -4,7 +4,7 @@ Layers (imports only go down; nothing below ``manager``/``fetcher`` imports ``cl
 
 1. foundations  ``urls``, ``settings``, ``stats``, ``drum``, ``store``, ``queue``, ``simweb``
 2. net          ``fetch`` (DNS cache, address guard, HTTP client)
-3. crawl logic  ``frontier`` (URL-seen, robots cache, politeness), ``parse`` (links)
+3. crawl logic  ``frontier`` (URL-seen, STAR, BEAST, robots, QR, politeness), ``parse``
 4. roles        ``manager`` (owns crawl state), ``fetcher`` (stateless fetch + parse + archive)
 5. faces        ``cli``
 

@@ -53,7 +53,7 @@ class Progress:
         table.add_row("elapsed", f"{s.elapsed_s:,.0f} s")
         table.add_row("pages/s (last 5 s)", f"{self._rate():,.1f}")
         table.add_row("pages fetched", f"{s.pages_done:,}")
-        table.add_row("queued", f"{s.queued:,}")
+        table.add_row("queued (in RAM)", f"{s.queued:,} ({s.queued_ram:,})")
         table.add_row("in flight", f"{s.in_flight:,}")
         table.add_row("hosts (active)", f"{s.hosts:,}")
         table.add_row("URLs seen", f"{s.seen:,}")
@@ -67,7 +67,7 @@ class Progress:
     def line(self) -> str:
         s = self.manager.stats()
         return (f"[{s.elapsed_s:,.0f}s] pages={s.pages_done:,} rate={self._rate():,.1f}/s "
-                f"queued={s.queued:,} in_flight={s.in_flight} hosts={s.hosts:,} "
+                f"queued={s.queued:,} ram={s.queued_ram:,} in_flight={s.in_flight} hosts={s.hosts:,} "
                 f"seen={s.seen:,} errors: {self._errors()}")
 
     async def run(self) -> None:
