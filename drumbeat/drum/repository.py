@@ -84,6 +84,7 @@ from drumbeat.drum.merge import CHECK, CHECK_UPDATE, UPDATE, MergeFn, Merger, me
 from drumbeat.drum.sizing import UNIT_RECORDS, Sizing, plan
 
 STATE = "STATE.json"
+SPARE = "spare-cache.tmp"  # an obsolete cache file, reused by the next round; never read
 STATE_VERSION = 3
 _FILE_RE = re.compile(r"^([qacr])-(\d{4,8})(?:-(\d{4,8}))?\.drum$")
 _EMPTY = np.dtype([])
@@ -192,6 +193,7 @@ class Drum:
         self._res = np.dtype([("unique", "?"), ("value", self.value_dtype)])
         self._broken: str | None = None
         self._dirty: set[Path] = set()
+        self._spare: Path | None = None  # SPARE, once an obsolete cache was kept
         state = self._load(buckets)
         self.sizing: Sizing = plan(
             ram_bytes, self._rec.itemsize, buckets if state is None else state["buckets"]
@@ -488,7 +490,7 @@ class Drum:
         r_file = open(r_path, "wb")
         self._dirty.add(r_path)
         writer = _CacheWriter(self.directory / _cache_file(e + 1), self._shift, self._k,
-                              self.value_dtype, self.sizing.chunk_bytes)
+                              self.value_dtype, self.sizing.chunk_bytes, self._take_spare)
         arrival = not live["sn"]
         try:
             r_file.write(encode_header(b"r", 0, self._res.itemsize))
@@ -865,10 +867,24 @@ class Drum:
         for snap in [self._snap, *self._commits]:
             keep.update(_refs(snap, self._k))
         for path in self.directory.iterdir():
+            if path == self._spare:
+                continue
             if (_FILE_RE.match(path.name) and path.name not in keep) or \
                     path.name.endswith(".tmp"):
-                path.unlink(missing_ok=True)
+                if self._spare is None and path.name.startswith("c-") and \
+                        _FILE_RE.match(path.name):
+                    # Kept for the next round's cache: overwriting a file whose pages
+                    # are cached costs no new pages and no block frees (unlinking an
+                    # 800 MB cache took ~0.3 s here).
+                    self._spare = path.with_name(SPARE)
+                    os.replace(path, self._spare)
+                else:
+                    path.unlink(missing_ok=True)
                 self._dirty.discard(path)
+
+    def _take_spare(self) -> Path | None:
+        spare, self._spare = self._spare, None
+        return spare
 
 
 def _refs(snap: dict, k: int) -> set[str]:
@@ -960,8 +976,9 @@ class _CacheWriter:
     """
 
     def __init__(self, path: Path, shift: np.uint64, buckets: int, value_dtype: np.dtype,
-                 chunk_bytes: int) -> None:
+                 chunk_bytes: int, take_spare: Callable[[], Path | None]) -> None:
         self.path = path
+        self.take_spare = take_spare
         self.shift = shift
         self.buckets = buckets
         self.itemsize = value_dtype.itemsize
@@ -994,7 +1011,12 @@ class _CacheWriter:
         if b != self.bucket:
             self.end_section()
             if self.f is None:
-                self.f = open(self.path, "wb")
+                spare = self.take_spare()
+                if spare is None:
+                    self.f = open(self.path, "wb")
+                else:  # overwritten from the start, cut to size on close
+                    os.replace(spare, self.path)
+                    self.f = open(self.path, "r+b")
                 self.f.write(encode_header(b"c", 0, self.itemsize))
             self.bucket, self.start, self.total = b, self.f.tell(), 0
         for s in range(0, len(keys), self.per):
@@ -1016,6 +1038,7 @@ class _CacheWriter:
         if self.f is None:
             return 0
         self.end_section()
+        self.f.truncate()
         self.f.flush()
         if fsync:
             os.fsync(self.f.fileno())
