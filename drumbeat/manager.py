@@ -372,7 +372,7 @@ class Manager:
             pld = urls.pld(urls.host_of(payload[:payload.index(b"\n")].decode()))
             records.append(payload)
             hashes.append(pld_hash(pld))
-            budgets.append(self.star.budget(pld))
+            budgets.append(self._budget(pld))
         if records:
             beast.place_many(records, hashes, budgets)
             self.counters["urls_admitted"] += len(records)
@@ -380,7 +380,14 @@ class Manager:
     def _rebudget(self, payload: bytes) -> tuple[int, int]:
         """BEAST re-splitting QF asks for a URL's PLD and its budget now."""
         pld = urls.pld(urls.host_of(payload[:payload.index(b"\n")].decode()))
-        return pld_hash(pld), self.star.budget(pld)
+        return pld_hash(pld), self._budget(pld)
+
+    def _budget(self, pld: str) -> int:
+        """STAR's budget; in a crawl scoped to the seeds' hosts or PLDs, which the operator
+        chose, those PLDs get the maximum (spam cannot enter through the scope anyway)."""
+        if self.settings.scope != "any" and pld in self.seed_plds:
+            return self.settings.budget_max
+        return self.star.budget(pld)
 
     # -- the robots loop -------------------------------------------------------------------
 
@@ -518,6 +525,8 @@ class Manager:
         """The host's scheduler state, created with its PLD's budget; DNS started if new."""
         host = self.scheduler.hosts.get(name)
         if host is None:
+            # Delays follow STAR alone: a scoped crawl's budget boost is not a licence to
+            # hit the operator's chosen sites harder.
             host = self.scheduler.host(name, budget=self.star.budget(urls.pld(name)))
             # The previous run may have hit this host just before it stopped.
             host.due = max(host.due, self._resumed_at + host.delay_s)
