@@ -343,9 +343,12 @@ class Manager:
         return len(candidates)
 
     def _frontier_short(self) -> bool:
-        """Fewer URLs than the fetchers could take are waiting in RAM and in BEAST."""
+        """Fewer hosts have URLs in RAM than fetches may run at once (Polybot: load more
+        when fewer than H hosts are ready), and BEAST has nothing more to give."""
         assert self.beast is not None
-        return self.scheduler.queued_urls + len(self.beast) < self.settings.concurrency
+        return (self.scheduler.active_hosts < self.settings.concurrency
+                and (len(self.beast) == 0 or self.scheduler.queued_urls
+                     >= self.settings.frontier_ram_urls // 2))
 
     def _take_new_urls(self, now: float) -> None:
         """Move URLs that URL-seen found new into BEAST with their STAR budget.
