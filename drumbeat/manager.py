@@ -137,8 +137,8 @@ class Manager:
         self._last_checkpoint = self._started
         self._resumed_at = float("-inf")  # set by restore()
         self._last_sweep = self._started
-        self._last_seen_flush = self._started
-        self._last_robots_flush = self._started
+        self._last_seen_flush = float("-inf")  # the seeds are merged at once
+        self._last_robots_flush = float("-inf")
         self._last_pld_flush = self._started
         self.stop_reason: str | None = None
         self._force_stop = False
