@@ -84,7 +84,7 @@ from drumbeat.drum.merge import CHECK, CHECK_UPDATE, UPDATE, MergeFn, Merger, me
 from drumbeat.drum.sizing import UNIT_RECORDS, Sizing, plan
 
 STATE = "STATE.json"
-SPARE = "spare-cache.tmp"  # an obsolete cache file, reused by the next round; never read
+_SPARE_KINDS = ("a", "c")  # obsolete files of these kinds are kept to be overwritten
 STATE_VERSION = 3
 _FILE_RE = re.compile(r"^([qacr])-(\d{4,8})(?:-(\d{4,8}))?\.drum$")
 _EMPTY = np.dtype([])
@@ -193,7 +193,7 @@ class Drum:
         self._res = np.dtype([("unique", "?"), ("value", self.value_dtype)])
         self._broken: str | None = None
         self._dirty: set[Path] = set()
-        self._spare: Path | None = None  # SPARE, once an obsolete cache was kept
+        self._spares: dict[str, Path] = {}  # kind -> obsolete file kept for reuse
         state = self._load(buckets)
         self.sizing: Sizing = plan(
             ram_bytes, self._rec.itemsize, buckets if state is None else state["buckets"]
@@ -375,7 +375,11 @@ class Drum:
         """Write the buffers of ``block`` (from :func:`block_parts`) at ``length`` of
         ``path`` (creating it); return the new length."""
         if length == 0:
-            with open(path, "wb") as f:
+            spare = self._take_spare(kind.decode())
+            if spare is not None:
+                # Bytes past the valid length recorded in the state are never read.
+                os.replace(spare, path)
+            with open(path, "wb" if spare is None else "r+b") as f:
                 f.write(encode_header(kind, bucket, itemsize))
                 written = HEADER_SIZE + write_parts(f, block)
         else:
@@ -490,7 +494,8 @@ class Drum:
         r_file = open(r_path, "wb")
         self._dirty.add(r_path)
         writer = _CacheWriter(self.directory / _cache_file(e + 1), self._shift, self._k,
-                              self.value_dtype, self.sizing.chunk_bytes, self._take_spare)
+                              self.value_dtype, self.sizing.chunk_bytes,
+                              lambda: self._take_spare("c"))
         arrival = not live["sn"]
         try:
             r_file.write(encode_header(b"r", 0, self._res.itemsize))
@@ -866,25 +871,26 @@ class Drum:
         keep.update(_name("q", self._snap["epoch"], b) for b in range(self._k))
         for snap in [self._snap, *self._commits]:
             keep.update(_refs(snap, self._k))
+        spares = set(self._spares.values())
         for path in self.directory.iterdir():
-            if path == self._spare:
+            if path in spares:
                 continue
-            if (_FILE_RE.match(path.name) and path.name not in keep) or \
-                    path.name.endswith(".tmp"):
-                if self._spare is None and path.name.startswith("c-") and \
-                        _FILE_RE.match(path.name):
-                    # Kept for the next round's cache: overwriting a file whose pages
-                    # are cached costs no new pages and no block frees (unlinking an
-                    # 800 MB cache took ~0.3 s here).
-                    self._spare = path.with_name(SPARE)
-                    os.replace(path, self._spare)
+            match = _FILE_RE.match(path.name)
+            if (match and path.name not in keep) or path.name.endswith(".tmp"):
+                kind = match.group(1) if match else ""
+                if kind in _SPARE_KINDS and kind not in self._spares:
+                    # Kept for the next file of its kind: overwriting a file costs no
+                    # new pages and no freed blocks (unlinking an 800 MB cache took
+                    # ~0.3 s here, and fresh page-cache pages are slow on this VM).
+                    self._spares[kind] = path.with_name(f"spare-{kind}.tmp")
+                    os.replace(path, self._spares[kind])
                 else:
                     path.unlink(missing_ok=True)
                 self._dirty.discard(path)
 
-    def _take_spare(self) -> Path | None:
-        spare, self._spare = self._spare, None
-        return spare
+    def _take_spare(self, kind: str) -> Path | None:
+        """An obsolete file of ``kind`` to be renamed and overwritten, if one was kept."""
+        return self._spares.pop(kind, None)
 
 
 def _refs(snap: dict, k: int) -> set[str]:
