@@ -1,0 +1,432 @@
+"""``drumbeat bench frontier``: STAR + BEAST against plain BFS, Manager RSS, BEAST disk I/O.
+
+Three measurements, one run (issue 4, "Benchmarks"):
+
+1. **Spam share.** One synthetic web (``drumbeat.simweb`` in a subprocess) with ordinary
+   hosts, spam farms (as many addresses per farm as the ordinary hosts have, so per-IP
+   politeness does not cap a farm), calendar traps and a big site, is crawled twice from
+   the same seeds with the same politeness by ``drumbeat crawl --max-pages N`` (each in its
+   own process and state dir): drumbeat as configured (STAR budgets + BEAST), and plain
+   BFS: the same crawler with ``budget_default = budget_max = 10**9``, so every PLD fits in
+   the next BEAST queue and BEAST is one FIFO. Reported per contender, from its crawl.log:
+   the share of the first N page fetches per PLD class (spam, trap, big, legit), pages/s
+   and wall time. Targets: drumbeat <= 5 % spam + trap, BFS >= 50 %.
+2. **Manager RSS with queued URLs.** One fresh process per size builds a ``Manager`` on a
+   temp state dir (``LocalTaskQueue``, ``CrawlLog``, DNS from a loopback ``SimDNS`` that
+   answers 127.1.0.1 for any name), admits N unique URLs over 50 000 hosts and 5 000 PLDs
+   through URL-seen into BEAST, records allow-all robots for every origin and runs the feed
+   path until the scheduler's RAM is at its bound. Peak (VmHWM) and current RSS per size;
+   target: RSS at 10 M <= 1.2x RSS at 100 k.
+3. **BEAST disk I/O per page vs Theorem 7.** From each crawl of part 1, BEAST's bytes read
+   and written (the checkpoint's ``frontier.beast`` queue commits) per page fetched, next to
+   Theorem 7's bound per page, 2b(2L-1): b = mean BEAST record (payload + frame) in bytes,
+   L = unique URLs admitted per page.
+
+``--quick`` is a smaller web and N, and sizes 100 k and 1 M; ``--tiny`` (tests) smaller
+still. ``--json`` prints the same figures as one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from drumbeat.frontier.beast import theorem7_bound
+from drumbeat.frontier.diskqueue import FRAME_SIZE, DiskQueue
+from drumbeat.frontier.urlseen import encode_payload
+from drumbeat.simweb.model import SimWebConfig, SimWebModel
+
+CLASSES = ("spam", "trap", "big", "legit")
+BFS_BUDGET = 10**9  # every PLD fits in the next BEAST queue: one FIFO
+HOST_DELAY_S = 1.0
+IP_DELAY_S = 0.01
+# Settings both crawls share; checkpoints rarely (only the final one is read).
+CRAWL_TOML = "checkpoint_interval_s = 30.0\n"
+RSS_BATCH = 200_000
+RSS_FEEDS = 40  # feed rounds at most; RAM is usually full after a handful
+RSS_ANSWER = "127.1.0.1"  # what the RSS run's DNS answers for any name (loopback only)
+B_SAMPLE = 20_000  # BEAST records read per queue to measure b
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What one mode measures: the web and N of part 1, the sizes of part 2."""
+
+    web: SimWebConfig
+    pages: int  # N
+    frontier_ram_urls: int  # for both crawls of part 1 (see _ram_note)
+    rss_sizes: tuple[int, ...]
+    rss_hosts: int  # hosts the queued URLs spread over (PLDs: half of that)
+
+
+def _web(hosts: int, pages_per_host: int, ips: int, farms: int, links: int, traps: int,
+         big: int) -> SimWebConfig:
+    return SimWebConfig(seed=3, hosts=hosts, ips=ips, pages_per_host=pages_per_host,
+                        spam_farms=farms, spam_ips=ips, spam_links_per_page=links,
+                        calendar_traps=traps, big_site_pages=big)
+
+
+PLANS = {
+    "full": Plan(_web(1000, 20, 16, 2, 30, 2, 5000), 6000, 2000,
+                 (100_000, 1_000_000, 10_000_000), 10_000),
+    "quick": Plan(_web(300, 20, 16, 2, 30, 2, 2000), 1500, 1000, (100_000, 1_000_000), 10_000),
+    "tiny": Plan(_web(40, 6, 4, 1, 30, 1, 100), 80, 200, (10_000,), 1_000),
+}
+
+
+# ------------------------------------------------------------------ part 1: spam share
+
+
+def _start_web(config: SimWebConfig) -> tuple[subprocess.Popen[str], dict]:
+    """Serve the web from its own process (the crawler gets the other core)."""
+    cmd = [sys.executable, "-m", "drumbeat.simweb", "--hosts", str(config.hosts),
+           "--ips", str(config.ips), "--pages-per-host", str(config.pages_per_host),
+           "--seed", str(config.seed), "--spam-farms", str(config.spam_farms),
+           "--spam-ips", str(config.spam_ips),
+           "--spam-links-per-page", str(config.spam_links_per_page),
+           "--calendar-traps", str(config.calendar_traps),
+           "--big-site-pages", str(config.big_site_pages)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line:
+        proc.wait(timeout=10)
+        raise RuntimeError(f"simweb did not start (exit {proc.returncode})")
+    return proc, json.loads(line)
+
+
+def _crawl(name: str, info: dict, state: Path, pages: int, toml: str) -> float:
+    """Run ``drumbeat crawl`` to ``pages`` pages; returns the wall time."""
+    config = state.parent / f"{name}.toml"
+    config.write_text(toml, encoding="utf-8")
+    cmd = [sys.executable, "-m", "drumbeat", "crawl", *info["seeds"], "--state", str(state),
+           "--dns-server", info["dns"], "--allow-loopback", "--host-delay", str(HOST_DELAY_S),
+           "--ip-delay", str(IP_DELAY_S), "--max-pages", str(pages), "--no-progress",
+           "--config", str(config)]
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if done.returncode:
+        raise RuntimeError(f"{name} crawl failed: {done.stderr.strip()[-500:]}")
+    return wall
+
+
+def _fetched(state: Path) -> list[dict]:
+    """Page fetches that got an HTTP response, in the order the crawl log has them."""
+    out = []
+    with open(state / "crawl.log", encoding="utf-8") as f:
+        for line in f:
+            entry = json.loads(line)
+            if entry["kind"] == "page" and entry["status"] is not None:
+                out.append(entry)
+    return out
+
+
+def _shares(model: SimWebModel, entries: list[dict], n: int) -> dict:
+    first = entries[:n]
+    classes = [model.pld_class(e["url"]) for e in first]
+    counts = Counter(classes)
+    total = max(len(first), 1)
+    tenth = max(len(first) // 10, 1)
+    # Where the spam and trap fetches fall: the share in each tenth of the first N.
+    by_tenth = [sum(c in ("spam", "trap") for c in classes[i:i + tenth]) / tenth
+                for i in range(0, tenth * 10, tenth) if i < len(classes)]
+    return {
+        "pages": len(first),
+        "share": {c: counts[c] / total for c in CLASSES},
+        "spam_trap_share": (counts["spam"] + counts["trap"]) / total,
+        "spam_trap_share_by_tenth": by_tenth,
+        "spam_trap_max_depth": max((e["depth"] for e, c in zip(first, classes)
+                                    if c in ("spam", "trap")), default=None),
+    }
+
+
+def _checkpoint_state(state: Path) -> dict:
+    root = state / "checkpoints"
+    current = (root / "CURRENT").read_text(encoding="utf-8").strip()
+    return json.loads((root / current / "state.json").read_text(encoding="utf-8"))
+
+
+def _beast_io(state: Path, pages: int, fetched: list[dict]) -> dict:
+    """Part 3 for one crawl: BEAST bytes per page next to Theorem 7's 2b(2L-1)."""
+    meta = _checkpoint_state(state)
+    beast = meta["frontier"]["beast"]
+    queues = [*beast["ring"], beast["qf"]]
+    written = sum(q["bytes_written"] for q in queues)
+    read = sum(q["bytes_read"] for q in queues)
+    admitted = meta["counters"].get("urls_admitted", 0)
+    b = _mean_record_bytes(state, queues, fetched)
+    links = admitted / max(pages, 1)
+    bound = theorem7_bound(1.0, b, links)  # S = 1: bytes per page
+    return {
+        "pages": pages, "urls_admitted": admitted, "L": links, "b": b,
+        "bytes_written": written, "bytes_read": read,
+        "bytes_per_page": (written + read) / max(pages, 1),
+        "theorem7_bytes_per_page": bound,
+        "ratio_to_bound": (written + read) / max(pages, 1) / bound if bound > 0 else None,
+        "queues": beast["queues"], "qf_rescans": beast["counters"]["qf_rescans"],
+        "deferred_to_qf": beast["counters"]["deferred_to_qf"],
+    }
+
+
+def _mean_record_bytes(state: Path, queue_states: list[dict], fetched: list[dict]) -> float:
+    """Mean BEAST record (payload + frame): records still queued (a sample per queue) and
+    the fetched pages' records, which BEAST held before they were read."""
+    sizes: list[int] = [len(encode_payload(e["url"], e["depth"], e["via"])) for e in fetched]
+    base = state / "frontier" / "beast"
+    dirs = [base / f"q{i:03d}" for i in range(len(queue_states) - 1)] + [base / "qf"]
+    for directory, qstate in zip(dirs, queue_states):
+        # The crawl is over: reading its queues cannot disturb it.
+        queue = DiskQueue(directory, state=qstate, fsync=False)
+        try:
+            sizes.extend(map(len, queue.read(min(len(queue), B_SAMPLE))))
+        finally:
+            queue.close()
+    return sum(sizes) / max(len(sizes), 1) + FRAME_SIZE
+
+
+def spam_share(plan: Plan, work: Path, log: bool) -> dict:
+    proc, info = _start_web(plan.web)
+    model = SimWebModel(replace(plan.web, port=info["port"]))
+    ram = f"frontier_ram_urls = {plan.frontier_ram_urls}\n"
+    contenders = {
+        "drumbeat": CRAWL_TOML + ram,
+        "bfs": CRAWL_TOML + ram + f"budget_default = {BFS_BUDGET}\nbudget_max = {BFS_BUDGET}\n",
+    }
+    results: dict[str, dict] = {}
+    io: dict[str, dict] = {}
+    try:
+        for name, toml in contenders.items():
+            if log:
+                print(f"crawling: {name}, {plan.pages:,} pages ...", file=sys.stderr)
+            state = work / name
+            wall = _crawl(name, info, state, plan.pages, toml)
+            fetched = _fetched(state)
+            out = _shares(model, fetched, plan.pages)
+            out.update(wall_s=wall, pages_per_s=len(fetched) / wall)
+            results[name] = out
+            io[name] = _beast_io(state, len(fetched), fetched)
+            shutil.rmtree(state, ignore_errors=True)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    return {
+        "web": {**{k: v for k, v in asdict(plan.web).items()
+                   if k not in ("port", "dns_port", "tld", "seed")},
+                "legit_pages": sum(len(model.paths(h.name)) for h in model.hosts),
+                "legit_plds": len({h.pld for h in model.hosts})},
+        "pages": plan.pages,
+        "settings": {"host_delay_s": HOST_DELAY_S, "ip_delay_s": IP_DELAY_S,
+                     "frontier_ram_urls": plan.frontier_ram_urls,
+                     "bfs_budget": BFS_BUDGET},
+        "contenders": results,
+        "beast_io": io,
+    }
+
+
+# ------------------------------------------------------------------ part 2: Manager RSS
+
+
+def rss_origin(i: int, hosts: int) -> str:
+    return f"http://h{i % hosts}.p{i % (hosts // 2)}.test"
+
+
+def _memory() -> dict[str, int]:
+    """Peak and current RSS in bytes, from one read of /proc/self/status."""
+    kib = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in ("VmHWM", "VmRSS"):
+            kib[name] = int(value.split()[0])
+    return {"peak_rss": kib["VmHWM"] << 10, "rss": kib["VmRSS"] << 10}
+
+
+async def _rss_child(n: int, hosts: int, work: Path) -> dict:
+    from drumbeat.manager import Manager
+    from drumbeat.queue.local import LocalTaskQueue
+    from drumbeat.settings import Settings, build
+    from drumbeat.simweb.dns import SimDNS
+    from drumbeat.store.crawllog import CrawlLog
+
+    dns = SimDNS({}, fallback=lambda name: RSS_ANSWER)
+    await dns.start("127.0.0.1", 0)
+    settings = build(Settings(), {"state_dir": str(work), "dns_server": dns.address,
+                                  "allow_loopback": True})
+    crawl_log = CrawlLog(work / "crawl.log")
+    manager = Manager(settings, LocalTaskQueue(), crawl_log)
+    try:
+        manager.restore()
+        assert manager.seen is not None and manager.beast is not None
+        assert manager.robots is not None
+        t0 = time.perf_counter()
+        for start in range(0, n, RSS_BATCH):
+            manager._admit([f"{rss_origin(i, hosts)}/x/{i}"
+                            for i in range(start, min(n, start + RSS_BATCH))], 1, None)
+            manager._take_new_urls(manager.clock())
+        manager.seen.flush()
+        manager._take_new_urls(manager.clock())
+        queue_s = time.perf_counter() - t0
+        queued = len(manager.beast)
+        for i in range(min(n, hosts)):
+            manager.robots.record(rss_origin(i, hosts), 404, None)
+        t0 = time.perf_counter()
+        now = manager.clock()
+        bound = settings.frontier_ram_urls
+        feeds = 0
+        while (feeds < RSS_FEEDS and manager.scheduler.queued_urls < bound
+               and (len(manager.beast) or manager._checking or len(manager.qr or ()))):
+            now += 1.0  # past every flush interval: each round merges what it asked
+            manager._feed(now)
+            feeds += 1
+            await asyncio.sleep(0)  # let DNS lookups (loopback SimDNS) run
+        feed_s = time.perf_counter() - t0
+        return {
+            "urls": n, "hosts": hosts, "queued_beast": queued, "queued_ram": manager.scheduler.queued_urls,
+            "ram_bound": bound, "hosts_in_ram": len(manager.scheduler.hosts),
+            "feed_rounds": feeds, "queue_s": queue_s, "feed_s": feed_s,
+            "urls_per_s": n / queue_s, **_memory(),
+        }
+    finally:
+        for task in list(manager._resolving.values()):
+            task.cancel()
+        await asyncio.gather(*manager._resolving.values(), return_exceptions=True)
+        await manager.dns.close()
+        dns.close()
+        crawl_log.close()
+
+
+def manager_rss(sizes: tuple[int, ...], hosts: int, work: Path, log: bool) -> dict:
+    """Each size in a fresh process, so each peak RSS is its own."""
+    runs: dict[str, dict] = {}
+    for n in sizes:
+        if log:
+            print(f"manager RSS: {n:,} URLs ...", file=sys.stderr)
+        state = work / f"rss-{n}"
+        state.mkdir(parents=True)
+        cmd = [sys.executable, "-m", "drumbeat.bench.frontier", "--rss-child", str(n),
+               "--rss-hosts", str(hosts), "--dir", str(state)]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"RSS run of {n:,} URLs failed: {done.stderr.strip()[-500:]}")
+        runs[str(n)] = json.loads(done.stdout.strip().splitlines()[-1])
+        shutil.rmtree(state, ignore_errors=True)
+    first, last = runs[str(sizes[0])], runs[str(sizes[-1])]
+    return {
+        "sizes": list(sizes), "runs": runs,
+        "peak_rss_ratio": last["peak_rss"] / first["peak_rss"],
+        "rss_ratio": last["rss"] / first["rss"],
+        "ratio_sizes": [sizes[0], sizes[-1]],
+    }
+
+
+# ------------------------------------------------------------------ command line
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="drumbeat bench frontier",
+                                 description=__doc__.splitlines()[0])
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true",
+                      help="smaller web and N, RSS at 100 k and 1 M (about a minute)")
+    mode.add_argument("--tiny", action="store_true", help="smallest run, for tests")
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--dir", type=Path, default=None, help="work directory (default: a temp dir)")
+    ap.add_argument("--rss-child", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--rss-hosts", type=int, default=None, help=argparse.SUPPRESS)
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    if args.rss_child is not None:  # child mode: one size of part 2
+        print(json.dumps(asyncio.run(_rss_child(args.rss_child, args.rss_hosts, args.dir))))
+        return 0
+    mode = "tiny" if args.tiny else "quick" if args.quick else "full"
+    plan = PLANS[mode]
+    base = Path(tempfile.mkdtemp(prefix="frontierbench-", dir=args.dir))
+    t0 = time.perf_counter()
+    try:
+        share = spam_share(plan, base, not args.json)
+        rss = manager_rss(plan.rss_sizes, plan.rss_hosts, base, not args.json)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    report = {"mode": mode, "spam_share": share, "manager_rss": rss,
+              "beast_io": share.pop("beast_io"), "elapsed_s": time.perf_counter() - t0,
+              "cpus": os.cpu_count()}
+    if args.json:
+        print(json.dumps(report))
+    else:
+        _print_tables(report)
+    return 0
+
+
+def _print_tables(report: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=150)
+    share = report["spam_share"]
+    web, s = share["web"], share["settings"]
+    table = Table(title=f"Share of the first {share['pages']:,} page fetches by PLD class "
+                  f"(targets: drumbeat <= 5 % spam+trap, BFS >= 50 %)")
+    for col in ("frontier", "spam", "trap", "big", "legit", "spam+trap", "by tenth of N",
+                "pages/s", "wall s"):
+        table.add_column(col, justify="left" if col in ("frontier", "by tenth of N") else "right")
+    for name, out in share["contenders"].items():
+        table.add_row(name, *(f"{out['share'][c]:.1%}" for c in CLASSES),
+                      f"{out['spam_trap_share']:.1%}",
+                      " ".join(f"{x:.0%}" for x in out["spam_trap_share_by_tenth"]),
+                      f"{out['pages_per_s']:,.0f}", f"{out['wall_s']:,.1f}")
+    console.print(table)
+    console.print(
+        f"web: {web['hosts']:,} ordinary hosts ({web['legit_plds']:,} PLDs, about "
+        f"{web['legit_pages']:,} pages) on {web['ips']} IPs, {web['spam_farms']} spam farms "
+        f"({web['spam_ips']} IPs each, {web['spam_links_per_page']} links a page), "
+        f"{web['calendar_traps']} calendar traps, a big site of {web['big_site_pages']:,} "
+        f"pages; host delay {s['host_delay_s']:g} s, IP delay {s['ip_delay_s']:g} s, "
+        f"frontier_ram_urls {s['frontier_ram_urls']:,} for both; BFS = budgets of "
+        f"{s['bfs_budget']:.0e} (one FIFO)")
+
+    rss = report["manager_rss"]
+    table = Table(title="Manager RSS with queued URLs (each size in a fresh process; "
+                  "target: largest <= 1.2x smallest)")
+    for col in ("queued URLs", "in RAM", "hosts in RAM", "queue s", "URLs/s", "feed s",
+                "peak RSS MiB", "RSS MiB"):
+        table.add_column(col, justify="right")
+    for run in rss["runs"].values():
+        table.add_row(f"{run['urls']:,}", f"{run['queued_ram']:,}", f"{run['hosts_in_ram']:,}",
+                      f"{run['queue_s']:.1f}", f"{run['urls_per_s']:,.0f}",
+                      f"{run['feed_s']:.1f}", f"{run['peak_rss'] / 2**20:,.0f}",
+                      f"{run['rss'] / 2**20:,.0f}")
+    console.print(table)
+    lo, hi = rss["ratio_sizes"]
+    console.print(f"RSS {hi:,} / {lo:,} URLs: peak {rss['peak_rss_ratio']:.2f}x, "
+                  f"current {rss['rss_ratio']:.2f}x")
+
+    table = Table(title="BEAST disk I/O per page fetched vs Theorem 7, 2b(2L-1)")
+    for col in ("crawl", "pages", "L (URLs/page)", "b (bytes)", "written/page", "read/page",
+                "I/O per page", "Theorem 7", "ratio", "queues", "QF rescans"):
+        table.add_column(col, justify="left" if col == "crawl" else "right")
+    for name, io in report["beast_io"].items():
+        pages = max(io["pages"], 1)
+        table.add_row(name, f"{io['pages']:,}", f"{io['L']:.1f}", f"{io['b']:.0f}",
+                      f"{io['bytes_written'] / pages:,.0f}", f"{io['bytes_read'] / pages:,.0f}",
+                      f"{io['bytes_per_page']:,.0f}", f"{io['theorem7_bytes_per_page']:,.0f}",
+                      f"{io['ratio_to_bound']:.2f}" if io["ratio_to_bound"] else "",
+                      str(io["queues"]), str(io["qf_rescans"]))
+    console.print(table)
+    console.print(f"{report['mode']} run, {report['elapsed_s']:.0f} s")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
