@@ -13,9 +13,10 @@ Three measurements, one run (issue 4, "Benchmarks"):
    and wall time. Targets: drumbeat <= 5 % spam + trap, BFS >= 50 %.
 2. **Manager RSS with queued URLs.** One fresh process per size builds a ``Manager`` on a
    temp state dir (``LocalTaskQueue``, ``CrawlLog``, DNS from a loopback ``SimDNS`` that
-   answers 127.1.0.1 for any name), admits N unique URLs over 50 000 hosts and 5 000 PLDs
+   answers 127.1.0.1 for any name), admits N unique URLs over 10 000 hosts and 5 000 PLDs
    through URL-seen into BEAST, records allow-all robots for every origin and runs the feed
-   path until the scheduler's RAM is at its bound. Peak (VmHWM) and current RSS per size;
+   path until the scheduler's RAM is at its bound. 10 000 hosts = the default robots RAM
+   LRU, so routing measures the scheduler, not per-URL RobotsCache DRUM checks. Peak (VmHWM) and current RSS per size;
    target: RSS at 10 M <= 1.2x RSS at 100 k.
 3. **BEAST disk I/O per page vs Theorem 7.** From each crawl of part 1, BEAST's bytes read
    and written (the checkpoint's ``frontier.beast`` queue commits) per page fetched, next to
