@@ -57,6 +57,7 @@ from drumbeat.store.crawllog import CrawlLog
 log = logging.getLogger("drumbeat.manager")
 
 DNS_CONCURRENCY = 64
+PLACE_BATCH = 65_536  # new URLs handed to BEAST at once (bounds the lists built for it)
 # RobotsCache merges are small (one key per origin); when the scheduler runs short of URLs
 # they run this often rather than every urlseen_flush_interval_s.
 ROBOTS_FLUSH_STARVING_S = 0.05
@@ -129,6 +130,7 @@ class Manager:
         # host in RAM, so this is bounded like them).
         self._robots_failures: dict[str, int] = {}
         self._request_gens: deque[int] = deque()  # QR generation of each RobotsRequested check
+        self._to_check: list[tuple[str, bytes]] = []  # RobotsCache checks, submitted in batches
         self._next_item_id = 0
         self._next_task_id = 0
         self._resolving: dict[str, asyncio.Task[None]] = {}
@@ -369,16 +371,29 @@ class Manager:
         if now - self._last_pld_flush >= s.budget_refresh_s:
             plds.flush()  # budgets follow the in-degrees found so far
             self._last_pld_flush = now
-        self.counters["pld_edges_new"] += plds.pump()
-        records, hashes, budgets = [], [], []
+        edges = plds.new_edges
+        plds.pump()
+        self.counters["pld_edges_new"] += plds.new_edges - edges
+        records: list[bytes] = []
         for payload in seen.take_new():
-            pld = urls.pld(urls.host_of(payload[:payload.index(b"\n")].decode()))
             records.append(payload)
+            if len(records) >= PLACE_BATCH:
+                self._place(records)
+                records = []
+        self._place(records)
+
+    def _place(self, records: list[bytes]) -> None:
+        """Give URLs their STAR budget and put them into BEAST."""
+        if not records:
+            return
+        hashes, budgets = [], []
+        for payload in records:
+            pld = urls.pld(urls.host_of(payload[:payload.index(b"\n")].decode()))
             hashes.append(pld_hash(pld))
             budgets.append(self._budget(pld))
-        if records:
-            beast.place_many(records, hashes, budgets)
-            self.counters["urls_admitted"] += len(records)
+        assert self.beast is not None
+        self.beast.place_many(records, hashes, budgets)
+        self.counters["urls_admitted"] += len(records)
 
     def _rebudget(self, payload: bytes) -> tuple[int, int]:
         """BEAST re-splitting QF asks for a URL's PLD and its budget now."""
@@ -402,7 +417,8 @@ class Manager:
         """
         robots, qr, beast = self.robots, self.qr, self.beast
         assert robots is not None and qr is not None and beast is not None
-        starving = self.scheduler.queued_urls < self.settings.concurrency
+        self._submit_checks()
+        starving = self.scheduler.active_hosts < self.settings.concurrency
         interval = ROBOTS_FLUSH_STARVING_S if starving else self.settings.urlseen_flush_interval_s
         if robots.pending and now - self._last_robots_flush >= interval:
             # Two rounds: checks that find no rules make requests, answered by the second.
@@ -425,6 +441,14 @@ class Manager:
         if room >= self.settings.frontier_ram_urls // 2 and len(beast):
             for payload in beast.read(room):
                 self._route(payload)
+        self._submit_checks()
+
+    def _submit_checks(self) -> None:
+        if self._to_check:
+            assert self.robots is not None
+            origins, payloads = zip(*self._to_check)
+            self.robots.check(list(origins), list(payloads))
+            self._to_check = []
 
     def _take_robots_answers(self) -> None:
         robots, qr, todo = self.robots, self.qr, self.robots_todo
@@ -487,7 +511,7 @@ class Manager:
             if qr.is_working(origin):
                 self._wait_for_robots(payload)
             else:
-                robots.check([origin], [payload])
+                self._to_check.append((origin, payload))
                 self._checking += 1
             return
         if not robots.is_fresh(entry):
@@ -682,6 +706,7 @@ class Manager:
         # Answers already merged go to their next stage first, so that the commits and the
         # RAM rows below describe one moment.
         self._take_new_urls(self.clock())
+        self._submit_checks()
         robots.flush()
         self._take_robots_answers()
         robots.flush()
