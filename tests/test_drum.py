@@ -327,3 +327,38 @@ def test_fsync_commit_syncs_only_at_commits(tmp_path: Path, monkeypatch) -> None
     assert (got == 1).all()
     with pytest.raises(ValueError, match="fsync"):
         Drum(tmp_path / "e", fsync="always")
+
+
+def test_rollback_keeps_reusing_obsolete_files(tmp_path: Path, monkeypatch) -> None:
+    """Obsolete caches and arrival logs are kept as spares and overwritten later; a
+    rollback that makes more files obsolete while an old spare exists loses nothing."""
+    opts = dict(value_dtype=VALUE, merge="add", ram_bytes=1 << 16, buckets=4, fsync=False)
+    drum = Drum(tmp_path, **opts)
+    keys = np.arange(1, 401, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    manifests = []
+    for i in range(4):
+        drum.update(keys[i * 100:(i + 1) * 100], np.ones(100, VALUE), aux=[b"u"] * 100)
+        drum.flush()
+        list(drum.take_results())
+        manifests.append(drum.commit())
+    assert sorted(p.name for p in tmp_path.glob("spare-*.tmp")) == ["spare-a.tmp",
+                                                                    "spare-c.tmp"]
+    # Uncommitted rounds touching one bucket each: the state then names a cache file
+    # per bucket, all obsolete after the rollback, listed next to the old spare.
+    for b in range(4):
+        drum.update(np.array([(b << 62) + 5], np.uint64), np.ones(1, VALUE))
+        drum.flush()
+        list(drum.take_results())
+    drum.close()
+    (tmp_path / "spare-c.tmp").write_bytes(b"left by an earlier instance")
+    # Listed in name order, the obsolete caches come before the old spare.
+    monkeypatch.setattr(Path, "iterdir", lambda self: iter(sorted(
+        self / name for name in os.listdir(self))))
+    drum = Drum.open(tmp_path, manifests[-1], **opts)
+    for i in range(2):  # rounds that overwrite the spares
+        drum.check(keys)
+        drum.update(keys[:1] + np.uint64(i + 1), np.ones(1, VALUE))
+        drum.flush()
+        got = np.concatenate([r.unique for r in drum.take_results()])
+        assert got.tolist() == [False] * 400 + [True]
+    drum.close()

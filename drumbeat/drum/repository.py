@@ -871,9 +871,8 @@ class Drum:
         keep.update(_name("q", self._snap["epoch"], b) for b in range(self._k))
         for snap in [self._snap, *self._commits]:
             keep.update(_refs(snap, self._k))
-        spares = set(self._spares.values())
         for path in self.directory.iterdir():
-            if path in spares:
+            if path in self._spares.values():  # also one kept earlier in this loop
                 continue
             match = _FILE_RE.match(path.name)
             if (match and path.name not in keep) or path.name.endswith(".tmp"):
