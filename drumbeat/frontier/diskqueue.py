@@ -49,6 +49,8 @@ from typing import BinaryIO
 
 import xxhash
 
+from drumbeat.store.durable import fsync_dir
+
 FORMAT_VERSION = 1
 MAGIC = b"DQSG"
 _HEADER = struct.Struct("<4sHxxQ")
@@ -90,14 +92,6 @@ def _check_header(path: Path, raw: bytes, seg: int) -> None:
         raise DiskQueueCorruptError(path, 0, "header checksum mismatch")
     if number != seg:
         raise DiskQueueCorruptError(path, 0, f"header names segment {number}")
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class DiskQueue:
@@ -302,7 +296,7 @@ class DiskQueue:
         if self._fsync:
             os.fsync(self._wfile.fileno())
             if self._dir_dirty:
-                _fsync_dir(self.directory)
+                fsync_dir(self.directory)
         self._dir_dirty = False
         keep = self._rs if self._last_commit_rs is None else self._last_commit_rs
         state = {
