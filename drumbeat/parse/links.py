@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
+from time import perf_counter
 
 from selectolax.lexbor import LexborHTMLParser
 
@@ -62,6 +63,7 @@ class PageLinks:
     noindex: bool
     dropped: Counter[str]
     base: str
+    normalize_s: float = 0.0  # time spent joining and normalizing the links (for profiling)
 
 
 def extract_links(
@@ -90,6 +92,7 @@ def extract_links(
     canonical_ref: str | None = None
     refresh_ref: str | None = None
     nofollow = noindex = False
+    normalize_s = 0.0
 
     for node in LexborHTMLParser(body, encoding=True).css(_SELECTOR):
         tag = node.tag
@@ -130,9 +133,11 @@ def extract_links(
         if refs:
             dropped["meta_nofollow"] += len(refs)
     else:
+        started = perf_counter()
         links, rejected = normalize_links(
             base, refs, max_bytes=max_url_bytes, max_links=max_links
         )
+        normalize_s = perf_counter() - started
         dropped.update(rejected)
     return PageLinks(
         links=links,
@@ -142,6 +147,7 @@ def extract_links(
         noindex=noindex,
         dropped=dropped,
         base=url if base is None else base,
+        normalize_s=normalize_s,
     )
 
 
