@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from time import perf_counter
 
 from selectolax.lexbor import LexborHTMLParser
@@ -63,7 +63,7 @@ class PageLinks:
     noindex: bool
     dropped: Counter[str]
     base: str
-    normalize_s: float = 0.0  # time spent joining and normalizing the links (for profiling)
+    normalize_s: float = field(default=0.0, compare=False)  # time spent joining and normalizing the links (for profiling)
 
 
 def extract_links(
