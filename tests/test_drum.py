@@ -362,3 +362,85 @@ def test_rollback_keeps_reusing_obsolete_files(tmp_path: Path, monkeypatch) -> N
         got = np.concatenate([r.unique for r in drum.take_results()])
         assert got.tolist() == [False] * 400 + [True]
     drum.close()
+
+
+# ------------------------------------------------------------------ base + delta runs
+
+
+def test_small_rounds_write_deltas_and_values_reach_the_base(tmp_path: Path) -> None:
+    """A round writes only the records it changed (a delta run); `add` updates of keys in
+    the base find the base value; the number of runs stays bounded; folding the deltas
+    into the base keeps every value."""
+    from drumbeat.drum.runs import MAX_RUNS
+
+    opts = dict(value_dtype=VALUE, merge="add", ram_bytes=1 << 20, buckets=4, fsync=False)
+    drum = Drum(tmp_path, **opts)
+    keys = np.arange(1, 40_001, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    drum.update(keys, np.ones(len(keys), VALUE))
+    drum.flush()
+    list(drum.take_results())
+    base_bytes = sum(p.stat().st_size for p in tmp_path.glob("c-*.drum"))
+    model = dict.fromkeys(keys.tolist(), 1)
+    rng = np.random.default_rng(11)
+    runs_seen = set()
+    written: list[int] = []  # bytes written by each round before the base is rewritten
+    for i in range(120):
+        picked = rng.choice(keys, 50, replace=False)
+        new = np.array([(1 << 63) + i * 64 + j for j in range(10)], np.uint64)
+        batch = np.concatenate([picked, new])
+        before = drum.stats().bytes_written
+        drum.submit(np.full(len(batch), 2, np.uint8), batch, np.ones(len(batch), VALUE))
+        drum.flush()
+        got = [r for r in drum.take_results()]
+        for k in batch.tolist():
+            model[k] = model.get(k, 0) + 1
+        unique = np.concatenate([r.unique for r in got])
+        assert unique.tolist() == [False] * 50 + [True] * 10
+        stats = drum.stats()
+        runs_seen.add(stats.runs)
+        assert stats.runs <= MAX_RUNS
+        if not stats.base_rewrites:
+            written.append(stats.bytes_written - before)
+    stats = drum.stats()
+    assert stats.keys_stored == len(model)
+    assert max(runs_seen) > 2  # deltas piled up before being folded
+    # A round writes its 60 changed records and the small deltas it folds, not the base.
+    assert len(written) > 20 and max(written) < base_bytes / 3
+    assert np.median(written) < base_bytes / 20
+    drum.commit()
+    drum.close()
+    drum = Drum(tmp_path, **opts)
+    every = np.array(sorted(model), np.uint64)
+    drum.check(every)
+    drum.flush()
+    values = np.concatenate([r.values["n"] for r in drum.take_results()])
+    assert values.tolist() == [model[k] for k in every.tolist()]
+
+
+def test_deltas_fold_into_the_base(tmp_path: Path) -> None:
+    drum = Drum(tmp_path, value_dtype=VALUE, merge="max", ram_bytes=1 << 20, buckets=2,
+                fsync=False)
+    keys = np.arange(1, 1001, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    for i in range(0, 1000, 100):  # every round adds a tenth: the base is soon rewritten
+        values = np.zeros(100, VALUE)
+        values["n"] = i
+        drum.update(keys[i:i + 100], values)
+        drum.update(keys[:10], values[:10])
+        drum.flush()
+        list(drum.take_results())
+    stats = drum.stats()
+    assert stats.base_rewrites >= 2 and stats.keys_stored == 1000
+    drum.check(keys)
+    drum.flush()
+    got = np.concatenate([r.values["n"] for r in drum.take_results()])
+    expected = [max(i // 100 * 100, 900 if i < 10 else 0) for i in range(1000)]
+    assert got.tolist() == expected
+
+
+def test_older_state_format_is_refused(tmp_path: Path) -> None:
+    import zlib
+
+    body = json.dumps({"format": 3, "value_dtype": [], "buckets": 1}).encode()
+    (tmp_path / "STATE.json").write_bytes(body + b"\n" + b"%08x\n" % zlib.crc32(body))
+    with pytest.raises(DrumError, match="state format 3.*only format 4"):
+        Drum(tmp_path)

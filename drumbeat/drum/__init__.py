@@ -27,10 +27,12 @@ API::
 
 Calls only buffer. Tuples are spread over ``k`` buckets by the key's high bits;
 when the fullest bucket reaches its limit (or on :meth:`Drum.flush`) a merge
-round sorts each bucket, streams its sorted cache in chunks, classifies every
-tuple, applies updates with the merge function, writes the new cache, and
-queues the round's results (see :class:`DrumResult`; semantics of one round
-are those of applying its tuples one by one to a dict, :mod:`.merge`).
+round sorts each bucket, looks it up in the sorted runs on disk (a base and a
+few deltas, streamed in chunks), classifies every tuple, applies updates with
+the merge function, writes the changed records as a new delta run (folding the
+newest runs into it, the base only now and then: :mod:`.runs`), and queues the
+round's results (see :class:`DrumResult`; semantics of one round are those of
+applying its tuples one by one to a dict, :mod:`.merge`).
 
 Durability: :meth:`Drum.commit` acknowledges everything queued before it;
 reopening after a crash gives the latest commit or completed round, and

@@ -5,9 +5,9 @@ Every DRUM data file is ``header block* [footer]``; all integers little-endian.
 header (20 bytes)::
 
     magic    4s   b"DRUM"
-    version  u16  FORMAT_VERSION (4)
+    version  u16  FORMAT_VERSION (5: a c file is one of several runs, newest wins)
     kind     u8   b"q" pending records, b"a" arrival log (with aux),
-                  b"c" sorted cache, b"r" merge results
+                  b"c" sorted run, b"r" merge results
     pad      u8   0
     bucket   u32  bucket number of a ``q`` file (0 for the other kinds)
     itemsize u32  bytes per fixed-size record (0 for the arrival log)
@@ -27,7 +27,8 @@ Payloads per kind:
 - ``a``: one entry per tuple, in global arrival order, as columns: ``count`` u64
   keys, ``count`` u32 aux lengths, ``count`` u8 ops, ``count`` values, then the
   aux bytes concatenated.
-- ``c``: one *section* per bucket, in bucket order, each a run of blocks of
+- ``c``: a sorted run (a base or a delta, see ``repository``): one *section*
+  per bucket it holds records of, in bucket order, each a sequence of blocks of
   ``count`` u64 keys (strictly increasing across the section), then ``count``
   values, and a footer. Offsets, lengths and record counts of the sections are
   in the repository state.
@@ -58,7 +59,7 @@ import numpy as np
 import xxhash
 
 MAGIC = b"DRUM"
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 _HEADER = struct.Struct("<4sHBxII")
 HEADER_SIZE = _HEADER.size + 4
 _BLOCK = struct.Struct("<III")

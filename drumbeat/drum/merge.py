@@ -11,7 +11,8 @@ order, to a dict ``stored: key -> value``:
 To do that without a loop, equal keys are grouped by a stable sort and each
 group's writers are folded with a segmented prefix scan, which is exact when
 ``merge`` is associative (overwrite, add and max are; a supplied function must
-be too).
+be too). ``stored`` is the union of the repository's sorted runs, the newest
+run's value winning (:mod:`.runs`).
 """
 
 from __future__ import annotations
@@ -130,29 +131,92 @@ def _argsort_ties(keys: np.ndarray) -> np.ndarray:
     return (comp & np.uint64(0xFFFFFFFF)).astype(np.intp)
 
 
+def merge_two(old_keys: np.ndarray, old_values: np.ndarray, new_keys: np.ndarray,
+              new_values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted union of two sorted runs of distinct keys; ``new`` wins a tie.
+
+    One ``searchsorted`` of the smaller side and one insert: for a big old chunk
+    and a small new one this is a copy, where sorting the union would cost
+    ``log`` passes over both.
+    """
+    if not len(new_keys):
+        return old_keys, old_values
+    if not len(old_keys):
+        return new_keys, new_values
+    pos = np.searchsorted(old_keys, new_keys)
+    inside = pos < len(old_keys)
+    tie = np.zeros(len(new_keys), bool)
+    tie[inside] = old_keys[pos[inside]] == new_keys[inside]
+    if tie.any():
+        keep = np.ones(len(old_keys), bool)
+        keep[pos[tie]] = False
+        old_keys, old_values = old_keys[keep], old_values[keep]
+        pos = np.searchsorted(old_keys, new_keys)
+    return np.insert(old_keys, pos, new_keys), np.insert(old_values, pos, new_values)
+
+
 @dataclass(slots=True)
 class BucketOutcome:
     unique: np.ndarray  # bool per tuple, bucket arrival order
     before: np.ndarray  # value per tuple before it was applied
-    stored: int  # keys in the new cache
-    changed: bool  # False: nothing written, the old cache stays
+    added: np.ndarray  # the keys stored for the first time, sorted
     sort_s: float
+
+
+def _lookup(uk: np.ndarray, ck: np.ndarray, cv: np.ndarray, present: np.ndarray,
+            stored: np.ndarray, has_values: bool) -> None:
+    """Mark the keys of ``uk`` (sorted, distinct) found in the sorted chunk ``ck`` and
+    take their values from ``cv`` (over any found in an older run).
+
+    The smaller side is searched in the larger: a small delta run is looked up key
+    by key in the batch, a big base chunk by the batch's keys.
+    """
+    lo = int(np.searchsorted(uk, ck[0]))
+    hi = int(np.searchsorted(uk, ck[-1], "right"))
+    if hi <= lo:
+        return
+    q = uk[lo:hi]
+    if len(ck) < len(q):
+        pos = np.searchsorted(q, ck)
+        np.minimum(pos, len(q) - 1, out=pos)
+        hit = q[pos] == ck
+        idx = pos[hit] + lo
+        present[idx] = True
+        if has_values:
+            stored[idx] = cv[hit]
+    else:
+        at = np.searchsorted(ck, q)  # < len(ck): q[-1] <= ck[-1]
+        found = ck[at] == q
+        present[lo:hi] |= found
+        if has_values:
+            stored[lo:hi][found] = cv[at[found]]
 
 
 def merge_bucket(
     keys: np.ndarray,
     ops: np.ndarray,
     values: np.ndarray,
+    older: Iterable[Iterable[tuple[np.ndarray, np.ndarray]]],
     cache: Iterable[tuple[np.ndarray, np.ndarray]],
     merger: Merger,
     emit: Callable[[np.ndarray, np.ndarray], None],
 ) -> BucketOutcome:
-    """Check and merge one bucket's tuples against its sorted cache, streamed in chunks.
+    """Check and merge tuples (of consecutive buckets) against the stored runs.
 
-    ``cache`` yields sorted ``(keys, values)`` chunks; when any tuple writes,
-    ``emit`` receives the new cache as sorted chunks (otherwise never).
+    ``older`` are the runs the round only reads, oldest first; ``cache`` is the
+    merged stream of the newer runs it rewrites (:func:`.runs.merge_runs`). Both
+    yield sorted ``(keys, values)`` chunks of distinct keys, streamed. ``emit``
+    receives the new run as sorted chunks: the records of ``cache`` with every key
+    whose value the tuples changed (new keys, and stored keys with their full new
+    value -- the newest run holding a key has its value) merged in.
     """
     n = len(keys)
+    if not n:
+        for ck, cv in cache:
+            if len(ck):
+                emit(ck, cv)
+        return BucketOutcome(np.empty(0, bool), np.empty(0, merger.dtype),
+                             np.empty(0, np.uint64), 0.0)
     dt = merger.dtype
     has_values = dt.itemsize > 0
     t0 = time.perf_counter()
@@ -166,19 +230,18 @@ def merge_bucket(
     gid = np.cumsum(first) - 1
     uk = sk[starts]
     writer = so != CHECK
-    changed = bool(writer.any())
-    group_writes = np.add.reduceat(writer.astype(np.int64), starts) > 0 if n else writer
+    group_writes = np.add.reduceat(writer.astype(np.int64), starts) > 0
 
     # Per tuple: the group's last writer strictly before it, and the running fold
     # of the group's writers up to each writer (`folded`, valid at writer slots).
     if has_values:
         pos = np.arange(n)
-        last_incl = np.maximum.accumulate(np.where(writer, pos, -1)) if n else pos
+        last_incl = np.maximum.accumulate(np.where(writer, pos, -1))
         last_excl = np.empty(n, np.intp)
         last_excl[:1] = -1
         last_excl[1:] = last_incl[:-1]
         has_prev = last_excl >= starts[gid]
-        group_last = last_incl[np.r_[starts[1:], n] - 1] if n else pos
+        group_last = last_incl[np.r_[starts[1:], n] - 1]
         folded = values[order]
         wi = np.flatnonzero(writer)
         if len(wi):
@@ -190,51 +253,43 @@ def merge_bucket(
 
     present = np.zeros(len(uk), bool)
     stored = np.zeros(len(uk), dt)
-    total = 0
+    for run in older:
+        for ck, cv in run:
+            if len(ck):
+                _lookup(uk, ck, cv, present, stored, has_values)
 
-    def final_values(g: np.ndarray, found: np.ndarray) -> np.ndarray:
+    def writes(lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """The records groups ``lo:hi`` change (stored values must be final there)."""
+        g = lo + np.flatnonzero(group_writes[lo:hi])
+        if not has_values:  # nothing to change but presence
+            g = g[~present[g]]
+            return uk[g], np.zeros(len(g), dt)
         out = folded[group_last[g]]
+        found = present[g]
         if found.any():
             out[found] = merger.combine(stored[g[found]], out[found])
-        return out
+            old = stored[g]
+            # An unchanged value need not be written again (a repeated max, say).
+            same = found & (_as_bytes(out) == _as_bytes(old))
+            if same.any():
+                g, out = g[~same], out[~same]
+        return uk[g], out
 
     lo = 0
     for ck, cv in cache:
         if not len(ck):
             continue
+        _lookup(uk, ck, cv, present, stored, has_values)
         hi = int(np.searchsorted(uk, ck[-1], "right"))
         if hi > lo:
-            q = uk[lo:hi]
-            at = np.searchsorted(ck, q)
-            found = ck[at] == q
-            present[lo:hi] = found
-            if has_values:
-                stored[lo:hi][found] = cv[at[found]]
-        if changed:
-            if hi > lo:
-                g = np.arange(lo, hi)
-                w = group_writes[lo:hi]
-                upd, new = found & w, ~found & w
-                if upd.any() or new.any():
-                    cv = cv.copy()
-                    if has_values and upd.any():
-                        cv[at[upd]] = final_values(g[upd], np.ones(int(upd.sum()), bool))
-                    if new.any():
-                        nv = final_values(g[new], np.zeros(int(new.sum()), bool)) if has_values \
-                            else np.zeros(int(new.sum()), dt)
-                        ck = np.insert(ck, at[new], q[new])
-                        cv = np.insert(cv, at[new], nv)
-            emit(ck, cv)
-            total += len(ck)
-        else:
-            total += len(ck)
-        lo = hi
-    if changed and lo < len(uk):
-        g = np.arange(lo, len(uk))[group_writes[lo:]]
-        if len(g):
-            nv = final_values(g, np.zeros(len(g), bool)) if has_values else np.zeros(len(g), dt)
-            emit(uk[g], nv)
-            total += len(g)
+            wk, wv = writes(lo, hi)
+            ck, cv = merge_two(ck, cv, wk, wv)
+            lo = hi
+        emit(ck, cv)
+    if lo < len(uk):
+        wk, wv = writes(lo, len(uk))
+        if len(wk):
+            emit(wk, wv)
 
     # A tuple finds its key if it was stored or an earlier tuple of its group wrote it.
     prior_writes = np.cumsum(writer) - writer
@@ -242,7 +297,7 @@ def merge_bucket(
     unique = np.empty(n, bool)
     unique[order] = ~seen
     before = np.zeros(n, dt)
-    if has_values and n:
+    if has_values:
         sorted_before = np.zeros(n, dt)
         from_store = present[gid] & ~has_prev
         sorted_before[from_store] = stored[gid[from_store]]
@@ -252,4 +307,9 @@ def merge_bucket(
         only = has_prev & ~present[gid]
         sorted_before[only] = folded[last_excl[only]]
         before[order] = sorted_before
-    return BucketOutcome(unique, before, total, changed, sort_s)
+    added = uk[group_writes & ~present]
+    return BucketOutcome(unique, before, added, sort_s)
+
+
+def _as_bytes(values: np.ndarray) -> np.ndarray:
+    return values.view(np.dtype((np.void, values.dtype.itemsize)))

@@ -5,19 +5,30 @@ Directory layout (file formats in :mod:`drumbeat.drum.format`)::
     STATE.json                 the repository state (below), replaced atomically
     q-EEEEEEEE-BBBB.drum       spilled records of epoch E, bucket B (append-only)
     a-EEEEEEEE.drum            arrival log of epoch E: key, op, value and aux of every tuple
-    c-GGGGGGGG.drum            sorted caches written by the round that made generation G:
-                               one section per bucket it rewrote, in bucket order
+    c-GGGGGGGG.drum            the sorted run written by the round that made generation G:
+                               one section per bucket it holds records of, in bucket order
     r-EEEEEEEE.drum            results of merging epoch E, in arrival order or a run per bucket
 
 ``STATE.json`` is JSON followed by a line with the zlib.crc32 of the JSON in
-hex. It holds the format version, value dtype and bucket count, the
+hex. It holds the state format version (4), value dtype and bucket count, the
 ``current`` snapshot and the last two ``commits`` (snapshots returned by
-:meth:`Drum.commit`). A snapshot names, per bucket, the cache file (generation)
-holding its section, the section's offset, length and record count; the size of
-every cache file it refers to; the valid lengths of the pending files of the
-current epoch and how many of its tuples were spilled to q files (``sn``); the
-merged epochs whose results were not yet taken, and the counters. Files no
-snapshot refers to are deleted.
+:meth:`Drum.commit`). A snapshot names the sorted ``runs``, oldest first, each
+with its generation and, per bucket, its section's offset, length and record
+count; the number of distinct keys ``stored``; the size of every run file; the
+valid lengths of the pending files of the current epoch and how many of its
+tuples were spilled to q files (``sn``); the merged epochs whose results were
+not yet taken, and the counters. Files no snapshot refers to are deleted. A
+directory of an older state format is refused with an error that says so.
+
+The stored records are a *base* run and a few *delta* runs (LSM-like; at most
+:data:`~drumbeat.drum.runs.MAX_RUNS`). A key may be in several runs; the newest
+run holding it has its value. A round looks its tuples up in every run and
+writes one new run: the records its tuples changed (new keys, and stored keys
+with their full new value -- an ``add`` to a key of the base writes base value +
+increment), merged with the newest runs it *folds* (:mod:`drumbeat.drum.runs`:
+deltas by size tiers, the base once the deltas reach a quarter of it). A round
+thus writes about its own delta, not the whole repository; it still reads every
+run.
 
 An *epoch* is the set of tuples merged in one round. Every tuple goes to the
 arrival log, in arrival order; it is the write-ahead log of the epoch and the
@@ -33,15 +44,15 @@ is in *bucket mode*, IRLbot's: a round starts when the fullest bucket reaches
 arrival order on delivery. Reopening reloads the tuples after ``sn`` from the
 arrival log into RAM.
 
-A round merges runs of consecutive buckets together (about
-:data:`~drumbeat.drum.sizing.UNIT_RECORDS` tuples: their caches, concatenated,
-are one sorted stream), writes every changed bucket's cache as a section of
-*one* new cache file (creating a file costs ~1.5 ms here, so one file per
-bucket and round was most of a round's fixed cost) and the epoch's result file,
-fsyncs them and the epoch's arrival log and q files, then switches
-``STATE.json`` (fsync, rename, fsync of the directory). A kill at any instant
-leaves either the old state (the round is redone from the arrival log and q
-files) or the new.
+A round merges *units* of consecutive buckets together (about
+:data:`~drumbeat.drum.sizing.UNIT_RECORDS` tuples: a run's sections of the
+unit, concatenated, are one sorted stream), writes the new run as sections of
+*one* new file (creating a file costs ~1.5 ms here, so one file per bucket and
+round was most of a round's fixed cost) and the epoch's result file, fsyncs
+them and the epoch's arrival log and q files, then switches ``STATE.json``
+(fsync, rename, fsync of the directory) to the new run set. A kill at any
+instant leaves either the old state (the round is redone from the arrival log
+and q files) or the new.
 
 With ``fsync="commit"`` rounds write and rename the same files but fsync
 nothing; :meth:`Drum.commit` fsyncs every file written since the previous
@@ -81,15 +92,19 @@ from drumbeat.drum.format import (
     write_parts,
 )
 from drumbeat.drum.merge import CHECK, CHECK_UPDATE, UPDATE, MergeFn, Merger, merge_bucket
+from drumbeat.drum.runs import Chunk, fold_start, merge_runs
 from drumbeat.drum.sizing import UNIT_RECORDS, Sizing, plan
 
 STATE = "STATE.json"
 _SPARE_KINDS = ("a", "c")  # obsolete files of these kinds are kept to be overwritten
-STATE_VERSION = 3
+STATE_VERSION = 4
 _FILE_RE = re.compile(r"^([qacr])-(\d{4,8})(?:-(\d{4,8}))?\.drum$")
 _EMPTY = np.dtype([])
 _LIVE = ("q", "qn", "sn", "a", "an")  # snapshot fields that change while tuples are queued
 _LIST_PIECE = 1 << 16  # aux items joined at once when aux is a list of bytes
+
+
+_Plan = tuple[list[dict], list[dict]]  # a round's runs: (only read, rewritten with its delta)
 
 
 class DrumIOError(DrumError, OSError):
@@ -135,6 +150,8 @@ class DrumStats:
     alpha: float  # (bytes_read + bytes_written) / checked_bytes: Theorem 2's alpha(n, R)
     ram_bytes: int
     buckets: int
+    runs: int  # sorted runs the keys are in: a base and up to MAX_RUNS - 1 deltas
+    base_rewrites: int  # merge rounds that rewrote the base run (folded every run)
 
 
 def _name(kind: str, a: int, b: int | None = None) -> str:
@@ -145,14 +162,15 @@ def _cache_file(gen: int) -> str:
     return f"c-{gen:08d}.drum"
 
 
-def _units(pending: np.ndarray, limit: int) -> list[list[int]]:
-    """Runs of consecutive buckets with pending tuples, each holding at most ``limit``
-    tuples (or one bucket): merging a run at once pays the per-merge fixed costs once."""
+def _units(pending: np.ndarray, limit: int, every: bool = False) -> list[list[int]]:
+    """Runs of consecutive buckets with pending tuples (``every``: all buckets), each
+    holding at most ``limit`` tuples (or one bucket): merging a run at once pays the
+    per-merge fixed costs once."""
     units: list[list[int]] = []
     total = limit
-    for b in np.flatnonzero(pending).tolist():
+    for b in range(len(pending)) if every else np.flatnonzero(pending).tolist():
         n = int(pending[b])
-        if total + n > limit:
+        if total + n > limit or not units:
             units.append([])
             total = 0
         units[-1].append(b)
@@ -493,20 +511,29 @@ class Drum:
         r_path = self.directory / _name("r", e)
         r_file = open(r_path, "wb")
         self._dirty.add(r_path)
+        runs = snap["runs"]
+        j = fold_start([sum(r["counts"]) for r in runs])
+        plan = (runs[:j], runs[j:])  # runs only read, runs rewritten with the delta
+        rebase = j == 0 and bool(runs)
+        # The spare is the largest obsolete run (see _gc): worth overwriting only by a
+        # new base; a delta run is small, and cutting a big spare down costs as much as
+        # unlinking it.
         writer = _CacheWriter(self.directory / _cache_file(e + 1), self._shift, self._k,
                               self.value_dtype, self.sizing.chunk_bytes,
-                              lambda: self._take_spare("c"))
+                              (lambda: self._take_spare("c")) if rebase else (lambda: None))
         arrival = not live["sn"]
+        self._added = 0
         try:
             r_file.write(encode_header(b"r", 0, self._res.itemsize))
             if arrival:
-                r_lens, sort_s = self._merge_ram(r_file, writer)
+                r_lens, sort_s = self._merge_ram(r_file, writer, plan)
             else:
                 r_lens = [0] * self._k
                 ram = self._ram_by_bucket()
                 pending = np.asarray(live["qn"]) + self._ram_bn
-                for unit in _units(pending, UNIT_RECORDS):
-                    sort_s += self._merge_unit(unit, e, r_file, r_lens, writer, ram)
+                # Folding rewrites the folded runs of every bucket, pending tuples or not.
+                for unit in _units(pending, UNIT_RECORDS, every=bool(plan[1])):
+                    sort_s += self._merge_unit(unit, e, r_file, r_lens, writer, ram, plan)
             size = r_file.tell()
             c_size = writer.close(self._fsync_rounds)
         finally:
@@ -514,16 +541,21 @@ class Drum:
             if not writer.closed:
                 writer.abort()
         self._counters["bytes_written"] += size
+        new_runs = list(plan[0])
         if writer.sections:
             if not self._fsync_rounds:
                 self._dirty.add(writer.path)
             self._counters["bytes_written"] += c_size
+            run: dict[str, Any] = {"gen": e + 1, "offs": [0] * self._k,
+                                   "sizes": [0] * self._k, "counts": [0] * self._k}
             for b, (offset, length, count) in writer.sections.items():
-                snap["gens"][b], snap["offs"][b] = e + 1, offset
-                snap["sizes"][b], snap["counts"][b] = length, count
+                run["offs"][b], run["sizes"][b], run["counts"][b] = offset, length, count
+            new_runs.append(run)
             snap["files"][str(e + 1)] = c_size
-            live_gens = {str(g) for g in snap["gens"] if g}
-            snap["files"] = {g: n for g, n in snap["files"].items() if g in live_gens}
+        snap["runs"] = new_runs
+        live_gens = {str(r["gen"]) for r in new_runs}
+        snap["files"] = {g: n for g, n in snap["files"].items() if g in live_gens}
+        snap["stored"] += self._added
         self._clear_ram()
         if self._fsync_rounds:
             self._sync_dirty()
@@ -536,13 +568,15 @@ class Drum:
         self._live = {key: copy.deepcopy(snap[key]) for key in _LIVE}
         c = self._counters
         c["merges"] += 1
+        c["base_rewrites"] += rebase
         c["last_batch"] = live["an"]
         c["sort_s"] += sort_s
         c["merge_s"] += time.perf_counter() - t0 - sort_s
         self._write_state()
         self._gc()
 
-    def _merge_ram(self, r_file: Any, writer: _CacheWriter) -> tuple[list[int], float]:
+    def _merge_ram(self, r_file: Any, writer: _CacheWriter, plan: _Plan
+                   ) -> tuple[list[int], float]:
         """Merge an epoch held wholly in RAM (no spill) in units of consecutive buckets.
 
         Its results are put back in arrival order and written as one run, which is
@@ -554,22 +588,26 @@ class Drum:
         ends = np.cumsum(counts).tolist()
         res = np.empty(len(keys), self._res)
         sort_s = 0.0
-        for unit in _units(counts, UNIT_RECORDS):
+        for unit in _units(counts, UNIT_RECORDS, every=bool(plan[1])):
             idx = order[ends[unit[0]] - int(counts[unit[0]]):ends[unit[-1]]]
-            out = self._merge_stream(unit, keys[idx], ops[idx], values[idx], writer)
+            out = self._merge_stream(unit, keys[idx], ops[idx], values[idx], writer, plan)
             _as_void(res)[idx] = _as_void(self._results(out))
             sort_s += out.sort_s
         return [self._write_blocks(r_file, res)], sort_s
 
     def _merge_stream(self, unit: list[int], keys: np.ndarray, ops: np.ndarray,
-                      values: np.ndarray, writer: _CacheWriter) -> Any:
-        """Merge tuples of the consecutive buckets ``unit`` with their caches, one stream."""
-        cache = self._unit_cache(unit)
+                      values: np.ndarray, writer: _CacheWriter, plan: _Plan) -> Any:
+        """Merge tuples of the consecutive buckets ``unit`` with their runs, one stream:
+        looked up in every run, written to the new run with the folded runs."""
+        older = [self._run_chunks(run, unit) for run in plan[0]]
+        cache = merge_runs([self._run_chunks(run, unit) for run in plan[1]])
         try:
-            out = merge_bucket(keys, ops, values, cache, self._merger, writer.write)
+            out = merge_bucket(keys, ops, values, older, cache, self._merger, writer.write)
         finally:
-            cache.close()  # a generator holding an old cache file open
+            for stream in (cache, *older):
+                stream.close()  # generators holding old run files open
         writer.end_section()
+        self._added += len(out.added)
         return out
 
     def _results(self, out: Any) -> np.ndarray:
@@ -591,7 +629,7 @@ class Drum:
                 for b in np.flatnonzero(counts).tolist()}
 
     def _merge_unit(self, unit: list[int], e: int, r_file: Any, r_lens: list[int],
-                    writer: _CacheWriter, ram: dict[int, np.ndarray]) -> float:
+                    writer: _CacheWriter, ram: dict[int, np.ndarray], plan: _Plan) -> float:
         """Merge the pending tuples of the consecutive buckets ``unit`` (in q files, then
         in RAM) as one sorted stream; return sort seconds."""
         live = self._live
@@ -605,8 +643,8 @@ class Drum:
             if b in ram:
                 parts.append(ram[b])
             counts.append(sum(len(p) for p in parts[n:]))
-        recs = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        out = self._merge_stream(unit, recs["key"], recs["op"], recs["value"], writer)
+        recs = np.concatenate(parts) if parts else np.empty(0, self._rec)
+        out = self._merge_stream(unit, recs["key"], recs["op"], recs["value"], writer, plan)
         res = self._results(out)
         start = 0
         for b, n in zip(unit, counts):
@@ -619,19 +657,16 @@ class Drum:
         self._counters["bytes_read"] += end
         return np.concatenate(parts) if parts else np.empty(0, dtype)
 
-    def _unit_cache(self, unit: list[int]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    def _run_chunks(self, run: dict, unit: list[int]) -> Iterator[Chunk]:
+        """The sections of ``run`` for the consecutive buckets ``unit``: one sorted stream."""
         for b in unit:
-            yield from self._cache_chunks(b)
+            if run["sizes"][b]:
+                yield from self._section_chunks(run["gen"], run["offs"][b], run["sizes"][b])
 
-    def _cache_chunks(self, b: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        snap = self._snap
-        if not snap["gens"][b]:
-            return
-        path = self.directory / _cache_file(snap["gens"][b])
+    def _section_chunks(self, gen: int, start: int, size: int) -> Iterator[Chunk]:
+        path = self.directory / _cache_file(gen)
         vdt = self.value_dtype
-        start = snap["offs"][b]
-        for n, payload in iter_blocks(path, b"c", start=start, end=start + snap["sizes"][b],
-                                      footer=True):
+        for n, payload in iter_blocks(path, b"c", start=start, end=start + size, footer=True):
             self._counters["bytes_read"] += len(payload) + 12
             keys = np.frombuffer(payload, "<u8", n)
             values = np.frombuffer(payload, vdt, n, offset=8 * n) if vdt.itemsize else \
@@ -748,13 +783,14 @@ class Drum:
         c = self._counters
         moved = c["bytes_read"] + c["bytes_written"]
         return DrumStats(
-            keys_stored=int(sum(self._snap["counts"])),
+            keys_stored=int(self._snap["stored"]),
             pending=int(self._live["an"] + self._arrivals_n),
             bytes_read=c["bytes_read"], bytes_written=c["bytes_written"], merges=c["merges"],
             sort_s=c["sort_s"], merge_s=c["merge_s"], last_batch=c["last_batch"],
             checked_bytes=c["checked_bytes"],
             alpha=moved / c["checked_bytes"] if c["checked_bytes"] else 0.0,
-            ram_bytes=self.sizing.ram_bytes, buckets=self._k,
+            ram_bytes=self.sizing.ram_bytes, buckets=self._k, runs=len(self._snap["runs"]),
+            base_rewrites=c["base_rewrites"],
         )
 
     def _usable(self) -> None:
@@ -813,11 +849,11 @@ class Drum:
     def _create(self) -> dict:
         k = self._k
         self._snap = {
-            "seq": 0, "id": "", "epoch": 1, "gens": [0] * k, "offs": [0] * k,
-            "sizes": [0] * k, "counts": [0] * k, "files": {},
+            "seq": 0, "id": "", "epoch": 1, "runs": [], "stored": 0, "files": {},
             "q": [0] * k, "qn": [0] * k, "sn": 0, "a": 0, "an": 0, "results": [],
             "counters": {"bytes_read": 0, "bytes_written": 0, "merges": 0, "sort_s": 0.0,
-                         "merge_s": 0.0, "last_batch": 0, "checked_bytes": 0},
+                         "merge_s": 0.0, "last_batch": 0, "checked_bytes": 0,
+                         "base_rewrites": 0},
         }
         self._commits = []
         self._counters = dict(self._snap["counters"])
@@ -851,8 +887,9 @@ class Drum:
         snap, e = self._snap, self._snap["epoch"]
         for b in range(self._k):
             _cut(self.directory / _name("q", e, b), snap["q"][b], b"q")
-            if snap["gens"][b] and str(snap["gens"][b]) not in snap["files"]:
-                raise DrumCorruptError(self._state_path(), f"bucket {b} names an unknown file")
+        for run in snap["runs"]:
+            if str(run["gen"]) not in snap["files"]:
+                raise DrumCorruptError(self._state_path(), f"run {run['gen']} has no file")
         for gen, size in snap["files"].items():
             path = self.directory / _cache_file(int(gen))
             check_header(path, b"c")
@@ -877,10 +914,13 @@ class Drum:
             match = _FILE_RE.match(path.name)
             if (match and path.name not in keep) or path.name.endswith(".tmp"):
                 kind = match.group(1) if match else ""
-                if kind in _SPARE_KINDS and kind not in self._spares:
+                spare = self._spares.get(kind)
+                if kind in _SPARE_KINDS and (spare is None or (
+                        kind == "c" and path.stat().st_size > spare.stat().st_size)):
                     # Kept for the next file of its kind: overwriting a file costs no
                     # new pages and no freed blocks (unlinking an 800 MB cache took
                     # ~0.3 s here, and fresh page-cache pages are slow on this VM).
+                    # Of obsolete runs the largest, an old base, is kept for the next base.
                     self._spares[kind] = path.with_name(f"spare-{kind}.tmp")
                     os.replace(path, self._spares[kind])
                 else:
