@@ -3,10 +3,12 @@
 A minimal spider: every response's links come from Scrapy's ``LinkExtractor`` and are
 followed (Scrapy's own dupefilter drops repeats), robots.txt is obeyed, each host is its
 own download slot (Scrapy keys slots by host name unless ``CONCURRENT_REQUESTS_PER_IP``
-is set) with ``DOWNLOAD_DELAY`` between requests and one request in flight, no jitter.
-The other settings are those Scrapy's "Broad Crawls" guide recommends (high global
-concurrency, ``DownloaderAwarePriorityQueue``, breadth-first order, no cookies, no
-retries, WARNING logs); the remote-control server and telnet console stay off.
+is set) with ``DOWNLOAD_DELAY`` between requests and one request in flight, no jitter,
+high global concurrency, no cookies, no retries, WARNING logs; the remote-control server
+and telnet console stay off. The scheduler keeps Scrapy's defaults: on this web they ran
+faster than the "Broad Crawls" guide's ``DownloaderAwarePriorityQueue`` (whose ``pop``
+scans every slot with queued requests, thousands here) with or without breadth-first
+order (19-24 against 29 pages/s, politeness on, 15 s runs).
 
 Names resolve through :class:`TableResolver` from the benchmark's name -> address table
 (the same table the benchmark's DNS responder serves to drumbeat); any other name fails,
@@ -88,10 +90,6 @@ def settings(config: dict[str, Any]) -> dict[str, Any]:
         "DOWNLOAD_DELAY_JITTER": 0,
         "CONCURRENT_REQUESTS": config["concurrency"],
         "CONCURRENT_REQUESTS_PER_DOMAIN": config["per_host"],
-        "SCHEDULER_PRIORITY_QUEUE": "scrapy.pqueues.DownloaderAwarePriorityQueue",
-        "DEPTH_PRIORITY": 1,
-        "SCHEDULER_DISK_QUEUE": "scrapy.squeues.PickleFifoDiskQueue",
-        "SCHEDULER_MEMORY_QUEUE": "scrapy.squeues.FifoMemoryQueue",
         "COOKIES_ENABLED": False,
         "RETRY_ENABLED": False,
         "DOWNLOAD_TIMEOUT": 30,

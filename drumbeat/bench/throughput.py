@@ -28,8 +28,8 @@ Issue 5's benchmark. One run:
 
 ``--quick``: 25 s measured per crawl (30 s with warm-up). ``--tiny`` (tests): 50 hosts,
 3 s. ``--json`` prints the same figures as one JSON object. ``--profile`` samples each
-process of the polite drumbeat crawl with py-spy for a while in its steady part and
-prints where its CPU goes.
+process of each drumbeat crawl with py-spy for a while in its steady part and prints
+where its CPU goes.
 """
 
 from __future__ import annotations
@@ -164,7 +164,6 @@ class Bench:
         self.table_file = work / "dns-table.json"
         self.seeds_file = work / "seeds.txt"
         self.fetchers_flag = crawl_has_flag("--fetchers") if "drumbeat" in plan.crawlers else False
-        self.profile: dict[str, Any] | None = None
 
     def say(self, text: str) -> None:
         if self.log:
@@ -227,7 +226,9 @@ class Bench:
         if self.fetchers_flag and self.plan.fetchers is not None:
             cmd += ["--fetchers", str(self.plan.fetchers)]
         log_path = self.work / f"{tag}.out"
-        during = self._profiler if polite and self.plan.profile else None
+        profile: dict[str, Any] = {}
+        during = (lambda sampler: self._profile(sampler, profile)) if self.plan.profile \
+            else None
         usage = run_measured(cmd, log_path=log_path,
                              limit_s=self.crawl_seconds() + LIMIT_SLACK_S, during=during)
         times = _drumbeat_page_times(state / "crawl.log")
@@ -238,6 +239,8 @@ class Bench:
                  "fetchers": self.plan.fetchers if self.fetchers_flag else None,
                  "fetchers_flag": self.fetchers_flag,
                  "warc_bytes": _tree_bytes(state / "warc")}
+        if profile:
+            extra["profile"] = profile
         return times, usage, stages, extra, log_path
 
     def _scrapy(self, tag: str, polite: bool, host_delay: float
@@ -263,11 +266,12 @@ class Bench:
                  "stats": {k: stats[k] for k in keep if k in stats}}
         return result.get("page_times", []), usage, None, extra, log_path
 
-    def _profiler(self, sampler: TreeSampler) -> None:
-        """py-spy each process of the crawl for a third of the measured part."""
+    def _profile(self, sampler: TreeSampler, into: dict[str, Any]) -> None:
+        """py-spy each process of the crawl for a third of the measured part (10 s at most);
+        ``into`` gets each process's top functions by role."""
         py_spy = shutil.which("py-spy")
         if py_spy is None:
-            self.profile = {"error": "py-spy is not installed"}
+            into["error"] = "py-spy is not installed"
             return
         time.sleep(self.plan.warmup_s + self.plan.seconds / 3)
         duration = max(1, int(min(10.0, self.plan.seconds / 3)))
@@ -278,11 +282,10 @@ class Bench:
                 [py_spy, "record", "--pid", str(pid), "--duration", str(duration),
                  "--format", "raw", "--output", str(out), "--rate", "100", "--nonblocking"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        self.profile = {}
         for pid, (out, proc) in procs.items():
             proc.wait()
             role = "manager" if pid == sampler.root else f"child {pid}"
-            self.profile[role] = _top_frames(out) if out.exists() else {"error": "no samples"}
+            into[role] = _top_frames(out) if out.exists() else {"error": "no samples"}
 
 
 def _drumbeat_page_times(path: Path) -> list[float]:
@@ -367,8 +370,6 @@ def report(plan: Plan, bench: Bench, runs: list[CrawlRun], elapsed_s: float) -> 
                                     >= TARGET_PAGES_PER_S and plan.seconds >= 60),
         "ratio_reached": bool(ratios.get("polite", 0) >= TARGET_RATIO),
     }
-    if bench.profile is not None:
-        out["profile"] = bench.profile
     return out
 
 
@@ -441,8 +442,9 @@ def print_report(rep: dict[str, Any]) -> None:
     for name, r in rep["runs"].items():
         if r.get("log_tail"):
             console.print(f"[bold]{name} failed[/bold]; last output:\n{r['log_tail']}")
-    if "profile" in rep:
-        _print_profile(console, rep["profile"])
+    for name, r in rep["runs"].items():
+        if "profile" in r:
+            _print_profile(console, name, r["profile"])
     targets = rep["targets"]
     console.print(
         f"Targets: >= {targets['pages_per_s']:,.0f} pages/s sustained for 60 s with politeness "
@@ -457,22 +459,23 @@ def print_report(rep: dict[str, Any]) -> None:
         "resolution), robots.txt requests included. drumbeat resolves names through the "
         "benchmark's DNS responder; Scrapy through a resolver class that maps names from the "
         "same table (it cannot be pointed at a DNS server) and fails any other name. Scrapy "
-        "runs with its Broad Crawls settings (DownloaderAwarePriorityQueue, breadth-first, "
-        "no cookies or retries), one request per host in flight when polite.")
+        "runs its default scheduler without cookies or retries, one request per host in "
+        "flight when polite; its delay runs from one request's dispatch to the next, so a "
+        "busy Scrapy can send two requests closer than the delay.")
     console.print(f"{rep['mode']} run, {rep['elapsed_s']:.0f} s")
 
 
-def _print_profile(console: Any, profile: dict[str, Any]) -> None:
+def _print_profile(console: Any, run: str, profile: dict[str, Any]) -> None:
     from rich.table import Table
 
     if "error" in profile:
-        console.print(f"profile: {profile['error']}")
+        console.print(f"profile of {run}: {profile['error']}")
         return
     for role, prof in profile.items():
         if "error" in prof or not prof["self"]:
-            console.print(f"profile of {role}: {prof.get('error', 'no samples')}")
+            console.print(f"profile of {run}, {role}: {prof.get('error', 'no samples')}")
             continue
-        table = Table(title=f"py-spy, {role}: share of {prof['samples']} samples "
+        table = Table(title=f"py-spy, {run}, {role}: share of {prof['samples']} samples "
                             "(busy threads only)")
         table.add_column("function (self)")
         table.add_column("self", justify="right")
@@ -508,7 +511,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
                     help="Scrapy CONCURRENT_REQUESTS")
     ap.add_argument("--nginx-workers", type=int, default=1)
     ap.add_argument("--profile", action="store_true",
-                    help="py-spy the polite drumbeat crawl's processes and print the top functions")
+                    help="py-spy each drumbeat crawl's processes and print the top functions")
     ap.add_argument("--dir", type=Path, default=None, help="work directory (default: a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     return ap.parse_args(argv)
