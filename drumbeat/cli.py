@@ -70,6 +70,16 @@ def _pos_int(text: str) -> int:
     return value
 
 
+def _nonneg_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
 def _add_crawl_args(p: argparse.ArgumentParser) -> None:
     S = argparse.SUPPRESS
     p.add_argument("urls", nargs="*", metavar="URL", help="seed URLs")
@@ -90,6 +100,9 @@ def _add_crawl_args(p: argparse.ArgumentParser) -> None:
                                    f"(default {_D.ip_delay_s:g}; 0 = no per-IP limit)")
     p.add_argument("--concurrency", type=_pos_int, metavar="N", default=S,
                    help=f"fetches in flight at once (default {_D.concurrency})")
+    p.add_argument("--fetchers", type=_nonneg_int, metavar="N", default=S,
+                   help="fetcher processes (default: one per core; 0 = fetch in the "
+                        "manager's process)")
     p.add_argument("--dns-server", metavar="HOST[:PORT]", default=S,
                    help="send every DNS lookup to this server (default: system resolvers)")
     p.add_argument("--allow-loopback", action="store_true", default=S,

@@ -1,4 +1,4 @@
-"""The embedded deployment: one manager and one fetcher on one event loop, one state dir.
+"""The embedded deployment: one manager, its fetchers on this machine, one state dir.
 
 State directory layout::
 
@@ -7,32 +7,39 @@ State directory layout::
     DIR/warc/              WARC 1.1 files, gzip per record
     DIR/crawl.log          JSON lines, one per fetch attempt or dropped URL
     DIR/drumbeat.log       diagnostics (INFO and above)
+    DIR/stages.json        where the last run's time went, per stage (written at its end)
+
+Fetching runs in ``fetchers`` child processes (one per core by default), or on the
+manager's own event loop when ``fetchers`` is 0.
 """
 
 from __future__ import annotations
 
 import asyncio
 import fcntl
+import json
 import logging
 import os
 import signal
 import sys
 import time
-from contextlib import contextmanager
+from collections import Counter
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, AsyncIterator, Callable, Iterator
 
-from drumbeat.fetch.dns import DnsCache
-from drumbeat.fetch.guard import AddressPolicy
-from drumbeat.fetch.http import HttpClient
-from drumbeat.fetcher import Fetcher
+from drumbeat.fetcher import Fetcher, open_http
 from drumbeat.manager import Manager
 from drumbeat.progress import Progress
+from drumbeat.queue.base import ManagerQueue
 from drumbeat.queue.local import LocalTaskQueue
+from drumbeat.queue.process import ProcessTaskQueue
 from drumbeat.settings import Settings, SettingsError, save_for_resume
 from drumbeat.store.crawllog import CrawlLog
 from drumbeat.store.warc import WarcWriter, recover_directory
+
+STAGES_NAME = "stages.json"
 
 log = logging.getLogger("drumbeat")
 
@@ -114,71 +121,135 @@ async def _crawl(settings: Settings, state_dir: Path) -> CrawlOutcome:
     crawl_log = CrawlLog(state_dir / "crawl.log")
     if crawl_log.repaired_bytes:
         log.warning("cut a torn last line (%d bytes) off crawl.log", crawl_log.repaired_bytes)
-    warc = WarcWriter(warc_dir, max_file_bytes=settings.warc_max_file_bytes,
-                      gzip_level=settings.warc_gzip_level)
-    queue = LocalTaskQueue()
-    policy = AddressPolicy(allow_loopback=settings.allow_loopback,
-                           allow_private=settings.allow_private)
-    # The fetcher's own resolver serves robots.txt redirects to other hosts only; page
-    # fetches go to the IP the manager resolved.
-    fetcher_dns = DnsCache(nameserver=settings.dns_server, timeout_s=settings.dns_timeout_s,
-                           negative_ttl_s=settings.dns_negative_ttl_s)
-    http = HttpClient(
-        user_agent=settings.user_agent,
-        policy=policy,
-        resolver=fetcher_dns,
-        max_connections=settings.concurrency,
-        connect_timeout_s=settings.connect_timeout_s,
-        read_timeout_s=settings.read_timeout_s,
-        total_timeout_s=settings.total_timeout_s,
-        max_body_bytes=settings.max_body_bytes,
-        max_decoded_bytes=settings.max_decoded_bytes,
-    )
-    manager = Manager(settings, queue, crawl_log, durables=[warc.sync])
-    fetcher = Fetcher(settings, queue, http, warc, crawl_log)
     try:
-        resumed = manager.restore()
-        seeds = list(settings.seeds)
-        if settings.seeds_file is not None:
-            seeds += read_seeds_file(settings.seeds_file)
-        rejected = manager.add_seeds(seeds)
-        for line in rejected:
-            print(f"drumbeat crawl: warning: seed {line}", file=sys.stderr)
-        if not resumed and not manager.seeds:
-            raise SettingsError("no usable seed URLs: give http(s) URLs, --seeds FILE, "
-                                "or the state dir of a crawl to resume")
-        log.info("%s crawl in %s: %d seeds given, %d rejected",
-                 "resuming" if resumed else "starting", state_dir, len(seeds), len(rejected))
-
-        loop = asyncio.get_running_loop()
-        signals = 0
-
-        def on_signal() -> None:
-            nonlocal signals
-            signals += 1
-            manager.request_stop("signal", force=signals > 1)
-
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, on_signal)
-        fetch_task = asyncio.ensure_future(fetcher.run())
-        progress = Progress(settings, manager, fetcher, sys.stderr)
-        progress_task = asyncio.ensure_future(progress.run())
-        try:
-            reason = await manager.run()
-        finally:
-            progress_task.cancel()
-            await queue.close()
-            fetch_task.cancel()
-            await asyncio.gather(fetch_task, progress_task, return_exceptions=True)
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(sig)
-        progress.final()
-        stats = manager.stats()
-        return CrawlOutcome(reason, resumed, stats.pages_done, stats.queued + stats.in_flight,
-                            state_dir, time.monotonic() - started)
+        return await _run(settings, state_dir, crawl_log, started)
     finally:
-        await http.close()
-        await fetcher_dns.close()
-        await manager.dns.close()
-        warc.close()
         crawl_log.close()
+
+
+async def _run(settings: Settings, state_dir: Path, crawl_log: CrawlLog,
+               started: float) -> CrawlOutcome:
+    fetchers = settings.fetcher_processes()
+    async with _fetching(settings, fetchers) as (queue, durables, fetcher_stats):
+        manager = Manager(settings, queue, crawl_log, durables=durables)
+        try:
+            resumed = manager.restore()
+            pages_before = manager.pages_done
+            cpu_before = time.process_time()
+            seeds = list(settings.seeds)
+            if settings.seeds_file is not None:
+                seeds += read_seeds_file(settings.seeds_file)
+            rejected = manager.add_seeds(seeds)
+            for line in rejected:
+                print(f"drumbeat crawl: warning: seed {line}", file=sys.stderr)
+            if not resumed and not manager.seeds:
+                raise SettingsError("no usable seed URLs: give http(s) URLs, --seeds FILE, "
+                                    "or the state dir of a crawl to resume")
+            log.info("%s crawl in %s with %d fetcher processes: %d seeds given, %d rejected",
+                     "resuming" if resumed else "starting", state_dir, fetchers, len(seeds),
+                     len(rejected))
+
+            loop = asyncio.get_running_loop()
+            signals = 0
+
+            def on_signal() -> None:
+                nonlocal signals
+                signals += 1
+                manager.request_stop("signal", force=signals > 1)
+
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, on_signal)
+            progress = Progress(settings, manager, sys.stderr)
+            progress_task = asyncio.ensure_future(progress.run())
+            try:
+                reason = await manager.run()
+            finally:
+                progress_task.cancel()
+                await asyncio.gather(progress_task, return_exceptions=True)
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.remove_signal_handler(sig)
+        finally:
+            await manager.dns.close()
+    # The fetchers have stopped: their last stats are in.
+    write_stages(state_dir / STAGES_NAME, manager, fetchers, fetcher_stats(),
+                 pages=manager.pages_done - pages_before,
+                 manager_cpu_s=time.process_time() - cpu_before)
+    progress.final()
+    stats = manager.stats()
+    return CrawlOutcome(reason, resumed, stats.pages_done, stats.queued + stats.in_flight,
+                        state_dir, time.monotonic() - started)
+
+
+@asynccontextmanager
+async def _fetching(settings: Settings, processes: int) -> AsyncIterator[
+        tuple[ManagerQueue, list[Callable[[], None]], Callable[[], list[dict[str, Any]]]]]:
+    """The task queue to the fetchers, the manager's durables, and the fetchers' stats.
+
+    ``processes`` 0 runs one Fetcher on this event loop; otherwise that many fetcher
+    processes (``python -m drumbeat.worker``) each write their own WARC files.
+    """
+    assert settings.state_dir is not None
+    if processes > 0:
+        queue = ProcessTaskQueue([sys.executable, "-m", "drumbeat.worker"], settings, processes)
+        await queue.start()
+        try:
+            yield queue, [], queue.worker_stats
+        finally:
+            await queue.close()
+        return
+    local = LocalTaskQueue()
+    http, dns = open_http(settings)
+    warc = WarcWriter(settings.state_dir / "warc", max_file_bytes=settings.warc_max_file_bytes,
+                      gzip_level=settings.warc_gzip_level)
+    fetcher = Fetcher(settings, local, http, warc)
+    running = asyncio.ensure_future(fetcher.run())
+
+    def stats() -> list[dict[str, Any]]:
+        s = fetcher.stats()
+        return [{"name": fetcher.worker, "fetched": s.fetched, "errors": s.errors,
+                 "stage_s": s.stage_s, "cpu_s": 0.0}]
+
+    try:
+        yield local, [warc.sync], stats
+    finally:
+        await local.close()
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+        await http.close()
+        await dns.close()
+        warc.close()
+
+
+def write_stages(path: Path, manager: Manager, fetchers: int,
+                 fetcher_stats: list[dict[str, Any]], *, pages: int,
+                 manager_cpu_s: float) -> None:
+    """Write where this run's time went (``stages.json``; see ``drumbeat bench throughput``).
+
+    ``seconds`` holds the time of each stage summed over processes: the fetchers' warc,
+    parse, normalize and handoff; ``fetch`` is the rest of the fetchers' CPU time (HTTP
+    and the event loop); the manager's urlseen, frontier, scheduling, results, crawl_log
+    and handoff. With ``fetchers`` 0 everything ran in one process and ``fetch`` is what
+    is left of that process's CPU time.
+    """
+    seconds: Counter[str] = Counter()
+    fetcher_cpu = 0.0
+    for s in fetcher_stats:
+        seconds.update(s.get("stage_s", {}))
+        fetcher_cpu += s.get("cpu_s", 0.0)
+    fetcher_busy = sum(seconds.values())
+    seconds.update(manager.stage_s)
+    handoff = getattr(manager.queue, "handoff_s", 0.0)
+    seconds["handoff"] += handoff
+    if fetchers == 0:
+        seconds["fetch"] = max(0.0, manager_cpu_s - sum(seconds.values()))
+    else:
+        seconds["fetch"] = max(0.0, fetcher_cpu - fetcher_busy)
+    doc = {
+        "pages": pages,
+        "fetchers": fetchers,
+        "cpu_s": {"manager": round(manager_cpu_s, 3), "fetchers": round(fetcher_cpu, 3)},
+        "seconds": {k: round(v, 4) for k, v in sorted(seconds.items())},
+    }
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)

@@ -1,9 +1,10 @@
 """The fetcher: a stateless worker that turns tasks into archived fetches and found links.
 
 For each FetchItem of a claimed task it fetches the URL from the IP the manager chose,
-writes the exchange to WARC, writes one crawl-log line, extracts links from HTML (or takes
-the Location of a redirect), and reports an ItemResult. It keeps no crawl state: if it
-dies, the task queue hands its unreported items out again.
+writes the exchange to WARC, extracts links from HTML (or takes the Location of a
+redirect), and reports an ItemResult that carries the fetch's crawl-log line (the manager
+writes the log, so that it stays one file whatever the number of fetcher processes). It
+keeps no crawl state: if it dies, the task queue hands its unreported items out again.
 """
 
 from __future__ import annotations
@@ -12,13 +13,15 @@ import asyncio
 import logging
 from collections import Counter
 from dataclasses import dataclass
+from time import thread_time
 
 from drumbeat import urls
+from drumbeat.fetch.dns import DnsCache
+from drumbeat.fetch.guard import AddressPolicy
 from drumbeat.fetch.http import FetchResponse, HttpClient
 from drumbeat.parse.links import extract_links, pld_edges
 from drumbeat.queue.base import ROBOTS, FetchItem, ItemResult, Task, TaskQueue
 from drumbeat.settings import Settings
-from drumbeat.store.crawllog import CrawlLog
 from drumbeat.store.warc import WarcWriter
 
 log = logging.getLogger("drumbeat.fetcher")
@@ -32,6 +35,30 @@ class FetcherStats:
     active: int
     fetched: int
     errors: dict[str, int]
+    stage_s: dict[str, float]  # CPU seconds of this thread per stage: warc, parse, normalize
+
+
+def open_http(settings: Settings) -> tuple[HttpClient, DnsCache]:
+    """The HTTP client a fetcher uses, with its own resolver (close both when done).
+
+    The resolver serves robots.txt redirects to other hosts only; page fetches go to the
+    IP the manager resolved.
+    """
+    dns = DnsCache(nameserver=settings.dns_server, timeout_s=settings.dns_timeout_s,
+                   negative_ttl_s=settings.dns_negative_ttl_s)
+    http = HttpClient(
+        user_agent=settings.user_agent,
+        policy=AddressPolicy(allow_loopback=settings.allow_loopback,
+                             allow_private=settings.allow_private),
+        resolver=dns,
+        max_connections=settings.concurrency,
+        connect_timeout_s=settings.connect_timeout_s,
+        read_timeout_s=settings.read_timeout_s,
+        total_timeout_s=settings.total_timeout_s,
+        max_body_bytes=settings.max_body_bytes,
+        max_decoded_bytes=settings.max_decoded_bytes,
+    )
+    return http, dns
 
 
 class Fetcher:
@@ -41,7 +68,6 @@ class Fetcher:
         queue: TaskQueue,
         http: HttpClient,
         warc: WarcWriter,
-        crawl_log: CrawlLog,
         *,
         worker: str = "fetcher-0",
     ) -> None:
@@ -49,12 +75,12 @@ class Fetcher:
         self.queue = queue
         self.http = http
         self.warc = warc
-        self.crawl_log = crawl_log
         self.worker = worker
         self._slots = asyncio.Semaphore(settings.concurrency)
         self._running: set[asyncio.Task[None]] = set()
         self.fetched = 0
         self.errors: Counter[str] = Counter()
+        self.stage_s: Counter[str] = Counter()
 
     async def run(self) -> None:
         """Claim and run tasks until the queue is closed or this coroutine is cancelled."""
@@ -95,6 +121,7 @@ class Fetcher:
             resp = await self.http.fetch(item.url, item.ip or None)
         result = ItemResult(task_id, index, item, status=resp.status, error=resp.error,
                             body_bytes=len(resp.body))
+        fetched = thread_time()
         warc_ref = None
         if resp.status is not None:
             self.fetched += 1
@@ -110,6 +137,8 @@ class Fetcher:
                 result.error = "warc_write"
         else:
             self.errors[resp.error or "unknown"] += 1
+        archived = thread_time()
+        self.stage_s["warc"] += archived - fetched
         try:
             if item.kind == ROBOTS:
                 result.robots_text = _robots_text(resp, self.settings.robots_max_bytes)
@@ -118,12 +147,13 @@ class Fetcher:
         except Exception as e:  # hostile content must never stop the crawl
             log.warning("parse failed for %s: %r", item.url, e)
             result.dropped["parse_error"] = result.dropped.get("parse_error", 0) + 1
-        self.crawl_log.append({
+        self.stage_s["parse"] += thread_time() - archived
+        result.log = {
             "time": resp.fetch_time, "url": item.url, "kind": item.kind, "status": resp.status,
             "error": resp.error, "bytes": len(resp.body), "content_type": resp.content_type,
             "fetch_ms": round(resp.elapsed_ms, 3), "ip": resp.ip, "depth": item.depth,
             "via": item.via, "truncated": resp.truncated, "warc": warc_ref,
-        })
+        }
         return result
 
     def _find_links(self, item: FetchItem, resp: FetchResponse, result: ItemResult) -> None:
@@ -146,9 +176,13 @@ class Fetcher:
         result.links = page.links
         result.dropped = dict(page.dropped)
         result.pld_edges = sorted(pld_edges(item.url, page.links))
+        # "parse" is measured around this whole call; normalizing is reported apart.
+        self.stage_s["normalize"] += page.normalize_s
+        self.stage_s["parse"] -= page.normalize_s
 
     def stats(self) -> FetcherStats:
-        return FetcherStats(len(self._running), self.fetched, dict(self.errors))
+        return FetcherStats(len(self._running), self.fetched, dict(self.errors),
+                            dict(self.stage_s))
 
 
 def _is_html(content_type: str | None, body: bytes) -> bool:

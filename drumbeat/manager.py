@@ -26,6 +26,7 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass
 from pathlib import Path
+from time import thread_time
 from typing import Callable, Iterable
 
 import xxhash
@@ -145,6 +146,8 @@ class Manager:
         self.stop_reason: str | None = None
         self._force_stop = False
         self._wake = asyncio.Event()
+        # Seconds spent per stage of the manager's loop, for `drumbeat bench throughput`.
+        self.stage_s: Counter[str] = Counter()
         self._collector: asyncio.Future[list[ItemResult]] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -243,15 +246,19 @@ class Manager:
                 if deadline is not None and now >= deadline:
                     self.request_stop("max_time")
                     break
+                t0 = thread_time()
                 self._take_new_urls(now)
                 self._feed(now)
+                t1 = thread_time()
                 self._dispatch_and_submit(now)
+                self.stage_s["frontier"] += t1 - t0
+                self.stage_s["scheduling"] += thread_time() - t1
                 if self._finished():
                     self.request_stop("max_pages" if self._page_limit_reached() else "done")
                     break
                 await self._collect(self._wait_time(now, deadline))
                 if now - self._last_checkpoint >= s.checkpoint_interval_s:
-                    self.checkpoint()
+                    await self._synced_checkpoint()
                 if now - self._last_sweep >= 10.0:
                     self.scheduler.sweep(now)
                     self._last_sweep = now
@@ -263,8 +270,24 @@ class Manager:
                 # Results it may still bring are lost to this run, but their items are
                 # still in flight and so saved as queued: they are fetched again later.
                 self._collector.cancel()
-        self.checkpoint()
+        await self._synced_checkpoint(final=True)
         return self.stop_reason or "done"
+
+    async def _synced_checkpoint(self, *, final: bool = False) -> None:
+        """Checkpoint once the fetchers confirm their WARC records are durable.
+
+        A checkpoint counts every collected result as done, so the records behind those
+        results must be on disk first. If a fetcher does not confirm, a periodic
+        checkpoint waits for the next interval; the last one is written regardless
+        (losing the crawl state would cost more than a few unconfirmed records).
+        """
+        if not await self.queue.sync():
+            log.warning("fetchers did not confirm their WARC files are synced%s",
+                        "; checkpointing anyway at stop" if final else "; checkpoint postponed")
+            if not final:
+                self._last_checkpoint = self.clock()
+                return
+        self.checkpoint()
 
     async def _drain_in_flight(self) -> None:
         """After a stop: let in-flight fetches finish for a short grace period."""
@@ -319,8 +342,15 @@ class Manager:
             return
         results, self._collector = self._collector.result(), None
         now = self.clock()
+        started = thread_time()
+        for r in results:
+            if r.log is not None:
+                self.crawl_log.append(r.log)
+        logged = thread_time()
         for r in results:
             self._on_result(r, now)
+        self.stage_s["crawl_log"] += logged - started
+        self.stage_s["results"] += thread_time() - logged
 
     # -- URL-seen -> STAR -> BEAST ---------------------------------------------------------
 
@@ -339,9 +369,13 @@ class Manager:
                     self.counters["links_out_of_scope"] += 1
             candidates = kept
         assert self.seen is not None
+        started = thread_time()
         n = len(candidates)
         self.seen.submit([urls.fingerprint(u) for u in candidates],
                          encode_payloads(candidates, [depth] * n, [via] * n))
+        spent = thread_time() - started
+        self.stage_s["urlseen"] += spent
+        self.stage_s["results"] -= spent  # _admit runs inside the results stage
         return len(candidates)
 
     def _frontier_short(self) -> bool:

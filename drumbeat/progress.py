@@ -12,7 +12,6 @@ from rich.live import Live
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from drumbeat.fetcher import Fetcher
     from drumbeat.manager import Manager
     from drumbeat.settings import Settings
 
@@ -20,10 +19,8 @@ RATE_WINDOW_S = 5.0
 
 
 class Progress:
-    def __init__(self, settings: Settings, manager: Manager, fetcher: Fetcher,
-                 stream: TextIO) -> None:
+    def __init__(self, settings: Settings, manager: Manager, stream: TextIO) -> None:
         self.manager = manager
-        self.fetcher = fetcher
         self.console = Console(file=stream)
         self.live_mode = settings.progress if settings.progress is not None else stream.isatty()
         self.interval_s = 0.5 if self.live_mode else settings.progress_interval_s

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -98,6 +99,9 @@ class Settings:
 
     # Task hand-off between manager and fetchers.
     task_max_items: int = 64
+    # Fetcher processes: None = one per core available; 0 = fetch inside the manager's
+    # process, on its event loop (one core).
+    fetchers: int | None = None
 
     # Display: None = live progress when stderr is a terminal.
     progress: bool | None = None
@@ -105,6 +109,13 @@ class Settings:
 
     def with_changes(self, **changes: Any) -> Settings:
         return validate(dataclasses.replace(self, **changes))
+
+    def fetcher_processes(self) -> int:
+        """``fetchers``, with None resolved to the cores this process may run on."""
+        if self.fetchers is not None:
+            return self.fetchers
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+            os.cpu_count() or 1)
 
 
 _FIELDS = {f.name: f for f in fields(Settings)}
@@ -175,6 +186,7 @@ def validate(s: Settings) -> Settings:
     need(s.budget_max >= s.budget_default, "budget_max", "must be >= budget_default")
     need(s.budget_indegree_floor >= 1, "budget_indegree_floor", "must be >= 1")
     need(s.beast_max_queues >= s.beast_queues, "beast_max_queues", "must be >= beast_queues")
+    need(s.fetchers is None or 0 <= s.fetchers <= 256, "fetchers", "must be 0..256")
     need(s.max_url_bytes >= 16, "max_url_bytes", "must be >= 16")
     need(0 <= s.warc_gzip_level <= 9, "warc_gzip_level", "must be 0..9")
     need(s.scope in SCOPES, "scope", f"must be one of {', '.join(SCOPES)}")

@@ -192,6 +192,31 @@ def assert_polite(web, requests) -> None:
     assert gaps_checked > 20
 
 
+def test_one_process_and_several_fetcher_processes_find_the_same(web, tmp_path):
+    """Fetching on the manager's loop (--fetchers 0) and in 3 processes: the same fetches,
+    drops, links and admitted URLs, and politeness holds with several fetchers."""
+    from drumbeat.checkpoint import read_counters
+
+    outcomes = {}
+    for fetchers in ("0", "3"):
+        state = tmp_path / f"state{fetchers}"
+        start = len(web.requests)
+        proc = subprocess.run(crawl_cmd(web, state, "--allow-loopback", "--fetchers", fetchers),
+                              capture_output=True, text=True, timeout=240)
+        assert proc.returncode == 0, proc.stderr
+        assert_polite(web, web.requests[start:])
+        log_lines = Counter((e["url"], e["kind"], e["status"], e["error"])
+                            for e in read_log(state))
+        counters = read_counters(state)
+        same = {k: v for k, v in counters.items()
+                if k.startswith(("links_dropped.", "status.", "dropped.", "robots."))
+                or k in ("urls_admitted", "fetches", "pld_edges_new")}
+        stages = json.loads((state / "stages.json").read_text())
+        assert stages["fetchers"] == int(fetchers) and stages["pages"] > 0
+        outcomes[fetchers] = (log_lines, same)
+    assert outcomes["0"] == outcomes["3"]
+
+
 def test_warc_has_one_response_per_fetch_and_reads_back(full_crawl):
     state, _, _ = full_crawl
     entries = read_log(state)
@@ -272,9 +297,15 @@ def test_scope_host_keeps_to_the_seed_hosts(web, tmp_path):
 def test_sigterm_stops_gracefully_and_resume_completes(web, tmp_path):
     truth = web.model.crawl(web.seeds)
     state = tmp_path / "state"
+    start = len(web.requests)
     proc = subprocess.Popen(crawl_cmd(web, state, "--allow-loopback"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(2.5)
+    # Stop it once pages are being fetched (fetcher processes take a moment to start).
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(
+            r.path != "/robots.txt" for r in web.requests[start:]):
+        time.sleep(0.1)
+    time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err

@@ -1,4 +1,4 @@
-"""Fetcher.process against a real aiohttp server on loopback: fetch -> WARC -> log -> links."""
+"""Fetcher.process against a real aiohttp server on loopback: fetch -> WARC -> log line -> links."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from drumbeat.fetcher import Fetcher
 from drumbeat.queue.base import PAGE, ROBOTS, FetchItem
 from drumbeat.queue.local import LocalTaskQueue
 from drumbeat.settings import Settings
-from drumbeat.store.crawllog import CrawlLog
 from drumbeat.store.warc import WarcWriter
 
 PAGE_HTML = (b"<html><body><a href='/a'>a</a><a href='b?x=1#f'>b</a>"
@@ -64,8 +63,7 @@ def run_fetches(tmp_path: Path, items: list[FetchItem]):
         http = HttpClient(user_agent="drumbeat-test", policy=AddressPolicy(allow_loopback=True),
                           resolver=None)
         warc = WarcWriter(tmp_path / "warc")
-        log = CrawlLog(tmp_path / "crawl.log")
-        fetcher = Fetcher(settings, LocalTaskQueue(), http, warc, log)
+        fetcher = Fetcher(settings, LocalTaskQueue(), http, warc)
         try:
             results = []
             for i, item in enumerate(items):
@@ -75,7 +73,6 @@ def run_fetches(tmp_path: Path, items: list[FetchItem]):
         finally:
             await http.close()
             warc.close()
-            log.close()
             await runner.cleanup()
     (tmp_path / "warc").mkdir()
     return asyncio.run(go())
@@ -89,7 +86,7 @@ def test_page_links_warc_and_log(tmp_path: Path):
     assert r.links == [f"{base}/a", f"{base}/b?x=1", "http://other.test/"]
     assert r.dropped.get("nofollow") == 1 and r.dropped.get("scheme") == 1
     assert r.pld_edges == [("localhost", "other.test")]
-    [entry] = [json.loads(ln) for ln in (tmp_path / "crawl.log").read_text().splitlines()]
+    entry = json.loads(json.dumps(r.log))  # the manager writes it as JSON
     assert entry["status"] == 200 and entry["depth"] == 2 and entry["via"] == "http://s.test/"
     assert entry["ip"] == "127.0.0.1" and entry["warc"]
     [path] = (tmp_path / "warc").glob("*.warc.gz")

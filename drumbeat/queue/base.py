@@ -51,6 +51,7 @@ class ItemResult:
     dropped: dict[str, int] = field(default_factory=dict)  # links dropped by reason
     robots_text: str | None = None  # ROBOTS items: the body, decoded, size-capped
     body_bytes: int = 0
+    log: dict | None = None  # the crawl-log line of this fetch; the manager writes it
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,11 +64,24 @@ class QueueStats:
     completed_tasks: int
 
 
-class TaskQueue(Protocol):
-    """Task hand-off with server-side ownership. All methods are safe to call concurrently."""
+class ManagerQueue(Protocol):
+    """The manager's side of the task hand-off."""
 
     async def submit(self, tasks: Sequence[Task]) -> None:
-        """Manager: make tasks available to fetchers, in order."""
+        """Make tasks available to fetchers, in order."""
+
+    async def collect(self, max_results: int, timeout_s: float) -> list[ItemResult]:
+        """Take up to ``max_results`` results, waiting up to ``timeout_s`` for the first."""
+
+    async def sync(self) -> bool:
+        """Make what fetchers wrote for every result collected so far durable (WARC).
+
+        Called before each checkpoint. False if that could not be confirmed in time.
+        """
+
+
+class TaskQueue(ManagerQueue, Protocol):
+    """Task hand-off with server-side ownership. All methods are safe to call concurrently."""
 
     async def claim(self, worker: str, max_tasks: int, timeout_s: float) -> list[Task]:
         """Fetcher: take up to ``max_tasks`` tasks, waiting up to ``timeout_s`` for the first.
@@ -78,9 +92,6 @@ class TaskQueue(Protocol):
 
     async def report(self, worker: str, results: Sequence[ItemResult]) -> None:
         """Fetcher: hand back item results; a task completes when all its items are reported."""
-
-    async def collect(self, max_results: int, timeout_s: float) -> list[ItemResult]:
-        """Manager: take up to ``max_results`` results, waiting up to ``timeout_s`` for the first."""
 
     async def release(self, worker: str) -> int:
         """Give the unreported items of ``worker``'s tasks back to the pending tasks.

@@ -83,6 +83,11 @@ class LocalTaskQueue:
                 out.append(self._results.popleft())
             return out
 
+    async def sync(self) -> bool:
+        # In-process fetchers write through the manager's own WARC writer, which the
+        # manager syncs as one of its durables.
+        return True
+
     async def release(self, worker: str) -> int:
         returned = 0
         async with self._task_ready:

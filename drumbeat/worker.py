@@ -1,0 +1,113 @@
+"""A fetcher process: ``python -m drumbeat.worker``, started by the manager's ProcessTaskQueue.
+
+It reads frames from stdin (see :mod:`drumbeat.queue.process`): first ``("init", (name,
+settings))``, then tasks, sync requests and stop. It runs a :class:`drumbeat.fetcher.Fetcher`
+with its own HTTP client and its own WARC file (named with its pid) in the crawl's
+``warc/`` directory, and sends results, with the crawl-log lines, back on stdout.
+
+It ignores SIGINT and SIGTERM: the manager decides when fetching stops (a Ctrl-C reaches
+the whole process group). When stdin closes (the manager stopped or was killed), it
+stops fetching, closes its WARC file and exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import pickle
+import signal
+import sys
+import time
+from typing import Any
+
+from drumbeat.fetcher import Fetcher, open_http
+from drumbeat.queue.process import WorkerQueue, read_frame
+from drumbeat.settings import Settings
+from drumbeat.store.warc import WarcWriter
+
+log = logging.getLogger("drumbeat.worker")
+
+
+def main() -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Frames own the real stdout; anything else printed goes to stderr instead.
+    frames_out = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)
+    try:
+        import uvloop
+        runner = uvloop.run
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        runner = asyncio.run
+    return runner(_serve(frames_out))
+
+
+async def _serve(frames_out: Any) -> int:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=1 << 20)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
+    transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin,
+                                                        frames_out)
+    writer = asyncio.StreamWriter(transport, protocol, None, loop)
+    frame = await read_frame(reader)
+    if frame is None:
+        return 0
+    kind, (name, settings) = pickle.loads(frame)
+    assert kind == "init" and isinstance(settings, Settings)
+    assert settings.state_dir is not None
+    handler = logging.FileHandler(settings.state_dir / "drumbeat.log", encoding="utf-8")
+    handler.setFormatter(logging.Formatter(
+        f"%(asctime)s %(levelname)s %(name)s[{name}]: %(message)s"))
+    logging.getLogger("drumbeat").addHandler(handler)
+    logging.getLogger("drumbeat").setLevel(logging.INFO)
+
+    http, dns = open_http(settings)
+    warc = WarcWriter(settings.state_dir / "warc", max_file_bytes=settings.warc_max_file_bytes,
+                      gzip_level=settings.warc_gzip_level)
+    fetcher: Fetcher | None = None
+
+    def stats() -> dict[str, Any]:
+        assert fetcher is not None
+        s = fetcher.stats()
+        return {"name": name, "pid": os.getpid(), "active": s.active, "fetched": s.fetched,
+                "errors": s.errors, "stage_s": s.stage_s | {"handoff": queue.handoff_s},
+                "cpu_s": time.process_time()}
+
+    queue = WorkerQueue(writer, stats)
+    fetcher = Fetcher(settings, queue, http, warc, worker=name)
+    running = asyncio.ensure_future(fetcher.run())
+    try:
+        while True:
+            frame = await read_frame(reader)
+            if frame is None:
+                break
+            started = time.thread_time()
+            kind, body = pickle.loads(frame)
+            queue.handoff_s += time.thread_time() - started
+            if kind == "tasks":
+                queue.add_tasks(body)
+            elif kind == "sync":
+                queue.flush()
+                warc.sync()
+                queue.send(("synced", body))
+            elif kind == "stop":
+                break
+    finally:
+        await queue.close()
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+        queue.flush(with_stats=True)  # the last stats
+        warc.close()
+        await http.close()
+        await dns.close()
+        try:
+            await writer.drain()
+        except ConnectionError:
+            pass  # the manager is gone; nothing more to tell it
+        writer.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
