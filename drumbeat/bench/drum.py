@@ -1,7 +1,8 @@
 """``drumbeat bench drum``: URLseen-like check+update against a Python set, SQLite, LMDB, RocksDB.
 
 Workload (IRLbot's URLseen): ``--keys`` keys are stored first (load phase,
-untimed), then batches of URLs are checked and inserted (measure phase, timed):
+untimed, and its dirty pages written back before the timer starts), then batches
+of URLs are checked and inserted (measure phase, timed):
 each batch is 11 % new URLs and 89 % repeats of stored ones (p = 0.11), every
 URL carries its ~70-byte text as aux. drumbeat reports per URL whether it was
 new, in arrival order, with its text; the peers do what they need for the same
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -92,6 +94,7 @@ def run_drumbeat(work: Path, ram: int, stored: int, measure: int, fsync: str = "
     drum.flush()
     for _ in drum.take_results():
         pass
+    os.sync()
     before = drum.stats()
     unique = 0
     elapsed = 0.0
@@ -119,6 +122,7 @@ def run_drumbeat(work: Path, ram: int, stored: int, measure: int, fsync: str = "
             stored=stored, checked=measure, unique=P_UNIQUE, url_bytes=b, ram_bytes=ram,
             buffer_bytes=drum.sizing.buffer_bytes, pointer_bytes=WORK_BYTES),
         "url_bytes": b, "buckets": drum.sizing.buckets, "merges": after.merges - before.merges,
+        "base_rewrites": after.base_rewrites - before.base_rewrites, "runs": after.runs,
         "sort_s": after.sort_s - before.sort_s, "merge_s": after.merge_s - before.merge_s,
         "notes": ("" if fsync == "round" else f"fsync={fsync}: no commit is timed; ")
         + ("aux as a list of bytes, joined in the timed call" if aux_form == "list"
@@ -155,6 +159,7 @@ def run_sqlite(work: Path, ram: int, stored: int, measure: int) -> dict:
         with db:
             db.executemany("INSERT INTO seen VALUES (?)",
                            ((k,) for k in keys_of(ids).view(np.int64).tolist()))
+    os.sync()
     unique = 0
     elapsed = 0.0
     for ids in measure_batches(stored, measure):
@@ -179,6 +184,7 @@ def run_lmdb(work: Path, ram: int, stored: int, measure: int) -> dict:
         with env.begin(write=True) as txn:
             txn.cursor().putmulti(((k.to_bytes(8, "big"), b"") for k in keys_of(ids).tolist()),
                                   overwrite=False)
+    os.sync()
     unique = 0
     elapsed = 0.0
     for ids in measure_batches(stored, measure):
@@ -210,6 +216,7 @@ def run_rocksdb(work: Path, ram: int, stored: int, measure: int) -> dict:
         for k in keys_of(ids).tolist():
             wb.put(k.to_bytes(8, "big"), b"")
         db.write(wb)
+    os.sync()
     unique = 0
     elapsed = 0.0
     for ids in measure_batches(stored, measure):
@@ -282,12 +289,21 @@ def parse(argv: list[str]) -> argparse.Namespace:
                     help="how drumbeat gets the URLs: one (blob, offsets) AuxArray built untimed "
                     "by the caller, as the crawler's URL-seen does (default), or a list of "
                     "bytes, joined in the timed call")
+    ap.add_argument("--only", type=lambda v: v.split(","), default=list(PEERS),
+                    metavar="NAME[,NAME]", help=f"contenders to run (of {', '.join(PEERS)}); "
+                    "e.g. --only drumbeat at 100 M, where the databases need hours to load")
     ap.add_argument("--peer", choices=PEERS, help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
+    unknown = sorted(set(args.only) - set(PEERS))
+    if unknown or "drumbeat" not in args.only:
+        print(f"drumbeat bench drum: --only takes names of {', '.join(PEERS)} and must "
+              f"include drumbeat (the reference of the ratios), got {','.join(args.only)}",
+              file=sys.stderr)
+        return 2
     if args.peer:  # child mode
         extra = {"fsync": args.drum_fsync, "aux_form": args.drum_aux} \
             if args.peer == "drumbeat" else {}
@@ -300,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     base = Path(tempfile.mkdtemp(prefix="drumbench-", dir=args.dir))
     results: dict[str, dict] = {}
     try:
-        for name in PEERS:
+        for name in (p for p in PEERS if p in args.only):
             module = MODULES.get(name)
             if module and not _importable(module):
                 results[name] = {"skipped": f"package {module!r} is not installed"}
@@ -370,8 +386,10 @@ def _print_table(report: dict) -> None:
         console.print(
             f"alpha(n, R): measured {d['alpha']:.2f} disk bytes per byte checked "
             f"(b = {d['url_bytes']:.0f} bytes key+URL, {d['buckets']} buckets, {d['merges']} "
-            f"merge rounds, sort {d['sort_s']:.2f} s, merge {d['merge_s']:.2f} s); "
-            f"Theorem 2 predicts {d['alpha_theorem2']:.2f} for the same R, b, p, U, n"
+            f"merge rounds, {d['base_rewrites']} rewriting the base, {d['runs']} runs after; "
+            f"sort {d['sort_s']:.2f} s, merge {d['merge_s']:.2f} s); "
+            f"Theorem 2 predicts {d['alpha_theorem2']:.2f} for the same R, b, p, U, n "
+            "(it rewrites the whole sorted file every round)"
         )
     if report["quick"]:
         console.print("--quick: sqlite, lmdb and rocksdb ran on 1 M stored keys; their ratio "
