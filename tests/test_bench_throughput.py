@@ -56,6 +56,7 @@ def test_access_log_gaps(tmp_path):
         "garbage\n", encoding="utf-8")
     server = read_access_log(log, delay_s=1.0)
     assert (server.requests, server.robots, server.pages, server.disallowed) == (5, 2, 3, 1)
+    assert server.errors == 0  # the 404 under /private/ is a robots violation, not an error
     assert server.hosts == 2
     assert server.min_gap_s == pytest.approx(0.4)
     assert server.hosts_under_delay == 1  # b.test; a.test's 1.000 s gap is allowed
@@ -100,5 +101,6 @@ def test_tiny_polite_drumbeat_run_end_to_end(tmp_path):
     assert server["min_gap_s"] >= run["host_delay_s"] - 0.001
     assert server["hosts_under_delay"] == 0
     assert server["disallowed"] == 0
+    assert server["errors"] == 0 and set(server["statuses"]) == {"200"}
     assert run["warc_bytes"] > 0
     assert list(Path(tmp_path).iterdir()) == [], "the work directory is cleaned up"

@@ -201,8 +201,11 @@ class Nginx:
     def config(self) -> str:
         listens = "\n".join(f"        listen {a}:{self.port};" for a in self.addresses)
         temp = self.prefix / "temp"
+        # Started by root, nginx runs its workers as "nobody", who may not be able to reach
+        # the tree (pytest's and mkdtemp's directories are 0700): keep root's identity.
+        user = "user root;\n" if os.geteuid() == 0 else ""
         return f"""\
-worker_processes {self.workers};
+{user}worker_processes {self.workers};
 worker_rlimit_nofile {NGINX_RLIMIT_NOFILE};
 daemon off;
 pid {self.prefix / 'nginx.pid'};
@@ -305,13 +308,15 @@ class ServerLog:
 
     ``min_gap_s`` is the smallest time between two requests to one host (any path,
     robots.txt included); ``hosts_under_delay`` counts hosts with a gap below the host
-    delay (less ``GAP_TOLERANCE_S``); ``disallowed`` counts requests under /private/.
+    delay (less ``GAP_TOLERANCE_S``); ``disallowed`` counts requests under /private/;
+    ``errors`` counts the other responses with a status of 400 or more.
     """
 
     requests: int
     pages: int
     robots: int
     disallowed: int
+    errors: int
     hosts: int
     statuses: dict[int, int]
     delay_s: float
@@ -323,7 +328,7 @@ def read_access_log(path: Path, delay_s: float) -> ServerLog:
     """Parse a ``$msec $host $request_uri $status`` access log."""
     times: dict[str, list[float]] = defaultdict(list)
     statuses: Counter[int] = Counter()
-    robots = disallowed = requests = 0
+    robots = disallowed = requests = errors = 0
     with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
             parts = line.split()
@@ -337,6 +342,8 @@ def read_access_log(path: Path, delay_s: float) -> ServerLog:
                 robots += 1
             elif uri.startswith(PRIVATE_PREFIX):
                 disallowed += 1
+                continue
+            errors += int(status) >= 400
     min_gap: float | None = None
     under = 0
     for stamps in times.values():
@@ -347,5 +354,5 @@ def read_access_log(path: Path, delay_s: float) -> ServerLog:
         min_gap = gap if min_gap is None else min(min_gap, gap)
         under += gap < delay_s - GAP_TOLERANCE_S
     return ServerLog(requests=requests, pages=requests - robots, robots=robots,
-                     disallowed=disallowed, hosts=len(times), statuses=dict(statuses),
+                     disallowed=disallowed, errors=errors, hosts=len(times), statuses=dict(statuses),
                      delay_s=delay_s, min_gap_s=min_gap, hosts_under_delay=under)
