@@ -212,6 +212,7 @@ class Drum:
         self._broken: str | None = None
         self._dirty: set[Path] = set()
         self._spares: dict[str, Path] = {}  # kind -> obsolete file kept for reuse
+        self._added = 0  # keys stored for the first time by the running round
         state = self._load(buckets)
         self.sizing: Sizing = plan(
             ram_bytes, self._rec.itemsize, buckets if state is None else state["buckets"]
