@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from array import array
 from collections import Counter
 from dataclasses import dataclass
 from time import thread_time
@@ -20,7 +21,7 @@ from drumbeat.fetch.dns import DnsCache
 from drumbeat.fetch.guard import AddressPolicy
 from drumbeat.fetch.http import FetchResponse, HttpClient
 from drumbeat.parse.links import extract_links, pld_edges
-from drumbeat.queue.base import ROBOTS, FetchItem, ItemResult, Task, TaskQueue
+from drumbeat.queue.base import ROBOTS, FetchItem, FoundURLs, ItemResult, Task, TaskQueue
 from drumbeat.settings import Settings
 from drumbeat.store.warc import WarcWriter
 
@@ -162,8 +163,9 @@ class Fetcher:
             return
         if status in REDIRECTS and resp.location:
             try:
-                result.links = [urls.normalize(resp.location, item.url,
-                                               max_bytes=self.settings.max_url_bytes)]
+                target = urls.normalize(resp.location, item.url,
+                                        max_bytes=self.settings.max_url_bytes)
+                result.found = pack_found([target], item.depth + 1, item.url)
             except urls.URLRejected as e:
                 result.dropped[e.reason] = 1
             return
@@ -173,7 +175,8 @@ class Fetcher:
             return
         page = extract_links(resp.decoded, item.url, max_links=self.settings.max_links_per_page,
                              max_url_bytes=self.settings.max_url_bytes)
-        result.links = page.links
+        if page.links:
+            result.found = pack_found(page.links, item.depth + 1, item.url)
         result.dropped = dict(page.dropped)
         result.pld_edges = sorted(pld_edges(item.url, page.links))
         # "parse" is measured around this whole call; normalizing is reported apart.
@@ -183,6 +186,18 @@ class Fetcher:
     def stats(self) -> FetcherStats:
         return FetcherStats(len(self._running), self.fetched, dict(self.errors),
                             dict(self.stage_s))
+
+
+def pack_found(links: list[str], depth: int, via: str) -> FoundURLs:
+    """Fingerprints and URL-seen payloads of ``links`` (found at ``depth`` on ``via``).
+
+    The payloads are what frontier.urlseen.encode_payloads makes; doing it here spends
+    fetcher CPU, of which there is one process per core, instead of the manager's.
+    """
+    tail = f"\n{depth}\n{via}"
+    payloads = [(u + tail).encode() for u in links]
+    return FoundURLs(array("Q", map(urls.fingerprint, links)).tobytes(), b"".join(payloads),
+                     array("I", map(len, payloads)).tobytes())
 
 
 def _is_html(content_type: str | None, body: bytes) -> bool:

@@ -51,7 +51,15 @@ from drumbeat.frontier.robots import (
 )
 from drumbeat.frontier.star import Star, irlbot_budget
 from drumbeat.frontier.urlseen import DrumURLSeen, decode_payload, encode_payload, encode_payloads
-from drumbeat.queue.base import PAGE, ROBOTS, FetchItem, ItemResult, Task, TaskQueue
+from drumbeat.queue.base import (
+    PAGE,
+    ROBOTS,
+    FetchItem,
+    FoundURLs,
+    ItemResult,
+    ManagerQueue,
+    Task,
+)
 from drumbeat.settings import Settings
 from drumbeat.store.crawllog import CrawlLog
 
@@ -85,7 +93,7 @@ class Manager:
     def __init__(
         self,
         settings: Settings,
-        queue: TaskQueue,
+        queue: ManagerQueue,
         crawl_log: CrawlLog,
         *,
         durables: Iterable[Callable[[], None]] = (),
@@ -347,10 +355,19 @@ class Manager:
             if r.log is not None:
                 self.crawl_log.append(r.log)
         logged = thread_time()
+        found: list[FoundURLs] = []
+        edges: list[tuple[str, str]] = []
         for r in results:
-            self._on_result(r, now)
+            self._on_result(r, now, found, edges)
+        if edges:
+            assert self.plds is not None
+            self.plds.add(edges)
+        applied = thread_time()
+        if found:
+            self._admit_found(found)
         self.stage_s["crawl_log"] += logged - started
-        self.stage_s["results"] += thread_time() - logged
+        self.stage_s["results"] += applied - logged
+        self.stage_s["urlseen"] += thread_time() - applied
 
     # -- URL-seen -> STAR -> BEAST ---------------------------------------------------------
 
@@ -373,10 +390,21 @@ class Manager:
         n = len(candidates)
         self.seen.submit([urls.fingerprint(u) for u in candidates],
                          encode_payloads(candidates, [depth] * n, [via] * n))
-        spent = thread_time() - started
-        self.stage_s["urlseen"] += spent
-        self.stage_s["results"] -= spent  # _admit runs inside the results stage
+        self.stage_s["urlseen"] += thread_time() - started
         return len(candidates)
+
+    def _admit_found(self, found: list[FoundURLs]) -> None:
+        """Send the URLs fetchers found to URL-seen in one batch (scoped crawls drop those
+        outside the scope first)."""
+        assert self.seen is not None
+        if self.settings.scope != "any":
+            for f in found:
+                item = decode_payload(f.payloads[:memoryview(f.lengths).cast("I")[0]])
+                self._admit(f.urls(), item[1], item[2])
+            return
+        self.seen.submit_packed(b"".join(f.fingerprints for f in found),
+                                b"".join(f.payloads for f in found),
+                                b"".join(f.lengths for f in found))
 
     def _frontier_short(self) -> bool:
         """Fewer hosts have URLs in RAM than fetches may run at once (Polybot: load more
@@ -665,7 +693,10 @@ class Manager:
 
     # -- results ---------------------------------------------------------------------------
 
-    def _on_result(self, r: ItemResult, now: float) -> None:
+    def _on_result(self, r: ItemResult, now: float, found: list[FoundURLs],
+                   edges: list[tuple[str, str]]) -> None:
+        """Apply one result; the URLs and PLD edges it found are added to ``found`` and
+        ``edges``, for one URL-seen and one PLD-graph batch per collect."""
         entry = self.in_flight.pop(r.item.item_id, None)
         if entry is None:
             return  # a duplicate report of work already accounted for
@@ -679,11 +710,9 @@ class Manager:
         self.counters[f"status.{r.status}" if r.status is not None else f"error.{r.error}"] += 1
         for reason, n in r.dropped.items():
             self.counters[f"links_dropped.{reason}"] += n
-        if r.pld_edges:
-            assert self.plds is not None
-            self.plds.add(r.pld_edges)
-        if r.links:
-            self._admit(r.links, item.depth + 1, item.url)
+        edges.extend(r.pld_edges)
+        if r.found is not None and len(r.found):
+            found.append(r.found)
         self.scheduler.done(host, now)
 
     def _on_robots(self, r: ItemResult, host: HostState) -> float | None:

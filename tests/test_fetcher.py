@@ -13,10 +13,12 @@ from warcio.archiveiterator import ArchiveIterator
 from drumbeat.fetch.guard import AddressPolicy
 from drumbeat.fetch.http import HttpClient
 from drumbeat.fetcher import Fetcher
+from drumbeat.frontier.urlseen import encode_payload
 from drumbeat.queue.base import PAGE, ROBOTS, FetchItem
 from drumbeat.queue.local import LocalTaskQueue
 from drumbeat.settings import Settings
 from drumbeat.store.warc import WarcWriter
+from drumbeat.urls import fingerprint
 
 PAGE_HTML = (b"<html><body><a href='/a'>a</a><a href='b?x=1#f'>b</a>"
              b"<a rel=nofollow href='/secret'>s</a><a href='mailto:x@y'>m</a>"
@@ -83,7 +85,13 @@ def test_page_links_warc_and_log(tmp_path: Path):
         FetchItem(1, "http://localhost:PORT/chunked", "127.0.0.1", PAGE, 2, "http://s.test/")])
     base = f"http://localhost:{port}"
     assert r.status == 200 and r.error is None
-    assert r.links == [f"{base}/a", f"{base}/b?x=1", "http://other.test/"]
+    assert r.found is not None
+    assert r.found.urls() == [f"{base}/a", f"{base}/b?x=1", "http://other.test/"]
+    # Packed for URL-seen as the manager would have: fingerprints and payloads.
+    assert list(memoryview(r.found.fingerprints).cast("Q")) == [
+        fingerprint(u) for u in r.found.urls()]
+    first = r.found.payloads[:memoryview(r.found.lengths).cast("I")[0]]
+    assert first == encode_payload(f"{base}/a", 3, f"{base}/chunked")
     assert r.dropped.get("nofollow") == 1 and r.dropped.get("scheme") == 1
     assert r.pld_edges == [("localhost", "other.test")]
     entry = json.loads(json.dumps(r.log))  # the manager writes it as JSON
@@ -108,12 +116,13 @@ def test_redirect_location_is_a_link_and_odd_bodies_are_harmless(tmp_path: Path)
         FetchItem(1, "http://localhost:PORT/dir/redirect", "127.0.0.1"),
         FetchItem(2, "http://localhost:PORT/binary", "127.0.0.1"),
     ])
-    assert redir.status == 302 and redir.links == [f"http://localhost:{port}/landing/x"]
-    assert binary_page.status == 200 and binary_page.links == []
+    assert redir.status == 302 and redir.found is not None
+    assert redir.found.urls() == [f"http://localhost:{port}/landing/x"]
+    assert binary_page.status == 200 and binary_page.found is None
 
 
 def test_robots_item_returns_text(tmp_path: Path):
     _, [r] = run_fetches(tmp_path, [
         FetchItem(1, "http://localhost:PORT/robots.txt", "127.0.0.1", ROBOTS)])
     assert r.status == 200 and "Disallow: /private/" in (r.robots_text or "")
-    assert r.links == []
+    assert r.found is None

@@ -63,6 +63,17 @@ class DrumURLSeen:
                                    aux=payloads)
             self._submitted_since_flush += len(fingerprints)
 
+    def submit_packed(self, fingerprints: bytes, payloads: bytes, lengths: bytes) -> None:
+        """:meth:`submit` for URLs packed by fetchers (see queue.base.FoundURLs): ``n``
+        uint64 fingerprints, payloads back to back, ``n`` uint32 payload lengths."""
+        fps = np.frombuffer(fingerprints, np.uint64)
+        if not len(fps):
+            return
+        offsets = np.zeros(len(fps) + 1, np.int64)
+        np.cumsum(np.frombuffer(lengths, np.uint32), out=offsets[1:])
+        self.drum.check_update(fps, aux=AuxArray(payloads, offsets))
+        self._submitted_since_flush += len(fps)
+
     @property
     def pending(self) -> int:
         """URLs submitted since the last flush (they may have been merged already)."""

@@ -38,6 +38,28 @@ class Task:
 
 
 @dataclass(slots=True)
+class FoundURLs:
+    """The URLs one fetch found, packed for URL-seen so that the manager does no per-URL
+    Python work on them: ``n`` xxh3 fingerprints (uint64, native order) and ``n``
+    payloads ``url \\n depth \\n via`` back to back with their lengths (uint32)."""
+
+    fingerprints: bytes
+    payloads: bytes
+    lengths: bytes
+
+    def __len__(self) -> int:
+        return len(self.fingerprints) // 8
+
+    def urls(self) -> list[str]:
+        """The URLs, in the order found (decodes every payload: for tests and scoping)."""
+        out, start = [], 0
+        for n in memoryview(self.lengths).cast("I"):
+            out.append(self.payloads[start:start + n].split(b"\n", 1)[0].decode())
+            start += n
+        return out
+
+
+@dataclass(slots=True)
 class ItemResult:
     """The outcome of one FetchItem. ``status`` is None when no HTTP response arrived."""
 
@@ -46,7 +68,7 @@ class ItemResult:
     item: FetchItem
     status: int | None = None
     error: str | None = None  # stable reason string, e.g. "connect", "dns:nxdomain"
-    links: list[str] = field(default_factory=list)  # normalized absolute URLs (page links, Location)
+    found: FoundURLs | None = None  # normalized absolute URLs (page links, Location)
     pld_edges: list[tuple[str, str]] = field(default_factory=list)  # (source PLD, target PLD), unique
     dropped: dict[str, int] = field(default_factory=dict)  # links dropped by reason
     robots_text: str | None = None  # ROBOTS items: the body, decoded, size-capped

@@ -13,8 +13,8 @@ when it is rotated or the writer is closed. A fetch produces a ``response`` reco
 (block = the request head) whose ``WARC-Concurrent-To`` names the response.
 
 Records are built by warcio (headers, record ids, SHA-1 block and payload digests);
-compression is ours, because warcio's gzip runs at level 9 and is the bottleneck of a
-fast crawl (see MEASURED.md).
+compression is ours (:func:`gzip_member`), because warcio's gzip runs at level 9 and is
+the bottleneck of a fast crawl (see MEASURED.md).
 
 Crash safety
 ------------
@@ -40,6 +40,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import BinaryIO
 
+from isal import isal_zlib
 from warcio.archiveiterator import ArchiveIterator
 from warcio.exceptions import ArchiveLoadFailed
 from warcio.recordloader import ArcWarcRecord
@@ -56,6 +57,20 @@ from drumbeat.store.durable import fsync_dir
 OPEN_SUFFIX = ".open"
 WARC_SUFFIX = ".warc.gz"
 _GZIP_WBITS = 31  # zlib: gzip container, 32 KiB window
+ISAL_MAX_LEVEL = 3  # levels up to this use ISA-L, above it zlib
+
+
+def gzip_member(data: bytes, level: int) -> bytes:
+    """``data`` as one gzip member.
+
+    Levels 0-3 use ISA-L (python-isal), 4-9 zlib. Measured on 20 KB HTML pages on this
+    project's machines: ISA-L level 1 took 49 µs a page at a ratio of 3.8; zlib level 1
+    took 215 µs (3.8) and zlib level 6 537 µs (4.6). ISA-L's level 0 still compresses
+    (3.3), unlike zlib's.
+    """
+    if level <= ISAL_MAX_LEVEL:
+        return isal_zlib.compress(data, level, _GZIP_WBITS)
+    return zlib.compress(data, level, _GZIP_WBITS)
 _WRITE_BUFFER_BYTES = 1 << 20
 _SCAN_CHUNK_BYTES = 1 << 20
 _WARC_1_1_SPEC = (
@@ -265,7 +280,7 @@ class WarcWriter:
         self._buf.seek(0)
         self._buf.truncate()
         self._builder.write_record(record)
-        return zlib.compress(self._buf.getvalue(), self._level, _GZIP_WBITS)
+        return gzip_member(self._buf.getvalue(), self._level)
 
     def _advance(self, records: int, nbytes: int) -> None:
         self._size += nbytes
