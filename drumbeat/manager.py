@@ -35,6 +35,7 @@ from drumbeat import urls
 from drumbeat.checkpoint import CheckpointMeta, Checkpoints
 from drumbeat.fetch.dns import DnsCache
 from drumbeat.fetch.guard import AddressPolicy
+from drumbeat.frontier.backoff import Backoff, retryable
 from drumbeat.frontier.beast import Beast
 from drumbeat.frontier.diskqueue import DiskQueue
 from drumbeat.frontier.pldgraph import PLDIndegree
@@ -119,6 +120,8 @@ class Manager:
         self.qr: RobotsWaitQueue | None = None
         self.qr_retry: RobotsWaitQueue | None = None  # URLs of origins whose robots.txt failed
         self.robots_todo: DiskQueue | None = None  # origins whose robots.txt is to be fetched
+        self.backoff = Backoff(max_s=s.backoff_max_s, forgive_s=s.backoff_forgive_s,
+                               max_attempts=s.fetch_max_attempts)
         self.scheduler = PolitenessScheduler(
             host_delay_s=s.host_delay_s, ip_delay_s=s.ip_delay_s,
             host_delay_min_s=s.host_delay_min_s, ip_delay_min_s=s.ip_delay_min_s,
@@ -673,6 +676,7 @@ class Manager:
             else:
                 self.in_flight_pages += 1
                 item = self._new_item(q.url, host, PAGE, q.depth, q.via)
+                item.attempts = q.attempts
             self.in_flight[item.item_id] = (item, host)
             items.append(item)
         if not items:
@@ -705,15 +709,36 @@ class Manager:
             self.scheduler.done(host, now, self._on_robots(r, host))
             return
         self.in_flight_pages -= 1
-        self.pages_done += 1 if r.status is not None else 0
         self.counters["fetches"] += 1
         self.counters[f"status.{r.status}" if r.status is not None else f"error.{r.error}"] += 1
+        if retryable(r.status, r.error):
+            self.scheduler.done(host, now, self._back_off(r, host, now))
+            return
+        self.pages_done += 1 if r.status is not None else 0
         for reason, n in r.dropped.items():
             self.counters[f"links_dropped.{reason}"] += n
         edges.extend(r.pld_edges)
         if r.found is not None and len(r.found):
             found.append(r.found)
         self.scheduler.done(host, now)
+
+    def _back_off(self, r: ItemResult, host: HostState, now: float) -> float:
+        """The host asked us to slow down or failed: retry the URL later (or give it up);
+        returns the host's delay before its next request."""
+        item = r.item
+        delay = self.backoff.failed(host, now, r.retry_after_s)
+        self.counters["backoffs"] += 1
+        attempts = item.attempts + 1
+        if self.backoff.may_retry(attempts):
+            self.counters["retries"] += 1
+            self.scheduler.push(host, QueuedURL(item.url, item.depth, item.via,
+                                                attempts=attempts), front=True)
+        else:
+            self._log_drop(item.url, item.depth, item.via, "retries_exhausted", ip=host.ip)
+        if host.failures > 1:
+            log.info("host %s backs off %.1f s after %d failures (last: %s)", host.name,
+                     delay, host.failures, r.status or r.error)
+        return delay
 
     def _on_robots(self, r: ItemResult, host: HostState) -> float | None:
         """Record a robots.txt answer; returns the host's next delay if not the usual one."""

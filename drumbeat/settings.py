@@ -52,6 +52,11 @@ class Settings:
     crawl_delay_max_s: float = 60.0  # robots Crawl-delay is honoured up to this cap
     user_agent: str = DEFAULT_USER_AGENT
     robots_expiry_s: float = 86400.0
+    # Back-off (429, 503, connect/timeout/reset): doubling from 2 x host delay, Retry-After
+    # honoured, capped; forgiven after a quiet period; a failed URL gets this many fetches.
+    backoff_max_s: float = 600.0
+    backoff_forgive_s: float = 600.0
+    fetch_max_attempts: int = 3
     robots_retry_s: float = 600.0  # after a 5xx / network failure on robots.txt
     robots_max_attempts: int = 3  # then the host's URLs are dropped (counted)
     robots_max_bytes: int = 512 * 1024  # RFC 9309: parse at least 500 KiB
@@ -177,13 +182,13 @@ def validate(s: Settings) -> Settings:
         need(getattr(s, name) >= 0, name, "must be >= 0 seconds")
     for name in ("connect_timeout_s", "read_timeout_s", "total_timeout_s", "dns_timeout_s",
                  "checkpoint_interval_s", "progress_interval_s", "urlseen_flush_interval_s",
-                 "budget_refresh_s", "robots_wait_max_s"):
+                 "budget_refresh_s", "robots_wait_max_s", "backoff_max_s", "backoff_forgive_s"):
         need(getattr(s, name) > 0, name, "must be > 0 seconds")
     for name in ("concurrency", "robots_max_attempts", "robots_max_bytes", "max_body_bytes",
                  "max_decoded_bytes", "max_links_per_page", "warc_max_file_bytes", "task_max_items",
                  "urlseen_ram_bytes", "pld_ram_bytes", "frontier_ram_urls", "budget_default",
                  "budget_table_plds", "beast_queues", "beast_pld_slots", "robots_ram_entries",
-                 "robots_ram_bytes"):
+                 "robots_ram_bytes", "fetch_max_attempts"):
         need(getattr(s, name) >= 1, name, "must be >= 1")
     need(s.budget_max >= s.budget_default, "budget_max", "must be >= budget_default")
     need(s.budget_indegree_floor >= 1, "budget_indegree_floor", "must be >= 1")

@@ -34,6 +34,7 @@ class QueuedURL:
     depth: int
     via: str | None
     robots: bool = False  # the origin's robots.txt, not a page
+    attempts: int = 0  # fetches of this URL that failed and are being retried
 
 
 @dataclass(slots=True, eq=False)
@@ -47,6 +48,8 @@ class HostState:
     busy: bool = False  # a request (or a decision about one) is outstanding
     blocked: bool = False  # waiting for DNS or for something else outside the scheduler
     heap_token: int = -1  # matches the live heap entry; stale entries are skipped
+    failures: int = 0  # recent failures, for the back-off (frontier.backoff)
+    failed_at: float = float("-inf")
 
 
 @dataclass(slots=True, eq=False)

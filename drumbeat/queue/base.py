@@ -29,6 +29,7 @@ class FetchItem:
     kind: str = PAGE  # PAGE | ROBOTS
     depth: int = 0
     via: str | None = None  # the page the URL was discovered on
+    attempts: int = 0  # earlier fetches of this URL that failed and were retried
 
 
 @dataclass(slots=True)
@@ -73,6 +74,7 @@ class ItemResult:
     dropped: dict[str, int] = field(default_factory=dict)  # links dropped by reason
     robots_text: str | None = None  # ROBOTS items: the body, decoded, size-capped
     body_bytes: int = 0
+    retry_after_s: float | None = None  # the answer's Retry-After, in seconds from now
     log: dict | None = None  # the crawl-log line of this fetch; the manager writes it
 
 

@@ -1,0 +1,46 @@
+"""Back-off for hosts that ask for it (429, 503) or keep failing (connect, timeout, reset).
+
+Each failure doubles the wait before the host's next request, starting from twice its
+delay τh; a ``Retry-After`` longer than that is honoured; both are capped at ``max_s``.
+A host's failures are forgiven once it has gone ``forgive_s`` without one, so a site that
+had a bad minute is not slowed for the rest of the crawl. The URL that failed is retried
+up to ``max_attempts`` fetches in all, then dropped with a reason.
+"""
+
+from __future__ import annotations
+
+from drumbeat.frontier.politeness import HostState
+
+# Answers that mean "not now" rather than "no": the server is overloaded or rate-limits us.
+RETRY_STATUSES = frozenset({429, 503})
+# Fetch errors that say nothing about the URL, only about the host at that moment.
+RETRY_ERRORS = frozenset({"connect", "timeout", "http:disconnected"})
+
+
+def retryable(status: int | None, error: str | None) -> bool:
+    """True for an outcome worth a retry after a back-off."""
+    if status is not None:
+        return status in RETRY_STATUSES
+    return error in RETRY_ERRORS
+
+
+class Backoff:
+    def __init__(self, *, max_s: float, forgive_s: float, max_attempts: int) -> None:
+        self.max_s = max_s
+        self.forgive_s = forgive_s
+        self.max_attempts = max_attempts
+
+    def failed(self, host: HostState, now: float, retry_after_s: float | None) -> float:
+        """Record a failure of ``host`` at ``now``; return the delay before its next request."""
+        if now - host.failed_at >= self.forgive_s:
+            host.failures = 0
+        host.failures += 1
+        host.failed_at = now
+        delay = max(host.delay_s, 0.5) * 2.0 ** min(host.failures, 30)
+        if retry_after_s is not None:
+            delay = max(delay, retry_after_s)
+        return min(delay, self.max_s)
+
+    def may_retry(self, attempts_made: int) -> bool:
+        """Whether a URL fetched ``attempts_made`` times without success gets another."""
+        return attempts_made < self.max_attempts
