@@ -34,7 +34,7 @@ from drumbeat.manager import Manager
 from drumbeat.progress import Progress
 from drumbeat.queue.base import ManagerQueue
 from drumbeat.queue.local import LocalTaskQueue
-from drumbeat.queue.process import ProcessTaskQueue
+from drumbeat.queue.process import ProcessTaskQueue, WorkerFailed
 from drumbeat.settings import Settings, SettingsError, save_for_resume
 from drumbeat.store.crawllog import CrawlLog
 from drumbeat.store.warc import WarcWriter, recover_directory
@@ -163,6 +163,8 @@ async def _run(settings: Settings, state_dir: Path, crawl_log: CrawlLog,
             progress_task = asyncio.ensure_future(progress.run())
             try:
                 reason = await manager.run()
+            except WorkerFailed as e:
+                raise CrawlError(str(e)) from None
             finally:
                 progress_task.cancel()
                 await asyncio.gather(progress_task, return_exceptions=True)

@@ -324,6 +324,26 @@ def test_sigterm_stops_gracefully_and_resume_completes(web, tmp_path):
     assert_polite(web, web.requests[start:])
 
 
+def test_a_killed_fetcher_process_is_replaced_and_its_work_done(web, tmp_path):
+    truth = web.model.crawl(web.seeds)
+    state = tmp_path / "state"
+    start = len(web.requests)
+    proc = subprocess.Popen(crawl_cmd(web, state, "--allow-loopback", "--fetchers", "2"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and sum(
+            r.path != "/robots.txt" for r in web.requests[start:]) < 5:
+        time.sleep(0.1)
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+    assert len(children) == 2
+    os.kill(int(children[0]), signal.SIGKILL)
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err
+    assert set(fetched_pages(read_log(state))) == truth.fetched
+    assert "exited with code -9" in (state / "drumbeat.log").read_text()
+    assert_polite(web, web.requests[start:])
+
+
 def test_max_pages_stops_and_counts_across_resumes(web, tmp_path):
     state = tmp_path / "state"
     for _ in range(2):

@@ -128,7 +128,9 @@ class ProcessTaskQueue:
         if not tasks:
             return
         if not self._workers:
-            raise WorkerFailed(self._failed or "no fetcher process is running")
+            # Only after the last restart failed; collect() raises WorkerFailed. The
+            # manager still counts these items in flight, so its checkpoint keeps them.
+            return
         batches: dict[str, list[Task]] = {}
         for task in tasks:
             worker = min(self._workers.values(), key=lambda w: w.outstanding)
