@@ -1,0 +1,139 @@
+"""ProcessTaskQueue with real child processes: batching, ownership, sync, dead workers.
+
+The children run a small echo worker (below) built on the same WorkerQueue and frame
+functions as drumbeat.worker, so the hand-off is tested without any fetching.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from drumbeat.queue.base import FetchItem, Task
+from drumbeat.queue.process import ProcessTaskQueue, WorkerFailed
+
+ECHO_WORKER = textwrap.dedent('''
+    import asyncio, os, pickle, sys
+    from drumbeat.queue.base import ItemResult
+    from drumbeat.queue.process import WorkerQueue, read_frame
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader),
+                                     sys.stdin.buffer)
+        t, p = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin,
+                                             sys.stdout.buffer)
+        queue = WorkerQueue(asyncio.StreamWriter(t, p, None, loop), lambda: {"pid": os.getpid()})
+        kind, (name, hold) = pickle.loads(await read_frame(reader))
+        while (frame := await read_frame(reader)) is not None:
+            kind, body = pickle.loads(frame)
+            if kind == "tasks":
+                for task in body:
+                    for i, item in enumerate(task.items):
+                        if item.url == hold:
+                            continue  # never answered: the test kills this worker
+                        await queue.report(name, [ItemResult(task.task_id, i, item, status=200,
+                                                             log={"by": os.getpid()})])
+            elif kind == "sync":
+                queue.flush()
+                queue.send(("synced", body))
+            elif kind == "stop":
+                break
+        queue.flush(with_stats=True)
+        await asyncio.sleep(0.05)
+
+    asyncio.run(main())
+''')
+
+
+def tasks(n_tasks: int, per_task: int, first_id: int = 0) -> list[Task]:
+    out, item_id = [], first_id * per_task
+    for t in range(n_tasks):
+        items = []
+        for _ in range(per_task):
+            items.append(FetchItem(item_id, f"http://h{item_id}.test/", "127.0.0.1"))
+            item_id += 1
+        out.append(Task(first_id + t, items))
+    return out
+
+
+async def collect_all(queue: ProcessTaskQueue, n: int, timeout_s: float = 20.0) -> list:
+    results: list = []
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout_s
+    while len(results) < n and loop.time() < end:
+        results += await queue.collect(1000, 0.5)
+    return results
+
+
+def echo_queue(tmp_path: Path, workers: int, hold: str | None = None, **kw) -> ProcessTaskQueue:
+    script = tmp_path / "echo_worker.py"
+    script.write_text(ECHO_WORKER)
+    return ProcessTaskQueue([sys.executable, str(script)], hold, workers, **kw)
+
+
+def test_every_item_comes_back_once_from_several_workers(tmp_path):
+    async def go():
+        queue = echo_queue(tmp_path, 3)
+        await queue.start()
+        try:
+            await queue.submit(tasks(50, 8))
+            results = await collect_all(queue, 400)
+            assert await queue.sync()
+            assert queue.stats().unreported_items == 0
+            return results
+        finally:
+            await queue.close()
+
+    results = asyncio.run(go())
+    assert sorted(r.item.item_id for r in results) == list(range(400))
+    assert len({r.log["by"] for r in results}) == 3, "the work was spread over the workers"
+
+
+def test_a_dead_workers_items_go_to_the_others(tmp_path):
+    async def go():
+        queue = echo_queue(tmp_path, 2, hold="http://h3.test/")
+        await queue.start()
+        try:
+            await queue.submit(tasks(2, 4))  # one task each; item 3 is held by its worker
+            first = await collect_all(queue, 7)
+            [holder] = [w for w in queue._workers.values() if w.outstanding]
+            os.kill(holder.proc.pid, signal.SIGKILL)
+            # The replacement (and the other worker) hold item 3 too, so it stays
+            # unreported, but it was handed out again under a fresh task id.
+            for _ in range(100):
+                if holder.name not in queue._workers and queue.stats().unreported_items == 1:
+                    break
+                await asyncio.sleep(0.05)
+            owners = [w for w in queue._workers.values() if w.outstanding]
+            return first, holder.name, owners
+        finally:
+            await queue.close()
+
+    first, dead, owners = asyncio.run(go())
+    assert sorted(r.item.item_id for r in first) == [0, 1, 2, 4, 5, 6, 7]
+    assert len(owners) == 1 and owners[0].name != dead
+    [(task, left)] = owners[0].owned.values()
+    assert task.task_id < 0 and [task.items[i].item_id for i in left] == [3]
+
+
+def test_workers_that_keep_dying_fail_clearly(tmp_path):
+    async def go():
+        queue = ProcessTaskQueue([sys.executable, "-c", "import sys; sys.exit(3)"], None, 1,
+                                 max_restarts=2)
+        await queue.start()
+        try:
+            with pytest.raises(WorkerFailed, match="keep dying"):
+                for _ in range(100):
+                    await queue.collect(10, 0.1)
+        finally:
+            await queue.close()
+
+    asyncio.run(go())
