@@ -16,7 +16,10 @@ hop.
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import ipaddress
+import math
 import socket
 import time
 import zlib
@@ -77,6 +80,10 @@ class FetchResponse:
     when ``decode_error`` says why (``unknown:<coding>``, ``corrupt:<coding>``)
     or when no response arrived. ``redirects`` lists the URLs a robots.txt
     fetch was redirected to, in order; the last one is ``url``.
+    ``retry_after_s`` is the first Retry-After header as seconds from
+    ``fetch_time`` (delay-seconds or an HTTP date; a past date is 0), capped at the
+    client's ``max_retry_after_s``; None when absent or unparsable. It is parsed
+    whatever the status; 429 and 503 are where it matters.
     """
 
     url: str
@@ -96,6 +103,7 @@ class FetchResponse:
     decode_error: str | None = None
     elapsed_ms: float = 0.0
     redirects: list[str] = field(default_factory=list)
+    retry_after_s: float | None = None
 
 
 class HttpClient:
@@ -129,6 +137,7 @@ class HttpClient:
         max_decoded_bytes: int = 50 << 20,
         max_header_bytes: int = 64 << 10,
         accept_encoding: str = "gzip, deflate, br",
+        max_retry_after_s: float = 86_400,
     ) -> None:
         self._policy = policy
         # A DnsCache made here is ours to close; a resolver passed in is the caller's.
@@ -143,6 +152,7 @@ class HttpClient:
         self._max_body_bytes = max_body_bytes
         self._max_decoded_bytes = max_decoded_bytes
         self._max_header_bytes = max_header_bytes
+        self._max_retry_after_s = max_retry_after_s
         self._headers = {"User-Agent": user_agent, "Accept-Encoding": accept_encoding}
         self._pins = _PinnedResolver()
         # aiohttp sessions must be created inside the running event loop.
@@ -204,6 +214,9 @@ class HttpClient:
         response.error = await self._exchange(response, body_cap)
         if response.status is not None:
             _decode_body(response, decoded_cap)
+            response.retry_after_s = retry_after(
+                response.headers, response.fetch_time, self._max_retry_after_s
+            )
         response.elapsed_ms = (time.perf_counter() - started) * 1000
         return response
 
@@ -406,6 +419,33 @@ async def _read_body(reply: aiohttp.ClientResponse, response: FetchResponse, cap
             body += chunk
     finally:
         response.body = bytes(body)
+
+
+def retry_after(headers: list[tuple[str, str]], now: float, cap_s: float) -> float | None:
+    """Seconds to wait from ``now`` (epoch) by the first Retry-After of ``headers``.
+
+    RFC 9110 §10.2.3: delay-seconds or an HTTP date. The result is within
+    ``[0, cap_s]``; None when there is no such header or it is neither form.
+    """
+    value = next((v for name, v in headers if name.lower() == "retry-after"), None)
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isascii() and value.isdigit():
+        # int() refuses digit strings longer than 4300 characters; any such delay is capped.
+        seconds = float(value) if len(value) < 20 else math.inf
+    else:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+        if when.tzinfo is None:  # RFC 9110 dates are GMT; obsolete forms may lack a zone
+            when = when.replace(tzinfo=datetime.timezone.utc)
+        try:
+            seconds = when.timestamp() - now
+        except (OverflowError, OSError, ValueError):
+            return None
+    return min(max(seconds, 0.0), cap_s)
 
 
 def _protocol_reason(exc: BaseException) -> str:

@@ -41,6 +41,24 @@ _REFRESH_RE = re.compile(
 )
 _ROBOTS_SPLIT_RE = re.compile(r"[\s,]+")
 
+DEFAULT_MAX_PARSE_BYTES = 2 << 20
+# lexbor builds the whole DOM: up to ~70 bytes of RAM per byte of markup (a page of
+# "<a>"), so only the first max_parse_bytes are parsed.
+#
+# It also has no nesting limit (browsers stop at a depth of about 512): each start tag
+# of these elements scans the stack of open elements ("close a p element in button
+# scope"), so N unclosed ones cost O(N^2): 64 KiB of "<div>" takes seconds, 1 MiB
+# hours. On a page with many start tags they are renamed to x-<name> before parsing;
+# they hold no links, and without the special tag names the stack is never scanned.
+_QUADRATIC_TAGS = (
+    "address|article|aside|blockquote|center|dd|details|dialog|dir|div|dl|dt|fieldset|"
+    "figcaption|figure|footer|form|h[1-6]|header|hgroup|li|listing|main|menu|nav|ol|p|"
+    "pre|rb|rp|rt|rtc|search|section|summary|ul"
+)
+_QUADRATIC_RE = re.compile(rb"<(/?)(" + _QUADRATIC_TAGS.encode() + rb")(?=[\s/>])", re.IGNORECASE)
+# Below this many start tags the worst nesting costs a few tens of milliseconds.
+_MAX_START_TAGS_AS_IS = 2048
+
 
 @dataclass(slots=True)
 class PageLinks:
@@ -52,7 +70,9 @@ class PageLinks:
     even under meta nofollow. ``dropped``: reason -> count, using
     :class:`drumbeat.urls.URLRejected` reasons per distinct raw reference, plus
     ``too_many_links``, and per element ``nofollow`` (rel) and ``meta_nofollow``
-    (suppressed by meta robots). ``base``: the effective base URL (the page URL as
+    (suppressed by meta robots); ``html_truncated`` is 1 when the body was longer than
+    ``max_parse_bytes`` and its rest was not parsed (links there are not counted).
+    ``base``: the effective base URL (the page URL as
     given when neither it nor ``<base href>`` is a valid http(s) URL).
     """
 
@@ -72,6 +92,7 @@ def extract_links(
     *,
     max_links: int = 10_000,
     max_url_bytes: int = DEFAULT_MAX_URL_BYTES,
+    max_parse_bytes: int = DEFAULT_MAX_PARSE_BYTES,
 ) -> PageLinks:
     """Extract the links of the HTML ``body`` fetched from ``url``.
 
@@ -79,7 +100,9 @@ def extract_links(
     ``meta http-equiv=refresh``. The first ``<base href>`` (resolved against ``url``;
     ignored if that fails) is the base for all of them, wherever they stand. The encoding is detected from a BOM or a
     ``<meta charset>`` in the first 1024 bytes, else UTF-8; undecodable bytes become
-    U+FFFD. At most ``max_links`` links are kept. Never raises on any body.
+    U+FFFD. At most ``max_links`` links are kept, and only the first
+    ``max_parse_bytes`` of ``body`` are parsed. Time and memory are linear in those
+    bytes whatever the markup (see ``_QUADRATIC_TAGS``). Never raises on any body.
     """
     page: str | None
     try:
@@ -94,6 +117,11 @@ def extract_links(
     nofollow = noindex = False
     normalize_s = 0.0
 
+    if len(body) > max_parse_bytes:
+        body = body[:max_parse_bytes]
+        dropped["html_truncated"] = 1
+    if body.count(b"<") - body.count(b"</") > _MAX_START_TAGS_AS_IS:
+        body = _QUADRATIC_RE.sub(rb"<\1x-\2", body)
     for node in LexborHTMLParser(body, encoding=True).css(_SELECTOR):
         tag = node.tag
         attrs = node.attributes

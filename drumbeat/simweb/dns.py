@@ -3,7 +3,9 @@
 Answers, for a name in ``records`` (case-insensitive, trailing dot optional) or one
 ``fallback`` gives an address for (wildcards: names too many to list): an ``A`` query
 gets one A record (``ttl`` seconds); any other type gets NOERROR with no records (so
-``AAAA`` is an empty answer). Any other name gets NXDOMAIN.
+``AAAA`` is an empty answer). Any other name gets NXDOMAIN. A name in ``faults`` gets
+its fault instead, whatever the type: ``servfail`` (rcode SERVFAIL), ``nodata``
+(NOERROR, no records) or ``timeout`` (no reply at all, so the client times out).
 Unparsable datagrams are dropped. Runs on the caller's event loop.
 """
 
@@ -11,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from typing import cast
+from typing import Literal, cast
 
 from dnslib import QTYPE, RCODE, RR, A, DNSError, DNSRecord
+
+DnsFault = Literal["servfail", "nodata", "timeout"]
 
 
 class SimDNS:
@@ -28,8 +32,10 @@ class SimDNS:
         records: Mapping[str, str],
         ttl: int = 300,
         fallback: Callable[[str], str | None] | None = None,
+        faults: Mapping[str, DnsFault] | None = None,
     ) -> None:
         self._records = {name.lower().rstrip("."): ip for name, ip in records.items()}
+        self._faults = {name.lower().rstrip("."): f for name, f in (faults or {}).items()}
         self._ttl = ttl
         self._fallback = fallback
         self._transport: asyncio.DatagramTransport | None = None
@@ -66,6 +72,14 @@ class SimDNS:
         reply = request.reply()
         question = request.q
         name = str(question.qname).lower().rstrip(".")
+        fault = self._faults.get(name)
+        if fault == "timeout":
+            return None
+        if fault == "servfail":
+            reply.header.rcode = RCODE.SERVFAIL
+            return reply.pack()
+        if fault == "nodata":
+            return reply.pack()
         ip = self._records.get(name)
         if ip is None and self._fallback is not None:
             ip = self._fallback(name)

@@ -54,6 +54,13 @@ hosts link into them, after their other fixed links:
   long tail.
 
 With every scenario off, webs are byte-identical to webs made before scenarios existed.
+
+Hostile hosts (off by default; see ``hostile``)
+-----------------------------------------------
+With ``hostile`` on, ``/`` of host 0 also links to ``/`` of every hostile case host
+(``{case}.hostile.{tld}`` on 127.4.0.x, served by ``hostile.HostileServer``). They are
+not hosts of the model: ``host`` does not know them, so the oracle ignores their URLs
+and its sets are unchanged; ``hostile_entry_urls`` lists what a crawl will meet there.
 """
 
 from __future__ import annotations
@@ -65,7 +72,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 from urllib.parse import urlsplit
 
-from drumbeat.simweb import scenarios
+from drumbeat.simweb import hostile, scenarios
 from drumbeat.simweb.oracle import CrawlTruth, crawl
 from drumbeat.simweb.robots import CYCLE, RobotsFile, RobotsVariant, robots_file
 from drumbeat.simweb.scenarios import PLDClass
@@ -104,6 +111,8 @@ class SimWebConfig:
     spam_links_per_page: int = 30  # links of every spam page, mostly to new subdomains
     calendar_traps: int = 0  # endless calendar PLDs (/cal/YYYY/MM both ways)
     big_site_pages: int = 0  # backbone pages of bigsite.{tld}; 0 = no big site
+    hostile: bool = False  # serve the hostile case hosts and link to them from host 0
+    hostile_interval_s: float = 2.0  # pause between the bytes of slow hostile responses
 
     def __post_init__(self) -> None:
         if self.hosts < 1 or self.ips < 1 or self.pages_per_host < 1:
@@ -329,6 +338,16 @@ class SimWebModel:
         """Discovered URLs on the refused and NXDOMAIN hosts: attempted, never fetched."""
         return self.crawl(seeds, kinds).unreachable
 
+    def hostile_entry_urls(self) -> list[str]:
+        """Entry URL of every hostile case (``/robots.txt`` for robots cases, else ``/``)
+        followed by ``/`` of each robots case; empty unless ``config.hostile``."""
+        if not self.config.hostile:
+            return []
+        tld, port = self.config.tld, self.config.port
+        entries = [hostile.entry_url(c, tld, port) for c in hostile.CASES]
+        return entries + [hostile.origin(c, tld, port) + "/"
+                          for c in hostile.CASES if c.target == "robots"]
+
     def _require(self, host: str) -> Host:
         h = self.host(host)
         if h is None:
@@ -423,6 +442,8 @@ class SimWebModel:
                 links.append((self.url(name, "/"), "a", False))
         if cfg.big_site_pages and index % 4 != 3:
             links.append((self.url(scenarios.big_site_name(cfg.tld), "/"), "a", False))
+        if cfg.hostile and index == 0:
+            links += [(url, "a", False) for url in self.hostile_entry_urls() if url.endswith("/")]
         return links
 
     def _build_endless_linkers(self) -> tuple[tuple[str, tuple[int, ...]], ...]:

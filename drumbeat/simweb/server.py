@@ -23,7 +23,8 @@ from typing import IO
 
 from aiohttp import web
 
-from drumbeat.simweb.dns import SimDNS
+from drumbeat.simweb import hostile
+from drumbeat.simweb.dns import DnsFault, SimDNS
 from drumbeat.simweb.model import Page, PageKind, SimWebConfig, SimWebModel
 from drumbeat.simweb.render import Renderer
 
@@ -87,10 +88,14 @@ class SimWeb:
         self._renderer: Renderer | None = None
         self._runner: web.ServerRunner | None = None
         self._dns: SimDNS | None = None
+        self._hostile: hostile.HostileServer | None = None
 
     async def start(self) -> None:
         """Bind every IP (retrying the shared port on collision), then start DNS."""
-        sockets = _bind_all(SimWebModel(self._config).ips, self._config.port)
+        web_ips = SimWebModel(self._config).ips
+        hostile_ips = hostile.addresses() if self._config.hostile else ()
+        sockets = _bind_all(web_ips + hostile_ips, self._config.port)
+        web_sockets, hostile_sockets = sockets[: len(web_ips)], sockets[len(web_ips) :]
         port = sockets[0].getsockname()[1]
         self._model = SimWebModel(dataclasses.replace(self._config, port=port))
         self._renderer = Renderer(self._model)
@@ -98,15 +103,28 @@ class SimWeb:
             self._log_file = self._request_log.open("a", encoding="utf-8")
         self._runner = web.ServerRunner(web.Server(self._handle), handle_signals=False)
         await self._runner.setup()
-        for sock in sockets:
+        for sock in web_sockets:
             await web.SockSite(self._runner, sock).start()
-        self._dns = SimDNS(self._model.dns_records(), fallback=self._model.resolve)
+        records = self._model.dns_records()
+        faults: dict[str, DnsFault] = {}
+        if self._config.hostile:
+            # Hostile connections are not recorded in `requests`: most are not HTTP.
+            self._hostile = hostile.HostileServer(
+                self._config.tld, port, interval_s=self._config.hostile_interval_s
+            )
+            await self._hostile.start(hostile_sockets)
+            records.update(hostile.dns_records(self._config.tld))
+            faults = hostile.dns_faults(self._config.tld)
+        self._dns = SimDNS(records, fallback=self._model.resolve, faults=faults)
         await self._dns.start("127.0.0.1", self._config.dns_port)
 
     async def stop(self) -> None:
         if self._dns is not None:
             self._dns.close()
             self._dns = None
+        if self._hostile is not None:
+            await self._hostile.close()
+            self._hostile = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -124,6 +142,13 @@ class SimWeb:
     @property
     def port(self) -> int:
         return self.model.config.port
+
+    @property
+    def hostile_server(self) -> hostile.HostileServer:
+        """The server of the hostile hosts (only after ``start`` with ``config.hostile``)."""
+        if self._hostile is None:
+            raise RuntimeError("SimWeb is not started with hostile hosts")
+        return self._hostile
 
     @property
     def dns_address(self) -> str:
