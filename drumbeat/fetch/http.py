@@ -445,7 +445,7 @@ def retry_after(headers: list[tuple[str, str]], now: float, cap_s: float) -> flo
             seconds = when.timestamp() - now
         except (OverflowError, OSError, ValueError):
             return None
-    return min(max(seconds, 0.0), cap_s)
+    return float(min(max(seconds, 0.0), cap_s))
 
 
 def _protocol_reason(exc: BaseException) -> str:
