@@ -121,7 +121,7 @@ class Fetcher:
         else:
             resp = await self.http.fetch(item.url, item.ip or None)
         result = ItemResult(task_id, index, item, status=resp.status, error=resp.error,
-                            body_bytes=len(resp.body))
+                            body_bytes=len(resp.body), retry_after_s=resp.retry_after_s)
         fetched = thread_time()
         warc_ref = None
         if resp.status is not None:

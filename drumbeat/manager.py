@@ -157,6 +157,7 @@ class Manager:
         self.stop_reason: str | None = None
         self._force_stop = False
         self._wake = asyncio.Event()
+        self._slots_idle = True  # at the last dispatch, fetch slots were left unused
         # Seconds spent per stage of the manager's loop, for `drumbeat bench throughput`.
         self.stage_s: Counter[str] = Counter()
         self._collector: asyncio.Future[list[ItemResult]] | None = None
@@ -410,10 +411,10 @@ class Manager:
                                 b"".join(f.lengths for f in found))
 
     def _frontier_short(self) -> bool:
-        """Fewer hosts have URLs in RAM than fetches may run at once (Polybot: load more
-        when fewer than H hosts are ready), and BEAST has nothing more to give."""
+        """Fetch slots are idle because no host in RAM is ready (Polybot: load more when
+        fewer than H hosts are ready), and BEAST has nothing more to give."""
         assert self.beast is not None
-        return (self.scheduler.active_hosts < self.settings.concurrency
+        return (self._slots_idle
                 and (len(self.beast) == 0 or self.scheduler.queued_urls
                      >= self.settings.frontier_ram_urls // 2))
 
@@ -483,7 +484,7 @@ class Manager:
         robots, qr, beast = self.robots, self.qr, self.beast
         assert robots is not None and qr is not None and beast is not None
         self._submit_checks()
-        starving = self.scheduler.active_hosts < self.settings.concurrency
+        starving = self._slots_idle
         interval = ROBOTS_FLUSH_STARVING_S if starving else self.settings.urlseen_flush_interval_s
         if robots.pending and now - self._last_robots_flush >= interval:
             # Two rounds: checks that find no rules make requests, answered by the second.
@@ -666,9 +667,13 @@ class Manager:
         limit = self.settings.concurrency
         # Past the page limit nothing is sent (robots.txt included): a host released
         # unused would otherwise come straight back from next_ready.
+        self._slots_idle = False
         while len(self.in_flight) < limit and not self._page_limit_reached():
             host = self.scheduler.next_ready(now)
             if host is None:
+                # Politeness, not fetching, is what limits the crawl now: it needs more
+                # hosts in RAM (see _frontier_short).
+                self._slots_idle = True
                 break
             q = self.scheduler.pop_url(host)
             if q.robots:
@@ -744,7 +749,10 @@ class Manager:
         """Record a robots.txt answer; returns the host's next delay if not the usual one."""
         assert self.robots is not None and self.qr is not None
         origin = urls.origin_of(r.item.url)
-        entry = self.robots.record(origin, r.status, r.robots_text,
+        # An answer cut short (timeout, reset) is a failed fetch, not a short robots.txt:
+        # its missing lines could disallow what the part received allows.
+        status = r.status if r.error is None else None
+        entry = self.robots.record(origin, status, r.robots_text,
                                    failures=self._robots_failures.pop(origin, 0))
         self.qr.answered(origin)
         self.counters["robots_fetches"] += 1
