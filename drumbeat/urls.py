@@ -209,15 +209,49 @@ def normalize_links(
     unique = dict.fromkeys(hrefs)
     limit = len(unique) if max_links is None else max_links
     encoded_base = _encode_base(base)
+    origin, directory = _base_parts(base)
     for raw in unique:
         if len(kept) >= limit:
             dropped["too_many_links"] += 1
+            continue
+        # Fast path: a plain relative path needs no parser (most same-site links).
+        if origin and _PLAIN_PATH_RE.match(raw) and not _DOT_SEGMENT_RE.search(raw):
+            href = (origin if raw[0] == "/" else directory) + raw
+            if len(href) <= max_bytes:
+                kept[href] = None
+            else:
+                dropped["too_long"] += 1
             continue
         try:
             kept[_normalize(raw, encoded_base, max_bytes)] = None
         except URLRejected as rejected:
             dropped[rejected.reason] += 1
     return list(kept), dropped
+
+
+# A relative reference made only of unreserved characters and slashes (not "//..."),
+# with no "." or ".." segment: WHATWG joining only concatenates it, and it has no
+# escape, fragment or query to normalize.
+_PLAIN_PATH_RE = re.compile(r"(?!//)[A-Za-z0-9._~/\-]+\Z")
+_DOT_SEGMENT_RE = re.compile(r"(?:\A|/)\.{1,2}(?:/|\Z)")
+
+
+def _base_parts(base: str | None) -> tuple[str, str]:
+    """``(origin, directory)`` of a normalized http(s) base URL, ``("", "")`` otherwise:
+    what an absolute-path and a relative-path reference are appended to."""
+    if base is None or not base.startswith(("http://", "https://")):
+        return "", ""
+    try:
+        if normalize(base) != base:
+            return "", ""
+    except URLRejected:
+        return "", ""
+    path_start = base.find("/", base.index("//") + 2)
+    if path_start < 0:
+        return "", ""
+    no_query = base.split("?", 1)[0]
+    return base[:path_start], no_query[:no_query.rfind("/") + 1]
+
 
 
 def fingerprint(url: str) -> int:

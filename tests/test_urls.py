@@ -294,3 +294,25 @@ def test_direct_ada_binding_matches_public_api(url: str, base: str | None) -> No
     except ValueError:
         expected = None
     assert _whatwg_href(url, None if base is None else base.encode()) == expected
+
+
+_PLAIN = st.text(alphabet="ab/.~-_Z9", min_size=1, max_size=12)
+_BASES = st.sampled_from([
+    "http://h.test/", "http://h.test/p/x.html", "https://h.test:8443/a/b/", "http://h.test/d/?q=/x/y",
+    "http://[::1]/a", "http://h.test/a//b", "http://h.test/%C3%A9/x", "http://h.test",
+    "HTTP://H.test/not/normal", "mailto:x@y.test",
+])
+
+
+@settings(max_examples=400)
+@given(_BASES, _PLAIN)
+def test_plain_relative_fast_path_agrees_with_whatwg(base, ref):
+    """normalize_links joins plain relative paths without ada: the result must be what
+    normalize() (ada) gives for the same reference."""
+    links, dropped = normalize_links(base, [ref])
+    try:
+        expected = [normalize(ref, base)]
+    except URLRejected as e:
+        assert links == [] and dict(dropped) == {e.reason: 1}
+        return
+    assert links == expected
