@@ -40,6 +40,9 @@ Flags override the file. Every setting of drumbeat.settings.Settings can be set 
 Defaults are polite: {_D.host_delay_s:g} s between requests to one host, {_D.ip_delay_s:g} s to
 one IP, robots.txt obeyed (Crawl-delay up to {_D.crawl_delay_max_s:g} s), private and
 loopback addresses refused. Set --user-agent to name you and a contact URL.
+A host that answers 429 or 503, or keeps failing to connect, is backed off (the wait
+doubles, Retry-After is honoured, capped at backoff_max_s = {_D.backoff_max_s:g} s) and
+the URL retried up to fetch_max_attempts = {_D.fetch_max_attempts} fetches in all.
 """
 
 
