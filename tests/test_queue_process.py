@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from drumbeat.queue.base import FetchItem, Task
-from drumbeat.queue.process import ProcessTaskQueue, WorkerFailed
+from drumbeat.queue.process import WORKER_DIED, ProcessTaskQueue, WorkerFailed
 
 ECHO_WORKER = textwrap.dedent('''
     import asyncio, os, pickle, sys
@@ -97,7 +97,7 @@ def test_every_item_comes_back_once_from_several_workers(tmp_path):
     assert len({r.log["by"] for r in results}) == 3, "the work was spread over the workers"
 
 
-def test_a_dead_workers_items_go_to_the_others(tmp_path):
+def test_a_dead_workers_items_come_back_failed_and_a_replacement_starts(tmp_path):
     async def go():
         queue = echo_queue(tmp_path, 2, hold="http://h3.test/")
         await queue.start()
@@ -106,22 +106,25 @@ def test_a_dead_workers_items_go_to_the_others(tmp_path):
             first = await collect_all(queue, 7)
             [holder] = [w for w in queue._workers.values() if w.outstanding]
             os.kill(holder.proc.pid, signal.SIGKILL)
-            # The replacement (and the other worker) hold item 3 too, so it stays
-            # unreported, but it was handed out again under a fresh task id.
+            # It may have sent the request: only the manager may send it again, so the
+            # item comes back as failed rather than going to another worker.
+            failed = await collect_all(queue, 1)
             for _ in range(100):
-                if holder.name not in queue._workers and queue.stats().unreported_items == 1:
+                if len(queue._workers) == 2:
                     break
                 await asyncio.sleep(0.05)
-            owners = [w for w in queue._workers.values() if w.outstanding]
-            return first, holder.name, owners
+            names = set(queue._workers)
+            await queue.submit(tasks(4, 2, first_id=10))
+            later = await collect_all(queue, 8)
+            return first, failed, holder.name, names, later, queue.stats()
         finally:
             await queue.close()
 
-    first, dead, owners = asyncio.run(go())
+    first, failed, dead, names, later, stats = asyncio.run(go())
     assert sorted(r.item.item_id for r in first) == [0, 1, 2, 4, 5, 6, 7]
-    assert len(owners) == 1 and owners[0].name != dead
-    [(task, left)] = owners[0].owned.values()
-    assert task.task_id < 0 and [task.items[i].item_id for i in left] == [3]
+    assert [(r.item.item_id, r.error, r.status) for r in failed] == [(3, WORKER_DIED, None)]
+    assert dead not in names and len(names) == 2
+    assert len(later) == 8 and stats.unreported_items == 0
 
 
 def test_workers_that_keep_dying_fail_clearly(tmp_path):

@@ -13,8 +13,10 @@ from drumbeat.frontier.politeness import HostState
 
 # Answers that mean "not now" rather than "no": the server is overloaded or rate-limits us.
 RETRY_STATUSES = frozenset({429, 503})
-# Fetch errors that say nothing about the URL, only about the host at that moment.
-RETRY_ERRORS = frozenset({"connect", "timeout", "http:disconnected"})
+# Fetch errors that say nothing about the URL, only about the host at that moment; and
+# a fetcher process that died with the fetch unreported (it may even be the page that
+# killed it: the attempt limit then gives it up; queue.process.WORKER_DIED).
+RETRY_ERRORS = frozenset({"connect", "timeout", "http:disconnected", "fetcher_died"})
 
 
 def retryable(status: int | None, error: str | None) -> bool:

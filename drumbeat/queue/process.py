@@ -9,8 +9,10 @@ then exchanges length-prefixed pickled frames on the child's stdin and stdout:
 
 Each submit() sends at most one frame per worker; a worker sends its results in batches
 (see :class:`WorkerQueue`). The queue keeps server-side ownership: it knows the
-unreported items of every worker, and when a worker dies they are handed to the others
-(under fresh task ids) and a replacement is started, up to ``max_restarts``.
+unreported items of every worker. When a worker dies, each of them comes back as a
+result with the error ``fetcher_died`` (the worker may have sent the request already, so
+only the manager, through its politeness scheduler, may send it again), and a
+replacement is started, up to ``max_restarts``.
 
 The worker's side is :class:`WorkerQueue`, the TaskQueue an in-process
 :class:`drumbeat.fetcher.Fetcher` uses inside the child.
@@ -38,6 +40,7 @@ MAX_FRAME_BYTES = 1 << 30  # a frame this large means a corrupt stream, not a bi
 RESULT_BATCH = 256  # a worker sends its results when this many are waiting ...
 RESULT_DELAY_S = 0.005  # ... or this long after the first of them
 STATS_INTERVAL_S = 1.0  # a worker attaches its stats to a results frame this often
+WORKER_DIED = "fetcher_died"  # the error of items whose worker exited before reporting them
 
 
 class WorkerFailed(RuntimeError):
@@ -91,7 +94,6 @@ class ProcessTaskQueue:
         self._synced: dict[str, int] = {}
         self._sync_seq = 0
         self._sync_event = asyncio.Event()
-        self._reissue_ids = itertools.count(-1, -1)  # manager ids are >= 0
         self._closed = False
         self._failed: str | None = None
         self._submitted = self._completed = 0
@@ -264,19 +266,19 @@ class ProcessTaskQueue:
             self._departed_stats.append(worker.stats)
         if self._closed:
             return
-        log.error("%s exited with code %s; handing out its %d unreported items again",
+        log.error("%s exited with code %s; its %d unreported items are reported failed",
                   worker.name, code, worker.outstanding)
-        orphans = [Task(next(self._reissue_ids), [task.items[i] for i in sorted(left)])
-                   for task, left in worker.owned.values()]
+        for task, left in worker.owned.values():
+            for index in sorted(left):
+                self._results.append(ItemResult(task.task_id, index, task.items[index],
+                                                error=WORKER_DIED))
+        self._result_ready.set()
         if self._restarts < self._max_restarts:
             self._restarts += 1
             await self._spawn()
         elif not self._workers:
             self._failed = (f"fetcher processes keep dying ({self._restarts} restarts); "
                             f"see drumbeat.log")
-            self._result_ready.set()
-            return
-        await self.submit(orphans)
 
 
 class WorkerQueue:
