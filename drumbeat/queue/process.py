@@ -26,7 +26,7 @@ import logging
 import pickle
 import struct
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -355,10 +355,3 @@ class WorkerQueue:
         self._closed = True
         self._ready.set()
 
-
-def merge_stage_seconds(stats: Sequence[dict[str, Any]]) -> Counter[str]:
-    """Sum the ``stage_s`` of several workers' stats."""
-    total: Counter[str] = Counter()
-    for s in stats:
-        total.update(s.get("stage_s", {}))
-    return total
