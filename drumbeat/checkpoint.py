@@ -9,6 +9,7 @@ Layout (format version 2)::
                                     "urlseen_manifest": {...}, "pld_manifest": {...},
                                     "frontier": {beast, robots, qr, robots_todo commits}}
         queue.jsonl                the URLs held in RAM, one per line: [url, depth, via]
+                                   or [url, depth, via, redirect hops]
         star.json                  STAR's in-degree table
     DIR/urlseen/, DIR/pldgraph/,   DRUM repositories and disk queues; state.json holds the
     DIR/robots/, DIR/frontier/     commits of each for this checkpoint
@@ -115,15 +116,16 @@ class Checkpoints:
         return CheckpointMeta(**data)
 
     @staticmethod
-    def read_queue(path: Path) -> Iterator[tuple[str, int, str | None]]:
+    def read_queue(path: Path) -> Iterator[tuple[str, int, str | None, int]]:
+        """(url, depth, via, redirect hops) of the URLs that were in RAM."""
         file = path / "queue.jsonl"
         with open(file, encoding="utf-8") as f:
             for number, line in enumerate(f, 1):
                 try:
-                    url, depth, via = json.loads(line)
+                    url, depth, via, *hops = json.loads(line)
                 except ValueError:
                     raise CheckpointError(f"{file} line {number} is corrupt") from None
-                yield url, depth, via
+                yield url, depth, via, hops[0] if hops else 0
 
 
 def read_counters(state_dir: Path) -> dict[str, Any] | None:

@@ -140,11 +140,12 @@ class Fetcher:
             self.errors[resp.error or "unknown"] += 1
         archived = thread_time()
         self.stage_s["warc"] += archived - fetched
+        location_dropped = None
         try:
             if item.kind == ROBOTS:
                 result.robots_text = _robots_text(resp, self.settings.robots_max_bytes)
             else:
-                self._find_links(item, resp, result)
+                location_dropped = self._find_links(item, resp, result)
         except Exception as e:  # hostile content must never stop the crawl
             log.warning("parse failed for %s: %r", item.url, e)
             result.dropped["parse_error"] = result.dropped.get("parse_error", 0) + 1
@@ -155,24 +156,35 @@ class Fetcher:
             "fetch_ms": round(resp.elapsed_ms, 3), "ip": resp.ip, "depth": item.depth,
             "via": item.via, "truncated": resp.truncated, "warc": warc_ref,
         }
+        if location_dropped is not None:
+            result.log["location_dropped"] = location_dropped
         return result
 
-    def _find_links(self, item: FetchItem, resp: FetchResponse, result: ItemResult) -> None:
+    def _find_links(self, item: FetchItem, resp: FetchResponse,
+                    result: ItemResult) -> str | None:
+        """Put the page's links (or the redirect's target) into ``result``; returns why a
+        redirect's Location was not followed, if it was not."""
         status = resp.status
         if status is None:
-            return
+            return None
         if status in REDIRECTS and resp.location:
+            # Redirects are followed through URL-seen, which ends loops; the hop count
+            # travels with the target and ends long chains.
             try:
                 target = urls.normalize(resp.location, item.url,
                                         max_bytes=self.settings.max_url_bytes)
-                result.found = pack_found([target], item.depth + 1, item.url)
             except urls.URLRejected as e:
                 result.dropped[e.reason] = 1
-            return
+                return e.reason
+            if item.hops >= self.settings.max_redirects:
+                result.dropped["too_many_redirects"] = 1
+                return "too_many_redirects"
+            result.found = pack_found([target], item.depth + 1, item.url, item.hops + 1)
+            return None
         if not 200 <= status < 300 or resp.decoded is None:
-            return
+            return None
         if not _is_html(resp.content_type, resp.decoded):
-            return
+            return None
         page = extract_links(resp.decoded, item.url, max_links=self.settings.max_links_per_page,
                              max_url_bytes=self.settings.max_url_bytes)
         if page.links:
@@ -182,19 +194,21 @@ class Fetcher:
         # "parse" is measured around this whole call; normalizing is reported apart.
         self.stage_s["normalize"] += page.normalize_s
         self.stage_s["parse"] -= page.normalize_s
+        return None
 
     def stats(self) -> FetcherStats:
         return FetcherStats(len(self._running), self.fetched, dict(self.errors),
                             dict(self.stage_s))
 
 
-def pack_found(links: list[str], depth: int, via: str) -> FoundURLs:
-    """Fingerprints and URL-seen payloads of ``links`` (found at ``depth`` on ``via``).
+def pack_found(links: list[str], depth: int, via: str, hops: int = 0) -> FoundURLs:
+    """Fingerprints and URL-seen payloads of ``links`` (found at ``depth`` on ``via``,
+    ``hops`` redirects from a link when ``via`` redirected to them).
 
     The payloads are what frontier.urlseen.encode_payloads makes; doing it here spends
     fetcher CPU, of which there is one process per core, instead of the manager's.
     """
-    tail = f"\n{depth}\n{via}"
+    tail = f"\n{depth}\n{via}\n{hops}" if hops else f"\n{depth}\n{via}"
     payloads = [(u + tail).encode() for u in links]
     return FoundURLs(array("Q", map(urls.fingerprint, links)).tobytes(), b"".join(payloads),
                      array("I", map(len, payloads)).tobytes())

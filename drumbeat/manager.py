@@ -212,8 +212,8 @@ class Manager:
         for origin in (meta.frontier or {}).get("robots_working", []):
             self._work_on_robots(origin, self.qr.issue())
         n = 0
-        for url, depth, via in self.checkpoints.read_queue(path):
-            self._route(encode_payload(url, depth, via))
+        for url, depth, via, hops in self.checkpoints.read_queue(path):
+            self._route(encode_payload(url, depth, via, hops))
             n += 1
         log.info("resumed from %s: %d URLs were in RAM, %d in BEAST, %d in QR; %d seen, "
                  "%d pages done", path, n, len(self.beast), len(self.qr),
@@ -380,15 +380,8 @@ class Manager:
 
         Returns the number of URLs submitted.
         """
-        scope = self.settings.scope
-        if scope != "any":
-            kept = []
-            for u in candidates:
-                if urls.in_scope(urls.host_of(u), scope, self.seed_hosts, self.seed_plds):
-                    kept.append(u)
-                else:
-                    self.counters["links_out_of_scope"] += 1
-            candidates = kept
+        if self.settings.scope != "any":
+            candidates = [u for u in candidates if self._in_scope(u)]
         assert self.seen is not None
         started = thread_time()
         n = len(candidates)
@@ -397,14 +390,26 @@ class Manager:
         self.stage_s["urlseen"] += thread_time() - started
         return len(candidates)
 
+    def _in_scope(self, url: str) -> bool:
+        if urls.in_scope(urls.host_of(url), self.settings.scope, self.seed_hosts,
+                         self.seed_plds):
+            return True
+        self.counters["links_out_of_scope"] += 1
+        return False
+
     def _admit_found(self, found: list[FoundURLs]) -> None:
         """Send the URLs fetchers found to URL-seen in one batch (scoped crawls drop those
         outside the scope first)."""
         assert self.seen is not None
         if self.settings.scope != "any":
+            fingerprints: list[int] = []
+            payloads: list[bytes] = []
             for f in found:
-                item = decode_payload(f.payloads[:memoryview(f.lengths).cast("I")[0]])
-                self._admit(f.urls(), item[1], item[2])
+                for fp, payload in zip(memoryview(f.fingerprints).cast("Q"), f.payloads_list()):
+                    if self._in_scope(decode_payload(payload)[0]):
+                        fingerprints.append(fp)
+                        payloads.append(payload)
+            self.seen.submit(fingerprints, payloads)
             return
         self.seen.submit_packed(b"".join(f.fingerprints for f in found),
                                 b"".join(f.payloads for f in found),
@@ -569,7 +574,7 @@ class Manager:
         (rules coming), or to a RobotsCache check (rules not in RAM)."""
         robots, qr = self.robots, self.qr
         assert robots is not None and qr is not None
-        url, depth, via = decode_payload(payload)
+        url, depth, via, hops = decode_payload(payload)
         if origin is None:
             origin = urls.origin_of(url)
             entry = robots.get(origin)
@@ -592,7 +597,7 @@ class Manager:
         state = entry.state
         if state in (RULES, ALLOW_ALL):
             if entry.allows(url, self.settings.user_agent):
-                self._push_page(url, depth, via, entry)
+                self._push_page(url, depth, via, entry, hops)
             else:
                 self._log_drop(url, depth, via, "robots_disallowed")
         elif state == UNAVAILABLE:
@@ -609,10 +614,11 @@ class Manager:
         waiting.add(payload)
         self.counters["qr_retry_waited" if retry else "qr_waited"] += 1
 
-    def _push_page(self, url: str, depth: int, via: str | None, entry: RobotsEntry) -> None:
+    def _push_page(self, url: str, depth: int, via: str | None, entry: RobotsEntry,
+                   hops: int) -> None:
         host = self._host(urls.host_of(url))
         self._raise_host_delay(host, entry)
-        self.scheduler.push(host, QueuedURL(url, depth, via))
+        self.scheduler.push(host, QueuedURL(url, depth, via, hops=hops))
 
     def _host(self, name: str) -> HostState:
         """The host's scheduler state, created with its PLD's budget; DNS started if new."""
@@ -681,7 +687,7 @@ class Manager:
             else:
                 self.in_flight_pages += 1
                 item = self._new_item(q.url, host, PAGE, q.depth, q.via)
-                item.attempts = q.attempts
+                item.attempts, item.hops = q.attempts, q.hops
             self.in_flight[item.item_id] = (item, host)
             items.append(item)
         if not items:
@@ -737,7 +743,7 @@ class Manager:
         if self.backoff.may_retry(attempts):
             self.counters["retries"] += 1
             self.scheduler.push(host, QueuedURL(item.url, item.depth, item.via,
-                                                attempts=attempts), front=True)
+                                                attempts=attempts, hops=item.hops), front=True)
         else:
             self._log_drop(item.url, item.depth, item.via, "retries_exhausted", ip=host.ip)
         if host.failures > 1:
@@ -786,7 +792,7 @@ class Manager:
         self.crawl_log.append({
             "time": time.time(), "url": url, "kind": PAGE, "status": None, "error": reason,
             "bytes": 0, "content_type": None, "fetch_ms": None, "ip": ip, "depth": depth,
-            "via": via, "truncated": False, "warc": None,
+            "via": via, "truncated": None, "warc": None,
         })
 
     # -- checkpoint ------------------------------------------------------------------------
@@ -830,14 +836,15 @@ class Manager:
         self._last_checkpoint = self.clock()
         return path
 
-    def _ram_rows(self) -> Iterable[tuple[str, int, str | None]]:
+    def _ram_rows(self) -> Iterable[tuple]:
+        """Checkpoint rows (checkpoint.read_queue): [url, depth, via], hops appended if any."""
         # Unreported pages first: they were next in line.
         for item, _ in self.in_flight.values():
             if item.kind == PAGE:
-                yield item.url, item.depth, item.via
+                yield (item.url, item.depth, item.via, item.hops)[:4 if item.hops else 3]
         for q in self.scheduler.iter_queued():
             if not q.robots:
-                yield q.url, q.depth, q.via
+                yield (q.url, q.depth, q.via, q.hops)[:4 if q.hops else 3]
 
     def stats(self) -> ManagerStats:
         ram = self.scheduler.queued_urls

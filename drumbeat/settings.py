@@ -77,6 +77,9 @@ class Settings:
     # URLs and links.
     max_url_bytes: int = 2048
     max_links_per_page: int = 10_000
+    # Redirects followed in a row from a link (each is a new URL through URL-seen, which
+    # ends loops); the next Location is dropped as too_many_redirects.
+    max_redirects: int = 10
 
     # URL-seen (DRUM): RAM is fixed by this, not by the number of URLs seen.
     urlseen_ram_bytes: int = 64 * 1024 * 1024
@@ -195,6 +198,7 @@ def validate(s: Settings) -> Settings:
     need(s.beast_max_queues >= s.beast_queues, "beast_max_queues", "must be >= beast_queues")
     need(s.fetchers is None or 0 <= s.fetchers <= 256, "fetchers", "must be 0..256")
     need(s.max_url_bytes >= 16, "max_url_bytes", "must be >= 16")
+    need(s.max_redirects >= 0, "max_redirects", "must be >= 0")
     need(0 <= s.warc_gzip_level <= 9, "warc_gzip_level", "must be 0..9")
     need(s.scope in SCOPES, "scope", f"must be one of {', '.join(SCOPES)}")
     need(s.max_pages is None or s.max_pages >= 0, "max_pages", "must be >= 0")

@@ -10,11 +10,12 @@ def test_write_and_read_back(tmp_path):
     def save_extra(directory):
         (directory / "extra.txt").write_text("saved with the checkpoint")
 
-    rows = [("http://a.test/", 0, None), ("http://a.test/x", 1, "http://a.test/")]
+    rows = [("http://a.test/", 0, None), ("http://a.test/x", 1, "http://a.test/"),
+            ("http://a.test/y", 2, "http://a.test/x", 1)]  # a redirect's target: its hops
     meta = CheckpointMeta(seeds=["http://a.test/"], pages_done=5, urlseen_manifest={"seq": 3})
     path = cps.write(meta, rows, [save_extra])
     assert cps.current() == path
-    assert list(cps.read_queue(path)) == [tuple(r) for r in rows]
+    assert list(cps.read_queue(path)) == [(*r, 0)[:4] for r in rows]
     assert cps.read_meta(path) == meta
     assert (path / "extra.txt").read_text() == "saved with the checkpoint"
     second = cps.write(CheckpointMeta(), [], [])

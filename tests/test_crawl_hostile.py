@@ -65,4 +65,17 @@ def test_a_crawl_through_the_hostile_web_records_every_case_and_goes_on(tmp_path
     # Bounded: bombs and endless bodies were cut, slow servers timed out, DNS faults named.
     errors = {e["error"] for e in entries if e["error"]}
     assert {"timeout", "dns:nxdomain", "dns:servfail"} <= errors, errors
-    assert any(e["truncated"] for e in entries)
+    assert any(e["truncated"] == "length" for e in entries)
+    # A 50-hop redirect chain is followed max_redirects (10) hops from its entry URL, then
+    # the next Location is dropped with a reason.
+    [chain] = [u for u in web.model.hostile_entry_urls() if "//redirect-chain." in u]
+    hops = [e for e in entries if e["url"].startswith(chain.rstrip("/") + "/hop/")]
+    assert sorted(int(e["url"].rsplit("/", 1)[1]) for e in hops) == list(range(1, 11))
+    assert all(e["status"] == 301 for e in hops)
+    assert [e.get("location_dropped") for e in hops if e.get("location_dropped")] \
+        == ["too_many_redirects"]
+    assert counters["links_dropped.too_many_redirects"] == 1
+    # Pages cut short after their head arrived are kept, marked why, and not fetched again.
+    for name, why in (("slow-body", "time"), ("reset", "disconnect"), ("short-body", "disconnect")):
+        [url] = [u for u in web.model.hostile_entry_urls() if f"//{name}." in u]
+        assert [(e["status"], e["truncated"]) for e in by_url[url]] == [(200, why)], by_url[url]

@@ -36,7 +36,7 @@ def test_encode_payloads_matches_encode_payload() -> None:
     depths, vias = [0, 3, 12], [None, "https://a.example/", "https://b.example/"]
     packed = encode_payloads(urls, depths, vias)
     assert packed.tolist() == [encode_payload(*t) for t in zip(urls, depths, vias)]
-    assert [decode_payload(p) for p in packed] == list(zip(urls, depths, vias))
+    assert [decode_payload(p) for p in packed] == list(zip(urls, depths, vias, [0, 0, 0]))
 
 
 def test_urlseen_takes_payloads_as_auxarray(tmp_path: Path) -> None:

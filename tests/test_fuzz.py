@@ -259,7 +259,7 @@ def test_a_damaged_warc_is_cut_to_its_readable_records(records: int, how: tuple)
             writer.write_fetch(f"http://h.test/{i}", ip="127.0.0.1",
                                request_head=b"GET / HTTP/1.1\r\nHost: h.test\r\n\r\n",
                                response_head=b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n",
-                               body=b"hello", truncated=False, fetch_time=1.7e9 + i)
+                               body=b"hello", truncated=None, fetch_time=1.7e9 + i)
         writer.flush()
         open_path = next(directory.glob("*.open"))
         whole = open_path.read_bytes()

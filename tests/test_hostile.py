@@ -146,7 +146,7 @@ def after_fetch(outcome: Outcome, store: RobotsStore) -> None:
         outcome.links, outcome.dropped = page.links, page.dropped
     parts = [r.error or f"status {r.status}"]
     if r.truncated:
-        parts.append("truncated")
+        parts.append(f"truncated: {r.truncated}")
     if r.decoded_truncated:
         parts.append("decoded_truncated")
     if r.retry_after_s is not None:
@@ -225,23 +225,31 @@ def test_every_other_case_is_a_response(outcomes: dict[str, Outcome]) -> None:
 def test_bombs_are_decoded_up_to_the_cap(outcomes: dict[str, Outcome], name: str) -> None:
     r = outcomes[name].response
     assert r.decoded_truncated and r.decoded is not None and len(r.decoded) == DECODED_CAP
-    assert not r.truncated and len(r.body) < 2 << 20  # the whole bomb is small on the wire
+    assert r.truncated is None and len(r.body) < 2 << 20  # the whole bomb is small on the wire
 
 
 @pytest.mark.parametrize("name", ["endless", "endless-chunked"])
 def test_endless_bodies_stop_at_the_body_cap(outcomes: dict[str, Outcome], name: str) -> None:
     r = outcomes[name].response
-    assert r.truncated and len(r.body) == BODY_CAP
+    assert r.truncated == "length" and len(r.body) == BODY_CAP
 
 
 def test_slow_body_keeps_what_arrived(outcomes: dict[str, Outcome]) -> None:
     r = outcomes["slow-body"].response
     assert r.status == 200 and 0 < len(r.body) < 100
+    assert (r.error, r.truncated) == ("timeout", "time")  # WARC-Truncated: time
 
 
 def test_a_reset_keeps_what_arrived(outcomes: dict[str, Outcome]) -> None:
     r = outcomes["reset"].response
     assert r.status == 200 and 0 < len(r.body) < 1 << 20
+    assert r.truncated == "disconnect"  # WARC-Truncated: disconnect
+
+
+def test_a_short_body_is_marked_cut_by_disconnect(outcomes: dict[str, Outcome]) -> None:
+    r = outcomes["short-body"].response
+    assert (r.status, r.error, r.truncated) == (200, "http:incomplete_body", "disconnect")
+    assert 0 < len(r.body) < 1 << 20
 
 
 def test_many_links_are_cut_and_counted(outcomes: dict[str, Outcome]) -> None:

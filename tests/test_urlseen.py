@@ -1,5 +1,6 @@
 """URL-seen on DRUM: new URLs come out once, in order, and roll back with a checkpoint."""
 
+from drumbeat.fetcher import pack_found
 from drumbeat.frontier.urlseen import DrumURLSeen, decode_payload, encode_payload
 from drumbeat.urls import fingerprint
 
@@ -21,7 +22,12 @@ def test_new_urls_come_out_once_in_arrival_order(tmp_path):
     _submit(seen, ["http://a.test/1", "http://b.test/", "http://a.test/3"])
     assert _new(seen) == ["http://b.test/", "http://a.test/3"]
     assert len(seen) == 4 and seen.pending == 0
-    assert decode_payload(encode_payload("http://x.test/", 3, None)) == ("http://x.test/", 3, None)
+    assert decode_payload(encode_payload("http://x.test/", 3, None)) == ("http://x.test/", 3, None, 0)
+    # A redirect's target carries its hop count; the fetcher packs it the same way.
+    assert decode_payload(encode_payload("http://x.test/", 3, "http://v.test/", 2)) \
+        == ("http://x.test/", 3, "http://v.test/", 2)
+    found = pack_found(["http://x.test/"], 3, "http://v.test/", 2)
+    assert found.payloads_list() == [encode_payload("http://x.test/", 3, "http://v.test/", 2)]
 
 
 def test_reopening_with_a_manifest_rolls_back_to_it(tmp_path):

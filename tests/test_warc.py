@@ -46,7 +46,7 @@ def write_pages(writer: WarcWriter, n: int, start: int = 0) -> list[WarcLocation
             request_head=REQUEST_HEAD,
             response_head=response_head(body_for(i)),
             body=body_for(i),
-            truncated=i % 3 == 0,
+            truncated="length" if i % 3 == 0 else None,
             fetch_time=1_700_000_000.25 + i,
         )
         for i in range(start, start + n)
@@ -248,7 +248,7 @@ CHILD = textwrap.dedent(
     for i in range(1_000_000):
         writer.write_fetch(f"http://example.test/{i}", ip="127.0.0.1",
                            request_head=b"GET / HTTP/1.1\\r\\n\\r\\n", response_head=head,
-                           body=body, truncated=False, fetch_time=time.time())
+                           body=body, truncated=None, fetch_time=time.time())
         if i % 50 == 0:
             writer.flush()
         if i == 200:

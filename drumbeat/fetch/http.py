@@ -74,8 +74,10 @@ class FetchResponse:
     ``request_head`` and ``response_head`` are the bytes of the request line and
     headers as sent and of the status line and headers as received, each
     ending in CRLF CRLF, for WARC records. ``body`` is the payload as on the
-    wire minus transfer framing (still content-encoded), cut at the body cap
-    when ``truncated``. ``decoded`` is the body after Content-Encoding
+    wire minus transfer framing (still content-encoded), cut short when
+    ``truncated`` says why, in WARC-Truncated's words: ``length`` (the body cap),
+    ``time`` (a timeout after the head arrived) or ``disconnect`` (the connection
+    broke or the framing was bad after the head arrived). ``decoded`` is the body after Content-Encoding
     decoding, cut at the decoded cap when ``decoded_truncated``; it is None
     when ``decode_error`` says why (``unknown:<coding>``, ``corrupt:<coding>``)
     or when no response arrived. ``redirects`` lists the URLs a robots.txt
@@ -97,7 +99,7 @@ class FetchResponse:
     request_head: bytes = b""
     response_head: bytes = b""
     body: bytes = b""
-    truncated: bool = False
+    truncated: str | None = None  # None, or "length", "time", "disconnect" (WARC-Truncated)
     decoded: bytes | None = None
     decoded_truncated: bool = False
     decode_error: str | None = None
@@ -213,6 +215,9 @@ class HttpClient:
         response = FetchResponse(url=url, ip=ip, fetch_time=time.time())
         response.error = await self._exchange(response, body_cap)
         if response.status is not None:
+            if response.error is not None and response.truncated is None:
+                # The head arrived, the body did not all: what we have is a cut-short page.
+                response.truncated = "time" if response.error == "timeout" else "disconnect"
             _decode_body(response, decoded_cap)
             response.retry_after_s = retry_after(
                 response.headers, response.fetch_time, self._max_retry_after_s
@@ -411,7 +416,7 @@ async def _read_body(reply: aiohttp.ClientResponse, response: FetchResponse, cap
             room = cap - len(body)
             if len(chunk) > room:
                 body += chunk[:room]
-                response.truncated = True
+                response.truncated = "length"
                 # The rest of the payload is still on the socket: the connection
                 # cannot be reused, and closing it stops the transfer.
                 reply.close()

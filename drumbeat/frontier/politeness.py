@@ -35,6 +35,7 @@ class QueuedURL:
     via: str | None
     robots: bool = False  # the origin's robots.txt, not a page
     attempts: int = 0  # fetches of this URL that failed and are being retried
+    hops: int = 0  # redirects that led to this URL (queue.base.FetchItem.hops)
 
 
 @dataclass(slots=True, eq=False)

@@ -1,7 +1,8 @@
 """URL-seen on DRUM (IRLbot §IV.C): which discovered URLs are new to the crawl.
 
 URLs are submitted in batches as (fingerprint, payload) pairs; a payload is the URL with
-its depth and discovered-from URL, kept as DRUM aux data. DRUM answers in merge rounds,
+its depth, discovered-from URL and, for a redirect's target, the number of redirects that
+led to it, kept as DRUM aux data. DRUM answers in merge rounds,
 so new URLs come out later, in arrival order, from :meth:`DrumURLSeen.take_new`. RAM is
 fixed by ``ram_bytes`` whatever the number of URLs seen.
 
@@ -21,22 +22,25 @@ import numpy as np
 from drumbeat.drum import AuxArray, Drum, DrumStats
 
 
-def encode_payload(url: str, depth: int, via: str | None) -> bytes:
-    return encode_payloads([url], [depth], [via])[0]
+def encode_payload(url: str, depth: int, via: str | None, hops: int = 0) -> bytes:
+    """``url \\n depth \\n via``, then ``\\n hops`` for a redirect's target (hops > 0).
+
+    Normalized URLs never contain a newline (WHATWG parsing strips or escapes it).
+    """
+    text = f"{url}\n{depth}\n{via or ''}"
+    return (f"{text}\n{hops}" if hops else text).encode()
 
 
 def encode_payloads(urls: Sequence[str], depths: Sequence[int],
                     vias: Sequence[str | None]) -> AuxArray:
-    """Payloads ``url \\n depth \\n via`` as one AuxArray (one join and encode).
-
-    Normalized URLs never contain a newline (WHATWG parsing strips or escapes it).
-    """
+    """Payloads of found links (no redirect hops) as one AuxArray (one join and encode)."""
     return AuxArray.from_strs([f"{u}\n{d}\n{v or ''}" for u, d, v in zip(urls, depths, vias)])
 
 
-def decode_payload(data: bytes) -> tuple[str, int, str | None]:
-    url, depth, via = data.decode().split("\n")
-    return url, int(depth), via or None
+def decode_payload(data: bytes) -> tuple[str, int, str | None, int]:
+    """(url, depth, via, hops) of a payload made by :func:`encode_payload(s)`."""
+    url, depth, via, *hops = data.decode().split("\n")
+    return url, int(depth), via or None, int(hops[0]) if hops else 0
 
 
 class DrumURLSeen:

@@ -30,6 +30,7 @@ class FetchItem:
     depth: int = 0
     via: str | None = None  # the page the URL was discovered on
     attempts: int = 0  # earlier fetches of this URL that failed and were retried
+    hops: int = 0  # consecutive redirects that led here; Settings.max_redirects caps them
 
 
 @dataclass(slots=True)
@@ -42,7 +43,7 @@ class Task:
 class FoundURLs:
     """The URLs one fetch found, packed for URL-seen so that the manager does no per-URL
     Python work on them: ``n`` xxh3 fingerprints (uint64, native order) and ``n``
-    payloads ``url \\n depth \\n via`` back to back with their lengths (uint32)."""
+    payloads ``url \\n depth \\n via [\\n hops]`` back to back with their lengths (uint32)."""
 
     fingerprints: bytes
     payloads: bytes
@@ -51,13 +52,17 @@ class FoundURLs:
     def __len__(self) -> int:
         return len(self.fingerprints) // 8
 
-    def urls(self) -> list[str]:
-        """The URLs, in the order found (decodes every payload: for tests and scoping)."""
+    def payloads_list(self) -> list[bytes]:
+        """The payloads, one bytes each, in the order found."""
         out, start = [], 0
         for n in memoryview(self.lengths).cast("I"):
-            out.append(self.payloads[start:start + n].split(b"\n", 1)[0].decode())
+            out.append(self.payloads[start:start + n])
             start += n
         return out
+
+    def urls(self) -> list[str]:
+        """The URLs, in the order found (decodes every payload: for tests and scoping)."""
+        return [p.split(b"\n", 1)[0].decode() for p in self.payloads_list()]
 
 
 @dataclass(slots=True)

@@ -17,9 +17,13 @@ key             value
 ``ip``          server IP address, or null
 ``depth``       link depth from the seeds (int)
 ``via``         URL the link was discovered on, or null for seeds
-``truncated``   true when the body was cut at the size limit
+``truncated``   null, or why the body was cut short: ``"length"`` (the size limit),
+                ``"time"`` or ``"disconnect"`` (then ``error`` says which)
 ``warc``        ``"file:offset"`` of the response record, or null
 ==============  ==========================================================================
+
+A redirect whose Location was not followed adds ``location_dropped``: why, either
+``"too_many_redirects"`` (``max_redirects`` in a row) or a URL reason such as ``"too_long"``.
 
 Writers may add keys; readers keep them. A line is complete only once its ``\\n`` is
 written, so a torn last line (the process was killed mid-write) is recognizable and is

@@ -127,7 +127,7 @@ def summarize(state_dir: Path, extra_counters: Mapping[str, int] | None = None) 
         size = entry.get("bytes")
         if isinstance(size, int) and not isinstance(size, bool):
             total_bytes += size
-        if entry.get("truncated") is True:
+        if entry.get("truncated") in (True, "length", "time", "disconnect"):
             truncated += 1
 
     duration = (last_time - first_time) if first_time is not None and last_time is not None else 0.0

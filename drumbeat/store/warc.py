@@ -190,7 +190,7 @@ class WarcWriter:
         request_head: bytes,
         response_head: bytes,
         body: bytes,
-        truncated: bool,
+        truncated: str | None,
         fetch_time: float,
     ) -> WarcLocation:
         """Write a ``response`` record then its ``request`` record; return the
@@ -200,8 +200,8 @@ class WarcWriter:
         ``body`` the bytes that followed it (the fetcher must not decode them: a
         ``Content-Encoding`` or ``Transfer-Encoding`` named in the head must still
         describe ``body``, or readers will mis-decode it). ``fetch_time`` (epoch
-        seconds) becomes ``WARC-Date`` with microseconds. ``truncated`` marks a body
-        cut at the size limit (``WARC-Truncated: length``).
+        seconds) becomes ``WARC-Date`` with microseconds. ``truncated`` (None, or
+        ``length``, ``time``, ``disconnect``) marks a body cut short: ``WARC-Truncated``.
         """
         if self._closed:
             raise ValueError("write to a closed WarcWriter")
@@ -213,7 +213,7 @@ class WarcWriter:
         if ip:
             response_headers["WARC-IP-Address"] = ip
         if truncated:
-            response_headers["WARC-Truncated"] = "length"
+            response_headers["WARC-Truncated"] = truncated
         response = self._builder.create_warc_record(
             url,
             "response",
