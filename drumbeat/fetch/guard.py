@@ -27,6 +27,7 @@ embedded IPv4 address, because that is where the packets end up.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from dataclasses import dataclass
 from typing import Final
@@ -84,6 +85,7 @@ _V6_TABLE: Final[tuple[tuple[ipaddress.IPv6Network, str], ...]] = (
 )
 
 
+@functools.lru_cache(maxsize=1 << 16)  # a fetcher checks every request: parse each IP once
 def classify(ip: str) -> str:
     """Return the class of the bare IP address ``ip`` (see the module docstring).
 

@@ -26,7 +26,6 @@ import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Final
 from urllib.parse import urljoin
 
@@ -245,12 +244,9 @@ class HttpClient:
         refusal = self._policy.refusal(response.ip)
         if refusal is not None:
             return refusal
-        sent = SimpleNamespace(request_head=b"")
         try:
             with self._pins.pin(host, response.ip):
-                async with self._client().get(
-                    target, allow_redirects=False, trace_request_ctx=sent
-                ) as reply:
+                async with self._client().get(target, allow_redirects=False) as reply:
                     _read_head(reply, response)
                     await _read_body(reply, response, body_cap)
         except TimeoutError:
@@ -267,8 +263,6 @@ class HttpClient:
             return "http:disconnected"
         except aiohttp.ClientError:
             return "http:error"
-        finally:
-            response.request_head = sent.request_head
         return None
 
     def _client(self) -> aiohttp.ClientSession:
@@ -281,8 +275,6 @@ class HttpClient:
                 # serving an address after the caller moved the host elsewhere.
                 use_dns_cache=False,
             )
-            tracing = aiohttp.TraceConfig()
-            tracing.on_request_headers_sent.append(_record_request_head)
             self._session = aiohttp.ClientSession(
                 connector=connector,
                 timeout=self._timeout,
@@ -291,7 +283,6 @@ class HttpClient:
                 cookie_jar=aiohttp.DummyCookieJar(),
                 max_line_size=self._max_header_bytes,
                 max_field_size=self._max_header_bytes,
-                trace_configs=[tracing],
             )
         return self._session
 
@@ -351,6 +342,8 @@ def _pin_key(host: str) -> str:
 
 
 def _ip_literal(host: str) -> str | None:
+    if not (host[-1:].isdigit() or ":" in host):  # a name (IPv4 ends in a digit): no parse
+        return None
     try:
         return str(ipaddress.ip_address(host))
     except ValueError:
@@ -364,15 +357,12 @@ def _host_of(url: str) -> str | None:
         return None
 
 
-async def _record_request_head(
-    session: aiohttp.ClientSession,
-    context: SimpleNamespace,
-    params: aiohttp.TraceRequestHeadersSentParams,
-) -> None:
-    """Rebuild the request head exactly as aiohttp serialises it (origin-form target)."""
-    lines = [f"{params.method} {params.url.raw_path_qs} HTTP/1.1"]
-    lines.extend(f"{name}: {value}" for name, value in params.headers.items())
-    context.trace_request_ctx.request_head = ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8")
+def _request_head(info: aiohttp.RequestInfo) -> bytes:
+    """The request head exactly as aiohttp serialised it (origin-form target): its
+    headers are a view of those the request sent (aiohttp ClientRequest.send)."""
+    lines = [f"{info.method} {info.url.raw_path_qs} HTTP/1.1"]
+    lines.extend(f"{name}: {value}" for name, value in info.headers.items())
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8")
 
 
 def _head_name(name: bytes) -> bytes:
@@ -382,6 +372,7 @@ def _head_name(name: bytes) -> bytes:
 
 
 def _read_head(reply: aiohttp.ClientResponse, response: FetchResponse) -> None:
+    response.request_head = _request_head(reply.request_info)
     response.status = reply.status
     response.headers = list(reply.headers.items())
     content_type = reply.headers.get("Content-Type")
