@@ -12,9 +12,12 @@ when it is rotated or the writer is closed. A fetch produces a ``response`` reco
 (block = the HTTP head as received + the body) followed by a ``request`` record
 (block = the request head) whose ``WARC-Concurrent-To`` names the response.
 
-Records are built by warcio (headers, record ids, SHA-1 block and payload digests);
-compression is ours (:func:`gzip_member`), because warcio's gzip runs at level 9 and is
-the bottleneck of a fast crawl (see MEASURED.md).
+Records are built by FastWARC (headers, record ids, SHA-1 block digests; the payload
+digest is handed to it) and read back by warcio, so every file is checked by a second,
+independent implementation. FastWARC builds a fetch's two records in about 60 % of the
+CPU time warcio's builder took (measured on 20 KB pages: ~140 µs against ~220 µs a fetch,
+gzip included). Compression is ours (:func:`gzip_member`), because warcio's gzip runs at
+level 9 and is the bottleneck of a fast crawl (see MEASURED.md).
 
 Crash safety
 ------------
@@ -29,6 +32,7 @@ written, even by another process sharing the directory.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import io
 import os
 import socket
@@ -40,16 +44,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import BinaryIO
 
+from fastwarc.warc import WarcRecord, WarcRecordType
 from isal import isal_zlib
 from warcio.archiveiterator import ArchiveIterator
 from warcio.exceptions import ArchiveLoadFailed
-from warcio.recordloader import ArcWarcRecord
 from warcio.statusandheaders import (
     StatusAndHeaders,
     StatusAndHeadersParserException,
 )
 from warcio.timeutils import datetime_to_iso_date
-from warcio.warcwriter import WARCWriter
 
 from drumbeat.store.durable import fsync_dir
 
@@ -126,26 +129,6 @@ class StoredRecord:
         return self.rec_headers.get_header(name)
 
 
-class _RawHead(StatusAndHeaders):
-    """An HTTP head that serializes to the exact bytes received.
-
-    warcio re-formats HTTP headers when writing (``Name: value``, non-ASCII
-    percent-encoded, folded lines joined), but a response block must hold the head
-    as it came off the wire; ``compute_headers_buffer`` is the one place warcio asks
-    for those bytes, for both the block digest and the output. Writing needs nothing
-    else of the head (only that it is truthy), so it is not parsed: parsing cost a
-    fifth of a record's writing time.
-    """
-
-    def __init__(self, raw: bytes) -> None:
-        line = raw.split(b"\r\n", 1)[0].decode("latin-1")
-        super().__init__(line or "-", [], "", len(raw))
-        self._raw = raw
-
-    def compute_headers_buffer(self, header_filter: object = None) -> None:
-        self.headers_buff = self._raw
-
-
 class WarcWriter:
     """Writes fetches as WARC/1.1 records into size-rotated files in ``directory``.
 
@@ -172,7 +155,6 @@ class WarcWriter:
         self._level = gzip_level
         self._software = software
         self._buf = io.BytesIO()
-        self._builder = WARCWriter(self._buf, gzip=False, warc_version="1.1")
         self._seq = 0
         self._file: BinaryIO | None = None
         self._name = ""
@@ -209,30 +191,22 @@ class WarcWriter:
             datetime.fromtimestamp(fetch_time, timezone.utc).replace(tzinfo=None),
             use_micros=True,
         )
-        response_headers = {"WARC-Date": date}
+        response_headers = {"WARC-Date": date, "WARC-Target-URI": url,
+                            "Content-Type": "application/http; msgtype=response"}
         if ip:
             response_headers["WARC-IP-Address"] = ip
         if truncated:
             response_headers["WARC-Truncated"] = truncated
-        response = self._builder.create_warc_record(
-            url,
-            "response",
-            payload=io.BytesIO(body),
-            length=len(body),
-            warc_headers_dict=response_headers,
-            http_headers=self._raw_head(response_head),
-        )
-        response_id = response.rec_headers.get_header("WARC-Record-ID")
-        request = self._builder.create_warc_record(
-            url,
-            "request",
-            payload=io.BytesIO(b""),
-            length=0,
-            warc_headers_dict={"WARC-Date": date, "WARC-Concurrent-To": response_id},
-            http_headers=self._raw_head(request_head),
-        )
-        response_member = self._compress(response)
-        request_member = self._compress(request)
+        # The block is the head exactly as received, then the body as stored (transfer
+        # framing removed, content coding kept): the payload digest is over that body.
+        response_id, response_member = self._record(
+            WarcRecordType.response, response_headers, response_head + body,
+            payload_digest=hashlib.sha1(body).digest())
+        _, request_member = self._record(
+            WarcRecordType.request,
+            {"WARC-Date": date, "WARC-Target-URI": url, "WARC-Concurrent-To": response_id,
+             "Content-Type": "application/http; msgtype=request"},
+            request_head)
 
         f = self._ensure_open()
         location = WarcLocation(self._name, self._size, len(response_member))
@@ -274,14 +248,21 @@ class WarcWriter:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _raw_head(self, raw: bytes) -> _RawHead:
-        return _RawHead(raw)
-
-    def _compress(self, record: ArcWarcRecord) -> bytes:
+    def _record(self, rec_type: WarcRecordType, headers: dict[str, str], block: bytes,
+                payload_digest: bytes | None = None) -> tuple[str, bytes]:
+        """One record with ``headers`` (after WARC-Type, WARC-Date, WARC-Record-ID and
+        Content-Length; a given WARC-Date replaces the current time) and its block
+        digest, as one gzip member; returns (its WARC-Record-ID, the member)."""
+        record = WarcRecord()
+        record.init_headers(record_type=rec_type)
+        fields = record.headers
+        for name, value in headers.items():
+            fields[name] = value
+        record.set_bytes_content(block)
         self._buf.seek(0)
         self._buf.truncate()
-        self._builder.write_record(record)
-        return gzip_member(self._buf.getvalue(), self._level)
+        record.write(self._buf, checksum_data=True, payload_digest=payload_digest)
+        return fields["WARC-Record-ID"], gzip_member(self._buf.getvalue(), self._level)
 
     def _advance(self, records: int, nbytes: int) -> None:
         self._size += nbytes
@@ -320,7 +301,10 @@ class WarcWriter:
             "conformsTo": _WARC_1_1_SPEC,
             "hostname": socket.gethostname(),
         }
-        member = self._compress(self._builder.create_warcinfo_record(name, info))
+        _, member = self._record(
+            WarcRecordType.warcinfo,
+            {"WARC-Filename": name, "Content-Type": "application/warc-fields"},
+            "".join(f"{key}: {value}\r\n" for key, value in info.items()).encode())
         f.write(member)
         self._advance(1, len(member))
         return f
