@@ -3,21 +3,43 @@
 Three measurements, one run (issue 4, "Benchmarks"):
 
 1. **Spam share.** One synthetic web (``drumbeat.simweb`` in a subprocess) with ordinary
-   hosts, spam farms (as many addresses per farm as the ordinary hosts have, so per-IP
-   politeness does not cap a farm), calendar traps and a big site, is crawled twice from
-   the same seeds with the same politeness by ``drumbeat crawl --max-pages N`` (each in its
-   own process and state dir): drumbeat as configured (STAR budgets + BEAST), and plain
-   BFS: the same crawler with ``budget_default = budget_max = 10**9``, so every PLD fits in
-   the next BEAST queue and BEAST is one FIFO. Reported per contender, from its crawl.log:
-   the share of the first N page fetches per PLD class (spam, trap, big, legit), pages/s
+   hosts, spam farms, calendar traps and a big site, is crawled twice from the same seeds
+   with the same politeness by ``drumbeat crawl --max-pages N`` (each in its own process
+   and state dir): drumbeat as configured (STAR budgets + BEAST), and plain BFS: the same
+   crawler with ``budget_default = budget_max = 10**9``, so every PLD fits in the next BEAST
+   queue and BEAST is one FIFO. Reported per contender, from its crawl.log: the share of
+   the first N page fetches per PLD class (spam, trap, big, legit), by tenth of N, pages/s
    and wall time. Targets: drumbeat <= 5 % spam + trap, BFS >= 50 %.
+
+   The web (choices made to resemble a real crawl; none is known to the crawler):
+
+   * *Seeds*: about a tenth of the ordinary hosts' home pages (``Plan.seeds``,
+     :func:`seed_urls`), as real crawls start from many legitimate front pages, not three.
+     The web's own ``seeds()`` come first: they link to every farm and calendar, so both
+     crawls meet every endless PLD at depth 1.
+   * *Spam farms on few servers* (``FARM_IPS`` addresses each), as real farms with
+     millions of subdomains are (IRLbot §VII.A: many virtual hosts on one server are
+     what τs is for); ordinary hosts share 16 addresses.
+   * *Link-farm pages are long link lists* (``SPAM_LINKS`` links a page, nearly all to
+     URLs never seen, most on new subdomains): the farm's share of the link graph grows
+     by that factor per level, IRLbot §VI.A's "quickly branching site".
+
+   Earlier versions started from 3 seeds with farms on 16 addresses and 30 links a page:
+   drumbeat then spent its first tenth largely on spam (few legit PLDs known, so BEAST's
+   queues were small and cycled fast, each giving every farm B0 more URLs).
 2. **Manager RSS with queued URLs.** One fresh process per size builds a ``Manager`` on a
    temp state dir (``LocalTaskQueue``, ``CrawlLog``, DNS from a loopback ``SimDNS`` that
    answers 127.1.0.1 for any name), admits N unique URLs over 10 000 hosts and 5 000 PLDs
    through URL-seen into BEAST, records allow-all robots for every origin and runs the feed
    path until the scheduler's RAM is at its bound. 10 000 hosts = the default robots RAM
-   LRU, so routing measures the scheduler, not per-URL RobotsCache DRUM checks. Peak (VmHWM) and current RSS per size;
-   target: RSS at 10 M <= 1.2x RSS at 100 k.
+   LRU, so routing measures the scheduler, not per-URL RobotsCache DRUM checks. Peak (VmHWM),
+   current and *live* RSS (current after glibc's ``malloc_trim(0)``) per size, URL-seen's
+   merge rounds, and the RAM the configuration grants the DRUMs; target: RSS at 10 M <= 1.2x
+   RSS at 100 k. What grows is DRUM's configured memory coming into use: URL-seen's record
+   buffer (a quarter of ``urlseen_ram_bytes``) is touched only as it fills, which 100 k URLs
+   do not, and its merge rounds work on buckets that are only full at the larger sizes
+   (their transient arrays are bounded by ``urlseen_ram_bytes``, and glibc may keep the
+   freed pages: current minus live).
 3. **BEAST disk I/O per page vs Theorem 7.** From each crawl of part 1, BEAST's bytes read
    and written (the checkpoint's ``frontier.beast`` queue commits) per page fetched, next to
    Theorem 7's bound per page, 2b(2L-1): b = mean BEAST record (payload + frame) in bytes,
@@ -57,6 +79,9 @@ RSS_BATCH = 50_000  # URLs per _admit call; small so the harness's own lists bar
 RSS_FEEDS = 40  # feed rounds at most; RAM is usually full after a handful
 RSS_ANSWER = "127.1.0.1"  # what the RSS run's DNS answers for any name (loopback only)
 B_SAMPLE = 20_000  # BEAST records read per queue to measure b
+# The web's realism choices (module doc, "The web"):
+FARM_IPS = 2  # addresses per spam farm: farms sit on few servers
+SPAM_LINKS = 100  # links per spam page: link-farm pages are long link lists
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,23 +90,25 @@ class Plan:
 
     web: SimWebConfig
     pages: int  # N
+    seeds: int  # legit home pages the crawls start from (see seed_urls)
     frontier_ram_urls: int  # for both crawls of part 1 (see _ram_note)
     rss_sizes: tuple[int, ...]
     rss_hosts: int  # hosts the queued URLs spread over (PLDs: half of that)
 
 
-def _web(hosts: int, pages_per_host: int, ips: int, farms: int, links: int, traps: int,
-         big: int) -> SimWebConfig:
+def _web(hosts: int, pages_per_host: int, ips: int, farms: int, farm_ips: int, links: int,
+         traps: int, big: int) -> SimWebConfig:
     return SimWebConfig(seed=3, hosts=hosts, ips=ips, pages_per_host=pages_per_host,
-                        spam_farms=farms, spam_ips=ips, spam_links_per_page=links,
+                        spam_farms=farms, spam_ips=farm_ips, spam_links_per_page=links,
                         calendar_traps=traps, big_site_pages=big)
 
 
 PLANS = {
-    "full": Plan(_web(1000, 20, 16, 2, 30, 2, 5000), 6000, 2000,
+    "full": Plan(_web(1000, 20, 16, 2, FARM_IPS, SPAM_LINKS, 2, 5000), 6000, 100, 2000,
                  (100_000, 1_000_000, 10_000_000), 10_000),
-    "quick": Plan(_web(300, 20, 16, 2, 30, 2, 2000), 1500, 1000, (100_000, 1_000_000), 10_000),
-    "tiny": Plan(_web(40, 6, 4, 1, 30, 1, 100), 80, 200, (10_000,), 1_000),
+    "quick": Plan(_web(300, 20, 16, 2, FARM_IPS, SPAM_LINKS, 2, 2000), 1500, 30, 1000,
+                  (100_000, 1_000_000), 10_000),
+    "tiny": Plan(_web(40, 6, 4, 1, FARM_IPS, SPAM_LINKS, 1, 100), 80, 4, 200, (10_000,), 1_000),
 }
 
 
@@ -106,11 +133,23 @@ def _start_web(config: SimWebConfig) -> tuple[subprocess.Popen[str], dict]:
     return proc, json.loads(line)
 
 
-def _crawl(name: str, info: dict, state: Path, pages: int, toml: str) -> float:
+def seed_urls(model: SimWebModel, n: int) -> list[str]:
+    """``n`` legit home pages: the web's own ``seeds()`` first (the hosts that link to every
+    spam farm and calendar, so both crawls meet them at depth 1), then home pages spread
+    evenly over the other ordinary hosts whose robots.txt lets them be crawled."""
+    first = model.seeds()
+    others = [model.url(h.name, "/") for h in model.hosts if h.robots_variant != "error"]
+    others = [u for u in others if u not in first]
+    step = max(1, len(others) // max(1, n - len(first)))
+    return (first + others[::step])[:max(n, len(first))]
+
+
+def _crawl(name: str, seeds: list[str], info: dict, state: Path, pages: int,
+           toml: str) -> float:
     """Run ``drumbeat crawl`` to ``pages`` pages; returns the wall time."""
     config = state.parent / f"{name}.toml"
     config.write_text(toml, encoding="utf-8")
-    cmd = [sys.executable, "-m", "drumbeat", "crawl", *info["seeds"], "--state", str(state),
+    cmd = [sys.executable, "-m", "drumbeat", "crawl", *seeds, "--state", str(state),
            "--dns-server", info["dns"], "--allow-loopback", "--host-delay", str(HOST_DELAY_S),
            "--ip-delay", str(IP_DELAY_S), "--max-pages", str(pages), "--no-progress",
            "--config", str(config)]
@@ -199,6 +238,7 @@ def _mean_record_bytes(state: Path, queue_states: list[dict], fetched: list[dict
 def spam_share(plan: Plan, work: Path, log: bool) -> dict:
     proc, info = _start_web(plan.web)
     model = SimWebModel(replace(plan.web, port=info["port"]))
+    seeds = seed_urls(model, plan.seeds)
     ram = f"frontier_ram_urls = {plan.frontier_ram_urls}\n"
     contenders = {
         "drumbeat": CRAWL_TOML + ram,
@@ -211,7 +251,7 @@ def spam_share(plan: Plan, work: Path, log: bool) -> dict:
             if log:
                 print(f"crawling: {name}, {plan.pages:,} pages ...", file=sys.stderr)
             state = work / name
-            wall = _crawl(name, info, state, plan.pages, toml)
+            wall = _crawl(name, seeds, info, state, plan.pages, toml)
             fetched = _fetched(state)
             out = _shares(model, fetched, plan.pages)
             out.update(wall_s=wall, pages_per_s=len(fetched) / wall)
@@ -227,6 +267,7 @@ def spam_share(plan: Plan, work: Path, log: bool) -> dict:
                 "legit_pages": sum(len(model.paths(h.name)) for h in model.hosts),
                 "legit_plds": len({h.pld for h in model.hosts})},
         "pages": plan.pages,
+        "seeds": len(seeds),
         "settings": {"host_delay_s": HOST_DELAY_S, "ip_delay_s": IP_DELAY_S,
                      "frontier_ram_urls": plan.frontier_ram_urls,
                      "bfs_budget": BFS_BUDGET},
@@ -250,6 +291,18 @@ def _memory() -> dict[str, int]:
         if name in ("VmHWM", "VmRSS"):
             kib[name] = int(value.split()[0])
     return {"peak_rss": kib["VmHWM"] << 10, "rss": kib["VmRSS"] << 10}
+
+
+def _live_rss() -> int | None:
+    """Current RSS after glibc's ``malloc_trim(0)``: memory in use, without the freed heap
+    pages the allocator keeps (None where there is no glibc)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        return None
+    return _memory()["rss"]
 
 
 async def _rss_child(n: int, hosts: int, work: Path) -> dict:
@@ -291,11 +344,18 @@ async def _rss_child(n: int, hosts: int, work: Path) -> dict:
             feeds += 1
             await asyncio.sleep(0)  # let DNS lookups (loopback SimDNS) run
         feed_s = time.perf_counter() - t0
+        memory = _memory()  # before _live_rss trims the heap
+        drum = manager.seen.drum
         return {
             "urls": n, "hosts": hosts, "queued_beast": queued, "queued_ram": manager.scheduler.queued_urls,
             "ram_bound": bound, "hosts_in_ram": len(manager.scheduler.hosts),
             "feed_rounds": feeds, "queue_s": queue_s, "feed_s": feed_s,
-            "urls_per_s": n / queue_s, **_memory(),
+            "urls_per_s": n / queue_s, **memory, "live_rss": _live_rss(),
+            # RAM the configuration grants DRUM (URL-seen, PLD graph, robots), used only
+            # as the DRUMs fill: the 100 k run does not fill URL-seen's buffers.
+            "drum_ram_bytes": (settings.urlseen_ram_bytes + settings.pld_ram_bytes
+                               + settings.robots_ram_bytes),
+            "urlseen_buffer_records": drum._spill_at, "urlseen_merges": drum.stats().merges,
         }
     finally:
         for task in list(manager._resolving.values()):
@@ -324,10 +384,12 @@ def manager_rss(sizes: tuple[int, ...], hosts: int, work: Path, log: bool) -> di
     first, last = runs[str(sizes[0])], runs[str(sizes[-1])]
     for run in runs.values():
         run["peak_rss_vs_smallest"] = run["peak_rss"] / first["peak_rss"]
+    live = (last["live_rss"] / first["live_rss"]
+            if last["live_rss"] and first["live_rss"] else None)
     return {
         "sizes": list(sizes), "runs": runs,
         "peak_rss_ratio": last["peak_rss"] / first["peak_rss"],
-        "rss_ratio": last["rss"] / first["rss"],
+        "rss_ratio": last["rss"] / first["rss"], "live_rss_ratio": live,
         "ratio_sizes": [sizes[0], sizes[-1]],
     }
 
@@ -392,7 +454,7 @@ def _print_tables(report: dict) -> None:
                       f"{out['pages_per_s']:,.0f}", f"{out['wall_s']:,.1f}")
     console.print(table)
     console.print(
-        f"web: {web['hosts']:,} ordinary hosts ({web['legit_plds']:,} PLDs, about "
+        f"seeds: {share['seeds']:,} legit home pages; web: {web['hosts']:,} ordinary hosts ({web['legit_plds']:,} PLDs, about "
         f"{web['legit_pages']:,} pages) on {web['ips']} IPs, {web['spam_farms']} spam farms "
         f"({web['spam_ips']} IPs each, {web['spam_links_per_page']} links a page), "
         f"{web['calendar_traps']} calendar traps, a big site of {web['big_site_pages']:,} "
@@ -404,17 +466,28 @@ def _print_tables(report: dict) -> None:
     table = Table(title="Manager RSS with queued URLs (each size in a fresh process; "
                   "target: largest <= 1.2x smallest)")
     for col in ("queued URLs", "in RAM", "hosts in RAM", "queue s", "URLs/s", "feed s",
-                "peak RSS MiB", "RSS MiB", "peak vs smallest"):
+                "URL-seen merges", "peak RSS MiB", "RSS MiB", "live MiB", "peak vs smallest"):
         table.add_column(col, justify="right")
     for run in rss["runs"].values():
+        live = run["live_rss"]
         table.add_row(f"{run['urls']:,}", f"{run['queued_ram']:,}", f"{run['hosts_in_ram']:,}",
                       f"{run['queue_s']:.1f}", f"{run['urls_per_s']:,.0f}",
-                      f"{run['feed_s']:.1f}", f"{run['peak_rss'] / 2**20:,.0f}",
-                      f"{run['rss'] / 2**20:,.0f}", f"{run['peak_rss_vs_smallest']:.2f}x")
+                      f"{run['feed_s']:.1f}", str(run["urlseen_merges"]),
+                      f"{run['peak_rss'] / 2**20:,.0f}", f"{run['rss'] / 2**20:,.0f}",
+                      f"{live / 2**20:,.0f}" if live else "", f"{run['peak_rss_vs_smallest']:.2f}x")
     console.print(table)
     lo, hi = rss["ratio_sizes"]
-    console.print(f"RSS {hi:,} / {lo:,} URLs: peak {rss['peak_rss_ratio']:.2f}x, "
-                  f"current {rss['rss_ratio']:.2f}x")
+    first = rss["runs"][str(lo)]
+    live = rss["live_rss_ratio"]
+    console.print(
+        f"RSS {hi:,} / {lo:,} URLs: peak {rss['peak_rss_ratio']:.2f}x, current "
+        f"{rss['rss_ratio']:.2f}x, live {f'{live:.2f}x' if live else 'n/a'}. live = current "
+        f"RSS after malloc_trim(0) (freed heap the allocator kept is returned). The "
+        f"configuration grants the DRUMs {first['drum_ram_bytes'] / 2**20:,.0f} MiB "
+        f"(URL-seen's record buffer holds {first['urlseen_buffer_records']:,} URLs, its merge "
+        f"works on buckets of up to about as many); DRUM touches those pages only as its "
+        f"buffers fill, which {lo:,} URLs do not, so peak growth up to the largest size is "
+        f"configured memory coming into use, not memory per queued URL.")
 
     table = Table(title="BEAST disk I/O per page fetched vs Theorem 7, 2b(2L-1)")
     for col in ("crawl", "pages", "L (URLs/page)", "b (bytes)", "written/page", "read/page",
