@@ -72,7 +72,9 @@ class FetchResponse:
     ``location`` is the Location header resolved against ``url``.
     ``request_head`` and ``response_head`` are the bytes of the request line and
     headers as sent and of the status line and headers as received, each
-    ending in CRLF CRLF, for WARC records. ``body`` is the payload as on the
+    ending in CRLF CRLF, for WARC records; both are empty when no response head
+    arrived (the request head is read off the response, which costs nothing,
+    rather than traced for every request). ``body`` is the payload as on the
     wire minus transfer framing (still content-encoded), cut short when
     ``truncated`` says why, in WARC-Truncated's words: ``length`` (the body cap),
     ``time`` (a timeout after the head arrived) or ``disconnect`` (the connection
