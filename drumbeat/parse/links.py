@@ -120,7 +120,8 @@ def extract_links(
     if len(body) > max_parse_bytes:
         body = body[:max_parse_bytes]
         dropped["html_truncated"] = 1
-    if body.count(b"<") - body.count(b"</") > _MAX_START_TAGS_AS_IS:
+    tags = body.count(b"<")  # an upper bound of start tags: most pages stop here
+    if tags > _MAX_START_TAGS_AS_IS and tags - body.count(b"</") > _MAX_START_TAGS_AS_IS:
         body = _QUADRATIC_RE.sub(rb"<\1x-\2", body)
     for node in LexborHTMLParser(body, encoding=True).css(_SELECTOR):
         tag = node.tag
