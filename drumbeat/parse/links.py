@@ -19,6 +19,7 @@ from drumbeat.urls import (
     host_of,
     normalize,
     normalize_links,
+    origin_of,
     pld,
 )
 
@@ -207,6 +208,9 @@ def pld_edges(source_url: str, links: list[str]) -> set[tuple[str, str]]:
     per distinct host.
     """
     source = pld(host_of(source_url))
-    targets = {pld(host) for host in {host_of(link) for link in links}}
+    # Links within the source's origin (most of a page's) share its PLD: skip parsing them.
+    own = origin_of(source_url) + "/"
+    hosts = {host_of(link) for link in links if not link.startswith(own)}
+    targets = {pld(host) for host in hosts}
     targets.discard(source)
     return {(source, target) for target in targets}
