@@ -43,6 +43,9 @@ loopback addresses refused. Set --user-agent to name you and a contact URL.
 A host that answers 429 or 503, or keeps failing to connect, is backed off (the wait
 doubles, Retry-After is honoured, capped at backoff_max_s = {_D.backoff_max_s:g} s) and
 the URL retried up to fetch_max_attempts = {_D.fetch_max_attempts} fetches in all.
+A redirect's target is crawled as a new URL (the guard and robots.txt apply to it), at
+most max_redirects = {_D.max_redirects} redirects in a row; a body cut short by the size cap, a
+timeout or a dropped connection is kept and marked (WARC-Truncated), not fetched again.
 """
 
 
