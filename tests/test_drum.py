@@ -22,6 +22,8 @@ from drumbeat.drum import (
     predicted_alpha,
 )
 
+from drumbeat.drum.format import DEFLATE, encode_block, iter_blocks_at
+
 VALUE = np.dtype([("n", "<i8")])
 POOL = [(i * 0x9E3779B97F4A7C15) % (1 << 64) for i in range(40)]
 
@@ -172,15 +174,26 @@ def test_check_returns_stored_values_and_persists(tmp_path: Path) -> None:
 def test_stats_alpha_and_theorem_2_sizing(tmp_path: Path) -> None:
     s = plan(64 << 20, 9)
     assert s.buckets == 16 and s.buffer_bytes == 1 << 20  # k0 = R / 4M with M = 1 MiB
-    drum = Drum(tmp_path, ram_bytes=1 << 20, fsync=False)
     keys = np.arange(1, 20001, dtype=np.uint64) << np.uint64(40)
-    drum.check_update(keys, aux=[b"u" * 60] * len(keys))
+    # Theorem 2 counts every aux byte as written: incompressible aux (random bytes;
+    # the arrival log stores them raw) ...
+    rng = np.random.default_rng(3)
+    noise = rng.integers(0, 256, 60 * len(keys), np.uint8).tobytes()
+    drum = Drum(tmp_path / "raw", ram_bytes=1 << 20, fsync=False)
+    drum.check_update(keys, aux=[noise[i:i + 60] for i in range(0, len(noise), 60)])
     drum.flush()
     list(drum.take_results())
     st_ = drum.stats()
     assert st_.keys_stored == 20000 and st_.merges >= 1 and st_.last_batch > 0
     assert st_.checked_bytes == 20000 * 68
     assert 2 < st_.alpha < 10
+    # ... while text that compresses is written deflated: fewer bytes moved.
+    drum = Drum(tmp_path / "text", ram_bytes=1 << 20, fsync=False)
+    drum.check_update(keys, aux=[b"u" * 60] * len(keys))
+    drum.flush()
+    assert [bytes(a) for r in drum.take_results() for a in r.aux] == [b"u" * 60] * len(keys)
+    assert drum.stats().checked_bytes == 20000 * 68
+    assert drum.stats().alpha < st_.alpha / 2
     assert predicted_alpha(stored=0, checked=1e6, unique=0.11, url_bytes=70, ram_bytes=1 << 30) > 2
 
 
@@ -259,6 +272,78 @@ def test_truncated_file_is_named(tmp_path: Path, kind: str) -> None:
         f.truncate(path.stat().st_size - 5)
     with pytest.raises(DrumCorruptError, match=path.name):
         Drum(tmp_path, value_dtype=VALUE, buckets=2, fsync=False, ram_bytes=1 << 16)
+
+
+def _url_log(tmp_path: Path) -> tuple[Path, list[tuple[int, int, bytes]], list[bytes]]:
+    """A committed epoch of URL-like aux (compressible), not yet merged: its arrival
+    log path, its blocks ``(offset, count, payload)`` and the aux given."""
+    drum = Drum(tmp_path, ram_bytes=1 << 20, fsync=False)
+    urls = [b"https://www.example%03d.com/path/page-%06d.html" % (i % 7, i) for i in range(2000)]
+    keys = np.arange(1, 2001, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    for s in range(0, 2000, 500):  # a block per call (a list of aux is joined per call)
+        drum.check_update(keys[s:s + 500], aux=urls[s:s + 500])
+    drum.commit()
+    drum.close()
+    (path,) = tmp_path.glob("a-*.drum")
+    blocks = list(iter_blocks_at(path, b"a"))
+    assert len(blocks) > 1
+    for _, n, payload in blocks:  # the rest after the keys and (rawlen, codec) is deflated
+        assert payload[8 * n + 8] == DEFLATE and len(payload) < 8 * n + 9 + sum(map(len, urls))
+    return path, blocks, urls
+
+
+def test_compressed_arrival_log_reads_back(tmp_path: Path) -> None:
+    _, _, urls = _url_log(tmp_path)
+    drum = Drum(tmp_path, ram_bytes=1 << 20, fsync=False)  # reloads the epoch from the log
+    drum.flush()
+    got = [r for r in drum.take_results()]
+    assert [a for r in got for a in r.aux] == urls
+    assert sum(int(r.unique.sum()) for r in got) == len(urls)
+
+
+def _rewrite_block(path: Path, offset: int, payload: bytes) -> None:
+    """Replace the payload of the block at ``offset`` with one of the same length and
+    a valid checksum: only decoding it can find the damage."""
+    data = bytearray(path.read_bytes())
+    count = int.from_bytes(data[offset:offset + 4], "little")
+    data[offset:offset + 12 + len(payload)] = encode_block(count, payload)
+    path.write_bytes(bytes(data))
+
+
+def test_corrupted_compressed_arrival_block_is_named(tmp_path: Path) -> None:
+    path, blocks, _ = _url_log(tmp_path)
+    at, n, payload = blocks[1]
+    # A damaged byte in the deflated aux: the block's checksum names file and offset.
+    _flip(path, at + 12 + len(payload) - 5)
+    with pytest.raises(DrumCorruptError, match=f"{path.name}.*checksum mismatch in block "
+                                               f"at offset {at}"):
+        Drum(tmp_path, ram_bytes=1 << 20, fsync=False)
+    # Garbage deflate data under a valid checksum: named when inflating.
+    start = 8 * n + 9
+    _rewrite_block(path, at, payload[:start] + b"\xff" * (len(payload) - start))
+    with pytest.raises(DrumCorruptError, match=f"{path.name}.*offset {at}.*compressed data"):
+        Drum(tmp_path, ram_bytes=1 << 20, fsync=False)
+    # A wrong raw length recorded for a valid stream.
+    bad = bytearray(payload)
+    bad[8 * n] ^= 1
+    _rewrite_block(path, at, bytes(bad))
+    with pytest.raises(DrumCorruptError, match=f"{path.name}.*offset {at}"):
+        Drum(tmp_path, ram_bytes=1 << 20, fsync=False)
+    # An unknown codec.
+    bad = bytearray(payload)
+    bad[8 * n + 8] = 7
+    _rewrite_block(path, at, bytes(bad))
+    with pytest.raises(DrumCorruptError, match=f"{path.name}.*offset {at}.*codec 7"):
+        Drum(tmp_path, ram_bytes=1 << 20, fsync=False)
+
+
+def test_torn_compressed_arrival_log_is_named(tmp_path: Path) -> None:
+    path, blocks, _ = _url_log(tmp_path)
+    at, _, payload = blocks[-1]
+    with open(path, "r+b") as f:  # cut inside the last (committed) block
+        f.truncate(at + 12 + len(payload) // 2)
+    with pytest.raises(DrumCorruptError, match=f"{path.name}.*truncated"):
+        Drum(tmp_path, ram_bytes=1 << 20, fsync=False)
 
 
 def test_corrupted_header_and_state(tmp_path: Path) -> None:
@@ -442,5 +527,10 @@ def test_older_state_format_is_refused(tmp_path: Path) -> None:
 
     body = json.dumps({"format": 3, "value_dtype": [], "buckets": 1}).encode()
     (tmp_path / "STATE.json").write_bytes(body + b"\n" + b"%08x\n" % zlib.crc32(body))
-    with pytest.raises(DrumError, match="state format 3.*only format 4"):
+    with pytest.raises(DrumError, match="state format 3.*only format 5"):
+        Drum(tmp_path)
+    # Format 4 directories hold data files of format 5 (uncompressed arrival log).
+    body = json.dumps({"format": 4, "value_dtype": [], "buckets": 1}).encode()
+    (tmp_path / "STATE.json").write_bytes(body + b"\n" + b"%08x\n" % zlib.crc32(body))
+    with pytest.raises(DrumError, match="state format 4.*only format 5.*another version"):
         Drum(tmp_path)

@@ -99,8 +99,8 @@ AUX_FORMS = ("blob", "list")
 
 
 def run_drumbeat(work: Path, ram: int, stored: int, measure: int, fsync: str = "round",
-                 aux_form: str = "blob") -> dict:
-    drum = Drum(work, ram_bytes=ram, fsync=FSYNC_MODES[fsync])
+                 aux_form: str = "blob", compress: str = "on") -> dict:
+    drum = Drum(work, ram_bytes=ram, fsync=FSYNC_MODES[fsync], compress_log=compress == "on")
     for ids in load_batches(stored):
         drum.check_update(keys_of(ids))
         for _ in drum.take_results():
@@ -110,21 +110,28 @@ def run_drumbeat(work: Path, ram: int, stored: int, measure: int, fsync: str = "
         pass
     _loaded()
     before = drum.stats()
+    io0, cpu0 = _proc_io(), time.process_time()
     unique = 0
-    elapsed = 0.0
+    submit_s = deliver_s = 0.0
     for ids in measure_batches(stored, measure):
         keys, urls = keys_of(ids), urls_of(ids)
         aux = urls if aux_form == "list" else AuxArray.of(urls)
         t0 = time.perf_counter()
         drum.check_update(keys, aux=aux)
+        t1 = time.perf_counter()
         for r in drum.take_results():
             unique += int(r.unique.sum())
-        elapsed += time.perf_counter() - t0
+        submit_s += t1 - t0
+        deliver_s += time.perf_counter() - t1
     t0 = time.perf_counter()
     drum.flush()
+    t1 = time.perf_counter()
     for r in drum.take_results():
         unique += int(r.unique.sum())
-    elapsed += time.perf_counter() - t0
+    flush_s = t1 - t0
+    deliver_s += time.perf_counter() - t1
+    elapsed = submit_s + flush_s + deliver_s
+    io1, cpu1 = _proc_io(), time.process_time()
     after = drum.stats()
     moved = after.bytes_read + after.bytes_written - before.bytes_read - before.bytes_written
     checked = after.checked_bytes - before.checked_bytes
@@ -138,7 +145,15 @@ def run_drumbeat(work: Path, ram: int, stored: int, measure: int, fsync: str = "
         "url_bytes": b, "buckets": drum.sizing.buckets, "merges": after.merges - before.merges,
         "base_rewrites": after.base_rewrites - before.base_rewrites, "runs": after.runs,
         "sort_s": after.sort_s - before.sort_s, "merge_s": after.merge_s - before.merge_s,
+        # Where the measured time went: check_update calls (their merge rounds
+        # included), the final flush's round, reading results back; CPU seconds of
+        # the process; bytes the process wrote to / read from the disk (/proc/self/io).
+        "submit_s": submit_s, "flush_s": flush_s, "deliver_s": deliver_s,
+        "cpu_s": cpu1 - cpu0,
+        "disk_write_bytes_per_url": (io1["write_bytes"] - io0["write_bytes"]) / measure,
+        "disk_read_bytes_per_url": (io1["read_bytes"] - io0["read_bytes"]) / measure,
         "notes": ("" if fsync == "round" else f"fsync={fsync}: no commit is timed; ")
+        + ("" if compress == "on" else "arrival log not compressed; ")
         + ("aux as a list of bytes, joined in the timed call" if aux_form == "list"
            else "aux as one AuxArray, built untimed (as URL-seen's caller does)"),
     }
@@ -268,6 +283,15 @@ def _loaded() -> None:
         pass
 
 
+def _proc_io() -> dict[str, int]:
+    """This process's I/O counters (Linux /proc/self/io; zeros elsewhere)."""
+    try:
+        lines = Path("/proc/self/io").read_text().splitlines()
+    except OSError:
+        return {"write_bytes": 0, "read_bytes": 0}
+    return {k: int(v) for k, v in (line.split(": ") for line in lines)}
+
+
 def _vmhwm() -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -281,12 +305,13 @@ def _disk_bytes(path: Path) -> int:
 
 
 def run_peer(name: str, work: Path, ram: int, stored: int, measure: int,
-             drum_fsync: str = "round", drum_aux: str = "blob") -> dict:
+             drum_fsync: str = "round", drum_aux: str = "blob",
+             drum_compress: str = "on") -> dict:
     """Run one contender in a fresh process; its peak RSS is its own."""
     work.mkdir(parents=True)
     cmd = [sys.executable, "-m", "drumbeat.bench.drum", "--peer", name, "--dir", str(work),
            "--ram", str(ram), "--keys", str(stored), "--measure", str(measure),
-           "--drum-fsync", drum_fsync, "--drum-aux", drum_aux]
+           "--drum-fsync", drum_fsync, "--drum-aux", drum_aux, "--drum-compress", drum_compress]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode:
         return {"error": done.stderr.strip().splitlines()[-1] if done.stderr else "failed"}
@@ -308,6 +333,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--dir", type=Path, default=None, help="work directory (default: a temp dir)")
     ap.add_argument("--drum-fsync", choices=sorted(FSYNC_MODES), default="round",
                     help="drumbeat's fsync policy: every merge round (default) or commits only")
+    ap.add_argument("--drum-compress", choices=("on", "off"), default="on",
+                    help="drumbeat: deflate its arrival log (off: stored raw, as before "
+                    "format 6)")
     ap.add_argument("--drum-aux", choices=AUX_FORMS, default="blob",
                     help="how drumbeat gets the URLs: one (blob, offsets) AuxArray built untimed "
                     "by the caller, as the crawler's URL-seen does (default), or a list of "
@@ -328,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     if args.peer:  # child mode
-        extra = {"fsync": args.drum_fsync, "aux_form": args.drum_aux} \
+        extra = {"fsync": args.drum_fsync, "aux_form": args.drum_aux,
+                 "compress": args.drum_compress} \
             if args.peer == "drumbeat" else {}
         out = RUNNERS[args.peer](args.dir, args.ram, args.keys, args.measure, **extra)
         out["peak_rss"] = _vmhwm()
@@ -355,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"running {name}: {n_stored:,} stored, {n_measure:,} checked ...",
                       file=sys.stderr)
             out = run_peer(name, base / name, args.ram, n_stored, n_measure, args.drum_fsync,
-                           args.drum_aux)
+                           args.drum_aux, args.drum_compress)
             out.update(stored=n_stored, checked=n_measure)
             out["notes"] = note + out.get("notes", "")
             results[name] = out

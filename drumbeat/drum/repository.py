@@ -10,7 +10,7 @@ Directory layout (file formats in :mod:`drumbeat.drum.format`)::
     r-EEEEEEEE.drum            results of merging epoch E, in arrival order or a run per bucket
 
 ``STATE.json`` is JSON followed by a line with the zlib.crc32 of the JSON in
-hex. It holds the state format version (4), value dtype and bucket count, the
+hex. It holds the state format version (5), value dtype and bucket count, the
 ``current`` snapshot and the last two ``commits`` (snapshots returned by
 :meth:`Drum.commit`). A snapshot names the sorted ``runs``, oldest first, each
 with its generation and, per bucket, its section's offset, length and record
@@ -84,11 +84,14 @@ from drumbeat.drum.format import (
     HEADER_SIZE,
     DrumCorruptError,
     DrumError,
+    arrival_parts,
+    arrival_rest,
     block_parts,
     check_header,
     encode_footer,
     encode_header,
     iter_blocks,
+    iter_blocks_at,
     write_parts,
 )
 from drumbeat.drum.merge import CHECK, CHECK_UPDATE, UPDATE, MergeFn, Merger, merge_bucket
@@ -97,7 +100,7 @@ from drumbeat.drum.sizing import UNIT_RECORDS, Sizing, plan
 
 STATE = "STATE.json"
 _SPARE_KINDS = ("a", "c")  # obsolete files of these kinds are kept to be overwritten
-STATE_VERSION = 4
+STATE_VERSION = 5  # 5: data files of format 6 (compressed arrival log)
 _FILE_RE = re.compile(r"^([qacr])-(\d{4,8})(?:-(\d{4,8}))?\.drum$")
 _EMPTY = np.dtype([])
 _LIVE = ("q", "qn", "sn", "a", "an")  # snapshot fields that change while tuples are queued
@@ -196,8 +199,12 @@ class Drum:
         buckets: int | None = None,
         fsync: bool | str = True,
         manifest: dict | None = None,
+        compress_log: bool = True,
     ) -> None:
         self.directory = Path(directory)
+        # Deflate the arrival log's blocks (all but the keys; see format). Either way
+        # the directory reads back the same: each block says how it is stored.
+        self._compress_log = bool(compress_log)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.value_dtype = _EMPTY if value_dtype is None else np.dtype(value_dtype)
         if self.value_dtype.names is None:
@@ -437,10 +444,11 @@ class Drum:
             return
         keys, lengths, ops, values, data = zip(*self._arrivals)
         n = self._arrivals_n
-        parts: list = [_cat(keys).astype("<u8", copy=False), _cat(lengths), _cat(ops)]
+        rest: list = [_cat(lengths), _cat(ops)]
         if self.value_dtype.itemsize:
-            parts.append(_cat(values))
-        block = block_parts(n, [*parts, *data])
+            rest.append(_cat(values))
+        block = block_parts(n, arrival_parts(_cat(keys).astype("<u8", copy=False),
+                                             [*rest, *data], self._compress_log))
         path = self.directory / _name("a", self._snap["epoch"])
         self._live["a"] = self._append(path, self._live["a"], b"a", 0, 0, *block)
         self._live["an"] += n
@@ -448,20 +456,25 @@ class Drum:
         self._arrivals_n = 0
         self._arrivals_bytes = 0
 
-    def _arrival_block(self, n: int, payload: bytes
+    def _arrival_block(self, path: Path, at: int, n: int, payload: bytes
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, AuxArray]:
-        """(keys, ops, values, aux) of an arrival-log block (views of ``payload``)."""
+        """(keys, ops, values, aux) of the arrival-log block at offset ``at`` of ``path``
+        (views of ``payload``, or of its inflated rest)."""
         vsize = self.value_dtype.itemsize
         keys = np.frombuffer(payload, "<u8", n)
-        lengths = np.frombuffer(payload, "<u4", n, offset=8 * n)
-        ops = np.frombuffer(payload, "u1", n, offset=12 * n)
-        values = np.frombuffer(payload, self.value_dtype, n, offset=13 * n) if vsize else \
+        rest, o = arrival_rest(path, at, n, payload)
+        lengths = np.frombuffer(rest, "<u4", n, offset=o)
+        ops = np.frombuffer(rest, "u1", n, offset=o + 4 * n)
+        values = np.frombuffer(rest, self.value_dtype, n, offset=o + 5 * n) if vsize else \
             np.empty(n, self.value_dtype)
         offsets = np.empty(n + 1, np.int64)
-        offsets[0] = self._arrival_bytes * n
+        offsets[0] = o + (self._arrival_bytes - 8) * n
         np.cumsum(lengths, out=offsets[1:])
         offsets[1:] += offsets[0]
-        return keys, ops, values, AuxArray(payload, offsets)
+        if int(offsets[-1]) != len(rest):
+            raise DrumCorruptError(path, f"arrival block at offset {at}: aux lengths "
+                                   "do not match its size")
+        return keys, ops, values, AuxArray(rest, offsets)
 
     def _reload(self) -> None:
         """Put the current epoch's tuples that are not in q files back in RAM."""
@@ -470,12 +483,12 @@ class Drum:
         if live["an"] == skip:
             return
         path = self.directory / _name("a", self._snap["epoch"])
-        for n, payload in iter_blocks(path, b"a", end=live["a"]):
+        for at, n, payload in iter_blocks_at(path, b"a", end=live["a"]):
             self._counters["bytes_read"] += len(payload) + 12
             if skip >= n:
                 skip -= n
                 continue
-            keys, ops, values, _ = self._arrival_block(n, payload)
+            keys, ops, values, _ = self._arrival_block(path, at, n, payload)
             while skip < n:  # reopened with less RAM: spill as submit() would
                 end = min(n, skip + self._spill_at - self._ram_n)
                 self._keep(keys[skip:end], ops[skip:end], values[skip:end])
@@ -716,9 +729,9 @@ class Drum:
         # sorting scratch; aux is a view of the arrival block, already in RAM.
         step = max(1, self.sizing.chunk_bytes // (self._res.itemsize + 49))
         a_path = self.directory / _name("a", e)
-        for n, payload in iter_blocks(a_path, b"a", end=entry["a"]):
+        for at, n, payload in iter_blocks_at(a_path, b"a", end=entry["a"]):
             self._counters["bytes_read"] += len(payload) + 12
-            keys, ops, _, aux = self._arrival_block(n, payload)
+            keys, ops, _, aux = self._arrival_block(a_path, at, n, payload)
             for s in range(0, n, step):
                 t = slice(s, s + step)
                 if entry["arrival"]:
