@@ -167,14 +167,28 @@ def _raw(part) -> memoryview:
     return memoryview(part).cast("B")
 
 
-def arrival_parts(keys: np.ndarray, rest: list, compress: bool) -> list:
+def arrival_parts(keys: np.ndarray, rest: list, compress: bool,
+                  scratch: bytearray | None = None) -> list:
     """The payload of an ``a`` block as parts for :func:`block_parts`: the u64
     ``keys``, then ``rest`` (the other columns and the aux bytes), deflated when
-    ``compress`` and that makes it smaller."""
+    ``compress`` and that makes it smaller.
+
+    ``scratch``: a buffer reused to join ``rest`` before deflating when it is large
+    enough (a fresh join of a few MiB costs new zeroed pages each time, see sizing).
+    """
     views = [_raw(p) for p in rest]
     raw_len = sum(len(v) for v in views)
     if compress and raw_len:
-        packed = _deflate.compress(b"".join(views), LOG_LEVEL, -15)
+        if scratch is not None and len(scratch) >= raw_len:
+            joined = memoryview(scratch)
+            at = 0
+            for v in views:
+                joined[at:at + len(v)] = v
+                at += len(v)
+            joined = joined[:raw_len]
+        else:
+            joined = b"".join(views)
+        packed = _deflate.compress(joined, LOG_LEVEL, -15)
         if len(packed) < raw_len:
             return [keys, _ARRIVAL_REST.pack(raw_len, DEFLATE), packed]
     return [keys, _ARRIVAL_REST.pack(raw_len, RAW), *views]

@@ -205,6 +205,7 @@ class Drum:
         # Deflate the arrival log's blocks (all but the keys; see format). Either way
         # the directory reads back the same: each block says how it is stored.
         self._compress_log = bool(compress_log)
+        self._log_scratch = bytearray()  # joins a block's columns before deflating
         self.directory.mkdir(parents=True, exist_ok=True)
         self.value_dtype = _EMPTY if value_dtype is None else np.dtype(value_dtype)
         if self.value_dtype.names is None:
@@ -447,8 +448,11 @@ class Drum:
         rest: list = [_cat(lengths), _cat(ops)]
         if self.value_dtype.itemsize:
             rest.append(_cat(values))
+        if self._compress_log and len(self._log_scratch) < self._arrivals_bytes:
+            self._log_scratch = bytearray(self._arrivals_bytes)  # grows to ~2 chunks
         block = block_parts(n, arrival_parts(_cat(keys).astype("<u8", copy=False),
-                                             [*rest, *data], self._compress_log))
+                                             [*rest, *data], self._compress_log,
+                                             self._log_scratch))
         path = self.directory / _name("a", self._snap["epoch"])
         self._live["a"] = self._append(path, self._live["a"], b"a", 0, 0, *block)
         self._live["an"] += n
