@@ -21,7 +21,6 @@ from drumbeat.drum import (
     plan,
     predicted_alpha,
 )
-
 from drumbeat.drum.format import DEFLATE, encode_block, iter_blocks_at
 
 VALUE = np.dtype([("n", "<i8")])

@@ -24,7 +24,8 @@ block::
 
 Payloads per kind:
 
-- ``q``: ``count`` packed records ``(key u64, op u8, value)`` in arrival order.
+- ``q``: ``count`` records in arrival order, as columns: ``count`` u64 keys,
+  ``count`` u8 ops, ``count`` values (before format 6: packed records).
 - ``a``: one entry per tuple, in global arrival order: ``count`` u64 keys, then
   ``rawlen`` u64 and ``codec`` u8, then the *rest* -- as columns ``count`` u32 aux
   lengths, ``count`` u8 ops, ``count`` values, then the aux bytes concatenated --
