@@ -193,7 +193,8 @@ class Drum:
     :mod:`~drumbeat.drum.format`). It was ~91 of the ~94 bytes written per URL
     of 78 bytes in ``bench drum`` at 100 M stored / 50 M checked; compressed, 29
     (the bench's synthetic URLs deflate ~7x; real ones less). Costs ~1 s of CPU
-    per GB of aux written and ~0.8 s per GB read back on delivery.
+    per GB of log written and ~0.5 s per GB read back on delivery (isal level 1
+    here: level 0 deflates no faster and inflates slower).
     """
 
     def __init__(
