@@ -20,6 +20,7 @@ from drumbeat import urls
 from drumbeat.fetch.dns import DnsCache
 from drumbeat.fetch.guard import AddressPolicy
 from drumbeat.fetch.http import FetchResponse, HttpClient
+from drumbeat.frontier.urlseen import payload_tail
 from drumbeat.parse.links import extract_links, pld_edges
 from drumbeat.queue.base import ROBOTS, FetchItem, FoundURLs, ItemResult, Task, TaskQueue
 from drumbeat.settings import Settings
@@ -205,10 +206,10 @@ def pack_found(links: list[str], depth: int, via: str, hops: int = 0) -> FoundUR
     """Fingerprints and URL-seen payloads of ``links`` (found at ``depth`` on ``via``,
     ``hops`` redirects from a link when ``via`` redirected to them).
 
-    The payloads are what frontier.urlseen.encode_payloads makes; doing it here spends
-    fetcher CPU, of which there is one process per core, instead of the manager's.
+    The payloads are frontier.urlseen's; doing it here spends fetcher CPU, of which there
+    is one process per core, instead of the manager's.
     """
-    tail = f"\n{depth}\n{via}\n{hops}" if hops else f"\n{depth}\n{via}"
+    tail = payload_tail(depth, via, hops)
     payloads = [(u + tail).encode() for u in links]
     return FoundURLs(array("Q", map(urls.fingerprint, links)).tobytes(), b"".join(payloads),
                      array("I", map(len, payloads)).tobytes())

@@ -78,7 +78,8 @@ class FetchResponse:
     wire minus transfer framing (still content-encoded), cut short when
     ``truncated`` says why, in WARC-Truncated's words: ``length`` (the body cap),
     ``time`` (a timeout after the head arrived) or ``disconnect`` (the connection
-    broke or the framing was bad after the head arrived). ``decoded`` is the body after Content-Encoding
+    broke or the framing was bad after the head arrived). ``decoded`` is the body
+    after Content-Encoding
     decoding, cut at the decoded cap when ``decoded_truncated``; it is None
     when ``decode_error`` says why (``unknown:<coding>``, ``corrupt:<coding>``)
     or when no response arrived. ``redirects`` lists the URLs a robots.txt

@@ -22,19 +22,25 @@ import numpy as np
 from drumbeat.drum import AuxArray, Drum, DrumStats
 
 
-def encode_payload(url: str, depth: int, via: str | None, hops: int = 0) -> bytes:
-    """``url \\n depth \\n via``, then ``\\n hops`` for a redirect's target (hops > 0).
+def payload_tail(depth: int, via: str | None, hops: int = 0) -> str:
+    """What follows the URL in its payload: ``\\n depth \\n via``, then ``\\n hops`` for
+    a redirect's target (hops > 0). Shared by the URLs of one page, so fetchers build it
+    once per page (fetcher.pack_found).
 
     Normalized URLs never contain a newline (WHATWG parsing strips or escapes it).
     """
-    text = f"{url}\n{depth}\n{via or ''}"
-    return (f"{text}\n{hops}" if hops else text).encode()
+    tail = f"\n{depth}\n{via or ''}"
+    return f"{tail}\n{hops}" if hops else tail
+
+
+def encode_payload(url: str, depth: int, via: str | None, hops: int = 0) -> bytes:
+    return (url + payload_tail(depth, via, hops)).encode()
 
 
 def encode_payloads(urls: Sequence[str], depths: Sequence[int],
                     vias: Sequence[str | None]) -> AuxArray:
     """Payloads of found links (no redirect hops) as one AuxArray (one join and encode)."""
-    return AuxArray.from_strs([f"{u}\n{d}\n{v or ''}" for u, d, v in zip(urls, depths, vias)])
+    return AuxArray.from_strs([u + payload_tail(d, v) for u, d, v in zip(urls, depths, vias)])
 
 
 def decode_payload(data: bytes) -> tuple[str, int, str | None, int]:
