@@ -669,7 +669,8 @@ class Manager:
     # -- dispatch --------------------------------------------------------------------------
 
     def _dispatch_and_submit(self, now: float) -> None:
-        items: list[FetchItem] = []
+        parts = self.queue.partitions
+        by_part: list[list[FetchItem]] = [[] for _ in range(parts)]
         limit = self.settings.concurrency
         # Past the page limit nothing is sent (robots.txt included): a host released
         # unused would otherwise come straight back from next_ready.
@@ -689,14 +690,16 @@ class Manager:
                 item = self._new_item(q.url, host, PAGE, q.depth, q.via)
                 item.attempts, item.hops = q.attempts, q.hops
             self.in_flight[item.item_id] = (item, host)
-            items.append(item)
-        if not items:
-            return
+            # A host's items share a partition: one fetcher, one keep-alive connection.
+            by_part[hash(host.name) % parts].append(item)
         size = self.settings.task_max_items
         tasks = []
-        for i in range(0, len(items), size):
-            tasks.append(Task(self._next_task_id, items[i:i + size]))
-            self._next_task_id += 1
+        for part, items in enumerate(by_part):
+            for i in range(0, len(items), size):
+                tasks.append(Task(self._next_task_id, items[i:i + size], part))
+                self._next_task_id += 1
+        if not tasks:
+            return
         # LocalTaskQueue.submit never blocks; a remote queue would be awaited by a task.
         asyncio.ensure_future(self.queue.submit(tasks))
 

@@ -48,11 +48,11 @@ def test_tree_names_every_host_and_pages_look_like_the_issue_says(tmp_path):
 def test_access_log_gaps(tmp_path):
     log = tmp_path / "access.log"
     log.write_text(
-        "100.000 a.test /robots.txt 200\n"
-        "101.000 a.test /p/0001.html 200\n"
-        "102.500 a.test /p/0002.html 200\n"
-        "100.000 b.test /robots.txt 200\n"
-        "100.400 b.test /private/3.html 404\n"
+        "100.000 a.test /robots.txt 200 1\n"
+        "101.000 a.test /p/0001.html 200 2\n"
+        "102.500 a.test /p/0002.html 200 1\n"
+        "100.000 b.test /robots.txt 200 1\n"
+        "100.400 b.test /private/3.html 404 2\n"
         "garbage\n", encoding="utf-8")
     server = read_access_log(log, delay_s=1.0)
     assert (server.requests, server.robots, server.pages, server.disallowed) == (5, 2, 3, 1)
@@ -61,6 +61,7 @@ def test_access_log_gaps(tmp_path):
     assert server.min_gap_s == pytest.approx(0.4)
     assert server.hosts_under_delay == 1  # b.test; a.test's 1.000 s gap is allowed
     assert server.statuses == {200: 4, 404: 1}
+    assert server.connections == 3  # lines whose $connection_requests is 1
 
 
 def test_steady_rate_leaves_out_warmup_and_counts_a_stopped_crawl_as_zero():

@@ -97,6 +97,34 @@ def test_every_item_comes_back_once_from_several_workers(tmp_path):
     assert len({r.log["by"] for r in results}) == 3, "the work was spread over the workers"
 
 
+def test_a_partition_stays_on_one_worker_until_it_is_much_busier(tmp_path):
+    async def go():
+        queue = echo_queue(tmp_path, 3)
+        await queue.start()
+        try:
+            assert queue.partitions == 3
+            few = tasks(12, 2)  # 24 items: no worker gets PARTITION_SLACK ahead
+            for t in few:
+                t.partition = t.task_id % 3
+            await queue.submit(few)
+            spread = await collect_all(queue, 24)
+            # One partition only (a single-host crawl): the others still get work.
+            await queue.submit(tasks(40, 8, first_id=100))
+            overflow = await collect_all(queue, 320)
+            return spread, overflow
+        finally:
+            await queue.close()
+
+    spread, overflow = asyncio.run(go())
+    by_part: dict[int, set[int]] = {}
+    for r in spread:
+        by_part.setdefault(r.task_id % 3, set()).add(r.log["by"])
+    assert all(len(pids) == 1 for pids in by_part.values()), by_part
+    assert len(set().union(*by_part.values())) == 3, "each partition has its own worker"
+    assert len(overflow) == 320
+    assert len({r.log["by"] for r in overflow}) == 3, "a busy partition spills over"
+
+
 def test_a_dead_workers_items_come_back_failed_and_a_replacement_starts(tmp_path):
     async def go():
         queue = echo_queue(tmp_path, 2, hold="http://h3.test/")

@@ -24,7 +24,8 @@ Issue 5's benchmark. One run:
    process tree, sampled every 0.5 s), drumbeat's time per page by stage (its
    ``stages.json``, "n/a" if absent), and politeness from nginx's access log (``$msec``
    per request): the smallest gap between two requests to one host, the hosts hit closer
-   than the host delay, and requests robots.txt disallowed.
+   than the host delay, and requests robots.txt disallowed; and, from its
+   ``$connection_requests``, requests per TCP connection (keep-alive reuse).
 
 ``--quick``: 25 s measured per crawl (30 s with warm-up). ``--tiny`` (tests): 50 hosts,
 3 s. ``--json`` prints the same figures as one JSON object. ``--profile`` samples each
@@ -410,7 +411,7 @@ def print_report(rep: dict[str, Any]) -> None:
                         f"(nginx, {web['ips']} loopback IPs), {rep['seconds']:.0f} s measured "
                         f"after {rep['warmup_s']:.0f} s warm-up, {rep['cpus']} CPUs")
     for col in ("run", "pages/s", "slowest 5 s", "pages", "CPU ms/page", "peak RSS MB",
-                "procs", "min gap/host", "hosts < delay", "robots viol.", "HTTP errors", "exit"):
+                "procs", "req/conn", "min gap/host", "hosts < delay", "robots viol.", "HTTP errors", "exit"):
         table.add_column(col, justify="left" if col == "run" else "right")
     for name, r in rep["runs"].items():
         gap = r["server"]["min_gap_s"]
@@ -420,6 +421,7 @@ def print_report(rep: dict[str, Any]) -> None:
             f"{r['pages']:,}",
             "n/a" if r["cpu_ms_per_page"] is None else f"{r['cpu_ms_per_page']:.2f}",
             f"{r['peak_rss_bytes'] / 2**20:,.0f}", str(r["processes"]),
+            f"{r['server']['requests'] / max(1, r['server']['connections']):.1f}",
             "n/a" if gap is None else f"{gap:.3f} s",
             str(r["server"]["hosts_under_delay"]) if polite else "-",
             str(r["server"]["disallowed"]),

@@ -37,6 +37,9 @@ class FetchItem:
 class Task:
     task_id: int
     items: list[FetchItem]
+    # Tasks of one partition (see ManagerQueue.partitions) go to one fetcher while the
+    # load allows, so a host's requests reuse that fetcher's keep-alive connection.
+    partition: int = 0
 
 
 @dataclass(slots=True)
@@ -95,6 +98,12 @@ class QueueStats:
 
 class ManagerQueue(Protocol):
     """The manager's side of the task hand-off."""
+
+    @property
+    def partitions(self) -> int:
+        """How many partitions tasks may be put in (``Task.partition`` in
+        ``range(partitions)``): the manager puts all items of a host in one, and the
+        queue prefers one fetcher per partition. 1 when it makes no difference."""
 
     async def submit(self, tasks: Sequence[Task]) -> None:
         """Make tasks available to fetchers, in order."""

@@ -15,6 +15,8 @@ from drumbeat.queue.base import ItemResult, QueueStats, Task
 
 
 class LocalTaskQueue:
+    partitions = 1  # one process, one connection pool: nothing to keep apart
+
     def __init__(self) -> None:
         self._pending: deque[Task] = deque()
         self._owned: dict[int, tuple[str, Task, set[int]]] = {}  # task_id -> (worker, task, unreported)

@@ -7,8 +7,10 @@ then exchanges length-prefixed pickled frames on the child's stdin and stdout:
     manager -> worker   ("tasks", [Task, ...])   ("sync", n)   ("stop", None)
     worker -> manager   ("results", [ItemResult, ...], stats)  ("synced", n)
 
-Each submit() sends at most one frame per worker; a worker sends its results in batches
-(see :class:`WorkerQueue`). The queue keeps server-side ownership: it knows the
+Each submit() sends at most one frame per worker. A task goes to the worker of its
+partition, so that a host's requests reuse that worker's keep-alive connection, unless
+that worker has ``PARTITION_SLACK`` more unreported items than the least loaded one. A
+worker sends its results in batches (see :class:`WorkerQueue`). The queue keeps server-side ownership: it knows the
 unreported items of every worker. When a worker dies, each of them comes back as a
 result with the error ``fetcher_died`` (the worker may have sent the request already, so
 only the manager, through its politeness scheduler, may send it again), and a
@@ -41,6 +43,9 @@ RESULT_BATCH = 256  # a worker sends its results when this many are waiting ...
 RESULT_DELAY_S = 0.005  # ... or this long after the first of them
 STATS_INTERVAL_S = 1.0  # a worker attaches its stats to a results frame this often
 WORKER_DIED = "fetcher_died"  # the error of items whose worker exited before reporting them
+# A task goes to its partition's worker unless that one has this many more unreported
+# items than the least loaded worker.
+PARTITION_SLACK = 64
 
 
 class WorkerFailed(RuntimeError):
@@ -126,6 +131,10 @@ class ProcessTaskQueue:
 
     # -- manager API ------------------------------------------------------------------------
 
+    @property
+    def partitions(self) -> int:
+        return self._size
+
     async def submit(self, tasks: Sequence[Task]) -> None:
         if not tasks:
             return
@@ -134,8 +143,12 @@ class ProcessTaskQueue:
             # manager still counts these items in flight, so its checkpoint keeps them.
             return
         batches: dict[str, list[Task]] = {}
+        workers = list(self._workers.values())
         for task in tasks:
-            worker = min(self._workers.values(), key=lambda w: w.outstanding)
+            worker = workers[task.partition % len(workers)]
+            least = min(workers, key=lambda w: w.outstanding)
+            if worker.outstanding > least.outstanding + PARTITION_SLACK:
+                worker = least  # one busy partition (say a single-host crawl) must not idle the rest
             worker.owned[task.task_id] = (task, set(range(len(task.items))))
             worker.outstanding += len(task.items)
             batches.setdefault(worker.name, []).append(task)
