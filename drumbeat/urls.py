@@ -203,6 +203,9 @@ def normalize_links(
     distinct raw reference is counted at most once. When ``max_links`` URLs have been
     kept, every further distinct raw reference is counted as ``too_many_links``
     without being parsed.
+
+    The result is :func:`normalize`'s for every reference; plain ones (see
+    :func:`_plain_join`), most of a page's, are joined without the parser.
     """
     kept: dict[str, None] = {}
     dropped: Counter[str] = Counter()
@@ -214,9 +217,8 @@ def normalize_links(
         if len(kept) >= limit:
             dropped["too_many_links"] += 1
             continue
-        # Fast path: a plain relative path needs no parser (most same-site links).
-        if origin and _PLAIN_PATH_RE.match(raw) and not _DOT_SEGMENT_RE.search(raw):
-            href = (origin if raw[0] == "/" else directory) + raw
+        href = _plain_join(raw, origin, directory)
+        if href is not None:
             if len(href) <= max_bytes:
                 kept[href] = None
             else:
@@ -229,16 +231,74 @@ def normalize_links(
     return list(kept), dropped
 
 
-# A relative reference made only of unreserved characters and slashes (not "//..."),
-# with no "." or ".." segment: WHATWG joining only concatenates it, and it has no
-# escape, fragment or query to normalize.
-_PLAIN_PATH_RE = re.compile(r"(?!//)[A-Za-z0-9._~/\-]+\Z")
+# What WHATWG parsing leaves as it is, and normalize() too: unreserved characters and
+# slashes in a path; those and a few sub-delimiters in a query (no "%", so no escape to
+# normalize; none of the characters a special URL's path or query percent-encodes). A
+# fragment is dropped whatever it holds, but text with a lone surrogate is no URL.
+_PATH = r"[A-Za-z0-9._~/\-]"
+_QUERY = r"\?[A-Za-z0-9._~/\-=&+,;:@!$*()?]*"
+_FRAGMENT = r"#[^\ud800-\udfff]*"
+_PLAIN_REF_RE = re.compile(rf"({_PATH}+)({_QUERY})?(?:{_FRAGMENT})?\Z", re.DOTALL)
+# An absolute http(s) URL already in normal form: lower-case scheme, a host of
+# lower-case ASCII labels whose last one does not start with a digit (else it would be
+# parsed as IPv4), a port without a leading zero.
+_PLAIN_ABSOLUTE_RE = re.compile(
+    rf"(https?://(?:[a-z0-9-]+\.)*[a-z-][a-z0-9-]*)(:[1-9][0-9]{{0,4}})?(/{_PATH}*)?"
+    rf"({_QUERY})?(?:{_FRAGMENT})?\Z", re.DOTALL)
 _DOT_SEGMENT_RE = re.compile(r"(?:\A|/)\.{1,2}(?:/|\Z)")
 
 
+def _plain_join(raw: str, origin: str, directory: str) -> str | None:
+    """``raw`` joined to the base whose origin and directory :func:`_base_parts` gave,
+    and normalized, when it is made only of characters that need no parsing (what
+    :func:`normalize` would return); None for every other reference.
+
+    Covers relative and absolute-path references and absolute http(s) URLs already in
+    normal form; dot segments are resolved and the fragment dropped, as WHATWG does.
+    """
+    if raw[:4] == "http":
+        match = _PLAIN_ABSOLUTE_RE.match(raw)
+        if match is None:
+            return None
+        host, port, path, query = match.groups()
+        if "xn--" in host:
+            return None  # punycode labels are checked (and may be refused) by the parser
+        if port is not None and (int(port[1:]) > 65535 or
+                                 port == (":80" if host[4] == ":" else ":443")):
+            return None  # the parser refuses the first and drops the default port
+        return host + (port or "") + _dot_free(path or "/") + (query or "")
+    if not origin or raw[:2] == "//":
+        return None
+    match = _PLAIN_REF_RE.match(raw)
+    if match is None:
+        return None  # also a query- or fragment-only reference, which keeps base parts
+    path, query = match.groups()
+    return origin + _dot_free(path if path[0] == "/" else directory + path) + (query or "")
+
+
+def _dot_free(path: str) -> str:
+    """A plain absolute path with its "." and ".." segments resolved (WHATWG path state:
+    ".." drops the segment before it, never the root; one of them at the end leaves a
+    trailing slash)."""
+    if "/." not in path or not _DOT_SEGMENT_RE.search(path):  # a cheap test first
+        return path
+    segments = path[1:].split("/")
+    out: list[str] = []
+    for i, segment in enumerate(segments):
+        if segment == "..":
+            if out:
+                out.pop()
+        elif segment != ".":
+            out.append(segment)
+            continue
+        if i == len(segments) - 1:
+            out.append("")
+    return "/" + "/".join(out)
+
+
 def _base_parts(base: str | None) -> tuple[str, str]:
-    """``(origin, directory)`` of a normalized http(s) base URL, ``("", "")`` otherwise:
-    what an absolute-path and a relative-path reference are appended to."""
+    """``(origin, directory path)`` of a normalized http(s) base URL, ``("", "")``
+    otherwise: what an absolute-path and a relative-path reference are joined to."""
     if base is None or not base.startswith(("http://", "https://")):
         return "", ""
     try:
@@ -250,8 +310,7 @@ def _base_parts(base: str | None) -> tuple[str, str]:
     if path_start < 0:
         return "", ""
     no_query = base.split("?", 1)[0]
-    return base[:path_start], no_query[:no_query.rfind("/") + 1]
-
+    return base[:path_start], no_query[path_start:no_query.rfind("/") + 1]
 
 
 def fingerprint(url: str) -> int:

@@ -296,7 +296,19 @@ def test_direct_ada_binding_matches_public_api(url: str, base: str | None) -> No
     assert _whatwg_href(url, None if base is None else base.encode()) == expected
 
 
-_PLAIN = st.text(alphabet="ab/.~-_Z9", min_size=1, max_size=12)
+_PLAIN = st.text(alphabet="ab/.~-_Z9?#=&:%x ", min_size=1, max_size=12)
+# Absolute URLs near the edge of normalize_links' fast path: case, IPv4-like and
+# punycode hosts, ports (default, leading zero, too big), dot segments, queries.
+_ABSOLUTE = st.builds(
+    "".join,
+    st.tuples(
+        st.sampled_from(["http://", "https://", "HTTP://", "http:/", "http:\\\\"]),
+        st.lists(st.sampled_from(["a", "b-", "9", "0x1", "xn--", "xn--abc", "Z", "_", "", "-"]),
+                 min_size=1, max_size=4).map(".".join),
+        st.sampled_from(["", ":", ":80", ":443", ":8080", ":08", ":65535", ":65536", ":0"]),
+        st.text(alphabet="ab/.~-_Z9?#=&:%x ", max_size=12),
+    ),
+)
 _BASES = st.sampled_from([
     "http://h.test/", "http://h.test/p/x.html", "https://h.test:8443/a/b/", "http://h.test/d/?q=/x/y",
     "http://[::1]/a", "http://h.test/a//b", "http://h.test/%C3%A9/x", "http://h.test",
@@ -307,7 +319,7 @@ _BASES = st.sampled_from([
 @settings(max_examples=400)
 @given(_BASES, _PLAIN)
 def test_plain_relative_fast_path_agrees_with_whatwg(base, ref):
-    """normalize_links joins plain relative paths without ada: the result must be what
+    """normalize_links joins plain references without ada: the result must be what
     normalize() (ada) gives for the same reference."""
     links, dropped = normalize_links(base, [ref])
     try:
@@ -316,3 +328,20 @@ def test_plain_relative_fast_path_agrees_with_whatwg(base, ref):
         assert links == [] and dict(dropped) == {e.reason: 1}
         return
     assert links == expected
+
+
+@settings(max_examples=1500)
+@given(_BASES, _ABSOLUTE)
+def test_plain_absolute_fast_path_agrees_with_whatwg(base, ref):
+    test_plain_relative_fast_path_agrees_with_whatwg.hypothesis.inner_test(base, ref)
+
+
+@pytest.mark.parametrize("ref", [
+    "../p/0366.html", "./x", ".", "..", "a/../../b", "a/./b/.", "/p/../..", "a//../b",
+    "0076.html#section", "x.html?a=1&b=c:d#f", "http://h.test:8080/p/../q?x=1#y",
+    "http://a.b/", "http://a.b", "https://a.b:443/x", "http://a.b:80/", "http://1.2.3.4/",
+    "http://a.09/", "http://xn--nxasmq6b.com/", "http://a.b:08/", "#only", "?only", "",
+])
+def test_plain_fast_path_examples(ref):
+    for base in ("http://h.test/p/x.html", "https://h.test/a/b/c?q=1", "http://h.test"):
+        test_plain_relative_fast_path_agrees_with_whatwg.hypothesis.inner_test(base, ref)
