@@ -68,6 +68,7 @@ log = logging.getLogger("drumbeat.manager")
 
 DNS_CONCURRENCY = 64
 PLACE_BATCH = 65_536  # new URLs handed to BEAST at once (bounds the lists built for it)
+PLD_CACHE = 65_536  # scheme://authority -> (PLD, hash) entries kept for _place
 # RobotsCache merges are small (one key per origin); when the scheduler runs short of URLs
 # they run this often rather than every urlseen_flush_interval_s.
 ROBOTS_FLUSH_STARVING_S = 0.05
@@ -161,6 +162,7 @@ class Manager:
         # Seconds spent per stage of the manager's loop, for `drumbeat bench throughput`.
         self.stage_s: Counter[str] = Counter()
         self._collector: asyncio.Future[list[ItemResult]] | None = None
+        self._plds_by_authority: dict[bytes, tuple[str, int]] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -459,8 +461,8 @@ class Manager:
             return
         hashes, budgets = [], []
         for payload in records:
-            pld = urls.pld(urls.host_of(payload[:payload.index(b"\n")].decode()))
-            hashes.append(pld_hash(pld))
+            pld, hashed = self._pld_of(payload)
+            hashes.append(hashed)
             budgets.append(self._budget(pld))
         assert self.beast is not None
         self.beast.place_many(records, hashes, budgets)
@@ -468,8 +470,20 @@ class Manager:
 
     def _rebudget(self, payload: bytes) -> tuple[int, int]:
         """BEAST re-splitting QF asks for a URL's PLD and its budget now."""
-        pld = urls.pld(urls.host_of(payload[:payload.index(b"\n")].decode()))
-        return pld_hash(pld), self._budget(pld)
+        pld, hashed = self._pld_of(payload)
+        return hashed, self._budget(pld)
+
+    def _pld_of(self, payload: bytes) -> tuple[str, int]:
+        """The PLD of a URL-seen payload's URL and its hash, cached by scheme://authority
+        (a page's links mostly share a few), in at most PLD_CACHE entries."""
+        authority = payload[:payload.index(b"/", 8)]  # normalized: a path follows it
+        known = self._plds_by_authority.get(authority)
+        if known is None:
+            if len(self._plds_by_authority) >= PLD_CACHE:
+                self._plds_by_authority.clear()
+            pld = urls.pld(urls.host_of(authority.decode() + "/"))
+            known = self._plds_by_authority[authority] = (pld, pld_hash(pld))
+        return known
 
     def _budget(self, pld: str) -> int:
         """STAR's budget; in a crawl scoped to the seeds' hosts or PLDs, which the operator
