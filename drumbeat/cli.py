@@ -169,8 +169,10 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     from drumbeat.checkpoint import CheckpointError
     from drumbeat.drum import DrumError
     from drumbeat.embedded import CrawlError, run_crawl
+    from drumbeat.gctune import tune_gc
 
     settings = settings_from_args(args)
+    tune_gc()  # this process is the crawl's manager from here on
     try:
         outcome = run_crawl(settings)
     except (CrawlError, CheckpointError, DrumError) as e:

@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from drumbeat.fetcher import Fetcher, open_http
+from drumbeat.gctune import tune_gc
 from drumbeat.queue.process import WorkerQueue, read_frame
 from drumbeat.settings import Settings
 from drumbeat.store.warc import WarcWriter
@@ -76,6 +77,7 @@ async def _serve(frames_out: Any) -> int:
 
     queue = WorkerQueue(writer, stats)
     fetcher = Fetcher(settings, queue, http, warc, worker=name)
+    tune_gc()
     running = asyncio.ensure_future(fetcher.run())
     try:
         while True:
