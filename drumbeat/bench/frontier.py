@@ -9,14 +9,30 @@ Three measurements, one run (issue 4, "Benchmarks"):
    crawler with ``budget_default = budget_max = 10**9``, so every PLD fits in the next BEAST
    queue and BEAST is one FIFO. Reported per contender, from its crawl.log: the share of
    the first N page fetches per PLD class (spam, trap, big, legit), by tenth of N, pages/s
-   and wall time. Targets: drumbeat <= 5 % spam + trap, BFS >= 50 %.
+   and wall time; and every request up to the N-th page fetch, robots.txt included (a
+   spam host's robots.txt is a request spent on spam: IRLbot §II.B (b), the resolver
+   "succumbs to the rate at which new hostnames are dynamically created"), with a
+   breakdown per spam and trap PLD (pages, robots.txt, hosts, pages linked from legit
+   pages, pages by tenth of N). Targets: drumbeat <= 5 % spam + trap, BFS >= 50 %.
 
    The web (choices made to resemble a real crawl; none is known to the crawler):
 
-   * *Seeds*: about a tenth of the ordinary hosts' home pages (``Plan.seeds``,
-     :func:`seed_urls`), as real crawls start from many legitimate front pages, not three.
-     The web's own ``seeds()`` come first: they link to every farm and calendar, so both
-     crawls meet every endless PLD at depth 1.
+   * *Depth*: IRLbot §VI.A: BFS meets "a quickly branching site that will start to
+     dominate the queue after 3-4 levels in the BFS tree". N must therefore reach BFS
+     level 3 of the web, and the first levels grow with the seed count (from 10 seeds the
+     full web's levels 0-2 hold about 3,300 URLs, from 100 about 15,000): a few seeds
+     (``Plan.seeds``: 10 full, 5 quick) and N = 12,000 full (1,500 quick, to stay within a
+     minute).
+   * *Curated seeds* (:func:`seed_urls`): home pages spread over the ordinary hosts,
+     leaving out the hosts that link straight to a farm or calendar and the spammed ones:
+     the crawl meets spam through links, not in its seed list.
+   * *Comment spam on popular hosts* (``SPAMMED_HOSTS``, ``SPAMMED_LINKS``; simweb's
+     ``spammed_hosts``): every page of 16 popular ordinary hosts carries 50 links to fresh
+     subdomains of a farm, as blog comments, guestbooks and hacked pages do (spam aims at
+     "inflating the page rank of target hosts", §VI.A, from pages spammers do not own).
+     That makes spam reachable early and in bulk, while each farm's PLD in-degree stays at
+     2 + 8 = 10 = ``budget_indegree_floor``: STAR keys on PLD in-degree, and a farm still
+     has few PLDs linking to it.
    * *Spam farms on few servers* (``FARM_IPS`` addresses each), as real farms with
      millions of subdomains are (IRLbot §VII.A: many virtual hosts on one server are
      what τs is for); ordinary hosts share 16 addresses.
@@ -24,9 +40,9 @@ Three measurements, one run (issue 4, "Benchmarks"):
      URLs never seen, most on new subdomains): the farm's share of the link graph grows
      by that factor per level, IRLbot §VI.A's "quickly branching site".
 
-   Earlier versions started from 3 seeds with farms on 16 addresses and 30 links a page:
-   drumbeat then spent its first tenth largely on spam (few legit PLDs known, so BEAST's
-   queues were small and cycled fast, each giving every farm B0 more URLs).
+   History: 3 seeds that linked to every farm (farms on 16 addresses, 30 links a page):
+   drumbeat spent its first tenth largely on spam; then 100 seeds (a tenth of the hosts),
+   N = 6,000: drumbeat 1.1 %, BFS 6.1 % (BFS never left level 2, ~14,000 URLs).
 2. **Manager RSS with queued URLs.** One fresh process per size builds a ``Manager`` on a
    temp state dir (``LocalTaskQueue``, ``CrawlLog``, DNS from a loopback ``SimDNS`` that
    answers 127.1.0.1 for any name), admits N unique URLs over 10 000 hosts and 5 000 PLDs
@@ -63,11 +79,13 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from drumbeat.frontier.beast import theorem7_bound
 from drumbeat.frontier.diskqueue import FRAME_SIZE, DiskQueue
 from drumbeat.frontier.urlseen import encode_payload
 from drumbeat.simweb.model import SimWebConfig, SimWebModel
+from drumbeat.simweb.scenarios import spammed_host_indices
 
 CLASSES = ("spam", "trap", "big", "legit")
 BFS_BUDGET = 10**9  # every PLD fits in the next BEAST queue: one FIFO
@@ -82,6 +100,10 @@ B_SAMPLE = 20_000  # BEAST records read per queue to measure b
 # The web's realism choices (module doc, "The web"):
 FARM_IPS = 2  # addresses per spam farm: farms sit on few servers
 SPAM_LINKS = 100  # links per spam page: link-farm pages are long link lists
+# Comment-spammed popular hosts, 8 per farm: with the 2 hosts that link each farm's apex,
+# a farm's PLD in-degree stays <= budget_indegree_floor (10), so STAR gives it B0.
+SPAMMED_HOSTS = 16
+SPAMMED_LINKS = 50  # spam links on every page of a spammed host (a busy guestbook/blog)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,18 +119,20 @@ class Plan:
 
 
 def _web(hosts: int, pages_per_host: int, ips: int, farms: int, farm_ips: int, links: int,
-         traps: int, big: int) -> SimWebConfig:
+         traps: int, big: int, spammed: int) -> SimWebConfig:
     return SimWebConfig(seed=3, hosts=hosts, ips=ips, pages_per_host=pages_per_host,
                         spam_farms=farms, spam_ips=farm_ips, spam_links_per_page=links,
-                        calendar_traps=traps, big_site_pages=big)
+                        calendar_traps=traps, big_site_pages=big, spammed_hosts=spammed,
+                        spammed_links_per_page=SPAMMED_LINKS)
 
 
 PLANS = {
-    "full": Plan(_web(1000, 20, 16, 2, FARM_IPS, SPAM_LINKS, 2, 5000), 6000, 100, 2000,
-                 (100_000, 1_000_000, 10_000_000), 10_000),
-    "quick": Plan(_web(300, 20, 16, 2, FARM_IPS, SPAM_LINKS, 2, 2000), 1500, 30, 1000,
-                  (100_000, 1_000_000), 10_000),
-    "tiny": Plan(_web(40, 6, 4, 1, FARM_IPS, SPAM_LINKS, 1, 100), 80, 4, 200, (10_000,), 1_000),
+    "full": Plan(_web(1000, 20, 16, 2, FARM_IPS, SPAM_LINKS, 2, 5000, SPAMMED_HOSTS), 12000,
+                 10, 2000, (100_000, 1_000_000, 10_000_000), 10_000),
+    "quick": Plan(_web(300, 20, 16, 2, FARM_IPS, SPAM_LINKS, 2, 2000, SPAMMED_HOSTS), 1500, 5,
+                  1000, (100_000, 1_000_000), 10_000),
+    "tiny": Plan(_web(40, 6, 4, 1, FARM_IPS, SPAM_LINKS, 1, 100, 2), 80, 4, 200, (10_000,),
+                 1_000),
 }
 
 
@@ -123,7 +147,9 @@ def _start_web(config: SimWebConfig) -> tuple[subprocess.Popen[str], dict]:
            "--spam-ips", str(config.spam_ips),
            "--spam-links-per-page", str(config.spam_links_per_page),
            "--calendar-traps", str(config.calendar_traps),
-           "--big-site-pages", str(config.big_site_pages)]
+           "--big-site-pages", str(config.big_site_pages),
+           "--spammed-hosts", str(config.spammed_hosts),
+           "--spammed-links-per-page", str(config.spammed_links_per_page)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     line = proc.stdout.readline()
@@ -134,14 +160,16 @@ def _start_web(config: SimWebConfig) -> tuple[subprocess.Popen[str], dict]:
 
 
 def seed_urls(model: SimWebModel, n: int) -> list[str]:
-    """``n`` legit home pages: the web's own ``seeds()`` first (the hosts that link to every
-    spam farm and calendar, so both crawls meet them at depth 1), then home pages spread
-    evenly over the other ordinary hosts whose robots.txt lets them be crawled."""
-    first = model.seeds()
-    others = [model.url(h.name, "/") for h in model.hosts if h.robots_variant != "error"]
-    others = [u for u in others if u not in first]
-    step = max(1, len(others) // max(1, n - len(first)))
-    return (first + others[::step])[:max(n, len(first))]
+    """``n`` legit home pages spread evenly over the ordinary hosts whose robots.txt lets
+    them be crawled, leaving out the hosts that link straight to a spam farm or calendar
+    (``model.seeds()`` and their partners half the ring away) and the comment-spammed
+    hosts: a seed list is curated, and the crawl meets spam through links, as IRLbot's did."""
+    linkers = {name for _, hosts in model._endless_linkers for name in hosts}
+    spammed = set(spammed_host_indices(model.config))
+    homes = [model.url(h.name, "/") for h in model.hosts
+             if h.robots_variant != "error" and h.index not in linkers | spammed]
+    step = max(1, len(homes) // max(1, n))
+    return homes[::step][:n]
 
 
 def _crawl(name: str, seeds: list[str], info: dict, state: Path, pages: int,
@@ -161,33 +189,87 @@ def _crawl(name: str, seeds: list[str], info: dict, state: Path, pages: int,
     return wall
 
 
-def _fetched(state: Path) -> list[dict]:
-    """Page fetches that got an HTTP response, in the order the crawl log has them."""
+def _answered(state: Path) -> list[dict]:
+    """Requests that got an HTTP response (page fetches and robots.txt fetches), in the
+    order the crawl log has them."""
     out = []
     with open(state / "crawl.log", encoding="utf-8") as f:
         for line in f:
             entry = json.loads(line)
-            if entry["kind"] == "page" and entry["status"] is not None:
+            if entry["status"] is not None and entry["kind"] in ("page", "robots"):
                 out.append(entry)
     return out
 
 
-def _shares(model: SimWebModel, entries: list[dict], n: int) -> dict:
-    first = entries[:n]
+def _tenths(flags: list[bool]) -> list[float]:
+    """The share of True in each tenth of ``flags``."""
+    tenth = max(len(flags) // 10, 1)
+    return [sum(flags[i:i + tenth]) / tenth for i in range(0, tenth * 10, tenth)
+            if i < len(flags)]
+
+
+def _shares(model: SimWebModel, answered: list[dict], n: int) -> dict:
+    """Part 1's figures for one crawl: the first ``n`` page fetches by PLD class, and every
+    request up to the ``n``-th page fetch (robots.txt included) by the class of its host."""
+    pages = [e for e in answered if e["kind"] == "page"]
+    first = pages[:n]
     classes = [model.pld_class(e["url"]) for e in first]
     counts = Counter(classes)
     total = max(len(first), 1)
+    endless = [c in ("spam", "trap") for c in classes]
+    # Requests: everything answered up to (and with) the n-th page fetch.
+    window = answered
+    if len(pages) >= n:
+        seen = 0
+        for i, e in enumerate(answered):
+            seen += e["kind"] == "page"
+            if seen == n:
+                window = answered[:i + 1]
+                break
+    req_classes = [model.pld_class(e["url"]) for e in window]
+    req_counts = Counter(req_classes)
+    robots = [c for e, c in zip(window, req_classes) if e["kind"] == "robots"]
+    req_total = max(len(window), 1)
+    # Where spam and trap requests went: which PLD, how many of its hosts, robots.txt or
+    # pages, in which tenth of the first n pages, linked from a legit page or its own.
+    breakdown: dict[str, dict] = {}
+
+    def bucket(entry: dict, cls: str) -> dict:
+        host = model.host(urlsplit(entry["url"]).hostname or "")
+        assert host is not None  # spam and trap URLs are hosts of the web
+        b = breakdown.setdefault(host.pld, {"class": cls, "pages": 0, "robots": 0,
+                                            "hosts": set(), "via_legit": 0,
+                                            "pages_by_tenth": [0] * 10})
+        b["hosts"].add(host.name)
+        return b
+
     tenth = max(len(first) // 10, 1)
-    # Where the spam and trap fetches fall: the share in each tenth of the first N.
-    by_tenth = [sum(c in ("spam", "trap") for c in classes[i:i + tenth]) / tenth
-                for i in range(0, tenth * 10, tenth) if i < len(classes)]
+    for i, (e, c) in enumerate(zip(first, classes)):
+        if c in ("spam", "trap"):
+            b = bucket(e, c)
+            b["pages"] += 1
+            b["pages_by_tenth"][min(i // tenth, 9)] += 1
+            b["via_legit"] += e["via"] is not None and model.pld_class(e["via"]) == "legit"
+    for e, c in zip(window, req_classes):
+        if e["kind"] == "robots" and c in ("spam", "trap"):
+            bucket(e, c)["robots"] += 1
+    for b in breakdown.values():
+        b["hosts"] = len(b["hosts"])
     return {
         "pages": len(first),
         "share": {c: counts[c] / total for c in CLASSES},
         "spam_trap_share": (counts["spam"] + counts["trap"]) / total,
-        "spam_trap_share_by_tenth": by_tenth,
+        "spam_trap_share_by_tenth": _tenths(endless),
         "spam_trap_max_depth": max((e["depth"] for e, c in zip(first, classes)
                                     if c in ("spam", "trap")), default=None),
+        "requests": len(window),
+        "robots_requests": len(robots),
+        "request_share": {c: req_counts[c] / req_total for c in CLASSES},
+        "spam_trap_request_share": (req_counts["spam"] + req_counts["trap"]) / req_total,
+        "spam_trap_request_share_by_tenth": _tenths([c in ("spam", "trap")
+                                                     for c in req_classes]),
+        "spam_trap_robots": sum(c in ("spam", "trap") for c in robots),
+        "spam_trap_breakdown": dict(sorted(breakdown.items())),
     }
 
 
@@ -252,8 +334,9 @@ def spam_share(plan: Plan, work: Path, log: bool) -> dict:
                 print(f"crawling: {name}, {plan.pages:,} pages ...", file=sys.stderr)
             state = work / name
             wall = _crawl(name, seeds, info, state, plan.pages, toml)
-            fetched = _fetched(state)
-            out = _shares(model, fetched, plan.pages)
+            answered = _answered(state)
+            fetched = [e for e in answered if e["kind"] == "page"]
+            out = _shares(model, answered, plan.pages)
             out.update(wall_s=wall, pages_per_s=len(fetched) / wall)
             results[name] = out
             io[name] = _beast_io(state, len(fetched), fetched)
@@ -453,14 +536,42 @@ def _print_tables(report: dict) -> None:
                       " ".join(f"{x:.0%}" for x in out["spam_trap_share_by_tenth"]),
                       f"{out['pages_per_s']:,.0f}", f"{out['wall_s']:,.1f}")
     console.print(table)
+    table = Table(title=f"Every request up to the {share['pages']:,}th page fetch "
+                  "(robots.txt included) by the PLD class of its host")
+    for col in ("frontier", "requests", "robots.txt", "spam", "trap", "big", "legit",
+                "spam+trap", "of which robots.txt", "by tenth of the requests"):
+        table.add_column(col, justify="left" if col in ("frontier", "by tenth of the requests")
+                         else "right")
+    for name, out in share["contenders"].items():
+        table.add_row(name, f"{out['requests']:,}", f"{out['robots_requests']:,}",
+                      *(f"{out['request_share'][c]:.1%}" for c in CLASSES),
+                      f"{out['spam_trap_request_share']:.1%}", f"{out['spam_trap_robots']:,}",
+                      " ".join(f"{x:.0%}" for x in out["spam_trap_request_share_by_tenth"]))
+    console.print(table)
+    table = Table(title="Spam and trap requests by PLD (first N pages; robots.txt up to the "
+                  "Nth page)")
+    for col in ("frontier", "PLD", "class", "pages", "robots.txt", "hosts",
+                "pages linked from legit", "pages by tenth of N"):
+        table.add_column(col, justify="left" if col in ("frontier", "PLD", "class",
+                                                         "pages by tenth of N") else "right")
+    for name, out in share["contenders"].items():
+        for pld, b in out["spam_trap_breakdown"].items():
+            table.add_row(name, pld, b["class"], f"{b['pages']:,}", f"{b['robots']:,}",
+                          f"{b['hosts']:,}", f"{b['via_legit']:,}",
+                          " ".join(str(x) for x in b["pages_by_tenth"]))
+    console.print(table)
     console.print(
-        f"seeds: {share['seeds']:,} legit home pages; web: {web['hosts']:,} ordinary hosts ({web['legit_plds']:,} PLDs, about "
+        f"seeds: {share['seeds']:,} legit home pages (curated: none links to spam or a trap); "
+        f"web: {web['hosts']:,} ordinary hosts ({web['legit_plds']:,} PLDs, about "
         f"{web['legit_pages']:,} pages) on {web['ips']} IPs, {web['spam_farms']} spam farms "
         f"({web['spam_ips']} IPs each, {web['spam_links_per_page']} links a page), "
+        f"{web['spammed_hosts']} popular hosts carrying comment spam into them "
+        f"({web['spammed_links_per_page']} links a page), "
         f"{web['calendar_traps']} calendar traps, a big site of {web['big_site_pages']:,} "
         f"pages; host delay {s['host_delay_s']:g} s, IP delay {s['ip_delay_s']:g} s, "
         f"frontier_ram_urls {s['frontier_ram_urls']:,} for both; BFS = budgets of "
-        f"{s['bfs_budget']:.0e} (one FIFO)")
+        f"{s['bfs_budget']:.0e} (one FIFO). Requests count every answered fetch, robots.txt "
+        f"included: a spam host's robots.txt is a request the crawler spent on spam.")
 
     rss = report["manager_rss"]
     table = Table(title="Manager RSS with queued URLs (each size in a fresh process; "

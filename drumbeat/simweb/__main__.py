@@ -61,6 +61,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--big-site-pages", type=int, default=defaults.big_site_pages,
         help="pages of bigsite.test, linked from most hosts (0: none)",
     )
+    scenarios.add_argument(
+        "--spammed-hosts", type=int, default=defaults.spammed_hosts,
+        help="popular hosts whose every page carries comment spam into a spam farm",
+    )
+    scenarios.add_argument(
+        "--spammed-links-per-page", type=int, default=defaults.spammed_links_per_page,
+        help="spam links appended to each page of a spammed host",
+    )
     return parser
 
 
@@ -78,6 +86,8 @@ def config_from_args(args: argparse.Namespace) -> SimWebConfig:
         spam_links_per_page=args.spam_links_per_page,
         calendar_traps=args.calendar_traps,
         big_site_pages=args.big_site_pages,
+        spammed_hosts=args.spammed_hosts,
+        spammed_links_per_page=args.spammed_links_per_page,
     )
 
 

@@ -53,6 +53,13 @@ hosts link into them, after their other fixed links:
   in-degree is high while every other PLD's stays small: the legit hosts are its
   long tail.
 
+* ``spammed_hosts`` (needs a spam farm): that many popular ring hosts carry comment or
+  guestbook spam (or injected links of a hacked site) on every HTML page:
+  ``spammed_links_per_page`` links appended after the page's own, each to a fresh
+  subdomain of one farm (host ``j`` of them points into farm ``j % spam_farms``). The farm
+  becomes reachable early and in bulk, while its PLD in-degree grows only by the few
+  spammed PLDs (see ``scenarios.spammed_host_indices``).
+
 With every scenario off, webs are byte-identical to webs made before scenarios existed.
 
 Hostile hosts (off by default; see ``hostile``)
@@ -111,6 +118,10 @@ class SimWebConfig:
     spam_links_per_page: int = 30  # links of every spam page, mostly to new subdomains
     calendar_traps: int = 0  # endless calendar PLDs (/cal/YYYY/MM both ways)
     big_site_pages: int = 0  # backbone pages of bigsite.{tld}; 0 = no big site
+    # Comment-spammed (or hacked) ring hosts: every HTML page of each carries extra links
+    # to fresh subdomains of one spam farm (see scenarios.spammed_host_indices).
+    spammed_hosts: int = 0
+    spammed_links_per_page: int = 20
     hostile: bool = False  # serve the hostile case hosts and link to them from host 0
     hostile_interval_s: float = 2.0  # pause between the bytes of slow hostile responses
 
@@ -123,6 +134,12 @@ class SimWebConfig:
             raise ValueError("spam_farms, calendar_traps and big_site_pages must be >= 0")
         if self.spam_ips < 1 or self.spam_links_per_page < 1:
             raise ValueError("spam_ips and spam_links_per_page must be at least 1")
+        if self.spammed_hosts < 0 or self.spammed_links_per_page < 1:
+            raise ValueError("spammed_hosts must be >= 0 and spammed_links_per_page >= 1")
+        if self.spammed_hosts and not self.spam_farms:
+            raise ValueError("spammed_hosts needs at least one spam farm to link to")
+        if len(scenarios.spammed_host_indices(self)) < self.spammed_hosts:
+            raise ValueError("too few hosts for spammed_hosts (one in five hosts can be)")
         if scenarios.special_ip_count(self) > 254 * 256:
             raise ValueError("at most 65024 scenario IPs fit in 127.2.0.0/16")
         if not 0.0 <= self.cross_host_link_fraction <= 1.0:
@@ -217,6 +234,11 @@ class SimWebModel:
         self.scenario_hosts: tuple[Host, ...] = self._build_scenario_hosts()
         self._by_name = {h.name: h for h in self.hosts + self.scenario_hosts}
         self._endless_linkers = self._build_endless_linkers()
+        # Ring host index -> the spam farm its pages' spam comments point into.
+        self._spammed: dict[int, str] = {
+            i: scenarios.spam_farm_name(j % config.spam_farms, config.tld)
+            for j, i in enumerate(scenarios.spammed_host_indices(config))
+        }
         self._spam_host = functools.lru_cache(maxsize=_HOST_CACHE)(self._build_spam_host)
         self._inventory = functools.lru_cache(maxsize=_HOST_CACHE)(self._build_inventory)
         self._page = functools.lru_cache(maxsize=_PAGE_CACHE)(self._build_page)
@@ -376,6 +398,12 @@ class SimWebModel:
                 host, path, url, "redirect", status, None, location=location, location_header=header
             )
         links = _LinkMaker(self, h, path, spec.base_path).make(spec)
+        farm = self._spammed.get(h.index) if h.index >= 0 else None
+        if farm is not None:  # appended: the page's own links are as in an unspammed web
+            links += tuple(
+                Link(self.url(name, p), self.url(name, p), "a")
+                for name, p in scenarios.comment_spam_targets(self.config, farm, h.name, path)
+            )
         base_href = self.url(host, spec.base_path) if spec.base_path else None
         return Page(
             host, path, url, "html", 200, "text/html",

@@ -16,6 +16,14 @@ so the endless parts are generated per request and never enumerated.
 * **Big site** is the host ``bigsite.{tld}`` with ``big_site_pages`` backbone pages laid
   out like an ordinary host's (see ``model.backbone_path``).
 
+* **Spammed hosts** (``spammed_hosts``) are ordinary ring hosts whose pages carry spam
+  comments: :func:`spammed_host_indices` says which, :func:`comment_spam_targets` where each
+  page's spam links go. IRLbot §VI.A: spam aims at "inflating the page rank of target
+  hosts", and comment, guestbook and wiki spam (or links injected into hacked pages) is how
+  it gets links from pages that spammers do not own. Spammers aim at pages that are
+  themselves well linked, so the spammed hosts are popular ones: the ring's low indices,
+  which ``model._skewed`` makes the likeliest targets of cross-host links.
+
 Each calendar and the big site sits on one address of its own; scenario addresses are
 ``127.2.{j // 254}.{j % 254 + 1}``, spam farms first, then calendars, then the big site.
 """
@@ -96,6 +104,27 @@ def spam_targets(config: SimWebConfig, apex: str, host: str, path: str) -> list[
             target_host = f"{label}.{apex}"
         target_path = f"/{rng.choice(_SPAM_WORDS)}/{rng.randrange(1_000_000)}.html"
         targets.append((target_host, target_path))
+    return targets
+
+
+def spammed_host_indices(config: SimWebConfig) -> list[int]:
+    """Ring host indices whose pages carry comment spam: ``5, 10, 15, ...`` (the first
+    ``config.spammed_hosts`` of them). Popular (low index) but past host 0 and the hosts of
+    ``seeds()``, one per PLD (``i % 5 == 0`` is the apex ``site{i}`` of its own PLD), and
+    allow-all in robots.txt (``robots.CYCLE`` at 0 and 5)."""
+    return [i for i in range(5, config.hosts, 5)][: config.spammed_hosts]
+
+
+def comment_spam_targets(config: SimWebConfig, apex: str, host: str,
+                         path: str) -> list[tuple[str, str]]:
+    """(host, path) of the spam links appended to ``path`` of the spammed ring host
+    ``host``: ``spammed_links_per_page`` URLs, each on a fresh subdomain of the farm
+    ``apex`` (a spam comment advertises its own name), drawn from millions of names."""
+    rng = random.Random(f"{config.seed}:comment-spam:{host}:{path}")
+    targets = []
+    for _ in range(config.spammed_links_per_page):
+        label = f"{rng.choice(_SPAM_WORDS)}{rng.randrange(1_000_000)}"
+        targets.append((f"{label}.{apex}", f"/{rng.choice(_SPAM_WORDS)}/{rng.randrange(1_000_000)}.html"))
     return targets
 
 
