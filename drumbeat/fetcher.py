@@ -43,12 +43,18 @@ class FetcherStats:
 def open_http(settings: Settings) -> tuple[HttpClient, DnsCache]:
     """The HTTP client a fetcher uses, with its own resolver (close both when done).
 
-    The resolver serves robots.txt redirects to other hosts only; page fetches go to the
-    IP the manager resolved.
+    ``settings.http_client`` picks the backend: HttpClient (aiohttp) or CurlHttpClient
+    (libcurl), which has the same interface and contract. The resolver serves robots.txt
+    redirects to other hosts only; page fetches go to the IP the manager resolved.
     """
     dns = DnsCache(nameserver=settings.dns_server, timeout_s=settings.dns_timeout_s,
                    negative_ttl_s=settings.dns_negative_ttl_s)
-    http = HttpClient(
+    client_class: type[HttpClient] = HttpClient
+    if settings.http_client == "curl":
+        from drumbeat.fetch.curl import CurlHttpClient
+
+        client_class = CurlHttpClient  # type: ignore[assignment]  # same interface
+    http = client_class(
         user_agent=settings.user_agent,
         policy=AddressPolicy(allow_loopback=settings.allow_loopback,
                              allow_private=settings.allow_private),

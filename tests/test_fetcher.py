@@ -1,4 +1,7 @@
-"""Fetcher.process against a real aiohttp server on loopback: fetch -> WARC -> log line -> links."""
+"""Fetcher.process against a real aiohttp server on loopback: fetch -> WARC -> log line -> links.
+
+Every test runs with both HTTP backends (``backend``: HttpClient and CurlHttpClient).
+"""
 
 from __future__ import annotations
 
@@ -7,12 +10,14 @@ import gzip
 import json
 from pathlib import Path
 
+import pytest
 from aiohttp import web
 from warcio.archiveiterator import ArchiveIterator
 
+from drumbeat.fetch.curl import CurlHttpClient
 from drumbeat.fetch.guard import AddressPolicy
 from drumbeat.fetch.http import HttpClient
-from drumbeat.fetcher import Fetcher
+from drumbeat.fetcher import Fetcher, open_http
 from drumbeat.frontier.urlseen import encode_payload
 from drumbeat.queue.base import PAGE, ROBOTS, FetchItem
 from drumbeat.queue.local import LocalTaskQueue
@@ -23,6 +28,17 @@ from drumbeat.urls import fingerprint
 PAGE_HTML = (b"<html><body><a href='/a'>a</a><a href='b?x=1#f'>b</a>"
              b"<a rel=nofollow href='/secret'>s</a><a href='mailto:x@y'>m</a>"
              b"<a href='http://other.test/'>o</a></body></html>")
+
+
+CLIENTS = {"aiohttp": HttpClient, "curl": CurlHttpClient}
+_client_class: list[type] = [HttpClient]
+
+
+@pytest.fixture(autouse=True, params=sorted(CLIENTS))
+def backend(request: pytest.FixtureRequest):
+    _client_class[0] = CLIENTS[request.param]
+    yield request.param
+    _client_class[0] = HttpClient
 
 
 async def chunked_gzip(request: web.Request) -> web.StreamResponse:
@@ -62,8 +78,8 @@ def run_fetches(tmp_path: Path, items: list[FetchItem]):
         await site.start()
         port = site._server.sockets[0].getsockname()[1]
         settings = Settings(allow_loopback=True)
-        http = HttpClient(user_agent="drumbeat-test", policy=AddressPolicy(allow_loopback=True),
-                          resolver=None)
+        http = _client_class[0](user_agent="drumbeat-test",
+                                policy=AddressPolicy(allow_loopback=True), resolver=None)
         warc = WarcWriter(tmp_path / "warc")
         fetcher = Fetcher(settings, LocalTaskQueue(), http, warc)
         try:
@@ -126,3 +142,15 @@ def test_robots_item_returns_text(tmp_path: Path):
         FetchItem(1, "http://localhost:PORT/robots.txt", "127.0.0.1", ROBOTS)])
     assert r.status == 200 and "Disallow: /private/" in (r.robots_text or "")
     assert r.found is None
+
+
+def test_open_http_picks_the_backend_of_the_http_client_setting(backend: str):
+    async def go():
+        http, dns = open_http(Settings(http_client=backend))
+        try:
+            return type(http)
+        finally:
+            await http.close()
+            await dns.close()
+
+    assert asyncio.run(go()) is CLIENTS[backend]

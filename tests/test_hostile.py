@@ -5,6 +5,9 @@ hostile servers' own addresses; what the fetcher would do next (link extraction,
 robots parsing) runs on the result. Each outcome must be bounded in bytes, time and
 memory, carry a stable reason or flag, and raise nothing. ``python -m tests.test_hostile``
 prints the outcome table.
+
+The fetches run once per backend (the module-scoped ``backend`` fixture: "aiohttp" is
+HttpClient, "curl" is CurlHttpClient) and every assertion holds for both.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import pytest
 
 from drumbeat import urls
 from drumbeat.fetch import guard
+from drumbeat.fetch.curl import CurlHttpClient
 from drumbeat.fetch.dns import DnsCache
 from drumbeat.fetch.guard import AddressPolicy
 from drumbeat.fetch.http import FetchResponse, HttpClient
@@ -80,24 +84,32 @@ def sim() -> Iterator[SimWeb]:
         yield web
 
 
+CLIENTS = {"aiohttp": HttpClient, "curl": CurlHttpClient}
+
+
+@pytest.fixture(scope="module", params=sorted(CLIENTS))
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
-def outcomes(sim: SimWeb) -> dict[str, Outcome]:
+def outcomes(sim: SimWeb, backend: str) -> dict[str, Outcome]:
     with tempfile.TemporaryDirectory() as tmp:
-        return asyncio.run(asyncio.wait_for(run_cases(sim, Path(tmp)), 120))
+        return asyncio.run(asyncio.wait_for(run_cases(sim, Path(tmp), backend), 120))
 
 
-def make_client(sim: SimWeb, dns: DnsCache) -> HttpClient:
+def make_client(sim: SimWeb, dns: DnsCache, backend: str = "aiohttp") -> HttpClient:
     policy = OnlyHostileServers(frozenset(hostile.address(c) for c in hostile.SERVED))
-    return HttpClient(
+    return CLIENTS[backend](  # type: ignore[return-value]
         user_agent=UA, policy=policy, resolver=dns,  # type: ignore[arg-type]
         connect_timeout_s=1, read_timeout_s=1, total_timeout_s=TOTAL_TIMEOUT_S,
         max_body_bytes=BODY_CAP, max_decoded_bytes=DECODED_CAP,
     )
 
 
-async def run_cases(sim: SimWeb, tmp: Path) -> dict[str, Outcome]:
+async def run_cases(sim: SimWeb, tmp: Path, backend: str = "aiohttp") -> dict[str, Outcome]:
     dns = DnsCache(nameserver=sim.dns_address, timeout_s=0.5, tries=1)
-    http = make_client(sim, dns)
+    http = make_client(sim, dns, backend)
     store = RobotsStore(tmp / "robots", user_agent="drumbeat", expiry_s=3600, retry_s=60,
                         max_attempts=3, fsync=False)
     results: dict[str, Outcome] = {}
@@ -327,13 +339,13 @@ def test_robots_outcomes(outcomes: dict[str, Outcome]) -> None:
 # -- redirects and the address guard ------------------------------------------------------
 
 
-def test_redirect_loop_and_chain_as_a_crawler_follows_them(sim: SimWeb) -> None:
+def test_redirect_loop_and_chain_as_a_crawler_follows_them(sim: SimWeb, backend: str) -> None:
     """Redirects come back unfollowed; a crawler that follows them as links with a seen
     set leaves a loop after one round and a 50-hop chain after 50 fetches."""
 
     async def follow(start: str, limit: int) -> tuple[int, FetchResponse]:
         dns = DnsCache(nameserver=sim.dns_address, timeout_s=0.5, tries=1)
-        http = make_client(sim, dns)
+        http = make_client(sim, dns, backend)
         seen, url, fetches = {start}, start, 0
         try:
             while fetches < limit:
@@ -359,7 +371,7 @@ def test_redirect_loop_and_chain_as_a_crawler_follows_them(sim: SimWeb) -> None:
     assert fetches == hostile.REDIRECT_CHAIN_HOPS + 1 and last.status == 200
 
 
-def test_redirects_to_loopback_are_refused_before_connecting(sim: SimWeb) -> None:
+def test_redirects_to_loopback_are_refused_before_connecting(sim: SimWeb, backend: str) -> None:
     """Every Location of redirect-loopback is refused after DNS, and nothing connects."""
     c = hostile.case("redirect-loopback")
     origin = hostile.origin(c, "test", sim.port)
@@ -367,7 +379,7 @@ def test_redirects_to_loopback_are_refused_before_connecting(sim: SimWeb) -> Non
 
     async def main() -> list[FetchResponse]:
         dns = DnsCache(nameserver=sim.dns_address, timeout_s=0.5, tries=1)
-        http = make_client(sim, dns)
+        http = make_client(sim, dns, backend)
         try:
             found = []
             for path, target in targets.items():
@@ -393,10 +405,10 @@ def test_the_classifier_on_the_loopback_targets() -> None:
         assert AddressPolicy(allow_loopback=True).refusal(ip) is None
 
 
-def test_idn_host_is_fetched_by_its_unicode_url(sim: SimWeb) -> None:
+def test_idn_host_is_fetched_by_its_unicode_url(sim: SimWeb, backend: str) -> None:
     async def main() -> FetchResponse:
         dns = DnsCache(nameserver=sim.dns_address, timeout_s=0.5, tries=1)
-        http = make_client(sim, dns)
+        http = make_client(sim, dns, backend)
         try:
             return await http.fetch(f"http://bücher.hostile.test:{sim.port}/unicode", None)
         finally:
@@ -420,11 +432,13 @@ def test_the_model_links_to_every_case_only_when_hostile() -> None:
         assert not any(".hostile." in url for url in found)
 
 
-def test_table(outcomes: dict[str, Outcome], capsys: pytest.CaptureFixture[str]) -> None:
+def test_table(
+    outcomes: dict[str, Outcome], backend: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     text = table(outcomes)
     assert text.count("\n") == len(hostile.CASES) + 1
     with capsys.disabled():
-        print("\n" + text)
+        print(f"\n{backend}:\n" + text)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import math
 import socket
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Final
@@ -178,25 +178,9 @@ class HttpClient:
         with the URLs redirected to in ``redirects``; a sixth redirect gives
         ``error="too_many_redirects"``.
         """
-        chain: list[str] = []
-        current_url, current_ip = url, ip
-        while True:
-            response = await self._fetch(current_url, current_ip, max_bytes, max_bytes)
-            response.redirects = chain
-            if (
-                response.error is not None
-                or response.status not in REDIRECT_STATUSES
-                or not response.location
-            ):
-                return response
-            if len(chain) == MAX_ROBOTS_REDIRECTS:
-                response.error = "too_many_redirects"
-                return response
-            next_url = response.location
-            if _host_of(next_url) != _host_of(current_url):
-                current_ip = None
-            chain.append(next_url)
-            current_url = next_url
+        return await follow_robots(
+            lambda hop_url, hop_ip: self._fetch(hop_url, hop_ip, max_bytes, max_bytes), url, ip
+        )
 
     async def close(self) -> None:
         """Close pooled connections (and the DnsCache made when no resolver was given)."""
@@ -216,37 +200,16 @@ class HttpClient:
         started = time.perf_counter()
         response = FetchResponse(url=url, ip=ip, fetch_time=time.time())
         response.error = await self._exchange(response, body_cap)
-        if response.status is not None:
-            if response.error is not None and response.truncated is None:
-                # The head arrived, the body did not all: what we have is a cut-short page.
-                response.truncated = "time" if response.error == "timeout" else "disconnect"
-            _decode_body(response, decoded_cap)
-            response.retry_after_s = retry_after(
-                response.headers, response.fetch_time, self._max_retry_after_s
-            )
-        response.elapsed_ms = (time.perf_counter() - started) * 1000
+        finish_response(response, started, decoded_cap, self._max_retry_after_s)
         return response
 
     async def _exchange(self, response: FetchResponse, body_cap: int) -> str | None:
         """Resolve, guard, send and read into ``response``; return the error reason."""
-        try:
-            target = URL(response.url)
-        except (ValueError, TypeError):
-            return "url:invalid"
-        host = target.raw_host
-        if target.scheme not in ("http", "https") or not host:
-            return "url:invalid"
-        literal = _ip_literal(host)
-        if literal is not None:
-            response.ip = literal
-        elif response.ip is None:
-            answer = await self._dns.resolve(host)
-            if answer.ip is None:
-                return answer.error or "dns:error"
-            response.ip = answer.ip
-        refusal = self._policy.refusal(response.ip)
+        target, refusal = await choose_address(response, self._dns, self._policy)
         if refusal is not None:
             return refusal
+        assert target is not None and target.raw_host is not None and response.ip is not None
+        host = target.raw_host
         try:
             with self._pins.pin(host, response.ip):
                 async with self._client().get(target, allow_redirects=False) as reply:
@@ -288,6 +251,91 @@ class HttpClient:
                 max_field_size=self._max_header_bytes,
             )
         return self._session
+
+
+# -- backend-independent steps, shared with drumbeat.fetch.curl ---------------------------
+
+
+async def choose_address(
+    response: FetchResponse, dns: Resolver, policy: AddressPolicy
+) -> tuple[URL | None, str | None]:
+    """Parse ``response.url``, pick the address to connect to and check the guard.
+
+    Sets ``response.ip`` (an IP-literal host as written, else the given IP, else the
+    resolver's answer). Returns (the parsed URL, None) when the request may go ahead,
+    or (the URL if it parsed, the error reason) when it may not.
+    """
+    try:
+        target = URL(response.url)
+    except (ValueError, TypeError):
+        return None, "url:invalid"
+    host = target.raw_host
+    if target.scheme not in ("http", "https") or not host:
+        return None, "url:invalid"
+    literal = _ip_literal(host)
+    if literal is not None:
+        response.ip = literal
+    elif response.ip is None:
+        answer = await dns.resolve(host)
+        if answer.ip is None:
+            return target, answer.error or "dns:error"
+        response.ip = answer.ip
+    return target, policy.refusal(response.ip)
+
+
+def finish_response(
+    response: FetchResponse, started: float, decoded_cap: int, max_retry_after_s: float
+) -> None:
+    """After the exchange: truncation flag, decoded body, Retry-After and elapsed time."""
+    if response.status is not None:
+        if response.error is not None and response.truncated is None:
+            # The head arrived, the body did not all: what we have is a cut-short page.
+            response.truncated = "time" if response.error == "timeout" else "disconnect"
+        _decode_body(response, decoded_cap)
+        response.retry_after_s = retry_after(
+            response.headers, response.fetch_time, max_retry_after_s
+        )
+    response.elapsed_ms = (time.perf_counter() - started) * 1000
+
+
+async def follow_robots(
+    fetch_hop: Callable[[str, str | None], Awaitable[FetchResponse]], url: str, ip: str | None
+) -> FetchResponse:
+    """The redirect loop of ``fetch_robots`` (see :meth:`HttpClient.fetch_robots`) around
+    ``fetch_hop(url, ip)``, which fetches one hop without following it."""
+    chain: list[str] = []
+    current_url, current_ip = url, ip
+    while True:
+        response = await fetch_hop(current_url, current_ip)
+        response.redirects = chain
+        if (
+            response.error is not None
+            or response.status not in REDIRECT_STATUSES
+            or not response.location
+        ):
+            return response
+        if len(chain) == MAX_ROBOTS_REDIRECTS:
+            response.error = "too_many_redirects"
+            return response
+        next_url = response.location
+        if _host_of(next_url) != _host_of(current_url):
+            current_ip = None
+        chain.append(next_url)
+        current_url = next_url
+
+
+def media_type(content_type: str | None) -> str | None:
+    """The media type of a Content-Type value, lower-case; None when absent or empty."""
+    media = content_type.split(";", 1)[0].strip().lower() if content_type else ""
+    return media or None
+
+
+def resolve_location(url: str, location: str) -> str:
+    """A Location header resolved against the URL it came from (as is if that fails)."""
+    try:
+        return urljoin(url, location.strip())
+    except ValueError:
+        return location
 
 
 class _PinnedResolver(AbstractResolver):
@@ -378,15 +426,10 @@ def _read_head(reply: aiohttp.ClientResponse, response: FetchResponse) -> None:
     response.request_head = _request_head(reply.request_info)
     response.status = reply.status
     response.headers = list(reply.headers.items())
-    content_type = reply.headers.get("Content-Type")
-    media_type = content_type.split(";", 1)[0].strip().lower() if content_type else ""
-    response.content_type = media_type or None
+    response.content_type = media_type(reply.headers.get("Content-Type"))
     location = reply.headers.get("Location")
     if location:
-        try:
-            response.location = urljoin(response.url, location.strip())
-        except ValueError:
-            response.location = location
+        response.location = resolve_location(response.url, location)
     version = reply.version
     status_line = f"HTTP/{version.major}.{version.minor} {reply.status} {reply.reason or ''}"
     response.response_head = (

@@ -1,0 +1,520 @@
+"""A libcurl (pycurl) backend for the fetchers: a drop-in for :class:`HttpClient`.
+
+:class:`CurlHttpClient` has HttpClient's constructor, methods and
+:class:`~drumbeat.fetch.http.FetchResponse` contents, with the same stable error
+reasons; it is chosen with the ``http_client = "curl"`` setting (opt-in; aiohttp is
+the default). Transfers run on one ``pycurl.CurlMulti`` driven by the running asyncio
+loop: curl's socket callback registers its sockets with ``add_reader``/``add_writer``,
+its timer callback arms ``call_later``, and every event calls ``socket_action`` (no
+threads). Measured on loopback (scripts/bench_http_clients.py) it costs well under
+half of HttpClient's CPU per request.
+
+What is shared with HttpClient (drumbeat.fetch.http): URL parsing, the address choice
+and guard check before anything is sent, the robots.txt redirect loop, body decoding
+and its caps, Retry-After, Location resolution. What curl does here:
+
+* connects only to the chosen IP (``CONNECT_TO`` host:port -> ip:port; curl resolves
+  nothing itself) and reuses keep-alive connections only to that same IP; at most two
+  connections per host, ``max_connections`` in all, HTTP/1.1 only;
+* no content decoding (``Accept-Encoding`` is sent as a plain header), no redirects,
+  no proxies from the environment, HTTP/0.9 replies refused (``http:bad_status_line``);
+* the response head is kept as the bytes received (``HEADERFUNCTION``), with
+  ``Transfer-Encoding`` renamed to ``X-Crawler-Transfer-Encoding`` as HttpClient does
+  (the body is kept de-chunked); header limits as aiohttp's: a status or header line
+  longer than ``max_header_bytes`` or more than 128 header lines is
+  ``http:header_too_large``; a header line without a colon or with NUL/CR bytes is
+  ``http:bad_header``;
+* the request head is the bytes curl sent (``DEBUGFUNCTION``, ``INFOTYPE_HEADER_OUT``);
+* the body cap: the write callback keeps ``body_cap`` bytes and stops the transfer
+  (the connection is closed, not reused);
+* timeouts: ``connect_timeout_s`` and ``total_timeout_s`` are curl's own; the read
+  timeout (nothing received for ``read_timeout_s`` once the request is sent) is a
+  sweep over the transfers in flight every quarter of it, so it fires between 1 and
+  1.25 times ``read_timeout_s``. "Received" counts whole header lines and body
+  chunks: a head trickled a byte at a time times out like a silent one (curl's
+  low-speed limit is no substitute: it averages over seconds, so a trickle that
+  stops is not caught).
+
+Differences from HttpClient that a caller can see: a chunked body with bad framing is
+``http:bad_chunking`` (aiohttp says ``http:bad_message``); a connection reset after
+the head is ``http:incomplete_body`` (aiohttp: the same or ``http:disconnected``);
+how many bytes arrived before a timeout or reset depends on the client's reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from typing import Final
+
+import pycurl
+from yarl import URL
+
+from drumbeat.fetch.dns import DnsCache, Resolver
+from drumbeat.fetch.guard import AddressPolicy
+from drumbeat.fetch.http import (
+    _CONNECTIONS_PER_HOST,
+    FetchResponse,
+    _head_name,
+    choose_address,
+    finish_response,
+    follow_robots,
+    media_type,
+    resolve_location,
+)
+
+# aiohttp's default header-count limit (ClientSession max_headers), kept for parity.
+MAX_HEADERS: Final = 128
+
+# curl's error codes -> reasons; the few that depend on the message or on whether the
+# head arrived are decided in _reason.
+_E_WEIRD_SERVER_REPLY: Final = 8  # CURLE_WEIRD_SERVER_REPLY (pycurl: E_FTP_WEIRD_SERVER_REPLY)
+_E_TOO_LARGE: Final = 100  # CURLE_TOO_LARGE (libcurl 8.6+): curl's own header limits
+_REASONS: Final[dict[int, str]] = {
+    pycurl.E_OPERATION_TIMEDOUT: "timeout",
+    pycurl.E_COULDNT_CONNECT: "connect",
+    pycurl.E_COULDNT_RESOLVE_HOST: "connect",  # cannot happen: curl is given the IP
+    pycurl.E_GOT_NOTHING: "http:disconnected",
+    pycurl.E_SEND_ERROR: "http:disconnected",
+    pycurl.E_PARTIAL_FILE: "http:incomplete_body",
+    pycurl.E_UNSUPPORTED_PROTOCOL: "http:bad_status_line",  # HTTP/0.9 refused
+    _E_WEIRD_SERVER_REPLY: "http:bad_status_line",
+    pycurl.E_URL_MALFORMAT: "url:invalid",
+    _E_TOO_LARGE: "http:header_too_large",
+    pycurl.E_FILESIZE_EXCEEDED: "http:header_too_large",
+}
+
+_POLL_IN: Final = 1
+_POLL_OUT: Final = 2
+_WANT: Final = {pycurl.POLL_IN: _POLL_IN, pycurl.POLL_OUT: _POLL_OUT,
+                pycurl.POLL_INOUT: _POLL_IN | _POLL_OUT}
+
+
+def _ca_file() -> str | None:
+    """The CA bundle OpenSSL would use (aiohttp verifies against the same)."""
+    paths = ssl.get_default_verify_paths()
+    if paths.cafile:
+        return paths.cafile
+    try:
+        import certifi
+    except ImportError:
+        return None
+    return str(certifi.where())
+
+
+class _Handle:
+    """One reusable curl easy handle and the state of the transfer it runs."""
+
+    __slots__ = ("curl", "response", "body", "head", "request_head", "head_done",
+                 "head_lines", "status", "cap", "reason", "future", "dead", "last", "_limit")
+
+    def __init__(self, client: CurlHttpClient) -> None:
+        c = self.curl = pycurl.Curl()
+        c.handle = self  # type: ignore[attr-defined]  # info_read hands back the Curl
+        c.setopt(pycurl.NOSIGNAL, 1)
+        c.setopt(pycurl.HTTP_VERSION, pycurl.CURL_HTTP_VERSION_1_1)
+        c.setopt(pycurl.HTTP09_ALLOWED, 0)
+        c.setopt(pycurl.FOLLOWLOCATION, 0)
+        c.setopt(pycurl.PROXY, "")
+        c.setopt(pycurl.NOPROXY, "*")
+        c.setopt(pycurl.PATH_AS_IS, 1)  # yarl normalised the URL as aiohttp sends it
+        c.setopt(pycurl.CONNECTTIMEOUT_MS, max(1, int(client._connect_timeout_s * 1000)))
+        c.setopt(pycurl.TIMEOUT_MS, max(1, int(client._total_timeout_s * 1000)))
+        c.setopt(pycurl.HTTPHEADER, client._request_headers)
+        if client._ca_file:
+            c.setopt(pycurl.CAINFO, client._ca_file)
+        c.setopt(pycurl.WRITEFUNCTION, self._write)
+        c.setopt(pycurl.HEADERFUNCTION, self._header)
+        c.setopt(pycurl.PREREQFUNCTION, self._connected)
+        c.setopt(pycurl.VERBOSE, 1)
+        c.setopt(pycurl.DEBUGFUNCTION, self._debug)
+        self.response: FetchResponse | None = None
+        self.future: asyncio.Future[tuple[int, str]] | None = None
+        self.dead = False  # closed mid-transfer: never reused
+        # When bytes last arrived (the loop's clock); None until the request goes out.
+        self.last: float | None = None
+        self.body = bytearray()
+        self.head = bytearray()
+        self.request_head = bytearray()
+        self.head_done = False
+        self.head_lines = 0
+        self.status: int | None = None
+        self.cap = 0
+        self.reason: str | None = None
+        self._limit = client._max_header_bytes
+
+    def start(self, response: FetchResponse, url: str, connect_to: str | None,
+              cap: int, future: asyncio.Future[tuple[int, str]]) -> None:
+        self.response, self.future, self.cap = response, future, cap
+        self.body = bytearray()
+        self.head = bytearray()
+        self.request_head = bytearray()
+        self.head_done, self.head_lines, self.status, self.reason = False, 0, None, None
+        self.last = None
+        c = self.curl
+        c.setopt(pycurl.URL, url)
+        c.setopt(pycurl.CONNECT_TO, [connect_to] if connect_to else [])
+
+    # -- curl's callbacks (they must not raise: pycurl would print and abort) ------------
+
+    def _connected(self, *_: object) -> int:
+        self.last = time.monotonic()  # the read timeout runs from here
+        return pycurl.PREREQFUNC_OK
+
+    def _write(self, data: bytes) -> int | None:
+        self.last = time.monotonic()
+        room = self.cap - len(self.body)
+        if len(data) > room:
+            self.body += data[:room]
+            assert self.response is not None
+            self.response.truncated = "length"
+            return 0  # stops the transfer (CURLE_WRITE_ERROR), the connection is dropped
+        self.body += data
+        return None
+
+    def _header(self, line: bytes) -> int | None:
+        self.last = time.monotonic()
+        if self.head_done:
+            if self.status is not None and 100 <= self.status < 200:
+                # An interim response (100 Continue ...): the real head follows.
+                self.head = bytearray()
+                self.head_done, self.head_lines, self.status = False, 0, None
+            else:
+                return None  # trailers of a chunked body: not part of the head
+        if line in (b"\r\n", b"\n"):
+            self.head += b"\r\n"
+            self.head_done = True
+            return None
+        if len(line.rstrip(b"\r\n")) > self._limit:
+            self.reason = "http:header_too_large"
+            return 0
+        if not self.head:  # the status line: curl has checked it is HTTP/1.x nnn
+            parts = line.split(None, 2)
+            try:
+                self.status = int(parts[1])
+            except (IndexError, ValueError):
+                self.reason = "http:bad_status_line"
+                return 0
+            self.head += line
+            return None
+        self.head_lines += 1
+        if self.head_lines > MAX_HEADERS:
+            self.reason = "http:header_too_large"
+            return 0
+        text = line.rstrip(b"\r\n")
+        name, colon, _ = text.partition(b":")
+        if line[:1] not in (b" ", b"\t") and (
+            not colon or not name or name != name.rstrip() or b"\0" in text or b"\r" in text
+        ):
+            self.reason = "http:bad_header"
+            return 0
+        self.head += line
+        return None
+
+    def _debug(self, kind: int, data: bytes) -> None:
+        if kind == pycurl.INFOTYPE_HEADER_OUT:
+            self.request_head += data
+
+    def __repr__(self) -> str:
+        return f"<_Handle {self.response.url if self.response else 'idle'}>"
+
+
+class CurlHttpClient:
+    """HttpClient's interface and contract (see :class:`drumbeat.fetch.http.HttpClient`)
+    on libcurl; see the module docstring for how and where it differs."""
+
+    def __init__(
+        self,
+        *,
+        user_agent: str,
+        policy: AddressPolicy,
+        resolver: Resolver | None,
+        max_connections: int = 100,
+        connect_timeout_s: float = 10,
+        read_timeout_s: float = 30,
+        total_timeout_s: float = 60,
+        max_body_bytes: int = 10 << 20,
+        max_decoded_bytes: int = 50 << 20,
+        max_header_bytes: int = 64 << 10,
+        accept_encoding: str = "gzip, deflate, br",
+        max_retry_after_s: float = 86_400,
+    ) -> None:
+        self._policy = policy
+        self._own_dns: DnsCache | None = None
+        if resolver is None:
+            resolver = self._own_dns = DnsCache()
+        self._dns: Resolver = resolver
+        self._max_connections = max_connections
+        self._connect_timeout_s = connect_timeout_s
+        self._read_timeout_s = read_timeout_s
+        self._total_timeout_s = total_timeout_s
+        self._max_body_bytes = max_body_bytes
+        self._max_decoded_bytes = max_decoded_bytes
+        self._max_header_bytes = max_header_bytes
+        self._max_retry_after_s = max_retry_after_s
+        # As aiohttp sends them (after Host): User-Agent, Accept, Accept-Encoding.
+        self._request_headers = [f"User-Agent: {user_agent}", "Accept: */*",
+                                 f"Accept-Encoding: {accept_encoding}"]
+        self._ca_file = _ca_file()
+        self._free: list[_Handle] = []
+        self._active: set[_Handle] = set()
+        # The multi handle belongs to the loop it was made on: made on first use.
+        self._multi: pycurl.CurlMulti | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._watched: dict[int, int] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._sweep_s = min(max(read_timeout_s / 4, 0.05), 5.0)
+
+    async def fetch(self, url: str, ip: str | None) -> FetchResponse:
+        """GET ``url`` from ``ip``; a redirect is returned, not followed."""
+        return await self._fetch(url, ip, self._max_body_bytes, self._max_decoded_bytes)
+
+    async def fetch_robots(
+        self, url: str, ip: str | None, max_bytes: int = 512 << 10
+    ) -> FetchResponse:
+        """GET a robots.txt, following up to five redirects (as HttpClient.fetch_robots)."""
+        return await follow_robots(
+            lambda hop_url, hop_ip: self._fetch(hop_url, hop_ip, max_bytes, max_bytes), url, ip
+        )
+
+    async def close(self) -> None:
+        """Abort transfers in flight, close every connection (and a DnsCache made here)."""
+        multi = self._multi
+        if multi is not None:
+            for handle in list(self._active):
+                self._abandon(handle)
+            for handle in self._free:
+                handle.curl.close()
+            self._free.clear()
+            for timer in (self._timer, self._sweeper):
+                if timer is not None:
+                    timer.cancel()
+            self._timer = self._sweeper = None
+            multi.close()  # curl's socket callback removes its sockets from the loop
+            self._unwatch_all()
+            self._multi = None
+        if self._own_dns is not None:
+            await self._own_dns.close()
+
+    def __repr__(self) -> str:
+        return (f"<CurlHttpClient [{len(self._active)} in flight, "
+                f"limit {self._max_connections}]>")
+
+    # -- one exchange -----------------------------------------------------------------
+
+    async def _fetch(
+        self, url: str, ip: str | None, body_cap: int, decoded_cap: int
+    ) -> FetchResponse:
+        started = time.perf_counter()
+        response = FetchResponse(url=url, ip=ip, fetch_time=time.time())
+        target, refusal = await choose_address(response, self._dns, self._policy)
+        if refusal is not None:
+            response.error = refusal
+        else:
+            assert target is not None and response.ip is not None
+            response.error = await self._exchange(response, target, body_cap)
+        finish_response(response, started, decoded_cap, self._max_retry_after_s)
+        return response
+
+    async def _exchange(self, response: FetchResponse, target: URL, body_cap: int) -> str | None:
+        ip = response.ip
+        host = target.raw_host
+        assert ip is not None and host is not None
+        connect_to = None
+        if host != ip:  # a name (an IP-literal URL is connected to as written)
+            port = target.port
+            address = f"[{ip}]" if ":" in ip else ip
+            connect_to = f"{host}:{port}:{address}:{port}"
+        multi = self._multi_handle()
+        assert self._loop is not None
+        handle = self._free.pop() if self._free else _Handle(self)
+        future: asyncio.Future[tuple[int, str]] = self._loop.create_future()
+        try:
+            handle.start(response, str(target), connect_to, body_cap, future)
+        except pycurl.error:
+            self._free.append(handle)
+            return "url:invalid"
+        self._active.add(handle)
+        multi.add_handle(handle.curl)  # curl arms a 0 ms timer: the transfer starts there
+        if self._sweeper is None:
+            self._sweeper = self._loop.call_later(self._sweep_s, self._sweep)
+        try:
+            errno, message = await future
+        except BaseException:
+            # Cancelled (the caller's own timeout, shutdown): stop the transfer.
+            self._abandon(handle)
+            raise
+        if handle.dead:  # the client was closed under it
+            response.body = bytes(handle.body)
+            return "http:error"
+        try:
+            return self._collect(handle, response, errno, message)
+        finally:
+            handle.response = handle.future = None
+            handle.body = handle.head = handle.request_head = bytearray()
+            self._free.append(handle)
+
+    def _collect(self, handle: _Handle, response: FetchResponse, errno: int,
+                 message: str) -> str | None:
+        """Move what curl received into ``response``; return the error reason."""
+        response.body = bytes(handle.body)
+        if handle.head_done and handle.status is not None:
+            response.status = handle.status
+            self._read_head(handle, response)
+            peer = handle.curl.getinfo(pycurl.PRIMARY_IP)
+            if peer:
+                response.ip = peer
+        if errno == 0:
+            return None
+        if errno == pycurl.E_WRITE_ERROR and response.truncated == "length":
+            return None
+        if handle.reason is not None:
+            return handle.reason
+        if errno == _E_WEIRD_SERVER_REPLY and handle.head:
+            return "http:bad_header"  # after the status line: curl refused a header line
+        reason = _REASONS.get(errno)
+        if reason is not None:
+            return reason
+        if errno == pycurl.E_RECV_ERROR:
+            if "chunk" in message.lower():
+                return "http:bad_chunking"
+            return "http:incomplete_body" if response.status is not None else "http:disconnected"
+        if errno == pycurl.E_BAD_CONTENT_ENCODING:
+            return "http:bad_message"
+        return "http:error"
+
+    @staticmethod
+    def _read_head(handle: _Handle, response: FetchResponse) -> None:
+        response.request_head = bytes(handle.request_head)
+        lines = bytes(handle.head).split(b"\n")[:-2]  # no final CRLF line
+        head = [lines[0].rstrip(b"\r") + b"\r\n"]
+        headers: list[tuple[str, str]] = []
+        for raw in lines[1:]:
+            line = raw.rstrip(b"\r")
+            if line[:1] in (b" ", b"\t") and headers:  # obsolete line folding
+                name, value = headers[-1]
+                headers[-1] = (name, value + " " + line.strip().decode("utf-8", "surrogateescape"))
+                head.append(line + b"\r\n")
+                continue
+            name, _, value = line.partition(b":")
+            head.append(_head_name(name) + b":" + value + b"\r\n")
+            headers.append((name.decode("utf-8", "surrogateescape"),
+                            value.strip(b" \t").decode("utf-8", "surrogateescape")))
+        head.append(b"\r\n")
+        response.response_head = b"".join(head)
+        response.headers = headers
+        content_type = location = None
+        for name_, value_ in headers:
+            lower = name_.lower()
+            if lower == "content-type" and content_type is None:
+                content_type = value_
+            elif lower == "location" and location is None:
+                location = value_
+        response.content_type = media_type(content_type)
+        if location:
+            response.location = resolve_location(response.url, location)
+
+    def _abandon(self, handle: _Handle) -> None:
+        """Take an unfinished transfer off the multi handle (its connection is closed)."""
+        if handle in self._active:
+            self._active.discard(handle)
+            if self._multi is not None:
+                self._multi.remove_handle(handle.curl)
+            handle.curl.close()  # not reused: its state is mid-transfer
+            handle.dead = True
+            if handle.future is not None and not handle.future.done():
+                handle.future.set_result((pycurl.E_ABORTED_BY_CALLBACK, "client closed"))
+
+    def _sweep(self) -> None:
+        """The read timeout: end transfers that received nothing for ``read_timeout_s``
+        (checked every quarter of it, so a stall ends within 1.25 times the timeout)."""
+        self._sweeper = None
+        if self._multi is None or not self._active:
+            return
+        idle_since = time.monotonic() - self._read_timeout_s
+        for handle in [h for h in self._active if h.last is not None and h.last < idle_since]:
+            # Taken off mid-transfer, curl closes the connection; the handle is reusable.
+            self._multi.remove_handle(handle.curl)
+            self._active.discard(handle)
+            if handle.future is not None and not handle.future.done():
+                handle.future.set_result((pycurl.E_OPERATION_TIMEDOUT, "read timeout"))
+        if self._active:
+            assert self._loop is not None
+            self._sweeper = self._loop.call_later(self._sweep_s, self._sweep)
+
+    # -- the loop driver: curl's sockets and timer on the asyncio loop ------------------
+
+    def _multi_handle(self) -> pycurl.CurlMulti:
+        if self._multi is None:
+            self._loop = asyncio.get_running_loop()
+            multi = pycurl.CurlMulti()
+            multi.setopt(pycurl.M_PIPELINING, 0)
+            multi.setopt(pycurl.M_MAX_HOST_CONNECTIONS, _CONNECTIONS_PER_HOST)
+            multi.setopt(pycurl.M_MAX_TOTAL_CONNECTIONS, self._max_connections)
+            multi.setopt(pycurl.M_MAXCONNECTS, self._max_connections)
+            multi.setopt(pycurl.M_SOCKETFUNCTION, self._on_socket)
+            multi.setopt(pycurl.M_TIMERFUNCTION, self._on_timer)
+            self._multi = multi
+        return self._multi
+
+    def _on_socket(self, what: int, fd: int, _multi: object, _data: object) -> None:
+        loop = self._loop
+        assert loop is not None
+        old = self._watched.get(fd, 0)
+        want = 0 if what == pycurl.POLL_REMOVE else _WANT.get(what, 0)
+        if old & _POLL_IN and not want & _POLL_IN:
+            loop.remove_reader(fd)
+        if old & _POLL_OUT and not want & _POLL_OUT:
+            loop.remove_writer(fd)
+        if want & _POLL_IN and not old & _POLL_IN:
+            loop.add_reader(fd, self._act, fd, pycurl.CSELECT_IN)
+        if want & _POLL_OUT and not old & _POLL_OUT:
+            loop.add_writer(fd, self._act, fd, pycurl.CSELECT_OUT)
+        if want:
+            self._watched[fd] = want
+        else:
+            self._watched.pop(fd, None)
+
+    def _unwatch_all(self) -> None:
+        if self._loop is not None:
+            for fd, old in self._watched.items():
+                if old & _POLL_IN:
+                    self._loop.remove_reader(fd)
+                if old & _POLL_OUT:
+                    self._loop.remove_writer(fd)
+        self._watched.clear()
+
+    def _on_timer(self, ms: int) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if ms >= 0:
+            assert self._loop is not None
+            self._timer = self._loop.call_later(ms / 1000, self._act, pycurl.SOCKET_TIMEOUT, 0)
+
+    def _act(self, fd: int, events: int) -> None:
+        multi = self._multi
+        if multi is None:
+            return
+        if fd == pycurl.SOCKET_TIMEOUT:
+            self._timer = None
+        multi.socket_action(fd, events)
+        while True:
+            _, done, failed = multi.info_read()
+            for curl in done:
+                self._finished(curl, 0, "")
+            for curl, errno, message in failed:
+                self._finished(curl, errno, message)
+            if not done and not failed:
+                return
+
+    def _finished(self, curl: pycurl.Curl, errno: int, message: str) -> None:
+        handle: _Handle = curl.handle  # type: ignore[attr-defined]
+        assert self._multi is not None
+        self._multi.remove_handle(curl)
+        self._active.discard(handle)
+        future = handle.future
+        if future is not None and not future.done():
+            future.set_result((errno, message))

@@ -1,0 +1,64 @@
+"""End-to-end with the libcurl backend: `drumbeat crawl` with ``http_client = "curl"``
+(a real subprocess) against simweb on loopback, checked against the oracle as
+tests/test_crawl.py checks the default (aiohttp) backend."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections import Counter, defaultdict
+
+import pytest
+from warcio.archiveiterator import ArchiveIterator
+
+from drumbeat.simweb.model import SimWebConfig
+from drumbeat.simweb.server import run_in_thread
+from tests.test_crawl import assert_polite, crawl_cmd, fetched_pages, read_log
+
+
+@pytest.fixture(scope="module")
+def web():
+    config = SimWebConfig(seed=7, hosts=50, ips=8, pages_per_host=8, crawl_delay_s=0.3)
+    with run_in_thread(config) as w:
+        yield w
+
+
+@pytest.mark.parametrize("fetchers", ["0", "2"])
+def test_a_curl_crawl_fetches_what_the_oracle_says_politely(web, tmp_path, fetchers):
+    state = tmp_path / "state"
+    cmd = crawl_cmd(web, state, "--allow-loopback", "--fetchers", fetchers)
+    with open(tmp_path / "state.toml", "a") as cfg:  # crawl_cmd's config file
+        cfg.write('http_client = "curl"\n')
+    start = len(web.requests)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    assert "crawl stopped (done)" in proc.stderr
+    assert json.loads((state / "settings.json").read_text())["http_client"] == "curl"
+    assert_polite(web, web.requests[start:])
+
+    truth = web.model.crawl(web.seeds)
+    entries = read_log(state)
+    pages = fetched_pages(entries)
+    assert Counter(pages).most_common(1)[0][1] == 1, "a page was fetched twice"
+    assert set(pages) == truth.fetched
+    dropped = defaultdict(set)
+    for e in entries:
+        if e["status"] is None:
+            dropped[e["error"]].add(e["url"])
+    assert dropped["robots_disallowed"] == truth.disallowed
+    assert truth.host_blocked <= dropped["robots_unavailable"]
+    assert truth.unreachable <= set().union(*dropped.values())
+
+    # Every answered fetch is a request + response pair in the WARC files, readable back.
+    answered = [e for e in entries if e["status"] is not None]
+    responses, requests = [], 0
+    for path in sorted((state / "warc").glob("*.warc.gz")):
+        with open(path, "rb") as f:
+            for rec in ArchiveIterator(f):
+                rec.content_stream().read()
+                if rec.rec_type == "response":
+                    responses.append(rec.rec_headers.get_header("WARC-Target-URI"))
+                elif rec.rec_type == "request":
+                    requests += 1
+    assert Counter(responses) == Counter(e["url"] for e in answered)
+    assert requests == len(responses)
