@@ -140,6 +140,23 @@ async def make_drumbeat(ctx):
     return fetch, client.close
 
 
+async def make_drumbeat_curl(ctx):
+    """drumbeat's CurlHttpClient (libcurl on the asyncio loop), as the fetcher uses it with
+    http_client = "curl"."""
+    from drumbeat.fetch.curl import CurlHttpClient
+    from drumbeat.fetch.guard import AddressPolicy
+
+    client = CurlHttpClient(user_agent=USER_AGENT, policy=AddressPolicy(allow_loopback=True),
+                            resolver=None, max_connections=ctx["hosts"] * 2,
+                            max_body_bytes=BODY_CAP, total_timeout_s=TIMEOUT_S)
+
+    async def fetch(url, host, ip, path):
+        r = await client.fetch(url, ip)
+        return r.status, r.response_head, r.body
+
+    return fetch, client.close
+
+
 async def make_aiosonic(ctx):
     """aiosonic: custom resolver (no DNS), SmartPool keyed by host, stream + read_chunks."""
     import aiosonic
@@ -750,6 +767,7 @@ ASYNC_CLIENTS = {
     "aiohttp": ("aiohttp", make_aiohttp),
     "aiohttp-read": ("aiohttp", make_aiohttp_read),
     "drumbeat": ("aiohttp", make_drumbeat),
+    "drumbeat-curl": ("pycurl", make_drumbeat_curl),
     "aiosonic": ("aiosonic", make_aiosonic),
     "pycurl-asyncio": ("pycurl", make_pycurl_asyncio),
     "pycurl-thread": ("pycurl", make_pycurl_thread),

@@ -1,0 +1,86 @@
+"""CurlHttpClient specifics against raw servers on loopback: the request head it records is
+byte for byte what the server received (checked with curl's own trace too), interim 1xx
+heads and chunked trailers stay out of the response head."""
+
+from __future__ import annotations
+
+import pytest
+
+from drumbeat.fetch.curl import CurlHttpClient
+from drumbeat.fetch.dns import DnsCache
+from drumbeat.fetch.http import FetchResponse, HttpClient
+from tests.test_http import LOOPBACK_OK, UA, raw_server, run
+
+REPLY = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+
+
+async def fetch_from(reply: bytes, url: str, ip: str | None, **options: object):
+    async with raw_server(reply) as raw:
+        # No name is resolved: every URL here has an IP or an IP literal.
+        dns = DnsCache(nameserver="127.0.0.1:9", timeout_s=0.2, tries=1)
+        http = CurlHttpClient(user_agent=UA, policy=LOOPBACK_OK, resolver=dns,
+                              **options)  # type: ignore[arg-type]
+        try:
+            r = await http.fetch(url.replace("PORT", str(raw.port)), ip)
+        finally:
+            await http.close()
+            await dns.close()
+        return r, raw
+
+
+@pytest.mark.parametrize("trace", [False, True])
+@pytest.mark.parametrize(
+    ("url", "ip", "line", "host"),
+    [
+        ("http://head.test:PORT/a%20b/c?x=1&y=%C3%A9", "127.0.0.1",
+         "GET /a%20b/c?x=1&y=%C3%A9 HTTP/1.1", "head.test:PORT"),
+        ("http://bücher.test:PORT/ü?q=é#frag", "127.0.0.1",
+         "GET /%C3%BC?q=%C3%A9 HTTP/1.1", "xn--bcher-kva.test:PORT"),
+        ("http://127.0.0.1:PORT", None, "GET / HTTP/1.1", "127.0.0.1:PORT"),
+        ("http://dots.test:PORT/a/./b/../c", "127.0.0.1", "GET /a/c HTTP/1.1", "dots.test:PORT"),
+        ("http://user:pw@auth.test:PORT/x", "127.0.0.1", "GET /x HTTP/1.1", "auth.test:PORT"),
+    ],
+)
+def test_the_recorded_request_head_is_what_the_server_received(
+    url: str, ip: str | None, line: str, host: str, trace: bool
+) -> None:
+    r, raw = run(lambda: fetch_from(REPLY, url, ip, trace_request_head=trace))
+    assert (r.status, r.error, r.body) == (200, None, b"ok")
+    assert raw.requests == [r.request_head]
+    lines = r.request_head.decode().split("\r\n")
+    assert lines[0] == line
+    assert lines[1] == "Host: " + host.replace("PORT", str(raw.port))
+    assert ("Authorization: Basic dXNlcjpwdw==" in lines) == ("user:pw@" in url)
+
+
+def test_aiohttp_sends_the_same_request_head() -> None:
+    """Same URL, same headers: the two backends' WARC request records agree."""
+
+    async def both() -> tuple[FetchResponse, FetchResponse]:
+        out = []
+        for cls in (HttpClient, CurlHttpClient):
+            async with raw_server(REPLY) as raw:
+                dns = DnsCache(nameserver="127.0.0.1:9", timeout_s=0.2, tries=1)
+                http = cls(user_agent=UA, policy=LOOPBACK_OK, resolver=dns)
+                try:
+                    r = await http.fetch(f"http://same.test:{raw.port}/p?q=1", "127.0.0.1")
+                finally:
+                    await http.close()
+                    await dns.close()
+                r.request_head = r.request_head.replace(str(raw.port).encode(), b"PORT")
+                out.append(r)
+        return out[0], out[1]
+
+    a, c = run(both)
+    assert a.request_head == c.request_head
+
+
+def test_interim_heads_and_trailers_are_not_the_response_head() -> None:
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A: b\r\n\r\n"
+    reply = (b"HTTP/1.1 100 Continue\r\nX-Interim: 1\r\n\r\n" + head
+             + b"2\r\nhi\r\n0\r\nX-Trailer: t\r\n\r\n")
+    r, _ = run(lambda: fetch_from(reply, "http://127.0.0.1:PORT/", None))
+    assert (r.status, r.error, r.body) == (200, None, b"hi")
+    # The body is kept de-chunked, so the head says the framing was there, not that it is.
+    assert r.response_head == head.replace(b"Transfer-Encoding", b"X-Crawler-Transfer-Encoding")
+    assert r.headers == [("Transfer-Encoding", "chunked"), ("X-A", "b")]
