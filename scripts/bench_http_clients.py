@@ -25,6 +25,9 @@ whole body in one call (no cap); ``raw-httptools`` is a floor (uvloop Protocol +
 timeouts or error handling), not a client. pycurl is driven three ways: ``pycurl-asyncio``
 (socket/timer callbacks on the uvloop loop), ``pycurl-thread`` (perform/select loop in a
 thread, futures resolved in batches) and ``pycurl-select`` (that loop alone, no asyncio).
+``drumbeat`` is drumbeat's HttpClient (aiohttp), ``drumbeat-curl`` its CurlHttpClient (libcurl
+on the asyncio loop, the ``http_client = "curl"`` setting); measured together (20,000 requests,
+median of 3): drumbeat 259, drumbeat-curl 192, aiohttp 200, pycurl-asyncio 111 µs/request.
 httpx costs ~20 ms CPU per request here (httpcore's pool rescans every connection for every
 waiting request): give it ``--requests 2000``.
 """
