@@ -91,6 +91,7 @@ class Plan:
     scrapy_concurrency: int
     nginx_workers: int
     profile: bool
+    http_client: str = "aiohttp"  # drumbeat's http_client setting
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,8 +219,8 @@ class Bench:
         state = self.work / tag
         config = self.work / f"{tag}.toml"
         # Budget scaling may not shorten the delays: the floors are the delays themselves.
-        config.write_text(f"host_delay_min_s = {host_delay}\nip_delay_min_s = {ip_delay}\n",
-                          encoding="utf-8")
+        config.write_text(f"host_delay_min_s = {host_delay}\nip_delay_min_s = {ip_delay}\n"
+                          f'http_client = "{self.plan.http_client}"\n', encoding="utf-8")
         assert self.dns is not None
         cmd = [sys.executable, "-m", "drumbeat", "crawl", "--seeds", str(self.seeds_file),
                "--state", str(state), "--dns-server", self.dns.address, "--allow-loopback",
@@ -240,7 +241,7 @@ class Bench:
             else None
         extra = {"concurrency": self.plan.concurrency,
                  "fetchers": self.plan.fetchers if self.fetchers_flag else None,
-                 "fetchers_flag": self.fetchers_flag,
+                 "fetchers_flag": self.fetchers_flag, "http_client": self.plan.http_client,
                  "warc_bytes": _tree_bytes(state / "warc")}
         if profile:
             extra["profile"] = profile
@@ -521,6 +522,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--scrapy-concurrency", type=int, default=500,
                     help="Scrapy CONCURRENT_REQUESTS")
     ap.add_argument("--nginx-workers", type=int, default=1)
+    ap.add_argument("--http-client", choices=("aiohttp", "curl"), default="aiohttp",
+                    help="drumbeat's HTTP client (its http_client setting; default aiohttp)")
     ap.add_argument("--profile", action="store_true",
                     help="py-spy each drumbeat crawl's processes and print the top functions")
     ap.add_argument("--dir", type=Path, default=None, help="work directory (default: a temp dir)")
@@ -540,7 +543,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
                 politeness={"on": (True,), "off": (False,), "both": (True, False)}[args.politeness],
                 concurrency=args.concurrency, fetchers=args.fetchers,
                 scrapy_concurrency=args.scrapy_concurrency, nginx_workers=args.nginx_workers,
-                profile=args.profile)
+                profile=args.profile, http_client=args.http_client)
 
 
 def missing_tools(plan: Plan) -> list[str]:
