@@ -10,11 +10,11 @@ then exchanges length-prefixed pickled frames on the child's stdin and stdout:
 Each submit() sends at most one frame per worker. A task goes to the worker of its
 partition, so that a host's requests reuse that worker's keep-alive connection, unless
 that worker has ``PARTITION_SLACK`` more unreported items than the least loaded one. A
-worker sends its results in batches (see :class:`WorkerQueue`). The queue keeps server-side ownership: it knows the
-unreported items of every worker. When a worker dies, each of them comes back as a
-result with the error ``fetcher_died`` (the worker may have sent the request already, so
-only the manager, through its politeness scheduler, may send it again), and a
-replacement is started, up to ``max_restarts``.
+worker sends its results in batches (see :class:`WorkerQueue`). The queue keeps
+server-side ownership: it knows the unreported items of every worker. When a worker
+dies, each of them comes back as a result with the error ``fetcher_died`` (the worker
+may have sent the request already, so only the manager, through its politeness
+scheduler, may send it again), and a replacement is started, up to ``max_restarts``.
 
 The worker's side is :class:`WorkerQueue`, the TaskQueue an in-process
 :class:`drumbeat.fetcher.Fetcher` uses inside the child.
