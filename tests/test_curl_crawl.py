@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections import Counter, defaultdict
+from collections import Counter
 
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
 from drumbeat.simweb.model import SimWebConfig
 from drumbeat.simweb.server import run_in_thread
-from tests.test_crawl import assert_polite, crawl_cmd, fetched_pages, read_log
+from tests.test_crawl import assert_matches_oracle, assert_polite, crawl_cmd, read_log
 
 
 @pytest.fixture(scope="module")
@@ -36,18 +36,8 @@ def test_a_curl_crawl_fetches_what_the_oracle_says_politely(web, tmp_path, fetch
     assert json.loads((state / "settings.json").read_text())["http_client"] == "curl"
     assert_polite(web, web.requests[start:])
 
-    truth = web.model.crawl(web.seeds)
     entries = read_log(state)
-    pages = fetched_pages(entries)
-    assert Counter(pages).most_common(1)[0][1] == 1, "a page was fetched twice"
-    assert set(pages) == truth.fetched
-    dropped = defaultdict(set)
-    for e in entries:
-        if e["status"] is None:
-            dropped[e["error"]].add(e["url"])
-    assert dropped["robots_disallowed"] == truth.disallowed
-    assert truth.host_blocked <= dropped["robots_unavailable"]
-    assert truth.unreachable <= set().union(*dropped.values())
+    assert_matches_oracle(web, entries)
 
     # Every answered fetch is a request + response pair in the WARC files, readable back.
     answered = [e for e in entries if e["status"] is not None]
