@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import Counter, deque
 from dataclasses import dataclass
@@ -76,6 +77,15 @@ ROBOTS_FLUSH_STARVING_S = 0.05
 
 def pld_hash(pld: str) -> int:
     return xxhash.xxh3_64_intdigest(pld.encode())
+
+
+def beast_host_cap(s: Settings) -> int:
+    """URLs of one host per BEAST queue: B0·τh/τh_min, the most a host's delay floor lets
+    it be fetched faster than a long-tail host (IRLbot couples budget and delay); 0 (no
+    cap) when hosts have no delay to bound their rate."""
+    if s.host_delay_s <= 0 or s.host_delay_min_s <= 0:
+        return 0
+    return math.ceil(s.budget_default * s.host_delay_s / s.host_delay_min_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +172,7 @@ class Manager:
         # Seconds spent per stage of the manager's loop, for `drumbeat bench throughput`.
         self.stage_s: Counter[str] = Counter()
         self._collector: asyncio.Future[list[ItemResult]] | None = None
-        self._plds_by_authority: dict[bytes, tuple[str, int]] = {}
+        self._plds_by_authority: dict[bytes, tuple[str, int, int]] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -177,7 +187,8 @@ class Manager:
                                 on_indegree=self.star.observe)
         self.beast = Beast(d / "frontier" / "beast", state=f.get("beast"),
                            queues=s.beast_queues, max_queues=s.beast_max_queues,
-                           pld_slots=s.beast_pld_slots, rebudget=self._rebudget)
+                           pld_slots=s.beast_pld_slots, host_cap=beast_host_cap(s),
+                           host_slots=s.beast_host_slots, rebudget=self._rebudget)
         self.robots = RobotsStore(
             d / "robots", user_agent=s.user_agent, expiry_s=s.robots_expiry_s,
             retry_s=s.robots_retry_s, max_attempts=s.robots_max_attempts,
@@ -459,30 +470,33 @@ class Manager:
         """Give URLs their STAR budget and put them into BEAST."""
         if not records:
             return
-        hashes, budgets = [], []
+        hashes, budgets, hosts = [], [], []
         for payload in records:
-            pld, hashed = self._pld_of(payload)
+            pld, hashed, host = self._pld_of(payload)
             hashes.append(hashed)
             budgets.append(self._budget(pld))
+            hosts.append(host)
         assert self.beast is not None
-        self.beast.place_many(records, hashes, budgets)
+        self.beast.place_many(records, hashes, budgets, hosts)
         self.counters["urls_admitted"] += len(records)
 
-    def _rebudget(self, payload: bytes) -> tuple[int, int]:
-        """BEAST re-splitting QF asks for a URL's PLD and its budget now."""
-        pld, hashed = self._pld_of(payload)
-        return hashed, self._budget(pld)
+    def _rebudget(self, payload: bytes) -> tuple[int, int, int]:
+        """BEAST re-splitting QF asks for a URL's PLD, its budget now, and its host."""
+        pld, hashed, host = self._pld_of(payload)
+        return hashed, self._budget(pld), host
 
-    def _pld_of(self, payload: bytes) -> tuple[str, int]:
-        """The PLD of a URL-seen payload's URL and its hash, cached by scheme://authority
-        (a page's links mostly share a few), in at most PLD_CACHE entries."""
+    def _pld_of(self, payload: bytes) -> tuple[str, int, int]:
+        """The PLD of a URL-seen payload's URL, its hash and the hash of the URL's
+        scheme://authority (BEAST's host cap), cached by that authority (a page's links
+        mostly share a few), in at most PLD_CACHE entries."""
         authority = payload[:payload.index(b"/", 8)]  # normalized: a path follows it
         known = self._plds_by_authority.get(authority)
         if known is None:
             if len(self._plds_by_authority) >= PLD_CACHE:
                 self._plds_by_authority.clear()
             pld = urls.pld(urls.host_of(authority.decode() + "/"))
-            known = self._plds_by_authority[authority] = (pld, pld_hash(pld))
+            known = self._plds_by_authority[authority] = (
+                pld, pld_hash(pld), xxhash.xxh3_64_intdigest(authority))
         return known
 
     def _budget(self, pld: str) -> int:

@@ -100,6 +100,7 @@ class Settings:
     beast_queues: int = 4  # j at the start; doubles up to beast_max_queues
     beast_max_queues: int = 64
     beast_pld_slots: int = 1 << 20  # BEAST's per-PLD budget table (16 bytes a slot)
+    beast_host_slots: int = 1 << 20  # BEAST's per-host cap table (12 bytes a slot)
     robots_ram_entries: int = 10_000  # parsed robots.txt kept in RAM (the rest on disk)
     robots_ram_bytes: int = 4 * 1024 * 1024  # RobotsCache + RobotsRequested DRUM buffers
     robots_wait_max_s: float = 30.0  # URLs waiting in QR are replayed after this at latest
@@ -194,8 +195,8 @@ def validate(s: Settings) -> Settings:
     for name in ("concurrency", "robots_max_attempts", "robots_max_bytes", "max_body_bytes",
                  "max_decoded_bytes", "max_links_per_page", "warc_max_file_bytes", "task_max_items",
                  "urlseen_ram_bytes", "pld_ram_bytes", "frontier_ram_urls", "budget_default",
-                 "budget_table_plds", "beast_queues", "beast_pld_slots", "robots_ram_entries",
-                 "robots_ram_bytes", "fetch_max_attempts"):
+                 "budget_table_plds", "beast_queues", "beast_pld_slots", "beast_host_slots",
+                 "robots_ram_entries", "robots_ram_bytes", "fetch_max_attempts"):
         need(getattr(s, name) >= 1, name, "must be >= 1")
     need(s.budget_max >= s.budget_default, "budget_max", "must be >= budget_default")
     need(s.budget_indegree_floor >= 1, "budget_indegree_floor", "must be >= 1")

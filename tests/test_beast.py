@@ -288,3 +288,53 @@ def test_bytes_counted_over_all_queues(tmp_path: Path) -> None:
     assert stats.bytes_written > stats.bytes_read
     assert stats.deferred_to_qf >= 9
     beast.close()
+
+
+def test_host_cap_spreads_one_host_over_queues_and_loses_nothing(tmp_path: Path) -> None:
+    """A PLD with a large budget and two hosts: each queue holds at most host_cap URLs of
+    each host, the rest go to later queues or QF, and every URL comes back in order."""
+    pld, big = 5, 1000
+    beast = Beast(tmp_path / "b", queues=4, max_queues=8, host_cap=3, host_slots=64,
+                  fsync=False, rebudget=lambda r: (pld, big, int(r[:1])))
+    records = [b"%d:%03d" % (h, i) for i in range(40) for h in (1, 2)]
+    beast.place_many(records, [pld] * len(records), [big] * len(records),
+                     [int(r[:1]) for r in records])
+    stats = beast.stats()
+    assert stats.host_deferrals > 0
+    # Three upcoming queues of 3 URLs per host: 18 in the ring, the rest in QF.
+    assert stats.qf_records == len(records) - 18
+    out: list[bytes] = []
+    per_queue: list[Counter] = []
+    while len(beast):
+        current, passes = beast.stats().current, beast.stats().qf_rescans
+        got = beast.read(1)
+        if (beast.stats().current, beast.stats().qf_rescans) != (current, passes) \
+                or not per_queue:
+            per_queue.append(Counter())
+        out += got
+        per_queue[-1].update(r[:1] for r in got)
+    assert sorted(out) == sorted(records)
+    for host in (b"1", b"2"):
+        mine = [r for r in out if r.startswith(host)]
+        assert mine == sorted(mine)  # a host's URLs keep their order
+    assert max(max(c.values()) for c in per_queue if c) <= 3
+    beast.close()
+
+
+def test_host_cap_survives_a_commit(tmp_path: Path) -> None:
+    d = tmp_path / "b"
+    opts = dict(queues=4, max_queues=4, host_cap=2, host_slots=16, fsync=False,
+                rebudget=lambda r: (9, 100, 1))
+    beast = Beast(d, **opts)
+    beast.place_many([b"a", b"b"], [9] * 2, [100] * 2, [1] * 2)
+    assert beast.stats().host_deferrals == 0
+    state = beast.commit()
+    beast.close()
+    beast = Beast(d, state=state, **opts)
+    # The host already has 2 URLs in the next queue (the table came back with the
+    # commit): a third goes to the queue after it.
+    beast.place(b"c", 9, 100, 1)
+    assert beast.stats().host_deferrals == 1
+    assert beast.read(2) == [b"a", b"b"] and beast.stats().current == 1
+    assert beast.read(10) == [b"c"] and beast.stats().current == 2
+    beast.close()

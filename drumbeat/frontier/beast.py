@@ -23,6 +23,15 @@ entry that is not live is free. Two PLDs whose live entries collide *share* one
 entry, i.e. one budget: both are delayed sooner, none is dropped
 (``BeastStats.slot_collisions`` counts these placements).
 
+Host cap. With ``host_cap > 0`` a second table of ``host_slots`` entries does the same
+per host: at most ``host_cap`` URLs of one host go into one queue, whatever its PLD's
+budget, and the URL goes to the later of the two places. IRLbot couples budgets to
+crawl delays (a PLD with budget B gets τh·B0/B) so that a queue turn admits no more of
+a host than can be fetched while it is read; where τh has a floor, a larger budget no
+longer speeds the host up, and its extra URLs per turn would only fill RAM with hosts
+that must wait, leaving too few hosts to fetch from. The manager sets
+``host_cap = B0·τh/τh_min``. Colliding hosts share a cap (delayed, never dropped).
+
 Directory layout::
 
     qNNN/               ring queue N (a :class:`~drumbeat.frontier.diskqueue.DiskQueue`)
@@ -63,6 +72,7 @@ class BeastStats:
     slot_collisions: int  # placements that shared a live table entry with another PLD
     bytes_written: int   # bytes appended to all queues incl. QF (Theorem 7)
     bytes_read: int      # bytes read from all queues incl. QF
+    host_deferrals: int  # placements put in a later queue by the host cap
 
 
 def theorem7_bound(pages_per_s: float, url_bytes: float, links_per_page: float) -> float:
@@ -82,24 +92,30 @@ class Beast:
 
     ``state=None`` starts empty with ``queues`` queues, wiping ``directory``; a state
     from :meth:`commit` (one of the last two) reopens exactly that commit.
-    ``rebudget(record) -> (pld_hash, budget)`` is asked again for every QF record at a
-    re-split, as budgets may have grown since.
+    ``rebudget(record) -> (pld_hash, budget[, host_hash])`` is asked again for every QF
+    record at a re-split, as budgets may have grown since. ``host_cap`` (0: none) limits
+    the URLs of one host per queue (see the module docstring); it applies to the URLs
+    whose host hash is given.
     """
 
     def __init__(self, directory: Path, *, state: dict | None = None, queues: int = 2,
-                 max_queues: int = 64, pld_slots: int = 1 << 20, fsync: bool = True,
-                 rebudget: Callable[[bytes], tuple[int, int]]) -> None:
+                 max_queues: int = 64, pld_slots: int = 1 << 20, host_cap: int = 0,
+                 host_slots: int = 1 << 20, fsync: bool = True,
+                 rebudget: Callable[[bytes], tuple[int, ...]]) -> None:
         if not 1 <= queues <= max_queues:
             raise ValueError(f"need 1 <= queues <= max_queues, got {queues}, {max_queues}")
         if max_queues < 2:
             # One queue is always the current one: with a ring of one, nothing could
             # ever be placed and QF would never drain.
             raise ValueError("max_queues must be at least 2")
-        if pld_slots < 1:
-            raise ValueError("pld_slots must be at least 1")
+        if pld_slots < 1 or host_slots < 1:
+            raise ValueError("pld_slots and host_slots must be at least 1")
+        if host_cap < 0:
+            raise ValueError("host_cap must be >= 0")
         self.directory = Path(directory)
         self.max_queues = max_queues
         self._slots = pld_slots
+        self._host_cap, self._host_slots = host_cap, host_slots
         self._fsync = fsync
         self._rebudget = rebudget
         self._tag = np.zeros(pld_slots, np.uint64)
@@ -108,6 +124,11 @@ class Beast:
         # memoryviews give the per-URL loop Python ints at list speed; numpy owns the RAM.
         self._mtag, self._mturn, self._mcount = (memoryview(a) for a in
                                                  (self._tag, self._turn, self._count))
+        # The host table: turn and count only (colliding hosts simply share a cap).
+        self._hturn = np.zeros(host_slots if host_cap else 1, np.int64)
+        self._hcount = np.zeros(host_slots if host_cap else 1, np.uint32)
+        self._mhturn, self._mhcount = memoryview(self._hturn), memoryview(self._hcount)
+        self._host_deferrals = 0
         if state is None:
             if self.directory.exists():
                 shutil.rmtree(self.directory)
@@ -121,31 +142,40 @@ class Beast:
 
     # -- placing -----------------------------------------------------------------------
 
-    def place(self, record: bytes, pld_hash: int, budget: int) -> None:
-        """Queue one URL record of PLD ``pld_hash`` with budget ``budget`` (from STAR)."""
-        self.place_many((record,), (pld_hash,), (budget,))
+    def place(self, record: bytes, pld_hash: int, budget: int,
+              host_hash: int | None = None) -> None:
+        """Queue one URL record of PLD ``pld_hash`` with budget ``budget`` (from STAR),
+        and of host ``host_hash`` if the host cap is to apply."""
+        self.place_many((record,), (pld_hash,), (budget,),
+                        None if host_hash is None else (host_hash,))
 
     def place_many(self, records: Sequence[bytes], pld_hashes: Sequence[int],
-                   budgets: Sequence[int]) -> None:
-        """:meth:`place` for each triple, in order."""
+                   budgets: Sequence[int], host_hashes: Sequence[int] | None = None) -> None:
+        """:meth:`place` for each record, in order."""
         if not len(records) == len(pld_hashes) == len(budgets):
             raise ValueError("records, pld_hashes and budgets differ in length")
-        self._spread(zip(records, map(int, pld_hashes), map(int, budgets)))
+        if host_hashes is None:
+            hosts: Iterable[int | None] = (None for _ in records)
+        elif len(host_hashes) != len(records):
+            raise ValueError("records and host_hashes differ in length")
+        else:
+            hosts = map(int, host_hashes)
+        self._spread(zip(records, map(int, pld_hashes), map(int, budgets), hosts))
         self._placed += len(records)
 
-    def _spread(self, items: Iterable[tuple[bytes, int, int]]) -> None:
-        """Place (record, pld_hash, budget) triples, appending to each queue once."""
+    def _spread(self, items: Iterable[tuple[bytes, int, int, int | None]]) -> None:
+        """Place (record, pld_hash, budget, host_hash) tuples, appending to each queue once."""
         batches: list[list[bytes]] = [[] for _ in range(self._j + 1)]  # the last is QF
         target = self._target
-        for record, pld, budget in items:
-            batches[target(pld, budget)].append(record)
+        for record, pld, budget, host in items:
+            batches[target(pld, budget, host)].append(record)
         for queue, batch in zip([*self._ring, self._qf], batches):
             if batch:
                 queue.extend(batch)
         self._deferred += len(batches[-1])
 
-    def _target(self, pld: int, budget: int) -> int:
-        """The ring index the PLD's next URL goes to (the table updated), or -1: QF."""
+    def _target(self, pld: int, budget: int, host: int | None = None) -> int:
+        """The ring index the PLD's next URL goes to (the tables updated), or -1: QF."""
         pld &= _MASK64
         slot = pld % self._slots
         now = self._start + self._cur
@@ -158,6 +188,23 @@ class Beast:
             turn, used = now + 1, 0
         if used >= max(budget, 1):
             turn, used = turn + 1, 0
+        if host is not None and self._host_cap:
+            hslot = (host & _MASK64) % self._host_slots
+            hturn = self._mhturn[hslot]
+            hused = self._mhcount[hslot] if hturn > now else 0
+            if hturn <= now:
+                hturn = now + 1
+            if hused >= self._host_cap:
+                hturn, hused = hturn + 1, 0
+            if hturn > turn:
+                # The host is full where its PLD has room: a later queue for both.
+                self._host_deferrals += 1
+                turn, used = hturn, 0
+            elif turn > hturn:
+                hturn, hused = turn, 0
+            if turn >= now + self._j:
+                return -1
+            self._mhturn[hslot], self._mhcount[hslot] = turn, hused + 1
         if turn >= now + self._j:
             return -1
         self._mtag[slot], self._mturn[slot], self._mcount[slot] = pld, turn, used + 1
@@ -198,7 +245,12 @@ class Beast:
         while left:
             batch = self._qf.read(min(left, _RESPLIT_BATCH))
             left -= len(batch)
-            self._spread((record, *map(int, self._rebudget(record))) for record in batch)
+            self._spread(self._replace_args(record) for record in batch)
+
+    def _replace_args(self, record: bytes) -> tuple[bytes, int, int, int | None]:
+        answer = self._rebudget(record)
+        host = int(answer[2]) if len(answer) > 2 else None
+        return record, int(answer[0]), int(answer[1]), host
 
     def __len__(self) -> int:
         """Records queued anywhere (ring and QF), not yet read."""
@@ -212,6 +264,7 @@ class Beast:
             slot_collisions=self._collisions,
             bytes_written=sum(q.bytes_written for q in queues),
             bytes_read=sum(q.bytes_read for q in queues),
+            host_deferrals=self._host_deferrals,
         )
 
     # -- commits -----------------------------------------------------------------------
@@ -224,7 +277,8 @@ class Beast:
         name = _table_name(self._commits)
         tmp = self.directory / (name + ".tmp")
         with open(tmp, "wb") as f:
-            np.savez(f, tag=self._tag, turn=self._turn, count=self._count)
+            np.savez(f, tag=self._tag, turn=self._turn, count=self._count,
+                     host_turn=self._hturn, host_count=self._hcount)
             if self._fsync:
                 f.flush()
                 os.fsync(f.fileno())
@@ -241,7 +295,8 @@ class Beast:
             "pld_slots": self._slots, "queues": self._j, "pass_start": self._start,
             "current": self._cur, "ring": ring, "qf": qf,
             "counters": {"placed": self._placed, "deferred_to_qf": self._deferred,
-                         "qf_rescans": self._rescans, "slot_collisions": self._collisions},
+                         "qf_rescans": self._rescans, "slot_collisions": self._collisions,
+                         "host_deferrals": self._host_deferrals},
         }
 
     def _reopen(self, state: dict) -> None:
@@ -256,9 +311,14 @@ class Beast:
         counters = state["counters"]
         self._placed, self._deferred = counters["placed"], counters["deferred_to_qf"]
         self._rescans, self._collisions = counters["qf_rescans"], counters["slot_collisions"]
+        self._host_deferrals = counters.get("host_deferrals", 0)
         with np.load(self.directory / state["table"]) as table:
             self._tag[:], self._turn[:], self._count[:] = \
                 table["tag"], table["turn"], table["count"]
+            # A host table of another size (or none, from an older checkpoint) is not
+            # reused: hosts start with no places, which can only admit them sooner.
+            if "host_turn" in table and table["host_turn"].shape == self._hturn.shape:
+                self._hturn[:], self._hcount[:] = table["host_turn"], table["host_count"]
         self._drop_tables()
         for path in self.directory.glob("q[0-9][0-9][0-9]"):
             if int(path.name[1:]) >= self._j:
