@@ -512,7 +512,11 @@ class Manager:
         """Move URLs towards the scheduler: robots answers, QR replays, then BEAST.
 
         Reads from disk only while the scheduler holds fewer than ``frontier_ram_urls``;
-        BEAST is read in batches of at least half of that, when RAM has fallen to half.
+        BEAST is read in batches of at least half of that, when RAM has fallen to half, or
+        of at least a sixteenth while fetch slots sit idle for want of a ready host
+        (Polybot: load the next batch when fewer than H hosts are ready). Without the
+        second rule, RAM holding a few hosts with many URLs each would cap the crawl at
+        one page per host delay per host until half of it had drained.
         """
         robots, qr, beast = self.robots, self.qr, self.beast
         assert robots is not None and qr is not None and beast is not None
@@ -537,7 +541,8 @@ class Manager:
                 for payload in replayed:
                     self._route(payload)
                 room -= len(replayed)
-        if room >= self.settings.frontier_ram_urls // 2 and len(beast):
+        ram = self.settings.frontier_ram_urls
+        if (room >= ram // 2 or (starving and room >= ram // 16)) and len(beast):
             for payload in beast.read(room):
                 self._route(payload)
         self._submit_checks()

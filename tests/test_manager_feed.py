@@ -1,0 +1,90 @@
+"""The manager's feed from BEAST into RAM: it reads more while fetch slots sit idle for
+want of a ready host, even when RAM is more than half full (Polybot's "fewer than H
+hosts ready" rule); otherwise it waits for RAM to fall to half.
+
+A real Manager on a temp state dir with a loopback DNS responder; nothing is fetched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from drumbeat.manager import Manager, beast_host_cap
+from drumbeat.queue.local import LocalTaskQueue
+from drumbeat.settings import Settings, build
+from drumbeat.simweb.dns import SimDNS
+from drumbeat.store.crawllog import CrawlLog
+
+RAM = 1_600
+
+
+def test_host_cap_follows_the_delay_floor() -> None:
+    s = Settings()
+    assert beast_host_cap(s.with_changes(host_delay_s=2.0, host_delay_min_s=0.5,
+                                         budget_default=10)) == 40
+    assert beast_host_cap(s.with_changes(host_delay_s=1.0, host_delay_min_s=1.0,
+                                         budget_default=10)) == 10
+    assert beast_host_cap(s.with_changes(host_delay_s=0.0, host_delay_min_s=0.0)) == 0
+
+
+async def _feed_until_settled(manager: Manager, rounds: int = 40) -> None:
+    now = manager.clock()
+    for _ in range(rounds):
+        now += 1.0  # past every flush interval: each round merges what it asked for
+        manager._feed(now)
+        await asyncio.sleep(0)  # DNS lookups (loopback SimDNS) run
+
+
+def _admit(manager: Manager, origins: list[str], per_origin: int) -> None:
+    assert manager.seen is not None and manager.robots is not None
+    manager._admit([f"{o}/p/{i}" for o in origins for i in range(per_origin)], 1, None)
+    manager.seen.flush()
+    manager._take_new_urls(manager.clock())
+    for origin in origins:
+        manager.robots.record(origin, 404, None)  # no robots.txt: everything allowed
+
+
+def test_idle_slots_read_beast_before_ram_is_half_empty(tmp_path: Path) -> None:
+    asyncio.run(_idle_slots_read_beast(tmp_path))
+
+
+async def _idle_slots_read_beast(tmp_path: Path) -> None:
+    dns = SimDNS({}, fallback=lambda name: "127.1.0.1")
+    await dns.start("127.0.0.1", 0)
+    settings = build(Settings(), {"state_dir": str(tmp_path / "state"),
+                                  "dns_server": dns.address, "allow_loopback": True,
+                                  "frontier_ram_urls": RAM, "host_delay_s": 1.0,
+                                  "host_delay_min_s": 1.0, "budget_max": 10_000})
+    crawl_log = CrawlLog(tmp_path / "crawl.log")
+    manager = Manager(settings, LocalTaskQueue(), crawl_log)
+    try:
+        manager.restore()
+        assert manager.beast is not None
+        # Ten hosts with 100 URLs each fill RAM beyond half (1,000 of 1,600).
+        big = [f"http://big{i}.test" for i in range(10)]
+        _admit(manager, big, 100)
+        await _feed_until_settled(manager)
+        assert manager.scheduler.queued_urls == 1_000
+        assert len(manager.scheduler.hosts) == 10 and len(manager.beast) == 0
+
+        # A hundred more hosts reach BEAST. Slots busy: RAM is over half full, so they wait.
+        small = [f"http://small{i}.test" for i in range(100)]
+        _admit(manager, small, 2)
+        manager._slots_idle = False
+        await _feed_until_settled(manager)
+        assert len(manager.beast) == 200 and len(manager.scheduler.hosts) == 10
+
+        # Slots idle (no host ready): room 600 >= RAM/16, so BEAST is read now.
+        manager._slots_idle = True
+        await _feed_until_settled(manager)
+        assert len(manager.beast) == 0
+        assert manager.scheduler.queued_urls == 1_200
+        assert len(manager.scheduler.hosts) == 110
+    finally:
+        for task in list(manager._resolving.values()):
+            task.cancel()
+        await asyncio.gather(*manager._resolving.values(), return_exceptions=True)
+        await manager.dns.close()
+        dns.close()
+        crawl_log.close()
