@@ -365,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     stored = 10_000_000 if args.quick else args.keys
     measure = args.measure or (2_000_000 if args.quick else max(2_000_000, stored // 10))
+    if args.dir:
+        Path(args.dir).mkdir(parents=True, exist_ok=True)  # --dir may name a new directory
     base = Path(tempfile.mkdtemp(prefix="drumbench-", dir=args.dir))
     results: dict[str, dict] = {}
     try:

@@ -563,6 +563,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     nginx = nginx_binary()
     assert nginx is not None
+    if args.dir:
+        Path(args.dir).mkdir(parents=True, exist_ok=True)  # --dir may name a new directory
     work = Path(tempfile.mkdtemp(prefix="throughputbench-", dir=args.dir))
     # nginx's workers run as an unprivileged user when started by root: they must read the tree.
     work.chmod(0o755)
