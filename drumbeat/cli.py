@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
 
 from drumbeat import __version__
-from drumbeat.settings import SCOPES, Settings, SettingsError, build, load_saved, load_toml
+from drumbeat.settings import (HTTP_CLIENTS, SCOPES, Settings, SettingsError, build, load_saved,
+                               load_toml)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -108,6 +109,9 @@ def _add_crawl_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fetchers", type=_nonneg_int, metavar="N", default=S,
                    help="fetcher processes (default: one per core; 0 = fetch in the "
                         "manager's process)")
+    p.add_argument("--http-client", choices=HTTP_CLIENTS, default=S,
+                   help=f"HTTP backend of the fetchers: aiohttp or curl (libcurl through "
+                        f"pycurl; less CPU per page) (default {_D.http_client})")
     p.add_argument("--dns-server", metavar="HOST[:PORT]", default=S,
                    help="send every DNS lookup to this server (default: system resolvers)")
     p.add_argument("--allow-loopback", action="store_true", default=S,

@@ -27,8 +27,11 @@ def web():
 def test_a_curl_crawl_fetches_what_the_oracle_says_politely(web, tmp_path, fetchers):
     state = tmp_path / "state"
     cmd = crawl_cmd(web, state, "--allow-loopback", "--fetchers", fetchers)
-    with open(tmp_path / "state.toml", "a") as cfg:  # crawl_cmd's config file
-        cfg.write('http_client = "curl"\n')
+    if fetchers == "0":  # the backend chosen in the config file, then on the command line
+        with open(tmp_path / "state.toml", "a") as cfg:  # crawl_cmd's config file
+            cfg.write('http_client = "curl"\n')
+    else:
+        cmd += ["--http-client", "curl"]
     start = len(web.requests)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr
