@@ -47,6 +47,10 @@ the URL retried up to fetch_max_attempts = {_D.fetch_max_attempts} fetches in al
 A redirect's target is crawled as a new URL (the guard and robots.txt apply to it), at
 most max_redirects = {_D.max_redirects} redirects in a row; a body cut short by the size cap, a
 timeout or a dropped connection is kept and marked (WARC-Truncated), not fetched again.
+Spam defence (IRLbot STAR + BEAST): a pay-level domain passes at most its budget of
+URLs per beast_turn_s seconds (budget_default = {_D.budget_default} for the long tail, more for
+well-linked domains; beast_turn_s defaults to budget_default x host_delay_s, 0 = unpaced);
+the rest waits on disk, nothing is dropped.
 """
 
 

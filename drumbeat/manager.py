@@ -188,7 +188,8 @@ class Manager:
         self.beast = Beast(d / "frontier" / "beast", state=f.get("beast"),
                            queues=s.beast_queues, max_queues=s.beast_max_queues,
                            pld_slots=s.beast_pld_slots, host_cap=beast_host_cap(s),
-                           host_slots=s.beast_host_slots, rebudget=self._rebudget)
+                           host_slots=s.beast_host_slots, rebudget=self._rebudget,
+                           turn_s=s.beast_turn(), clock=self.clock)
         self.robots = RobotsStore(
             d / "robots", user_agent=s.user_agent, expiry_s=s.robots_expiry_s,
             retry_s=s.robots_retry_s, max_attempts=s.robots_max_attempts,
@@ -430,10 +431,11 @@ class Manager:
 
     def _frontier_short(self) -> bool:
         """Fetch slots are idle because no host in RAM is ready (Polybot: load more when
-        fewer than H hosts are ready), and BEAST has nothing more to give."""
+        fewer than H hosts are ready), and BEAST has nothing more to give (now: a paced
+        turn holds the next queues back, and new URLs should be placed before it ends)."""
         assert self.beast is not None
         return (self._slots_idle
-                and (len(self.beast) == 0 or self.scheduler.queued_urls
+                and (len(self.beast) == 0 or self.beast.holding or self.scheduler.queued_urls
                      >= self.settings.frontier_ram_urls // 2))
 
     def _take_new_urls(self, now: float) -> None:
@@ -543,7 +545,12 @@ class Manager:
                 room -= len(replayed)
         ram = self.settings.frontier_ram_urls
         if (room >= ram // 2 or (starving and room >= ram // 16)) and len(beast):
-            for payload in beast.read(room):
+            # A paced BEAST turn ends early once what it brought is crawled: no URL waits
+            # for a robots check, and no host in RAM is due within its normal delay (hosts
+            # in back-off or with a long Crawl-delay would otherwise hold the turn).
+            drained = beast.holding and not self._checking and not self.scheduler.due_within(
+                now + self.settings.host_delay_s)
+            for payload in beast.read(room, drained=drained):
                 self._route(payload)
         self._submit_checks()
 

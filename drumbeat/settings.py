@@ -101,6 +101,12 @@ class Settings:
     beast_max_queues: int = 64
     beast_pld_slots: int = 1 << 20  # BEAST's per-PLD budget table (16 bytes a slot)
     beast_host_slots: int = 1 << 20  # BEAST's per-host cap table (12 bytes a slot)
+    # IRLbot's T: a PLD passes at most its budget of URLs per T seconds. A BEAST queue turn
+    # lasts at least this long, unless everything it brought has been fetched (so the crawl
+    # never idles for it). None = budget_default x host_delay_s, the time a long-tail host
+    # needs to be fetched its B0 URLs at τh: pacing never holds such a host below its
+    # politeness rate. 0 = off (a turn ends as soon as its queue is read into RAM).
+    beast_turn_s: float | None = None
     robots_ram_entries: int = 10_000  # parsed robots.txt kept in RAM (the rest on disk)
     robots_ram_bytes: int = 4 * 1024 * 1024  # RobotsCache + RobotsRequested DRUM buffers
     robots_wait_max_s: float = 30.0  # URLs waiting in QR are replayed after this at latest
@@ -124,6 +130,12 @@ class Settings:
 
     def with_changes(self, **changes: Any) -> Settings:
         return validate(dataclasses.replace(self, **changes))
+
+    def beast_turn(self) -> float:
+        """``beast_turn_s`` with None resolved to ``budget_default * host_delay_s``."""
+        if self.beast_turn_s is not None:
+            return self.beast_turn_s
+        return self.budget_default * self.host_delay_s
 
     def fetcher_processes(self) -> int:
         """``fetchers``, with None resolved to the cores this process may run on."""
@@ -198,6 +210,8 @@ def validate(s: Settings) -> Settings:
                  "budget_table_plds", "beast_queues", "beast_pld_slots", "beast_host_slots",
                  "robots_ram_entries", "robots_ram_bytes", "fetch_max_attempts"):
         need(getattr(s, name) >= 1, name, "must be >= 1")
+    need(s.beast_turn_s is None or 0 <= s.beast_turn_s < float("inf"), "beast_turn_s",
+         "must be >= 0 seconds")
     need(s.budget_max >= s.budget_default, "budget_max", "must be >= budget_default")
     need(s.budget_indegree_floor >= 1, "budget_indegree_floor", "must be >= 1")
     need(s.beast_max_queues >= s.beast_queues, "beast_max_queues", "must be >= beast_queues")

@@ -55,7 +55,10 @@ async def _idle_slots_read_beast(tmp_path: Path) -> None:
     settings = build(Settings(), {"state_dir": str(tmp_path / "state"),
                                   "dns_server": dns.address, "allow_loopback": True,
                                   "frontier_ram_urls": RAM, "host_delay_s": 1.0,
-                                  "host_delay_min_s": 1.0, "budget_max": 10_000})
+                                  "host_delay_min_s": 1.0, "budget_max": 10_000,
+                                  # Unpaced BEAST turns: this is about RAM, not budgets
+                                  # (paced turns: tests/test_beast_pacing.py).
+                                  "beast_turn_s": 0})
     crawl_log = CrawlLog(tmp_path / "crawl.log")
     manager = Manager(settings, LocalTaskQueue(), crawl_log)
     try:

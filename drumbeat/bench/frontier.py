@@ -7,7 +7,7 @@ Three measurements, one run (issue 4, "Benchmarks"):
    with the same politeness by ``drumbeat crawl --max-pages N`` (each in its own process
    and state dir): drumbeat as configured (STAR budgets + BEAST), and plain BFS: the same
    crawler with ``budget_default = budget_max = 10**9``, so every PLD fits in the next BEAST
-   queue and BEAST is one FIFO. Reported per contender, from its crawl.log: the share of
+   queue and BEAST is one FIFO, and ``beast_turn_s = 0`` (a FIFO has no turns to pace). Reported per contender, from its crawl.log: the share of
    the first N page fetches per PLD class (spam, trap, big, legit), by tenth of N, pages/s
    and wall time; and every request up to the N-th page fetch, robots.txt included (a
    spam host's robots.txt is a request spent on spam: IRLbot §II.B (b), the resolver
@@ -324,7 +324,8 @@ def spam_share(plan: Plan, work: Path, log: bool) -> dict:
     ram = f"frontier_ram_urls = {plan.frontier_ram_urls}\n"
     contenders = {
         "drumbeat": CRAWL_TOML + ram,
-        "bfs": CRAWL_TOML + ram + f"budget_default = {BFS_BUDGET}\nbudget_max = {BFS_BUDGET}\n",
+        "bfs": CRAWL_TOML + ram + f"budget_default = {BFS_BUDGET}\nbudget_max = {BFS_BUDGET}\n"
+               "beast_turn_s = 0\n",
     }
     results: dict[str, dict] = {}
     io: dict[str, dict] = {}

@@ -1,14 +1,14 @@
 """BEAST: budget enforcement over disk queues (IRLbot §VII.B, Fig. 5, Theorem 7).
 
 Queues Q0..Q(j-1) form a ring read in order; QF holds URLs over budget. Reading is
-from the *current* queue, which never receives new URLs. A PLD x with budget Bx puts
-its next Bx URLs into the queue after the current one, the next Bx into the one after,
-and so on around the ring (wrapping, but never back into the current queue); URLs that
-do not fit go to QF. When the last queue of the ring has been emptied, the ring grows
-to ``min(2j, max_queues)`` queues, reading restarts at Q0, and QF is read in full and
-its URLs are placed again, in order, with budgets from ``rebudget``, exactly as if they
-arrived at that moment (so a PLD's old URLs come before its newer ones); what does not
-fit goes back to QF. Nothing is ever discarded: a URL over budget is only delayed.
+from the *current* queue, which (unless turns are paced, below) never receives new URLs.
+A PLD x with budget Bx puts its next Bx URLs into the queue after the current one, the
+next Bx into the one after, and so on around the ring (wrapping, but never back into the
+current queue); URLs that do not fit go to QF. When the last queue of the ring has been
+emptied, the ring grows to ``min(2j, max_queues)`` queues, reading restarts at Q0, and QF
+is read in full and its URLs are placed again, in order, with budgets from ``rebudget``,
+exactly as if they arrived at that moment (so a PLD's old URLs come before its newer
+ones); what does not fit goes back to QF. Nothing is ever discarded: a URL over budget is only delayed.
 
 Turns. Every time a queue becomes current, the turn number ``T`` grows by one. Ring
 pass p starts at turn ``S``, so queue i is read at turn ``S + i`` in this pass and
@@ -16,6 +16,28 @@ at ``S + j + i`` in the next one. A PLD's place is kept as (turn of the queue it
 URL goes to, URLs already put there); it is *live* while ``T < turn <= T + j - 1``,
 which maps to queue ``turn - S`` (this pass) or ``turn - S - j`` (next pass). A
 budget below 1 counts as 1.
+
+Paced turns (IRLbot §VI.B: "Budget Bx represents the number of pages that are allowed
+to pass from x ... to crawling threads every T time units"). In IRLbot a turn lasts as
+long as crawling its queue takes (Theorem 6: T = E[Bx]V/S). Here a queue is done once it
+has been *read* into the manager's RAM, which for short queues (early in a crawl, a small
+web) is long before it is fetched: turns then follow each other in moments and a PLD gets
+Bx URLs again at every one, i.e. no budget at all. With ``turn_s > 0``:
+
+* the current queue, once empty, stays current until ``turn_s`` seconds have passed since
+  its first record was read, so a PLD passes at most Bx URLs per ``turn_s``; meanwhile
+  :meth:`read` returns what it has and :attr:`holding` is true. A queue that was empty
+  when it became current takes no time;
+* the caller ends a turn early with ``read(n, drained=True)`` when what was read has been
+  crawled (IRLbot's end of a turn; the manager: no host in RAM is due within τh), so the
+  pacing never idles a crawl;
+* the current queue is a place too: a PLD with budget left in it (e.g. one just found)
+  puts its next URLs there, to be read in this turn, rather than wait up to ``turn_s``
+  for the next queue. Its count there is kept until the turn ends, so "Bx per turn"
+  holds; a place is live while ``T <= turn <= T + j - 1`` (all j queues).
+
+Where queues are long, reading one takes longer than ``turn_s`` anyway and pacing never
+binds. The time already spent in the current turn is part of the commit.
 
 Fixed RAM: the places live in a table of ``pld_slots`` entries indexed by
 ``pld_hash % pld_slots`` (numpy arrays: PLD hash tag u64, turn i64, count u32). An
@@ -30,7 +52,8 @@ crawl delays (a PLD with budget B gets τh·B0/B) so that a queue turn admits no
 a host than can be fetched while it is read; where τh has a floor, a larger budget no
 longer speeds the host up, and its extra URLs per turn would only fill RAM with hosts
 that must wait, leaving too few hosts to fetch from. The manager sets
-``host_cap = B0·τh/τh_min``. Colliding hosts share a cap (delayed, never dropped).
+``host_cap = B0·τh/τh_min``. Colliding hosts share a cap (delayed, never dropped). With
+paced turns the host's places, like the PLD's, include the current queue.
 
 Directory layout::
 
@@ -47,6 +70,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +97,8 @@ class BeastStats:
     bytes_written: int   # bytes appended to all queues incl. QF (Theorem 7)
     bytes_read: int      # bytes read from all queues incl. QF
     host_deferrals: int  # placements put in a later queue by the host cap
+    turns: int           # queues made current so far (incl. re-split passes)
+    holding: bool        # the current queue is empty and its turn has not run its time
 
 
 def theorem7_bound(pages_per_s: float, url_bytes: float, links_per_page: float) -> float:
@@ -95,13 +121,15 @@ class Beast:
     ``rebudget(record) -> (pld_hash, budget[, host_hash])`` is asked again for every QF
     record at a re-split, as budgets may have grown since. ``host_cap`` (0: none) limits
     the URLs of one host per queue (see the module docstring); it applies to the URLs
-    whose host hash is given.
+    whose host hash is given. ``turn_s`` (0: off) is the least length of a turn in
+    seconds of ``clock`` (see "Paced turns" in the module docstring).
     """
 
     def __init__(self, directory: Path, *, state: dict | None = None, queues: int = 2,
                  max_queues: int = 64, pld_slots: int = 1 << 20, host_cap: int = 0,
                  host_slots: int = 1 << 20, fsync: bool = True,
-                 rebudget: Callable[[bytes], tuple[int, ...]]) -> None:
+                 rebudget: Callable[[bytes], tuple[int, ...]], turn_s: float = 0.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if not 1 <= queues <= max_queues:
             raise ValueError(f"need 1 <= queues <= max_queues, got {queues}, {max_queues}")
         if max_queues < 2:
@@ -112,12 +140,19 @@ class Beast:
             raise ValueError("pld_slots and host_slots must be at least 1")
         if host_cap < 0:
             raise ValueError("host_cap must be >= 0")
+        if not turn_s >= 0:
+            raise ValueError(f"turn_s must be >= 0, got {turn_s}")
         self.directory = Path(directory)
         self.max_queues = max_queues
         self._slots = pld_slots
         self._host_cap, self._host_slots = host_cap, host_slots
         self._fsync = fsync
         self._rebudget = rebudget
+        self.turn_s = turn_s
+        self._clock = clock
+        # When the current queue's first record was read (None: not yet, or it was empty).
+        self._turn_started: float | None = None
+        self._turns = 0
         self._tag = np.zeros(pld_slots, np.uint64)
         self._turn = np.zeros(pld_slots, np.int64)
         self._count = np.zeros(pld_slots, np.uint32)
@@ -179,21 +214,22 @@ class Beast:
         pld &= _MASK64
         slot = pld % self._slots
         now = self._start + self._cur
+        first = now if self.turn_s > 0 else now + 1  # paced: the current queue is open
         turn = self._mturn[slot]
-        if turn > now:
+        if turn >= first:
             if self._mtag[slot] != pld:
                 self._collisions += 1
             used = self._mcount[slot]
         else:
-            turn, used = now + 1, 0
+            turn, used = first, 0
         if used >= max(budget, 1):
             turn, used = turn + 1, 0
         if host is not None and self._host_cap:
             hslot = (host & _MASK64) % self._host_slots
             hturn = self._mhturn[hslot]
-            hused = self._mhcount[hslot] if hturn > now else 0
-            if hturn <= now:
-                hturn = now + 1
+            hused = self._mhcount[hslot] if hturn >= first else 0
+            if hturn < first:
+                hturn = first
             if hused >= self._host_cap:
                 hturn, hused = hturn + 1, 0
             if hturn > turn:
@@ -213,24 +249,43 @@ class Beast:
 
     # -- reading -----------------------------------------------------------------------
 
-    def read(self, n: int) -> list[bytes]:
-        """Up to ``n`` records in crawl order; fewer only when nothing is queued.
+    def read(self, n: int, *, drained: bool = False) -> list[bytes]:
+        """Up to ``n`` records in crawl order; fewer when nothing is queued or, with paced
+        turns, when the current queue is empty and its turn has not run its time.
 
-        Moves on to the next queue when the current one is empty and, after the last
-        one, re-splits QF, so records waiting only in QF are still returned.
+        Moves on to the next queue when the current one is empty (and its turn is over)
+        and, after the last one, re-splits QF, so records waiting only in QF are still
+        returned. ``drained``: everything read before has been crawled, so the turn may
+        end now (only before this call has returned anything: the records it returns
+        are not crawled yet).
         """
         out: list[bytes] = []
         while len(out) < n:
             queue = self._ring[self._cur]
             if len(queue):
+                if self._turn_started is None:
+                    self._turn_started = self._clock()
                 out.extend(queue.read(n - len(out)))
-            elif len(self):
+            elif len(self) and (drained and not out or not self._turn_running()):
                 self._advance()
             else:
                 break
         return out
 
+    def _turn_running(self) -> bool:
+        """The current turn has not yet lasted ``turn_s`` since its first read."""
+        started = self._turn_started
+        return (self.turn_s > 0 and started is not None
+                and self._clock() - started < self.turn_s)
+
+    @property
+    def holding(self) -> bool:
+        """Records are queued, but none may be read before the current turn is over."""
+        return not len(self._ring[self._cur]) and bool(len(self)) and self._turn_running()
+
     def _advance(self) -> None:
+        self._turn_started = None
+        self._turns += 1
         if self._cur + 1 < self._j:
             self._cur += 1
             return
@@ -265,6 +320,7 @@ class Beast:
             bytes_written=sum(q.bytes_written for q in queues),
             bytes_read=sum(q.bytes_read for q in queues),
             host_deferrals=self._host_deferrals,
+            turns=self._turns, holding=self.holding,
         )
 
     # -- commits -----------------------------------------------------------------------
@@ -294,9 +350,13 @@ class Beast:
             "format": FORMAT_VERSION, "commit": self._commits, "table": name,
             "pld_slots": self._slots, "queues": self._j, "pass_start": self._start,
             "current": self._cur, "ring": ring, "qf": qf,
+            # Seconds the current turn has run (None: it has read nothing yet).
+            "turn_elapsed_s": (None if self._turn_started is None
+                               else self._clock() - self._turn_started),
             "counters": {"placed": self._placed, "deferred_to_qf": self._deferred,
                          "qf_rescans": self._rescans, "slot_collisions": self._collisions,
-                         "host_deferrals": self._host_deferrals},
+                         "host_deferrals": self._host_deferrals,
+                         "turns": self._turns},
         }
 
     def _reopen(self, state: dict) -> None:
@@ -312,6 +372,10 @@ class Beast:
         self._placed, self._deferred = counters["placed"], counters["deferred_to_qf"]
         self._rescans, self._collisions = counters["qf_rescans"], counters["slot_collisions"]
         self._host_deferrals = counters.get("host_deferrals", 0)
+        self._turns = counters.get("turns", 0)
+        # The turn goes on where it was (states from before paced turns have no entry).
+        elapsed = state.get("turn_elapsed_s")
+        self._turn_started = None if elapsed is None else self._clock() - elapsed
         with np.load(self.directory / state["table"]) as table:
             self._tag[:], self._turn[:], self._count[:] = \
                 table["tag"], table["turn"], table["count"]

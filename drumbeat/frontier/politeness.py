@@ -205,6 +205,12 @@ class PolitenessScheduler:
             return h
         return None
 
+    def due_within(self, when: float) -> bool:
+        """Some host has queued URLs and may be sent one before ``when``, counting hosts
+        that wait only for a result in flight, for their IP or for DNS (their due time
+        has passed). Hosts held back longer (back-off, a long Crawl-delay) do not count."""
+        return any(h.queue and h.due <= when for h in self.hosts.values())
+
     def next_due_time(self) -> float | None:
         """When the earliest host in the heap becomes due (stale entries may make it early)."""
         return self._heap[0][0] if self._heap else None

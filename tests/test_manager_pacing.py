@@ -1,0 +1,96 @@
+"""The manager with paced BEAST turns: a spam PLD minting a fresh subdomain per URL gets at
+most its budget into RAM per ``beast_turn_s``, however idle the fetch slots are, while a
+turn whose URLs have all been crawled ends at once (no idling for the pacing).
+
+A real Manager on a temp state dir with a loopback DNS responder and a hand-driven clock;
+nothing is fetched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from drumbeat.manager import Manager
+from drumbeat.queue.local import LocalTaskQueue
+from drumbeat.settings import Settings, build
+from drumbeat.simweb.dns import SimDNS
+from drumbeat.store.crawllog import CrawlLog
+
+B0 = 5
+TAU_H = 1.0  # the default turn is B0 x τh = 5 s
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _spam_in_ram(manager: Manager) -> int:
+    return sum(len(h.queue) for name, h in manager.scheduler.hosts.items()
+               if name.endswith(".spam.test"))
+
+
+async def _feed(manager: Manager, clock: Clock, rounds: int = 6) -> None:
+    for _ in range(rounds):
+        manager._slots_idle = True  # nothing ready: the feed reads whatever BEAST gives
+        manager._feed(clock())
+        await asyncio.sleep(0)  # DNS lookups (loopback SimDNS) run
+
+
+def test_a_spam_pld_gets_its_budget_per_turn(tmp_path: Path) -> None:
+    asyncio.run(_spam_budget_per_turn(tmp_path))
+
+
+async def _spam_budget_per_turn(tmp_path: Path) -> None:
+    dns = SimDNS({}, fallback=lambda name: "127.1.0.1")
+    await dns.start("127.0.0.1", 0)
+    clock = Clock()
+    settings = build(Settings(), {"state_dir": str(tmp_path / "state"),
+                                  "dns_server": dns.address, "allow_loopback": True,
+                                  "frontier_ram_urls": 1_000, "host_delay_s": TAU_H,
+                                  "budget_default": B0, "budget_max": B0})
+    assert settings.beast_turn() == B0 * TAU_H
+    crawl_log = CrawlLog(tmp_path / "crawl.log")
+    manager = Manager(settings, LocalTaskQueue(), crawl_log, clock=clock)
+    try:
+        manager.restore()
+        assert manager.seen is not None and manager.robots is not None
+        spam = [f"http://s{i}.spam.test/x" for i in range(60)]  # one PLD, 60 hosts
+        legit = [f"http://legit.test/p/{i}" for i in range(3)]
+        manager._admit(spam + legit, 1, None)
+        manager.seen.flush()
+        manager._take_new_urls(clock())
+        for origin in {u.rsplit("/", 2)[0] if "legit" in u else u[:-2] for u in spam + legit}:
+            manager.robots.record(origin, 404, None)  # no robots.txt: everything allowed
+
+        await _feed(manager, clock)
+        assert _spam_in_ram(manager) == B0  # the first turn's budget, slots idle or not
+        assert manager.beast is not None and manager.beast.holding
+        clock.t += B0 * TAU_H - 0.5
+        await _feed(manager, clock)
+        assert _spam_in_ram(manager) == B0
+        clock.t += 0.5
+        await _feed(manager, clock)
+        assert _spam_in_ram(manager) == 2 * B0  # one more turn, one more budget
+
+        # Everything in RAM is crawled (popped and done): the turn ends at once.
+        sched = manager.scheduler
+        for host in list(sched.hosts.values()):
+            while host.queue:
+                sched.pop_url(host)
+        await _feed(manager, clock, rounds=1)
+        assert _spam_in_ram(manager) == B0
+        # A host due within τh holds the turn again (the new URLs are in RAM now).
+        await _feed(manager, clock)
+        assert _spam_in_ram(manager) == B0
+    finally:
+        for task in list(manager._resolving.values()):
+            task.cancel()
+        await asyncio.gather(*manager._resolving.values(), return_exceptions=True)
+        await manager.dns.close()
+        dns.close()
+        crawl_log.close()
