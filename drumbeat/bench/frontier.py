@@ -401,7 +401,8 @@ async def _rss_child(n: int, hosts: int, work: Path) -> dict:
     settings = build(Settings(), {"state_dir": str(work), "dns_server": dns.address,
                                   "allow_loopback": True})
     crawl_log = CrawlLog(work / "crawl.log")
-    manager = Manager(settings, LocalTaskQueue(), crawl_log)
+    clock = [time.monotonic()]  # the manager's clock, moved by the feed loop below
+    manager = Manager(settings, LocalTaskQueue(), crawl_log, clock=lambda: clock[0])
     try:
         manager.restore()
         assert manager.seen is not None and manager.beast is not None
@@ -418,13 +419,14 @@ async def _rss_child(n: int, hosts: int, work: Path) -> dict:
         for i in range(min(n, hosts)):
             manager.robots.record(rss_origin(i, hosts), 404, None)
         t0 = time.perf_counter()
-        now = manager.clock()
         bound = settings.frontier_ram_urls
         feeds = 0
         while (feeds < RSS_FEEDS and manager.scheduler.queued_urls < bound
                and (len(manager.beast) or manager._checking or len(manager.qr or ()))):
-            now += 1.0  # past every flush interval: each round merges what it asked
-            manager._feed(now)
+            # Each round is past every flush interval (it merges what it asked for) and
+            # past a whole paced BEAST turn (each PLD passes its budget once more).
+            clock[0] += max(1.0, settings.beast_turn())
+            manager._feed(clock[0])
             feeds += 1
             await asyncio.sleep(0)  # let DNS lookups (loopback SimDNS) run
         feed_s = time.perf_counter() - t0
