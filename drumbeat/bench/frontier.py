@@ -18,11 +18,13 @@ Three measurements, one run (issue 4, "Benchmarks"):
    The web (choices made to resemble a real crawl; none is known to the crawler):
 
    * *Depth*: IRLbot §VI.A: BFS meets "a quickly branching site that will start to
-     dominate the queue after 3-4 levels in the BFS tree". N must therefore reach BFS
-     level 3 of the web, and the first levels grow with the seed count (from 10 seeds the
-     full web's levels 0-2 hold about 3,300 URLs, from 100 about 15,000): a few seeds
-     (``Plan.seeds``: 10 full, 5 quick) and N = 12,000 full (1,500 quick, to stay within a
-     minute).
+     dominate the queue after 3-4 levels in the BFS tree". N must therefore reach past
+     BFS level 3 of the web, and the levels grow with the seed count. URLs first found at
+     levels 0/1/2/3 of the full web: from 10 seeds 10 / 278 / 3,387 / 32,126 (level 3 48 %
+     spam), from 1 seed 1 / 32 / 559 / 6,950 (15 %), then 133,499 at level 4 (87 %
+     spam). Hence few seeds (``Plan.seeds``: 1 full, 2 quick) and N = 20,000 full (62 % of
+     it past level 3); quick: levels 0-2 from 2 seeds hold 1,002 URLs (level 3: 83 %
+     spam) and N = 1,500, to stay within a minute.
    * *Curated seeds* (:func:`seed_urls`): home pages spread over the ordinary hosts,
      leaving out the hosts that link straight to a farm or calendar and the spammed ones:
      the crawl meets spam through links, not in its seed list.
@@ -42,7 +44,17 @@ Three measurements, one run (issue 4, "Benchmarks"):
 
    History: 3 seeds that linked to every farm (farms on 16 addresses, 30 links a page):
    drumbeat spent its first tenth largely on spam; then 100 seeds (a tenth of the hosts),
-   N = 6,000: drumbeat 1.1 %, BFS 6.1 % (BFS never left level 2, ~14,000 URLs).
+   N = 6,000: drumbeat 1.1 %, BFS 6.1 % (BFS never left level 2, ~14,000 URLs); then
+   comment-spammed hosts, 10 seeds, N = 12,000 (quick: 5 seeds, 1,500): drumbeat 1.4 %
+   (quick 6.9 %), BFS 34.5 % (23.7 %). With paced BEAST turns (``beast_turn_s``) and the
+   same plans: drumbeat 0.7 % (quick 3.2 %), BFS 23.4 % (30.7 %); the crawl log's depths
+   showed all of BFS's N at levels 2-3 (quick: levels 0-2 alone hold 1,772 URLs from 5
+   seeds). Fewer seeds, same web: full 1 seed, N = 16,000: drumbeat 0.8 %, BFS 46.0 %;
+   N = 20,000: 0.8 %, 50.4 %. Quick: 2 seeds, N = 1,500: 3.3 %, 37.7 % (1 seed, N =
+   2,000: 2.9 %, 29.2 %; 2 seeds, N = 2,500: 2.3 %, 34.2 %). Quick's BFS share is noisy
+   and stays near 45-50 % per tenth even at level 3: each spam page is on a new subdomain
+   whose robots.txt is fetched first, and only ``frontier_ram_urls / 10`` hosts wait for
+   robots.txt at a time, while ordinary hosts are fetched from RAM at their delay.
 2. **Manager RSS with queued URLs.** One fresh process per size builds a ``Manager`` on a
    temp state dir (``LocalTaskQueue``, ``CrawlLog``, DNS from a loopback ``SimDNS`` that
    answers 127.1.0.1 for any name), admits N unique URLs over 10 000 hosts and 5 000 PLDs
@@ -127,9 +139,9 @@ def _web(hosts: int, pages_per_host: int, ips: int, farms: int, farm_ips: int, l
 
 
 PLANS = {
-    "full": Plan(_web(1000, 20, 16, 2, FARM_IPS, SPAM_LINKS, 2, 5000, SPAMMED_HOSTS), 12000,
-                 10, 2000, (100_000, 1_000_000, 10_000_000), 10_000),
-    "quick": Plan(_web(300, 20, 16, 2, FARM_IPS, SPAM_LINKS, 2, 2000, SPAMMED_HOSTS), 1500, 5,
+    "full": Plan(_web(1000, 20, 16, 2, FARM_IPS, SPAM_LINKS, 2, 5000, SPAMMED_HOSTS), 20000,
+                 1, 2000, (100_000, 1_000_000, 10_000_000), 10_000),
+    "quick": Plan(_web(300, 20, 16, 2, FARM_IPS, SPAM_LINKS, 2, 2000, SPAMMED_HOSTS), 1500, 2,
                   1000, (100_000, 1_000_000), 10_000),
     "tiny": Plan(_web(40, 6, 4, 1, FARM_IPS, SPAM_LINKS, 1, 100, 2), 80, 4, 200, (10_000,),
                  1_000),
