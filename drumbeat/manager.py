@@ -69,6 +69,8 @@ log = logging.getLogger("drumbeat.manager")
 
 DNS_CONCURRENCY = 64
 PLACE_BATCH = 65_536  # new URLs handed to BEAST at once (bounds the lists built for it)
+# Paced BEAST turns one feed may end while each turn's URLs are dropped at once.
+MAX_TURNS_PER_FEED = 256
 PLD_CACHE = 65_536  # scheme://authority -> (PLD, hash) entries kept for _place
 # RobotsCache merges are small (one key per origin); when the scheduler runs short of URLs
 # they run this often rather than every urlseen_flush_interval_s.
@@ -546,12 +548,19 @@ class Manager:
         ram = self.settings.frontier_ram_urls
         if (room >= ram // 2 or (starving and room >= ram // 16)) and len(beast):
             # A paced BEAST turn ends early once what it brought is crawled: no URL waits
-            # for a robots check, and no host in RAM is due within its normal delay (hosts
-            # in back-off or with a long Crawl-delay would otherwise hold the turn).
-            drained = beast.holding and not self._checking and not self.scheduler.due_within(
-                now + self.settings.host_delay_s)
-            for payload in beast.read(room, drained=drained):
-                self._route(payload)
+            # for a robots check, and no host in RAM is waiting to be sent a URL within its
+            # normal delay (hosts in back-off or with a long Crawl-delay would otherwise
+            # hold the turn, and so would a host stuck in a slow fetch). A turn whose URLs
+            # all leave at once (dropped: robots, a refused host) is followed by the next.
+            for _ in range(MAX_TURNS_PER_FEED):
+                drained = beast.holding and not self._checking and not self.scheduler.due_within(
+                    now + self.settings.host_delay_s)
+                payloads = beast.read(room, drained=drained)
+                for payload in payloads:
+                    self._route(payload)
+                room = ram - self.scheduler.queued_urls - self._checking
+                if not payloads or room <= 0 or not beast.holding:
+                    break
         self._submit_checks()
 
     def _submit_checks(self) -> None:

@@ -236,6 +236,9 @@ def test_due_within_ignores_hosts_held_back_longer() -> None:
     s.set_ip(h, "127.1.0.1")
     s.push(h, QueuedURL("http://a.test/", 0, None))
     assert s.due_within(0.0)
+    assert s.next_ready(0.0) is h  # a request in flight: a busy host does not count
+    assert not s.due_within(0.0)
+    s.release(h)
     s.delay_until(h, 500.0)  # back-off: due far away
     assert not s.due_within(11.0) and s.due_within(500.0)
     s.drain(h)

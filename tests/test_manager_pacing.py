@@ -87,10 +87,43 @@ async def _spam_budget_per_turn(tmp_path: Path) -> None:
         # A host due within τh holds the turn again (the new URLs are in RAM now).
         await _feed(manager, clock)
         assert _spam_in_ram(manager) == B0
+
     finally:
         for task in list(manager._resolving.values()):
             task.cancel()
         await asyncio.gather(*manager._resolving.values(), return_exceptions=True)
+        await manager.dns.close()
+        dns.close()
+        crawl_log.close()
+
+
+def test_turns_whose_urls_are_dropped_follow_in_one_feed(tmp_path: Path) -> None:
+    asyncio.run(_dropped_turns(tmp_path))
+
+
+async def _dropped_turns(tmp_path: Path) -> None:
+    """200 URLs of one refused host (NXDOMAIN), B0 per turn: each turn's URLs are dropped
+    as they are routed, so one feed ends turn after turn instead of waiting 40 turns."""
+    dns = SimDNS({}, fallback=lambda name: "127.1.0.1")
+    await dns.start("127.0.0.1", 0)
+    clock = Clock()
+    settings = build(Settings(), {"state_dir": str(tmp_path / "state"),
+                                  "dns_server": dns.address, "allow_loopback": True,
+                                  "frontier_ram_urls": 1_000, "host_delay_s": TAU_H,
+                                  "budget_default": B0, "budget_max": B0})
+    crawl_log = CrawlLog(tmp_path / "crawl.log")
+    manager = Manager(settings, LocalTaskQueue(), crawl_log, clock=clock)
+    try:
+        manager.restore()
+        assert manager.seen is not None and manager.robots is not None
+        manager.robots.record_refused("http://dead.test", "dns:nxdomain", 300.0)
+        manager._admit([f"http://dead.test/d/{i}" for i in range(200)], 1, None)
+        manager.seen.flush()
+        manager._take_new_urls(clock())
+        assert manager.beast is not None and len(manager.beast) == 200
+        await _feed(manager, clock, rounds=1)
+        assert manager.counters["dropped.dns:nxdomain"] == 200 and len(manager.beast) == 0
+    finally:
         await manager.dns.close()
         dns.close()
         crawl_log.close()

@@ -206,10 +206,11 @@ class PolitenessScheduler:
         return None
 
     def due_within(self, when: float) -> bool:
-        """Some host has queued URLs and may be sent one before ``when``, counting hosts
-        that wait only for a result in flight, for their IP or for DNS (their due time
-        has passed). Hosts held back longer (back-off, a long Crawl-delay) do not count."""
-        return any(h.queue and h.due <= when for h in self.hosts.values())
+        """Some host that is not waiting for a request in flight has queued URLs and may
+        be sent one before ``when`` (hosts waiting only for their IP or DNS count: their
+        due time has passed). Hosts held back longer (back-off, a long Crawl-delay) do not
+        count, nor do busy ones (a slow fetch must not hold the caller)."""
+        return any(h.queue and not h.busy and h.due <= when for h in self.hosts.values())
 
     def next_due_time(self) -> float | None:
         """When the earliest host in the heap becomes due (stale entries may make it early)."""
