@@ -65,6 +65,7 @@ def open_http(settings: Settings) -> tuple[HttpClient, DnsCache]:
         total_timeout_s=settings.total_timeout_s,
         max_body_bytes=settings.max_body_bytes,
         max_decoded_bytes=settings.max_decoded_bytes,
+        verify_tls=settings.tls_verify,
     )
     return http, dns
 

@@ -77,6 +77,10 @@ class Settings:
     # The fetchers' HTTP client: "aiohttp" (drumbeat.fetch.http) or "curl" (libcurl through
     # pycurl, drumbeat.fetch.curl: same contract, ~25 % less CPU per request; opt-in).
     http_client: str = "aiohttp"
+    # HTTPS: check the server's certificate against the system CAs. A failure is the
+    # fetch error tls:certificate (other TLS failures: tls:error); false archives such
+    # sites too (Heritrix and Scrapy do not verify).
+    tls_verify: bool = True
 
     # URLs and links.
     max_url_bytes: int = 2048

@@ -93,6 +93,13 @@ _REASONS: Final[dict[int, str]] = {
     pycurl.E_URL_MALFORMAT: "url:invalid",
     _E_TOO_LARGE: "http:header_too_large",
     pycurl.E_FILESIZE_EXCEEDED: "http:header_too_large",
+    pycurl.E_PEER_FAILED_VERIFICATION: "tls:certificate",
+    pycurl.E_SSL_ISSUER_ERROR: "tls:certificate",
+    pycurl.E_SSL_INVALIDCERTSTATUS: "tls:certificate",
+    pycurl.E_SSL_CONNECT_ERROR: "tls:error",
+    pycurl.E_SSL_CIPHER: "tls:error",
+    pycurl.E_SSL_CERTPROBLEM: "tls:error",
+    pycurl.E_SSL_SHUTDOWN_FAILED: "tls:error",
 }
 
 _POLL_IN: Final = 1
@@ -137,7 +144,10 @@ class _Handle:
         c.setopt(pycurl.PATH_AS_IS, 1)  # yarl normalised the URL as aiohttp sends it
         c.setopt(pycurl.CONNECTTIMEOUT_MS, max(1, int(client._connect_timeout_s * 1000)))
         c.setopt(pycurl.TIMEOUT_MS, max(1, int(client._total_timeout_s * 1000)))
-        if client._ca_file:
+        if not client._verify_tls:
+            c.setopt(pycurl.SSL_VERIFYPEER, 0)
+            c.setopt(pycurl.SSL_VERIFYHOST, 0)
+        elif client._ca_file:
             c.setopt(pycurl.CAINFO, client._ca_file)
         c.setopt(pycurl.WRITEFUNCTION, self._write)
         c.setopt(pycurl.HEADERFUNCTION, self._header)
@@ -274,8 +284,10 @@ class CurlHttpClient:
         accept_encoding: str = "gzip, deflate, br",
         max_retry_after_s: float = 86_400,
         trace_request_head: bool = False,
+        verify_tls: bool = True,
     ) -> None:
         self._policy = policy
+        self._verify_tls = verify_tls
         self._trace_request_head = trace_request_head
         self._own_dns: DnsCache | None = None
         if resolver is None:

@@ -62,10 +62,12 @@ class FetchResponse:
 
     ``error`` is None on success (any HTTP status, 3xx and 5xx included) or a
     stable reason: ``connect``, ``timeout``, ``guard:<class>``, ``dns:<reason>``,
-    ``url:invalid``, ``too_many_redirects`` or ``http:<short>`` for protocol
-    errors (``bad_status_line``, ``header_too_large``, ``bad_header``,
-    ``incomplete_body``, ``bad_chunking``, ``disconnected``, ``bad_message``,
-    ``error``). Fields after a failure hold whatever was received before it.
+    ``url:invalid``, ``too_many_redirects``, ``tls:certificate`` (an HTTPS server's
+    certificate failed verification), ``tls:error`` (another TLS failure) or
+    ``http:<short>`` for protocol errors (``bad_status_line``, ``header_too_large``,
+    ``bad_header``, ``incomplete_body``, ``bad_chunking``, ``disconnected``,
+    ``bad_message``, ``error``). Fields after a failure hold whatever was received
+    before it.
 
     ``ip`` is the address connected to. ``headers`` are the response headers as
     (name, value) pairs; ``content_type`` is the media type only, lower-case;
@@ -142,8 +144,10 @@ class HttpClient:
         max_header_bytes: int = 64 << 10,
         accept_encoding: str = "gzip, deflate, br",
         max_retry_after_s: float = 86_400,
+        verify_tls: bool = True,
     ) -> None:
         self._policy = policy
+        self._verify_tls = verify_tls
         # A DnsCache made here is ours to close; a resolver passed in is the caller's.
         self._own_dns: DnsCache | None = None
         if resolver is None:
@@ -217,6 +221,10 @@ class HttpClient:
                     await _read_body(reply, response, body_cap)
         except TimeoutError:
             return "timeout"
+        except aiohttp.ClientConnectorCertificateError:
+            return "tls:certificate"
+        except (aiohttp.ClientConnectorSSLError, aiohttp.ClientSSLError):
+            return "tls:error"
         except aiohttp.ClientConnectorError:
             return "connect"
         except aiohttp.ServerDisconnectedError:
@@ -236,6 +244,7 @@ class HttpClient:
             connector = aiohttp.TCPConnector(
                 limit=self._max_connections,
                 limit_per_host=_CONNECTIONS_PER_HOST,
+                ssl=self._verify_tls,  # True: verify against the system CAs; False: accept any
                 resolver=self._pins,
                 # The pinned resolver is the cache: aiohttp's own would keep
                 # serving an address after the caller moved the host elsewhere.
