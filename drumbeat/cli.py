@@ -16,8 +16,15 @@ from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
 
 from drumbeat import __version__
-from drumbeat.settings import (HTTP_CLIENTS, SCOPES, Settings, SettingsError, build, load_saved,
-                               load_toml)
+from drumbeat.settings import (
+    HTTP_CLIENTS,
+    SCOPES,
+    Settings,
+    SettingsError,
+    build,
+    load_saved,
+    load_toml,
+)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 

@@ -11,10 +11,8 @@ import asyncio
 from pathlib import Path
 
 from drumbeat.manager import Manager, beast_host_cap
-from drumbeat.queue.local import LocalTaskQueue
-from drumbeat.settings import Settings, build
-from drumbeat.simweb.dns import SimDNS
-from drumbeat.store.crawllog import CrawlLog
+from drumbeat.settings import Settings
+from tests.offline_manager import offline_manager
 
 RAM = 1_600
 
@@ -50,19 +48,10 @@ def test_idle_slots_read_beast_before_ram_is_half_empty(tmp_path: Path) -> None:
 
 
 async def _idle_slots_read_beast(tmp_path: Path) -> None:
-    dns = SimDNS({}, fallback=lambda name: "127.1.0.1")
-    await dns.start("127.0.0.1", 0)
-    settings = build(Settings(), {"state_dir": str(tmp_path / "state"),
-                                  "dns_server": dns.address, "allow_loopback": True,
-                                  "frontier_ram_urls": RAM, "host_delay_s": 1.0,
-                                  "host_delay_min_s": 1.0, "budget_max": 10_000,
-                                  # Unpaced BEAST turns: this is about RAM, not budgets
-                                  # (paced turns: tests/test_beast_pacing.py).
-                                  "beast_turn_s": 0})
-    crawl_log = CrawlLog(tmp_path / "crawl.log")
-    manager = Manager(settings, LocalTaskQueue(), crawl_log)
-    try:
-        manager.restore()
+    # Unpaced BEAST turns: this is about RAM, not budgets (paced: test_manager_pacing.py).
+    async with offline_manager(tmp_path, frontier_ram_urls=RAM, host_delay_s=1.0,
+                               host_delay_min_s=1.0, budget_max=10_000,
+                               beast_turn_s=0) as manager:
         assert manager.beast is not None
         # Ten hosts with 100 URLs each fill RAM beyond half (1,000 of 1,600).
         big = [f"http://big{i}.test" for i in range(10)]
@@ -84,10 +73,3 @@ async def _idle_slots_read_beast(tmp_path: Path) -> None:
         assert len(manager.beast) == 0
         assert manager.scheduler.queued_urls == 1_200
         assert len(manager.scheduler.hosts) == 110
-    finally:
-        for task in list(manager._resolving.values()):
-            task.cancel()
-        await asyncio.gather(*manager._resolving.values(), return_exceptions=True)
-        await manager.dns.close()
-        dns.close()
-        crawl_log.close()

@@ -12,10 +12,7 @@ import asyncio
 from pathlib import Path
 
 from drumbeat.manager import Manager
-from drumbeat.queue.local import LocalTaskQueue
-from drumbeat.settings import Settings, build
-from drumbeat.simweb.dns import SimDNS
-from drumbeat.store.crawllog import CrawlLog
+from tests.offline_manager import offline_manager
 
 B0 = 5
 TAU_H = 1.0  # the default turn is B0 x τh = 5 s
@@ -46,18 +43,11 @@ def test_a_spam_pld_gets_its_budget_per_turn(tmp_path: Path) -> None:
 
 
 async def _spam_budget_per_turn(tmp_path: Path) -> None:
-    dns = SimDNS({}, fallback=lambda name: "127.1.0.1")
-    await dns.start("127.0.0.1", 0)
     clock = Clock()
-    settings = build(Settings(), {"state_dir": str(tmp_path / "state"),
-                                  "dns_server": dns.address, "allow_loopback": True,
-                                  "frontier_ram_urls": 1_000, "host_delay_s": TAU_H,
-                                  "budget_default": B0, "budget_max": B0})
-    assert settings.beast_turn() == B0 * TAU_H
-    crawl_log = CrawlLog(tmp_path / "crawl.log")
-    manager = Manager(settings, LocalTaskQueue(), crawl_log, clock=clock)
-    try:
-        manager.restore()
+    async with offline_manager(tmp_path, clock=clock, frontier_ram_urls=1_000,
+                               host_delay_s=TAU_H, budget_default=B0,
+                               budget_max=B0) as manager:
+        assert manager.settings.beast_turn() == B0 * TAU_H
         assert manager.seen is not None and manager.robots is not None
         spam = [f"http://s{i}.spam.test/x" for i in range(60)]  # one PLD, 60 hosts
         legit = [f"http://legit.test/p/{i}" for i in range(3)]
@@ -88,14 +78,6 @@ async def _spam_budget_per_turn(tmp_path: Path) -> None:
         await _feed(manager, clock)
         assert _spam_in_ram(manager) == B0
 
-    finally:
-        for task in list(manager._resolving.values()):
-            task.cancel()
-        await asyncio.gather(*manager._resolving.values(), return_exceptions=True)
-        await manager.dns.close()
-        dns.close()
-        crawl_log.close()
-
 
 def test_turns_whose_urls_are_dropped_follow_in_one_feed(tmp_path: Path) -> None:
     asyncio.run(_dropped_turns(tmp_path))
@@ -104,17 +86,10 @@ def test_turns_whose_urls_are_dropped_follow_in_one_feed(tmp_path: Path) -> None
 async def _dropped_turns(tmp_path: Path) -> None:
     """200 URLs of one refused host (NXDOMAIN), B0 per turn: each turn's URLs are dropped
     as they are routed, so one feed ends turn after turn instead of waiting 40 turns."""
-    dns = SimDNS({}, fallback=lambda name: "127.1.0.1")
-    await dns.start("127.0.0.1", 0)
     clock = Clock()
-    settings = build(Settings(), {"state_dir": str(tmp_path / "state"),
-                                  "dns_server": dns.address, "allow_loopback": True,
-                                  "frontier_ram_urls": 1_000, "host_delay_s": TAU_H,
-                                  "budget_default": B0, "budget_max": B0})
-    crawl_log = CrawlLog(tmp_path / "crawl.log")
-    manager = Manager(settings, LocalTaskQueue(), crawl_log, clock=clock)
-    try:
-        manager.restore()
+    async with offline_manager(tmp_path, clock=clock, frontier_ram_urls=1_000,
+                               host_delay_s=TAU_H, budget_default=B0,
+                               budget_max=B0) as manager:
         assert manager.seen is not None and manager.robots is not None
         manager.robots.record_refused("http://dead.test", "dns:nxdomain", 300.0)
         manager._admit([f"http://dead.test/d/{i}" for i in range(200)], 1, None)
@@ -123,7 +98,3 @@ async def _dropped_turns(tmp_path: Path) -> None:
         assert manager.beast is not None and len(manager.beast) == 200
         await _feed(manager, clock, rounds=1)
         assert manager.counters["dropped.dns:nxdomain"] == 200 and len(manager.beast) == 0
-    finally:
-        await manager.dns.close()
-        dns.close()
-        crawl_log.close()

@@ -64,7 +64,6 @@ from yarl import URL
 from drumbeat.fetch.dns import DnsCache, Resolver
 from drumbeat.fetch.guard import AddressPolicy
 from drumbeat.fetch.http import (
-    _CONNECTIONS_PER_HOST,
     FetchResponse,
     _head_name,
     choose_address,

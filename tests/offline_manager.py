@@ -1,0 +1,40 @@
+"""A real Manager for tests that drive its feed by hand: a state dir under the test's
+temp dir, a loopback SimDNS that answers 127.1.0.1 for every name, a LocalTaskQueue.
+Nothing is fetched; robots answers are recorded by the test."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from drumbeat.manager import Manager
+from drumbeat.queue.local import LocalTaskQueue
+from drumbeat.settings import Settings, build
+from drumbeat.simweb.dns import SimDNS
+from drumbeat.store.crawllog import CrawlLog
+
+
+@asynccontextmanager
+async def offline_manager(tmp_path: Path, *, clock: Callable[[], float] = time.monotonic,
+                          **changes: object) -> AsyncIterator[Manager]:
+    """A restored Manager with ``changes`` to the default Settings; everything it opened
+    (DNS lookups under way, resolver, responder, crawl log) is closed on exit."""
+    dns = SimDNS({}, fallback=lambda name: "127.1.0.1")
+    await dns.start("127.0.0.1", 0)
+    settings = build(Settings(), {"state_dir": str(tmp_path / "state"),
+                                  "dns_server": dns.address, "allow_loopback": True, **changes})
+    crawl_log = CrawlLog(tmp_path / "crawl.log")
+    manager = Manager(settings, LocalTaskQueue(), crawl_log, clock=clock)
+    try:
+        manager.restore()
+        yield manager
+    finally:
+        for task in list(manager._resolving.values()):
+            task.cancel()
+        await asyncio.gather(*manager._resolving.values(), return_exceptions=True)
+        await manager.dns.close()
+        dns.close()
+        crawl_log.close()
