@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from drumbeat.bench.offline_manager import offline_manager
 from drumbeat.manager import Manager, beast_host_cap
 from drumbeat.settings import Settings
-from tests.offline_manager import offline_manager
 
 RAM = 1_600
 

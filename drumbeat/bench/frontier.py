@@ -107,7 +107,6 @@ IP_DELAY_S = 0.01
 CRAWL_TOML = "checkpoint_interval_s = 30.0\n"
 RSS_BATCH = 50_000  # URLs per _admit call; small so the harness's own lists barely count
 RSS_FEEDS = 40  # feed rounds at most; RAM is usually full after a handful
-RSS_ANSWER = "127.1.0.1"  # what the RSS run's DNS answers for any name (loopback only)
 B_SAMPLE = 20_000  # BEAST records read per queue to measure b
 # The web's realism choices (module doc, "The web"):
 FARM_IPS = 2  # addresses per spam farm: farms sit on few servers
@@ -402,21 +401,11 @@ def _live_rss() -> int | None:
 
 
 async def _rss_child(n: int, hosts: int, work: Path) -> dict:
-    from drumbeat.manager import Manager
-    from drumbeat.queue.local import LocalTaskQueue
-    from drumbeat.settings import Settings, build
-    from drumbeat.simweb.dns import SimDNS
-    from drumbeat.store.crawllog import CrawlLog
+    from drumbeat.bench.offline_manager import offline_manager
 
-    dns = SimDNS({}, fallback=lambda name: RSS_ANSWER)
-    await dns.start("127.0.0.1", 0)
-    settings = build(Settings(), {"state_dir": str(work), "dns_server": dns.address,
-                                  "allow_loopback": True})
-    crawl_log = CrawlLog(work / "crawl.log")
     clock = [time.monotonic()]  # the manager's clock, moved by the feed loop below
-    manager = Manager(settings, LocalTaskQueue(), crawl_log, clock=lambda: clock[0])
-    try:
-        manager.restore()
+    async with offline_manager(work, clock=lambda: clock[0]) as manager:
+        settings = manager.settings
         assert manager.seen is not None and manager.beast is not None
         assert manager.robots is not None
         t0 = time.perf_counter()
@@ -455,13 +444,6 @@ async def _rss_child(n: int, hosts: int, work: Path) -> dict:
                                + settings.robots_ram_bytes),
             "urlseen_buffer_records": drum._spill_at, "urlseen_merges": drum.stats().merges,
         }
-    finally:
-        for task in list(manager._resolving.values()):
-            task.cancel()
-        await asyncio.gather(*manager._resolving.values(), return_exceptions=True)
-        await manager.dns.close()
-        dns.close()
-        crawl_log.close()
 
 
 def manager_rss(sizes: tuple[int, ...], hosts: int, work: Path, log: bool) -> dict:

@@ -1,6 +1,6 @@
-"""A real Manager for tests that drive its feed by hand: a state dir under the test's
-temp dir, a loopback SimDNS that answers 127.1.0.1 for every name, a LocalTaskQueue.
-Nothing is fetched; robots answers are recorded by the test."""
+"""A real Manager driven by hand, for ``bench frontier``'s RSS runs and for tests: its state
+and crawl log under a work dir, a loopback SimDNS that answers 127.1.0.1 for every name, a
+LocalTaskQueue. Nothing is fetched; robots answers are recorded by the caller."""
 
 from __future__ import annotations
 
@@ -16,17 +16,20 @@ from drumbeat.settings import Settings, build
 from drumbeat.simweb.dns import SimDNS
 from drumbeat.store.crawllog import CrawlLog
 
+ANSWER = "127.1.0.1"  # what the responder answers for any name (loopback only)
+
 
 @asynccontextmanager
-async def offline_manager(tmp_path: Path, *, clock: Callable[[], float] = time.monotonic,
+async def offline_manager(work: Path, *, clock: Callable[[], float] = time.monotonic,
                           **changes: object) -> AsyncIterator[Manager]:
-    """A restored Manager with ``changes`` to the default Settings; everything it opened
-    (DNS lookups under way, resolver, responder, crawl log) is closed on exit."""
-    dns = SimDNS({}, fallback=lambda name: "127.1.0.1")
+    """A restored Manager on ``work``/state with ``changes`` to the default Settings;
+    everything it opened (DNS lookups under way, resolver, responder, crawl log) is
+    closed on exit."""
+    dns = SimDNS({}, fallback=lambda name: ANSWER)
     await dns.start("127.0.0.1", 0)
-    settings = build(Settings(), {"state_dir": str(tmp_path / "state"),
+    settings = build(Settings(), {"state_dir": str(work / "state"),
                                   "dns_server": dns.address, "allow_loopback": True, **changes})
-    crawl_log = CrawlLog(tmp_path / "crawl.log")
+    crawl_log = CrawlLog(work / "crawl.log")
     manager = Manager(settings, LocalTaskQueue(), crawl_log, clock=clock)
     try:
         manager.restore()
