@@ -261,3 +261,7 @@ def test_pld_edges() -> None:
     }
     assert pld_edges("http://a.site1.test/", ["http://b.site1.test/"]) == set()
     assert pld_edges("http://a.site1.test/", []) == set()
+    # Shortest origins, both schemes, IPv6 and ports: the origin ends where the path starts.
+    assert pld_edges("https://b/", ["http://a/x", "https://a:81/", "http://[::1]:8080/y/z"]) == {
+        ("b", "a"), ("b", "[::1]"),
+    }

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import lru_cache
 from time import thread_time
 
 from selectolax.lexbor import LexborHTMLParser
@@ -204,13 +205,23 @@ def _normalize_or_none(ref: str | None, base: str | None, max_bytes: int) -> str
 def pld_edges(source_url: str, links: list[str]) -> set[tuple[str, str]]:
     """Unique (source PLD, target PLD) pairs between different PLDs.
 
-    ``source_url`` and ``links`` are normalized URLs; hosts are reduced to PLDs once
-    per distinct host.
+    ``source_url`` and ``links`` are normalized URLs; each distinct origin is reduced to
+    its PLD once (and remembered: see :func:`_origin_pld`).
     """
-    source = pld(host_of(source_url))
-    # Links within the source's origin (most of a page's) share its PLD: skip parsing them.
+    source = _origin_pld(origin_of(source_url))
+    # Links within the source's origin (most of a page's) share its PLD: skip them. A
+    # normalized http(s) URL always has a path, so the origin ends at the first "/"
+    # after "scheme://" (index 7 or 8; the host has at least one character).
     own = origin_of(source_url) + "/"
-    hosts = {host_of(link) for link in links if not link.startswith(own)}
-    targets = {pld(host) for host in hosts}
+    origins = {link[:link.find("/", 8)] for link in links if not link.startswith(own)}
+    targets = {_origin_pld(origin) for origin in origins}
     targets.discard(source)
     return {(source, target) for target in targets}
+
+
+@lru_cache(maxsize=1 << 16)
+def _origin_pld(origin: str) -> str:
+    """The PLD of ``scheme://authority``. Cached because the same sites are linked from
+    page after page: the public-suffix lookup and the authority's parse cost more than
+    a dict hit. Bounded, so it costs at most a few MiB whatever the crawl's size."""
+    return pld(host_of(origin + "/"))
