@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
 
 from drumbeat import __version__
+from drumbeat.allocator import ALLOCATORS, AllocatorMissing, reexec_if_needed
 from drumbeat.settings import (
     HTTP_CLIENTS,
     SCOPES,
@@ -123,6 +124,10 @@ def _add_crawl_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--http-client", choices=HTTP_CLIENTS, default=S,
                    help=f"HTTP backend of the fetchers: aiohttp or curl (libcurl through "
                         f"pycurl; less CPU per page) (default {_D.http_client})")
+    p.add_argument("--allocator", choices=ALLOCATORS, default=S,
+                   help=f"malloc of the crawl's processes: mimalloc or jemalloc when "
+                        f"installed (auto; about 17 %% less CPU per page), or the system's "
+                        f"(default {_D.allocator})")
     p.add_argument("--dns-server", metavar="HOST[:PORT]", default=S,
                    help="send every DNS lookup to this server (default: system resolvers)")
     p.add_argument("--allow-loopback", action="store_true", default=S,
@@ -172,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """Defaults < settings saved by an earlier run of this crawl < --config file < flags."""
     flags: dict[str, Any] = {k: v for k, v in vars(args).items()
-                             if k not in ("command", "urls", "config")}
+                             if k not in ("command", "urls", "config", "reexec")}
     saved = load_saved(Path(args.state_dir))
     file_layer = load_toml(Path(args.config)) if getattr(args, "config", None) else {}
     file_seeds = list(file_layer.pop("seeds", []) or [])
@@ -187,6 +192,8 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     from drumbeat.gctune import tune_gc
 
     settings = settings_from_args(args)
+    if args.reexec:
+        reexec_if_needed(settings.allocator, sys.argv[1:])  # returns if nothing to do
     tune_gc()  # this process is the crawl's manager from here on
     try:
         outcome = run_crawl(settings)
@@ -230,6 +237,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from drumbeat.embedded import run_crawl
     from drumbeat.store.summary import render_summary, summarize
 
+    if args.reexec:
+        reexec_if_needed(_D.allocator, sys.argv[1:])  # returns if nothing to do
     console = Console(stderr=True)
     state_dir = Path(args.state_dir or f"drumbeat-demo/{time.strftime('%Y%m%d-%H%M%S')}")
     console.print(f"[bold]drumbeat demo[/]: starting a synthetic web of {args.hosts} hosts "
@@ -263,6 +272,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv_given = argv is not None
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["simweb"]:
         from drumbeat.simweb.__main__ import main as simweb_main
@@ -272,10 +282,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from drumbeat.bench import main as bench_main
 
         return bench_main(argv[1:])
+    # Only a whole program (the console script, python -m drumbeat) may execute itself
+    # again for its allocator; a caller that passes argv keeps its process.
+    reexec = not argv_given
     args = build_parser().parse_args(argv)
+    args.reexec = reexec
     try:
         return {"crawl": cmd_crawl, "stats": cmd_stats, "demo": cmd_demo}[args.command](args)
-    except SettingsError as e:
+    except (SettingsError, AllocatorMissing) as e:
         print(f"drumbeat {args.command}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterator
 
+from drumbeat import allocator
 from drumbeat.fetcher import Fetcher, open_http
 from drumbeat.manager import Manager
 from drumbeat.progress import Progress
@@ -145,9 +146,9 @@ async def _run(settings: Settings, state_dir: Path, crawl_log: CrawlLog,
             if not resumed and not manager.seeds:
                 raise SettingsError("no usable seed URLs: give http(s) URLs, --seeds FILE, "
                                     "or the state dir of a crawl to resume")
-            log.info("%s crawl in %s with %d fetcher processes: %d seeds given, %d rejected",
-                     "resuming" if resumed else "starting", state_dir, fetchers, len(seeds),
-                     len(rejected))
+            log.info("%s crawl in %s with %d fetcher processes: %d seeds given, %d rejected; "
+                     "malloc: %s", "resuming" if resumed else "starting", state_dir, fetchers,
+                     len(seeds), len(rejected), allocator.in_use())
 
             loop = asyncio.get_running_loop()
             signals = 0
@@ -192,7 +193,12 @@ async def _fetching(settings: Settings, processes: int) -> AsyncIterator[
     """
     assert settings.state_dir is not None
     if processes > 0:
-        queue = ProcessTaskQueue([sys.executable, "-m", "drumbeat.worker"], settings, processes)
+        try:
+            env = allocator.preload_env(allocator.library(settings.allocator))
+        except allocator.AllocatorMissing as e:
+            raise SettingsError(str(e)) from None
+        queue = ProcessTaskQueue([sys.executable, "-m", "drumbeat.worker"], settings, processes,
+                                 env=env)
         await queue.start()
         try:
             yield queue, [], queue.worker_stats
@@ -209,7 +215,7 @@ async def _fetching(settings: Settings, processes: int) -> AsyncIterator[
     def stats() -> list[dict[str, Any]]:
         s = fetcher.stats()
         return [{"name": fetcher.worker, "fetched": s.fetched, "errors": s.errors,
-                 "stage_s": s.stage_s, "cpu_s": 0.0}]
+                 "stage_s": s.stage_s, "cpu_s": 0.0, "allocator": allocator.in_use()}]
 
     try:
         yield local, [warc.sync], stats
@@ -231,7 +237,7 @@ def write_stages(path: Path, manager: Manager, fetchers: int,
     parse, normalize and handoff; ``fetch`` is the rest of the fetchers' CPU time (HTTP
     and the event loop); the manager's urlseen, frontier, scheduling, results, crawl_log
     and handoff. With ``fetchers`` 0 everything ran in one process and ``fetch`` is what
-    is left of that process's CPU time.
+    is left of that process's CPU time. ``allocator``: the malloc each process ran on.
     """
     seconds: Counter[str] = Counter()
     fetcher_cpu = 0.0
@@ -250,6 +256,8 @@ def write_stages(path: Path, manager: Manager, fetchers: int,
         "pages": pages,
         "fetchers": fetchers,
         "cpu_s": {"manager": round(manager_cpu_s, 3), "fetchers": round(fetcher_cpu, 3)},
+        "allocator": {"manager": allocator.in_use(),
+                      "fetchers": sorted({s.get("allocator", "system") for s in fetcher_stats})},
         "seconds": {k: round(v, 4) for k, v in sorted(seconds.items())},
     }
     tmp = path.with_suffix(".tmp")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from drumbeat import __version__
+from drumbeat.allocator import ALLOCATORS
 
 DEFAULT_USER_AGENT = (
     f"drumbeat/{__version__} (+https://github.com/drumbeat-crawler/drumbeat; "
@@ -81,6 +82,10 @@ class Settings:
     # fetch error tls:certificate (other TLS failures: tls:error); false archives such
     # sites too (Heritrix and Scrapy do not verify).
     tls_verify: bool = True
+    # The malloc of the crawl's processes (drumbeat.allocator): "auto" = mimalloc, else
+    # jemalloc, when installed (about 17 % less CPU per page than glibc's), else the
+    # system's; "mimalloc" / "jemalloc" insist (an error when missing); "system" = glibc.
+    allocator: str = "auto"
 
     # URLs and links.
     max_url_bytes: int = 2048
@@ -225,6 +230,7 @@ def validate(s: Settings) -> Settings:
     need(0 <= s.warc_gzip_level <= 9, "warc_gzip_level", "must be 0..9")
     need(s.scope in SCOPES, "scope", f"must be one of {', '.join(SCOPES)}")
     need(s.http_client in HTTP_CLIENTS, "http_client", f"must be one of {', '.join(HTTP_CLIENTS)}")
+    need(s.allocator in ALLOCATORS, "allocator", f"must be one of {', '.join(ALLOCATORS)}")
     need(s.max_pages is None or s.max_pages >= 0, "max_pages", "must be >= 0")
     need(s.max_time_s is None or s.max_time_s > 0, "max_time_s", "must be > 0 seconds")
     need(bool(s.user_agent.strip()) and "\n" not in s.user_agent, "user_agent",

@@ -218,6 +218,9 @@ def test_one_process_and_several_fetcher_processes_find_the_same(web, tmp_path):
                 or k in ("urls_admitted", "fetches", "pld_edges_new")}
         stages = json.loads((state / "stages.json").read_text())
         assert stages["fetchers"] == int(fetchers) and stages["pages"] > 0
+        # The default allocator ("auto"): the best one installed, in every process.
+        malloc = _auto_allocator()
+        assert stages["allocator"] == {"manager": malloc, "fetchers": [malloc]}
         outcomes[fetchers] = (log_lines, same)
     assert outcomes["0"] == outcomes["3"]
 
@@ -359,10 +362,18 @@ def test_max_pages_stops_and_counts_across_resumes(web, tmp_path):
     assert len(fetched_pages(read_log(state))) == 20
 
 
+def _auto_allocator() -> str:
+    from drumbeat.allocator import library
+
+    lib = library("auto") or ""
+    return "mimalloc" if "mimalloc" in lib else "jemalloc" if "jemalloc" in lib else "system"
+
+
 @pytest.mark.parametrize("args, needle", [
     (["crawl", "--state", "x", "--host-delay", "soon"], "--host-delay"),
     (["crawl", "--state", "x", "--concurrency", "0"], "--concurrency"),
     (["crawl", "--state", "x", "--scope", "galaxy"], "--scope"),
+    (["crawl", "--state", "x", "--allocator", "tcmalloc"], "--allocator"),
     (["crawl", "http://a.test/", "--state", "x", "--frobnicate"], "--frobnicate"),
 ])
 def test_bad_cli_flags_exit_2_with_one_line(args, needle):

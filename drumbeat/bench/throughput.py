@@ -439,8 +439,11 @@ def print_report(rep: dict[str, Any]) -> None:
         if stages is None:
             console.print(f"{name}: stage breakdown n/a (no stages.json)")
             continue
+        malloc = stages.get("allocator") or {}
         st = Table(title=f"{name}: time per page by stage (summed over processes, "
-                         f"{stages['pages']:,} pages)")
+                         f"{stages['pages']:,} pages; malloc: manager "
+                         f"{malloc.get('manager', 'n/a')}, fetchers "
+                         f"{'/'.join(malloc.get('fetchers', [])) or 'n/a'})")
         st.add_column("stage")
         st.add_column("µs/page", justify="right")
         st.add_column("seconds", justify="right")
@@ -448,7 +451,7 @@ def print_report(rep: dict[str, Any]) -> None:
             st.add_row(stage, f"{us:,.1f}", f"{stages['seconds'][stage]:,.2f}")
         console.print(st)
         others = {k: v for k, v in stages.items()
-                  if k not in ("pages", "seconds", "us_per_page")}
+                  if k not in ("pages", "seconds", "us_per_page", "allocator")}
         if others:
             console.print(f"{name}, stages.json also says: {json.dumps(others)}")
     for name, r in rep["runs"].items():

@@ -29,7 +29,7 @@ import pickle
 import struct
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,10 +83,13 @@ class ProcessTaskQueue:
     """The manager's side of the hand-off to fetcher processes; see the module docstring."""
 
     def __init__(self, command: Sequence[str], init: Any, workers: int, *,
-                 max_restarts: int = 10, sync_timeout_s: float = 30.0) -> None:
+                 max_restarts: int = 10, sync_timeout_s: float = 30.0,
+                 env: Mapping[str, str] | None = None) -> None:
+        """``env``: the workers' environment (default: this process's)."""
         if workers < 1:
             raise ValueError("ProcessTaskQueue needs at least one worker")
         self._command = list(command)
+        self._env = None if env is None else dict(env)
         self._init = init
         self._size = workers
         self._max_restarts = max_restarts
@@ -113,6 +116,7 @@ class ProcessTaskQueue:
         name = next(self._names)
         proc = await asyncio.create_subprocess_exec(
             *self._command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            env=self._env,
             # A large pipe reader limit is not needed: frames are read with readexactly.
         )
         worker = _Worker(name, proc)

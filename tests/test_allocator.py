@@ -1,0 +1,72 @@
+"""drumbeat.allocator: which malloc the crawl's processes run on, and how it gets there."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from drumbeat import allocator
+
+MIMALLOC = allocator.library("auto") if "mimalloc" in (allocator.library("auto") or "") else None
+needs_mimalloc = pytest.mark.skipif(MIMALLOC is None, reason="libmimalloc is not installed "
+                                    "(.ci/run installs it: apt-get install libmimalloc2.0)")
+
+
+def _in_use(env: dict[str, str]) -> str:
+    return subprocess.run(
+        [sys.executable, "-c", "from drumbeat import allocator; print(allocator.in_use())"],
+        env=env, capture_output=True, text=True, timeout=60, check=True).stdout.strip()
+
+
+def test_choices() -> None:
+    assert allocator.library("system") is None
+    with pytest.raises(ValueError, match="unknown allocator"):
+        allocator.library("tcmalloc")
+    for name in ("mimalloc", "jemalloc"):
+        try:
+            lib = allocator.library(name)
+        except allocator.AllocatorMissing as e:
+            assert "apt-get install" in str(e)  # tells the operator what to do
+        else:
+            assert lib is not None and name in lib
+
+
+def test_preload_env_puts_the_library_first_once() -> None:
+    env = allocator.preload_env("libx.so.2", {"LD_PRELOAD": "liby.so libx.so.2", "A": "1"})
+    assert env == {"LD_PRELOAD": "libx.so.2 liby.so", "A": "1"}
+    assert allocator.preload_env(None, {"A": "1"}) == {"A": "1"}
+
+
+def test_a_plain_process_runs_on_the_system_malloc() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    assert _in_use(env) == "system"
+
+
+@needs_mimalloc
+def test_a_process_started_with_preload_env_runs_on_mimalloc() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    assert _in_use(allocator.preload_env(MIMALLOC, env)) == "mimalloc"
+
+
+@needs_mimalloc
+def test_drumbeat_executes_itself_again_once_with_the_allocator(tmp_path) -> None:
+    """`python -m drumbeat crawl` re-executes with mimalloc, so the manager and its
+    fetcher processes run on it; --allocator system keeps glibc's malloc in both."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("LD_PRELOAD", "DRUMBEAT_ALLOCATOR_REEXEC")}
+    for choice, expected in (("auto", "mimalloc"), ("system", "system")):
+        state = tmp_path / choice
+        # Port 1 on loopback refuses connections: the crawl runs its 2 s and stops.
+        proc = subprocess.run(
+            [sys.executable, "-m", "drumbeat", "crawl", "http://127.0.0.1:1/", "--state",
+             str(state), "--allow-loopback", "--allocator", choice, "--fetchers", "1",
+             "--max-time", "2", "--no-progress"],
+            env=env, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        stages = json.loads((state / "stages.json").read_text())
+        assert stages["allocator"] == {"manager": expected, "fetchers": [expected]}
+        assert f"malloc: {expected}" in (state / "drumbeat.log").read_text()
