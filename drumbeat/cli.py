@@ -122,8 +122,8 @@ def _add_crawl_args(p: argparse.ArgumentParser) -> None:
                    help="fetcher processes (default: one per core; 0 = fetch in the "
                         "manager's process)")
     p.add_argument("--http-client", choices=HTTP_CLIENTS, default=S,
-                   help=f"HTTP backend of the fetchers: aiohttp or curl (libcurl through "
-                        f"pycurl; less CPU per page) (default {_D.http_client})")
+                   help=f"HTTP backend of the fetchers: curl (libcurl through pycurl; less "
+                        f"CPU per page) or aiohttp (default {_D.http_client})")
     p.add_argument("--allocator", choices=ALLOCATORS, default=S,
                    help=f"malloc of the crawl's processes: mimalloc or jemalloc when "
                         f"installed (auto; about 17 %% less CPU per page), or the system's "

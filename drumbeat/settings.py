@@ -75,9 +75,10 @@ class Settings:
     total_timeout_s: float = 60.0
     max_body_bytes: int = 10 * 1024 * 1024  # longer bodies are kept truncated
     max_decoded_bytes: int = 50 * 1024 * 1024  # cap after Content-Encoding (bombs)
-    # The fetchers' HTTP client: "aiohttp" (drumbeat.fetch.http) or "curl" (libcurl through
-    # pycurl, drumbeat.fetch.curl: same contract, ~25 % less CPU per request; opt-in).
-    http_client: str = "aiohttp"
+    # The fetchers' HTTP client: "curl" (libcurl through pycurl, drumbeat.fetch.curl) or
+    # "aiohttp" (drumbeat.fetch.http): the same contract; curl costs less CPU a page (the
+    # quick polite throughput bench: 7-15 % less in all).
+    http_client: str = "curl"
     # HTTPS: check the server's certificate against the system CAs. A failure is the
     # fetch error tls:certificate (other TLS failures: tls:error); false archives such
     # sites too (Heritrix and Scrapy do not verify).

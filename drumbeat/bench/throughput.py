@@ -91,7 +91,7 @@ class Plan:
     scrapy_concurrency: int
     nginx_workers: int
     profile: bool
-    http_client: str = "aiohttp"  # drumbeat's http_client setting
+    http_client: str = "curl"  # drumbeat's http_client setting
 
 
 @dataclass(frozen=True, slots=True)
@@ -525,8 +525,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--scrapy-concurrency", type=int, default=500,
                     help="Scrapy CONCURRENT_REQUESTS")
     ap.add_argument("--nginx-workers", type=int, default=1)
-    ap.add_argument("--http-client", choices=("aiohttp", "curl"), default="aiohttp",
-                    help="drumbeat's HTTP client (its http_client setting; default aiohttp)")
+    ap.add_argument("--http-client", choices=("aiohttp", "curl"), default="curl",
+                    help="drumbeat's HTTP client (its http_client setting; default curl)")
     ap.add_argument("--profile", action="store_true",
                     help="py-spy each drumbeat crawl's processes and print the top functions")
     ap.add_argument("--dir", type=Path, default=None, help="work directory (default: a temp dir)")

@@ -2,9 +2,8 @@
 
 :class:`CurlHttpClient` has HttpClient's constructor, methods and
 :class:`~drumbeat.fetch.http.FetchResponse` contents, with the same stable error
-reasons; it is chosen with the ``http_client = "curl"`` setting (opt-in; aiohttp is
-the default). Transfers run on one ``pycurl.CurlMulti`` driven by the running asyncio
-loop: curl's socket callback registers its sockets with ``add_reader``/``add_writer``,
+reasons; it is the default (``http_client = "aiohttp"`` chooses HttpClient). Transfers
+run on one ``pycurl.CurlMulti`` driven by the running asyncio loop: curl's socket callback registers its sockets with ``add_reader``/``add_writer``,
 its timer callback arms ``call_later``, and every event calls ``socket_action`` (no
 threads). Measured on loopback (scripts/bench_http_clients.py, ~20 KB pages, 50 in
 flight, one core) it costs 192 µs of CPU per request against HttpClient's 259; bare

@@ -1,6 +1,6 @@
-"""End-to-end with the libcurl backend: `drumbeat crawl` with ``http_client = "curl"``
+"""End-to-end with the aiohttp backend: `drumbeat crawl` with ``http_client = "aiohttp"``
 (a real subprocess) against simweb on loopback, checked against the oracle as
-tests/test_crawl.py checks the default (aiohttp) backend."""
+tests/test_crawl.py checks the default (curl) backend."""
 
 from __future__ import annotations
 
@@ -24,19 +24,19 @@ def web():
 
 
 @pytest.mark.parametrize("fetchers", ["0", "2"])
-def test_a_curl_crawl_fetches_what_the_oracle_says_politely(web, tmp_path, fetchers):
+def test_an_aiohttp_crawl_fetches_what_the_oracle_says_politely(web, tmp_path, fetchers):
     state = tmp_path / "state"
     cmd = crawl_cmd(web, state, "--allow-loopback", "--fetchers", fetchers)
     if fetchers == "0":  # the backend chosen in the config file, then on the command line
         with open(tmp_path / "state.toml", "a") as cfg:  # crawl_cmd's config file
-            cfg.write('http_client = "curl"\n')
+            cfg.write('http_client = "aiohttp"\n')
     else:
-        cmd += ["--http-client", "curl"]
+        cmd += ["--http-client", "aiohttp"]
     start = len(web.requests)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr
     assert "crawl stopped (done)" in proc.stderr
-    assert json.loads((state / "settings.json").read_text())["http_client"] == "curl"
+    assert json.loads((state / "settings.json").read_text())["http_client"] == "aiohttp"
     assert_polite(web, web.requests[start:])
 
     entries = read_log(state)
