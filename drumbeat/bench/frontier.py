@@ -41,6 +41,15 @@ Three measurements, one run (issue 4, "Benchmarks"):
    * *Link-farm pages are long link lists* (``SPAM_LINKS`` links a page, nearly all to
      URLs never seen, most on new subdomains): the farm's share of the link graph grows
      by that factor per level, IRLbot §VI.A's "quickly branching site".
+   * *RAM small against N* (``Plan.frontier_ram_urls``, the same for both crawls): IRLbot's
+     problem is a crawl whose rate-limited URLs "do not fit into RAM" (§I.C), so its queues
+     are on disk and RAM holds a sliver of what it fetches. The scheduler's RAM is a window
+     over BEAST's order: inside it, a host whose robots rules are known is fetched at its
+     delay while URLs of new hosts wait for robots.txt, and every spam page is on a new
+     host, so the wider the window against N, the further legit URLs overtake spam and the
+     less the BFS contender is a BFS. Full plan: 1,000 URLs, 5 % of N (quick's 1,000 is
+     67 % of its N). Measured on the full plan, one run each: 10,000 URLs: drumbeat 1.1 %,
+     BFS 7.6 %; 2,000 (session 6's plan): 0.8-0.9 %, 49.1-50.4 %; 1,000: 0.7 %, 60.0 %.
 
    History: 3 seeds that linked to every farm (farms on 16 addresses, 30 links a page):
    drumbeat spent its first tenth largely on spam; then 100 seeds (a tenth of the hosts),
@@ -55,6 +64,26 @@ Three measurements, one run (issue 4, "Benchmarks"):
    and stays near 45-50 % per tenth even at level 3: each spam page is on a new subdomain
    whose robots.txt is fetched first, and only ``frontier_ram_urls / 10`` hosts wait for
    robots.txt at a time, while ordinary hosts are fetched from RAM at their delay.
+   Larger N (session 7, one run each, pinned to one core that another benchmark shared;
+   none kept): N = 30,000 on this web outruns its legitimate part (27,024 ring pages and a
+   big site that the host cap paces at about one page per host delay): drumbeat ran out of
+   legit pages near 22,000 fetches, then went on at its spam and trap budgets (B0 per paced
+   turn) and took minutes per thousand pages (stopped at 26,084 pages: 6.3 % spam and trap
+   so far, 0.9 % of the first 20,000, 70 % of the last thousand). A bigger web for N =
+   30,000 with the same proportions otherwise (1 seed): 2,000 hosts (54,035 ring pages):
+   drumbeat 0.4 %, BFS 46.1 % (by tenth 7 13 12 25 38 72 72 67 72 83), 400 s for part 1;
+   1,500 hosts (40,525 ring pages), the whole bench: drumbeat 0.6 %, BFS 45.8 % (11 13 12
+   35 63 69 61 60 64 71), 491 s. A bigger web moves BFS level 3 later (a plain FIFO walk of
+   the model fetches 5,670 pages at levels 0-3 of 1,000 hosts, 12,016 of 2,000), and past
+   it BFS's share levels off at 60-80 % a tenth (the robots loop above; BFS crawls at
+   88-107 pages/s against drumbeat's 250-330), so a larger N buys little: the plan stays at
+   1,000 hosts and N = 20,000, which keeps the web's legit part above N.
+   The RAM window (bullet above) was the lever: full plan with frontier_ram_urls 1,000 (was
+   2,000), three runs of the whole bench: drumbeat 0.7 %, 0.7 %, 0.7 %; BFS 61.4 % (by
+   tenth 25 22 45 65 88 69 52 73 85 89), 63.7 % (23 18 38 64 85 83 76 73 84 93), 61.7 % (26
+   23 50 64 89 62 55 73 86 89); 379-397 s each. Quick, 2 seeds, N = 1,500, RAM 500: 2.1 %,
+   41.6 %; RAM 250: 1.7 %, 35.2 % (robots hosts stay at their floor of 100), so quick keeps
+   1,000.
 2. **Manager RSS with queued URLs.** One fresh process per size builds a ``Manager`` on a
    temp state dir (``LocalTaskQueue``, ``CrawlLog``, DNS from a loopback ``SimDNS`` that
    answers 127.1.0.1 for any name), admits N unique URLs over 10 000 hosts and 5 000 PLDs
@@ -139,7 +168,7 @@ def _web(hosts: int, pages_per_host: int, ips: int, farms: int, farm_ips: int, l
 
 PLANS = {
     "full": Plan(_web(1000, 20, 16, 2, FARM_IPS, SPAM_LINKS, 2, 5000, SPAMMED_HOSTS), 20000,
-                 1, 2000, (100_000, 1_000_000, 10_000_000), 10_000),
+                 1, 1000, (100_000, 1_000_000, 10_000_000), 10_000),
     "quick": Plan(_web(300, 20, 16, 2, FARM_IPS, SPAM_LINKS, 2, 2000, SPAMMED_HOSTS), 1500, 2,
                   1000, (100_000, 1_000_000), 10_000),
     "tiny": Plan(_web(40, 6, 4, 1, FARM_IPS, SPAM_LINKS, 1, 100, 2), 80, 4, 200, (10_000,),
