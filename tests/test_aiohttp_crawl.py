@@ -9,11 +9,16 @@ import subprocess
 from collections import Counter
 
 import pytest
-from warcio.archiveiterator import ArchiveIterator
 
 from drumbeat.simweb.model import SimWebConfig
 from drumbeat.simweb.server import run_in_thread
-from tests.test_crawl import assert_matches_oracle, assert_polite, crawl_cmd, read_log
+from tests.test_crawl import (
+    assert_matches_oracle,
+    assert_polite,
+    crawl_cmd,
+    read_log,
+    read_warc_targets,
+)
 
 
 @pytest.fixture(scope="module")
@@ -44,14 +49,6 @@ def test_an_aiohttp_crawl_fetches_what_the_oracle_says_politely(web, tmp_path, f
 
     # Every answered fetch is a request + response pair in the WARC files, readable back.
     answered = [e for e in entries if e["status"] is not None]
-    responses, requests = [], 0
-    for path in sorted((state / "warc").glob("*.warc.gz")):
-        with open(path, "rb") as f:
-            for rec in ArchiveIterator(f):
-                rec.content_stream().read()
-                if rec.rec_type == "response":
-                    responses.append(rec.rec_headers.get_header("WARC-Target-URI"))
-                elif rec.rec_type == "request":
-                    requests += 1
+    responses, requests = read_warc_targets(state)
     assert Counter(responses) == Counter(e["url"] for e in answered)
     assert requests == len(responses)

@@ -225,21 +225,28 @@ def test_one_process_and_several_fetcher_processes_find_the_same(web, tmp_path):
     assert outcomes["0"] == outcomes["3"]
 
 
-def test_warc_has_one_response_per_fetch_and_reads_back(full_crawl):
-    state, _, _ = full_crawl
-    entries = read_log(state)
-    answered = [e for e in entries if e["status"] is not None]
+def read_warc_targets(state) -> tuple[list[str], int]:
+    """The target URI of every response record in the crawl's WARC files, and the number
+    of request records; every record is read to its end (it must decode)."""
     responses, requests = [], 0
-    files = sorted((state / "warc").glob("*.warc.gz"))
-    assert files and not list((state / "warc").glob("*.open"))
-    for path in files:
+    for path in sorted((state / "warc").glob("*.warc.gz")):
         with open(path, "rb") as f:
             for rec in ArchiveIterator(f):
-                rec.content_stream().read()  # the whole record must decode
+                rec.content_stream().read()
                 if rec.rec_type == "response":
                     responses.append(rec.rec_headers.get_header("WARC-Target-URI"))
                 elif rec.rec_type == "request":
                     requests += 1
+    return responses, requests
+
+
+def test_warc_has_one_response_per_fetch_and_reads_back(full_crawl):
+    state, _, _ = full_crawl
+    entries = read_log(state)
+    answered = [e for e in entries if e["status"] is not None]
+    assert list((state / "warc").glob("*.warc.gz"))
+    assert not list((state / "warc").glob("*.open"))
+    responses, requests = read_warc_targets(state)
     assert Counter(responses) == Counter(e["url"] for e in answered)
     assert requests == len(responses)
     assert any(u.endswith("/robots.txt") for u in responses)
