@@ -205,7 +205,7 @@ def normalize_links(
     without being parsed.
 
     The result is :func:`normalize`'s for every reference; plain ones (see
-    :func:`_plain_join`), most of a page's, are joined without the parser.
+    :func:`_plain_tail`), most of a page's, are joined without the parser.
     """
     kept: dict[str, None] = {}
     dropped: Counter[str] = Counter()
@@ -217,8 +217,11 @@ def normalize_links(
         if len(kept) >= limit:
             dropped["too_many_links"] += 1
             continue
-        href = _plain_join(raw, origin, directory)
-        if href is not None:
+        absolute = raw[:4] == "http"
+        # Only a relative-path reference depends on the base's directory.
+        tail = _plain_tail(raw, "" if absolute or raw[:1] == "/" else directory)
+        if tail is not None and (absolute or origin):
+            href = tail if absolute else origin + tail
             if len(href) <= max_bytes:
                 kept[href] = None
             else:
@@ -248,13 +251,18 @@ _PLAIN_ABSOLUTE_RE = re.compile(
 _DOT_SEGMENT_RE = re.compile(r"(?:\A|/)\.{1,2}(?:/|\Z)")
 
 
-def _plain_join(raw: str, origin: str, directory: str) -> str | None:
-    """``raw`` joined to the base whose origin and directory :func:`_base_parts` gave,
-    and normalized, when it is made only of characters that need no parsing (what
-    :func:`normalize` would return); None for every other reference.
+@lru_cache(maxsize=1 << 14)
+def _plain_tail(raw: str, directory: str) -> str | None:
+    """What a plain reference ``raw`` joins to, normalized (what :func:`normalize` would
+    return), without the parser: an absolute http(s) URL already in normal form is
+    returned as normalized; a relative or absolute-path reference gives the path and
+    query to append to the base's origin (starting with "/"; ``directory`` is the
+    base's directory, see :func:`_base_parts`). None for every other reference.
 
-    Covers relative and absolute-path references and absolute http(s) URLs already in
-    normal form; dot segments are resolved and the fragment dropped, as WHATWG does.
+    Dot segments are resolved and the fragment dropped, as WHATWG does. Cached because
+    pages repeat their site's references (menus, footers) and sites share many
+    ("/", "/about"): a hit costs a fraction of the regular expressions and string work
+    of a miss. Bounded, a few MiB whatever the crawl's size.
     """
     if raw[:4] == "http":
         match = _PLAIN_ABSOLUTE_RE.match(raw)
@@ -267,13 +275,13 @@ def _plain_join(raw: str, origin: str, directory: str) -> str | None:
                                  port == (":80" if host[4] == ":" else ":443")):
             return None  # the parser refuses the first and drops the default port
         return host + (port or "") + _dot_free(path or "/") + (query or "")
-    if not origin or raw[:2] == "//":
+    if raw[:2] == "//":
         return None
     match = _PLAIN_REF_RE.match(raw)
     if match is None:
         return None  # also a query- or fragment-only reference, which keeps base parts
     path, query = match.groups()
-    return origin + _dot_free(path if path[0] == "/" else directory + path) + (query or "")
+    return _dot_free(path if path[0] == "/" else directory + path) + (query or "")
 
 
 def _dot_free(path: str) -> str:

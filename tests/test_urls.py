@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 from ada_url import join_url, normalize_url
 from hypothesis import given, settings
@@ -345,3 +347,22 @@ def test_plain_absolute_fast_path_agrees_with_whatwg(base, ref):
 def test_plain_fast_path_examples(ref):
     for base in ("http://h.test/p/x.html", "https://h.test/a/b/c?q=1", "http://h.test"):
         test_plain_relative_fast_path_agrees_with_whatwg.hypothesis.inner_test(base, ref)
+
+
+def test_plain_join_cache_keeps_bases_apart():
+    """Parser-free joins are cached by reference (and base directory, for relative
+    paths): a reference seen under one base still joins to every other base's origin
+    and directory, and to nothing under a base that is not an http(s) URL."""
+    refs = ["x.html", "../y.html", "/z?q=1", "http://o.test/p", "//o.test/", "x.html#f"]
+    bases = ["http://a.test/d/e.html", "https://b.test:8443/f/g/", "http://a.test/",
+             "mailto:x@y.test", None, "http://a.test/d/e.html"]
+    for _ in range(2):  # the second round runs on a warm cache
+        for base in bases:
+            expected: dict[str, None] = {}
+            reasons: Counter[str] = Counter()
+            for ref in dict.fromkeys(refs):
+                try:
+                    expected[normalize(ref, base)] = None
+                except URLRejected as e:
+                    reasons[e.reason] += 1
+            assert normalize_links(base, refs) == (list(expected), reasons)
