@@ -151,6 +151,10 @@ def make_app(bomb_body: bytes, release: asyncio.Event) -> web.Application:
     async def robots_host(request: web.Request) -> web.Response:
         return web.Response(body=request.host.encode(), content_type="text/plain")
 
+    async def peer(request: web.Request) -> web.Response:
+        assert request.transport is not None
+        return web.Response(text=str(request.transport.get_extra_info("peername")[1]))
+
     app = web.Application()
     app.router.add_get("/page", page)
     app.router.add_get("/status/{code}", status)
@@ -161,6 +165,7 @@ def make_app(bomb_body: bytes, release: asyncio.Event) -> web.Application:
     app.router.add_get("/to-other", to_other)
     app.router.add_get("/to-nowhere", to_nowhere)
     app.router.add_get("/host", robots_host)
+    app.router.add_get("/peer", peer)
     app.router.add_get("/gzip", fixed(gzip_bytes(HTML), "gzip"))
     app.router.add_get("/deflate", fixed(zlib.compress(HTML), "deflate"))
     app.router.add_get("/rawdeflate", fixed(raw_deflate(HTML), "deflate"))
@@ -293,6 +298,27 @@ def test_the_connection_goes_to_the_given_ip_not_to_the_name(dns: tuple[Zone, st
     assert (r.status, r.ip) == (200, "127.0.0.2")
     assert r.body.startswith(b"pinned.test:")  # the Host header still names the host
     assert zone.seen.count("pinned.test") == before  # no DNS query when the IP is given
+
+
+def test_keep_alive_connections_are_reused_per_host_name(dns: tuple[Zone, str]) -> None:
+    """Host names sharing an address each keep their own connection, used again on their
+    next fetch (the crawl revisits thousands of hosts this way; curl keeps no DNS cache
+    and is given every address, which must not cost the reuse)."""
+    names = [f"n{i}.test" for i in range(6)]
+
+    async def main() -> dict[str, list[str]]:
+        ports: dict[str, list[str]] = {name: [] for name in names}
+        async with site() as port, client(dns[1]) as http:
+            for _ in range(3):
+                for name in names:
+                    r = await http.fetch(f"http://{name}:{port}/peer", "127.0.0.1")
+                    assert r.status == 200, r.error
+                    ports[name].append(r.body.decode())
+        return ports
+
+    ports = run(main)
+    assert all(len(set(seen)) == 1 for seen in ports.values()), ports
+    assert len({seen[0] for seen in ports.values()}) == len(names)
 
 
 def test_without_an_ip_the_host_is_resolved_through_the_resolver(dns: tuple[Zone, str]) -> None:
