@@ -217,9 +217,14 @@ def pack_found(links: list[str], depth: int, via: str, hops: int = 0) -> FoundUR
     is one process per core, instead of the manager's.
     """
     tail = payload_tail(depth, via, hops)
-    payloads = [(u + tail).encode() for u in links]
-    return FoundURLs(array("Q", map(urls.fingerprint, links)).tobytes(), b"".join(payloads),
-                     array("I", map(len, payloads)).tobytes())
+    # One join and one encode for the page, lengths from the characters: normalized URLs
+    # (and so the tail's via) are ASCII. Checked, with the slow path kept for safety.
+    blob = (tail.join(links) + tail).encode() if links else b""
+    lengths = array("I", map(len(tail).__add__, map(len, links)))
+    if len(blob) != sum(lengths):
+        payloads = [(u + tail).encode() for u in links]
+        blob, lengths = b"".join(payloads), array("I", map(len, payloads))
+    return FoundURLs(urls.fingerprints(links).tobytes(), blob, lengths.tobytes())
 
 
 def _is_html(content_type: str | None, body: bytes) -> bool:

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from drumbeat.parse.links import PageLinks, extract_links, pld_edges
+from drumbeat.parse.links import PageLinks, _start_tags_at_most, extract_links, pld_edges
 
 PAGE = "http://www.site1.test/dir/page.html"
 
@@ -265,3 +265,16 @@ def test_pld_edges() -> None:
     assert pld_edges("https://b/", ["http://a/x", "https://a:81/", "http://[::1]:8080/y/z"]) == {
         ("b", "a"), ("b", "[::1]"),
     }
+
+
+def test_start_tags_are_bounded_from_above() -> None:
+    assert _start_tags_at_most(b"<a><b></b>x<") == 4  # every "<" while that is few
+    assert _start_tags_at_most(b"<" * 3000) == 3000
+    assert _start_tags_at_most(b"<a></a>" * 3000) == 3000  # past the first test: "</" subtracted
+
+
+def test_deep_nesting_is_defused_and_its_links_kept() -> None:
+    """20,000 unclosed <div> (quadratic for lexbor as they are) parse as x-div elements:
+    the link inside is still found."""
+    body = b"<html><body>" + b"<div>" * 20_000 + b'<a href="/deep">x</a>' + b"</div>" * 10
+    assert extract_links(body, "http://a.test/").links == ["http://a.test/deep"]
