@@ -20,9 +20,18 @@ from drumbeat import urls
 from drumbeat.fetch.dns import DnsCache
 from drumbeat.fetch.guard import AddressPolicy
 from drumbeat.fetch.http import FetchResponse, HttpClient
+from drumbeat.frontier.pldgraph import edge_keys
 from drumbeat.frontier.urlseen import payload_tail
-from drumbeat.parse.links import extract_links, pld_edges
-from drumbeat.queue.base import ROBOTS, FetchItem, FoundURLs, ItemResult, Task, TaskQueue
+from drumbeat.parse.links import extract_links, pld_targets
+from drumbeat.queue.base import (
+    ROBOTS,
+    FetchItem,
+    FoundEdges,
+    FoundURLs,
+    ItemResult,
+    Task,
+    TaskQueue,
+)
 from drumbeat.settings import Settings
 from drumbeat.store.warc import WarcWriter
 
@@ -198,7 +207,7 @@ class Fetcher:
         if page.links:
             result.found = pack_found(page.links, item.depth + 1, item.url)
         result.dropped = dict(page.dropped)
-        result.pld_edges = sorted(pld_edges(item.url, page.links))
+        result.pld_edges = pack_edges(*pld_targets(item.url, page.links))
         # "parse" is measured around this whole call; normalizing is reported apart.
         self.stage_s["normalize"] += page.normalize_s
         self.stage_s["parse"] -= page.normalize_s
@@ -225,6 +234,20 @@ def pack_found(links: list[str], depth: int, via: str, hops: int = 0) -> FoundUR
         payloads = [(u + tail).encode() for u in links]
         blob, lengths = b"".join(payloads), array("I", map(len, payloads))
     return FoundURLs(urls.fingerprints(links).tobytes(), blob, lengths.tobytes())
+
+
+def pack_edges(source: str, targets: list[str]) -> FoundEdges | None:
+    """The edges from PLD ``source`` to each of ``targets`` (distinct PLDs), packed for
+    PLDindegree (keys and target names); None when there are none. PLDs of normalized
+    hosts are ASCII, so lengths are character counts (checked, as in pack_found)."""
+    if not targets:
+        return None
+    blob = "".join(targets).encode()
+    lengths = array("I", map(len, targets))
+    if len(blob) != sum(lengths):
+        encoded = [t.encode() for t in targets]
+        blob, lengths = b"".join(encoded), array("I", map(len, encoded))
+    return FoundEdges(source, edge_keys(source, targets).tobytes(), blob, lengths.tobytes())
 
 
 def _is_html(content_type: str | None, body: bytes) -> bool:

@@ -57,6 +57,7 @@ from drumbeat.queue.base import (
     PAGE,
     ROBOTS,
     FetchItem,
+    FoundEdges,
     FoundURLs,
     ItemResult,
     ManagerQueue,
@@ -376,12 +377,14 @@ class Manager:
                 self.crawl_log.append(r.log)
         logged = thread_time()
         found: list[FoundURLs] = []
-        edges: list[tuple[str, str]] = []
+        edges: list[FoundEdges] = []
         for r in results:
             self._on_result(r, now, found, edges)
         if edges:
             assert self.plds is not None
-            self.plds.add(edges)
+            self.plds.add_packed(b"".join(e.keys for e in edges),
+                                 b"".join(e.targets for e in edges),
+                                 b"".join(e.lengths for e in edges))
         applied = thread_time()
         if found:
             self._admit_found(found)
@@ -761,7 +764,7 @@ class Manager:
     # -- results ---------------------------------------------------------------------------
 
     def _on_result(self, r: ItemResult, now: float, found: list[FoundURLs],
-                   edges: list[tuple[str, str]]) -> None:
+                   edges: list[FoundEdges]) -> None:
         """Apply one result; the URLs and PLD edges it found are added to ``found`` and
         ``edges``, for one URL-seen and one PLD-graph batch per collect."""
         entry = self.in_flight.pop(r.item.item_id, None)
@@ -780,7 +783,8 @@ class Manager:
         self.pages_done += 1 if r.status is not None else 0
         for reason, n in r.dropped.items():
             self.counters[f"links_dropped.{reason}"] += n
-        edges.extend(r.pld_edges)
+        if r.pld_edges is not None:
+            edges.append(r.pld_edges)
         if r.found is not None and len(r.found):
             found.append(r.found)
         self.scheduler.done(host, now)

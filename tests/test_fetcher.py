@@ -109,7 +109,7 @@ def test_page_links_warc_and_log(tmp_path: Path):
     first = r.found.payloads[:memoryview(r.found.lengths).cast("I")[0]]
     assert first == encode_payload(f"{base}/a", 3, f"{base}/chunked")
     assert r.dropped.get("nofollow") == 1 and r.dropped.get("scheme") == 1
-    assert r.pld_edges == [("localhost", "other.test")]
+    assert r.pld_edges is not None and r.pld_edges.pairs() == [("localhost", "other.test")]
     entry = json.loads(json.dumps(r.log))  # the manager writes it as JSON
     assert entry["status"] == 200 and entry["depth"] == 2 and entry["via"] == "http://s.test/"
     assert entry["ip"] == "127.0.0.1" and entry["warc"]

@@ -1,6 +1,7 @@
 """PLDindegree on DRUM: each PLD->PLD edge counts once; state rolls back with a manifest."""
 
-from drumbeat.frontier.pldgraph import PLDIndegree
+from drumbeat.fetcher import pack_edges
+from drumbeat.frontier.pldgraph import PLDIndegree, edge_key
 
 
 def test_each_edge_counts_once(tmp_path):
@@ -35,3 +36,25 @@ def test_each_new_edge_reports_the_exact_new_indegree(tmp_path):
     g.add([("c.test", "hub.test"), ("b.test", "hub.test")])
     g.flush()
     assert heard == [("hub.test", 1), ("hub.test", 2), ("x.test", 1), ("hub.test", 3)]
+
+
+def test_edges_packed_by_fetchers_count_as_added_ones(tmp_path):
+    """Fetchers pack a page's edges (keys and target names); the manager concatenates
+    the pages' packs. Counts must be those of the same edges given as pairs."""
+    pages = [("a.test", ["hub.test", "x.test"]), ("b.test", ["hub.test"]),
+             ("a.test", ["hub.test"]), ("hub.test", ["a.test", "b.test", "x.test"])]
+    packs = [pack_edges(source, targets) for source, targets in pages]
+    assert pack_edges("a.test", []) is None
+    assert packs[0] is not None and packs[0].pairs() == [("a.test", "hub.test"), ("a.test", "x.test")]
+    assert list(memoryview(packs[0].keys).cast("Q")) == [
+        edge_key("a.test", "hub.test"), edge_key("a.test", "x.test")]
+    packed = PLDIndegree(tmp_path / "packed", ram_bytes=2 << 20, fsync=False)
+    packed.add_packed(b"".join(p.keys for p in packs if p), b"".join(p.targets for p in packs if p),
+                      b"".join(p.lengths for p in packs if p))
+    packed.add_packed(b"", b"", b"")
+    pairs = PLDIndegree(tmp_path / "pairs", ram_bytes=2 << 20, fsync=False)
+    pairs.add([pair for p in packs if p for pair in p.pairs()])
+    names = ["hub.test", "a.test", "b.test", "x.test", "nobody.test"]
+    assert packed.lookup(names) == pairs.lookup(names) == {
+        "hub.test": 2, "a.test": 1, "b.test": 1, "x.test": 2, "nobody.test": 0}
+    assert packed.new_edges == pairs.new_edges == 6

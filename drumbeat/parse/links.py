@@ -24,7 +24,7 @@ from drumbeat.urls import (
     pld,
 )
 
-__all__ = ["PageLinks", "extract_links", "pld_edges"]
+__all__ = ["PageLinks", "extract_links", "pld_edges", "pld_targets"]
 
 # Matched case-insensitively by lexbor itself, so Python sees only candidate elements,
 # in document order.
@@ -213,20 +213,27 @@ def _normalize_or_none(ref: str | None, base: str | None, max_bytes: int) -> str
         return None
 
 
-def pld_edges(source_url: str, links: list[str]) -> set[tuple[str, str]]:
-    """Unique (source PLD, target PLD) pairs between different PLDs.
+def pld_targets(source_url: str, links: list[str]) -> tuple[str, list[str]]:
+    """The PLD of ``source_url`` and the distinct other PLDs ``links`` point to, sorted.
 
     ``source_url`` and ``links`` are normalized URLs; each distinct origin is reduced to
     its PLD once (and remembered: see :func:`_origin_pld`).
     """
-    source = _origin_pld(origin_of(source_url))
+    origin = origin_of(source_url)
+    source = _origin_pld(origin)
     # Links within the source's origin (most of a page's) share its PLD: skip them. A
     # normalized http(s) URL always has a path, so the origin ends at the first "/"
     # after "scheme://" (index 7 or 8; the host has at least one character).
-    own = origin_of(source_url) + "/"
+    own = origin + "/"
     origins = {link[:link.find("/", 8)] for link in links if not link.startswith(own)}
-    targets = {_origin_pld(origin) for origin in origins}
+    targets = set(map(_origin_pld, origins))
     targets.discard(source)
+    return source, sorted(targets)
+
+
+def pld_edges(source_url: str, links: list[str]) -> set[tuple[str, str]]:
+    """Unique (source PLD, target PLD) pairs between different PLDs (see :func:`pld_targets`)."""
+    source, targets = pld_targets(source_url, links)
     return {(source, target) for target in targets}
 
 

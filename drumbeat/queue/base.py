@@ -69,6 +69,30 @@ class FoundURLs:
 
 
 @dataclass(slots=True)
+class FoundEdges:
+    """A page's PLD-graph edges, packed for PLDindegree so that the manager does no
+    per-edge Python work: the ``source`` PLD, ``n`` edge keys (uint64, native order: see
+    frontier.pldgraph.edge_key) and the ``n`` distinct target PLDs (sorted, none the
+    source) back to back in UTF-8 with their lengths (uint32)."""
+
+    source: str
+    keys: bytes
+    targets: bytes
+    lengths: bytes
+
+    def __len__(self) -> int:
+        return len(self.keys) // 8
+
+    def pairs(self) -> list[tuple[str, str]]:
+        """The (source PLD, target PLD) edges (for tests and reports)."""
+        out, start = [], 0
+        for n in memoryview(self.lengths).cast("I"):
+            out.append((self.source, self.targets[start:start + n].decode()))
+            start += n
+        return out
+
+
+@dataclass(slots=True)
 class ItemResult:
     """The outcome of one FetchItem. ``status`` is None when no HTTP response arrived."""
 
@@ -78,7 +102,7 @@ class ItemResult:
     status: int | None = None
     error: str | None = None  # stable reason string, e.g. "connect", "dns:nxdomain"
     found: FoundURLs | None = None  # normalized absolute URLs (page links, Location)
-    pld_edges: list[tuple[str, str]] = field(default_factory=list)  # (source PLD, target PLD), unique
+    pld_edges: FoundEdges | None = None  # the page's links between PLDs
     dropped: dict[str, int] = field(default_factory=dict)  # links dropped by reason
     robots_text: str | None = None  # ROBOTS items: the body, decoded, size-capped
     body_bytes: int = 0
