@@ -39,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 _FLUSH_BYTES = 1 << 16
+# One encoder for every line: json.dumps with options builds a new one per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 _TAIL_CHUNK = 1 << 16
 
 
@@ -63,7 +65,7 @@ class CrawlLog:
     def append(self, entry: Mapping[str, Any]) -> None:
         """Buffer one entry. Raises ``ValueError`` for values JSON cannot represent
         (NaN, infinity) and ``TypeError`` for non-JSON types."""
-        line = json.dumps(entry, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+        line = _ENCODER.encode(entry).encode() + b"\n"
         self._pending.append(line)
         self._pending_bytes += len(line)
         if self._pending_bytes >= _FLUSH_BYTES:
