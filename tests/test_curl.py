@@ -5,8 +5,10 @@ heads and chunked trailers stay out of the response head."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from drumbeat.fetch.curl import CurlHttpClient
+from drumbeat.fetch.curl import CurlHttpClient, _parse_fields_by_line, parse_fields
 from drumbeat.fetch.dns import DnsCache
 from drumbeat.fetch.http import FetchResponse, HttpClient
 from tests.test_http import LOOPBACK_OK, UA, raw_server, run
@@ -84,3 +86,29 @@ def test_interim_heads_and_trailers_are_not_the_response_head() -> None:
     # The body is kept de-chunked, so the head says the framing was there, not that it is.
     assert r.response_head == head.replace(b"Transfer-Encoding", b"X-Crawler-Transfer-Encoding")
     assert r.headers == [("Transfer-Encoding", "chunked"), ("X-A", "b")]
+
+
+_FIELD_LINE = st.lists(
+    st.sampled_from([b"Content-Type", b"X", b":", b" ", b"\t", b"\0", b"\r", b"value",
+                     b"Transfer-Encoding", b"transfer-encoding: chunked", b"\xc3\xa9", b"a b"]),
+    max_size=6,
+).map(b"".join).flatmap(lambda line: st.sampled_from([line + b"\r\n", line + b"\n"]))
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(_FIELD_LINE, max_size=6))
+def test_whole_head_fast_path_agrees_with_the_line_by_line_parse(lines: list[bytes]) -> None:
+    """parse_fields takes plain heads in two regular-expression passes: same head bytes,
+    pairs and refusals as the line-by-line parse, whatever the lines."""
+    assert parse_fields(lines) == _parse_fields_by_line(lines)
+
+
+def test_whole_head_fast_path_examples() -> None:
+    plain = [b"Server: nginx\r\n", b"Content-Type:text/html \r\n", b"X-A: b: c\r\n"]
+    assert parse_fields(plain) == (b"".join(plain), [
+        ("Server", "nginx"), ("Content-Type", "text/html"), ("X-A", "b: c")])
+    assert parse_fields([b"Transfer-Encoding: chunked\r\n"]) == (
+        b"X-Crawler-Transfer-Encoding: chunked\r\n", [("Transfer-Encoding", "chunked")])
+    assert parse_fields([b"A: 1\r\n", b" 2\r\n"]) == (b"A: 1\r\n 2\r\n", [("A", "1 2")])
+    for bad in (b"no colon\r\n", b": empty\r\n", b"A : x\r\n", b"A: \0\r\n", b"A: \rx\r\n"):
+        assert parse_fields([bad]) is None, bad

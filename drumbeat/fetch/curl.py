@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import re
 import resource
 import ssl
 import time
@@ -99,6 +100,12 @@ _REASONS: Final[dict[int, str]] = {
     pycurl.E_SSL_CERTPROBLEM: "tls:error",
     pycurl.E_SSL_SHUTDOWN_FAILED: "tls:error",
 }
+
+# A head's field lines that _end_of_head may take whole: each "name:value" CRLF with a
+# name that is not empty, does not start (obsolete folding) or end with a space or tab,
+# and no NUL or CR anywhere else. Anything else goes through its line-by-line checks.
+_PLAIN_FIELDS_RE: Final = re.compile(rb"(?:[^\0\r\n: \t][^\0\r\n:]*(?<![ \t]):[^\0\r\n]*\r\n)*")
+_FIELD_RE: Final = re.compile(rb"([^:\r\n]+):([^\r\n]*)\r\n")
 
 _POLL_IN: Final = 1
 _POLL_OUT: Final = 2
@@ -235,27 +242,12 @@ class _Handle:
         except (IndexError, ValueError):
             self.reason = "http:bad_status_line"
             return 0
-        head = [lines[0].rstrip(b"\r\n") + b"\r\n"]
-        headers: list[tuple[str, str]] = []
-        for raw in lines[1:]:
-            line = raw.rstrip(b"\r\n")
-            if line[:1] in (b" ", b"\t") and headers:  # obsolete line folding
-                name_, value_ = headers[-1]
-                value_ += " " + line.strip().decode("utf-8", "surrogateescape")
-                headers[-1] = (name_, value_)
-                head.append(line + b"\r\n")
-                continue
-            name, colon, value = line.partition(b":")
-            if not colon or not name or name[-1:] in (b" ", b"\t") or b"\0" in line \
-                    or b"\r" in line:
-                self.reason = "http:bad_header"
-                return 0
-            head.append(_head_name(name) + b":" + value + b"\r\n")
-            headers.append((name.decode("utf-8", "surrogateescape"),
-                            value.strip(b" \t").decode("utf-8", "surrogateescape")))
-        head.append(b"\r\n")
-        self.head = b"".join(head)
-        self.headers = headers
+        parsed = parse_fields(lines[1:])
+        if parsed is None:
+            self.reason = "http:bad_header"
+            return 0
+        fields, self.headers = parsed
+        self.head = lines[0].rstrip(b"\r\n") + b"\r\n" + fields + b"\r\n"
         self.head_done = True
         return None
 
@@ -265,6 +257,44 @@ class _Handle:
 
     def __repr__(self) -> str:
         return f"<_Handle {self.response.url if self.response else 'idle'}>"
+
+
+def parse_fields(lines: list[bytes]) -> tuple[bytes, list[tuple[str, str]]] | None:
+    """A head's field lines (each as received, with its line end) as kept: the lines with
+    CRLF ends and Transfer-Encoding renamed (see http._head_name), and the (name, value)
+    pairs, values trimmed, obsolete folding joined. None when a line is malformed: no
+    colon, an empty name or one ending in a space or tab, a NUL or a stray CR.
+    """
+    fields = b"".join(lines)
+    if _PLAIN_FIELDS_RE.fullmatch(fields) and b"transfer-encoding" not in fields.lower():
+        # Most heads: every line "name:value" CRLF, nothing to rename, join or reject.
+        # Two regular-expression passes give what the loop below would.
+        return fields, [(name.decode("utf-8", "surrogateescape"),
+                         value.strip(b" \t").decode("utf-8", "surrogateescape"))
+                        for name, value in _FIELD_RE.findall(fields)]
+    return _parse_fields_by_line(lines)
+
+
+def _parse_fields_by_line(lines: list[bytes]) -> tuple[bytes, list[tuple[str, str]]] | None:
+    """:func:`parse_fields` one line at a time: every case, at about three times the cost."""
+    head: list[bytes] = []
+    headers: list[tuple[str, str]] = []
+    for raw in lines:
+        line = raw.rstrip(b"\r\n")
+        if line[:1] in (b" ", b"\t") and headers:  # obsolete line folding
+            name_, value_ = headers[-1]
+            value_ += " " + line.strip().decode("utf-8", "surrogateescape")
+            headers[-1] = (name_, value_)
+            head.append(line + b"\r\n")
+            continue
+        name, colon, value = line.partition(b":")
+        if not colon or not name or name[-1:] in (b" ", b"\t") or b"\0" in line \
+                or b"\r" in line:
+            return None
+        head.append(_head_name(name) + b":" + value + b"\r\n")
+        headers.append((name.decode("utf-8", "surrogateescape"),
+                        value.strip(b" \t").decode("utf-8", "surrogateescape")))
+    return b"".join(head), headers
 
 
 class CurlHttpClient:
