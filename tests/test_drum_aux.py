@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from array import array
 from pathlib import Path
 
 import numpy as np
@@ -48,3 +49,9 @@ def test_urlseen_takes_payloads_as_auxarray(tmp_path: Path) -> None:
     seen.flush()
     got = [decode_payload(p)[0] for p in seen.take_new()]
     assert got == list(dict.fromkeys(urls))
+
+
+def test_from_lengths_reads_items_packed_back_to_back() -> None:
+    aux = AuxArray.from_lengths(b"abcdef", array("I", [1, 0, 3, 2]).tobytes())
+    assert aux.tolist() == [b"a", b"", b"bcd", b"ef"]
+    assert len(AuxArray.from_lengths(b"", b"")) == 0

@@ -118,6 +118,15 @@ class AuxArray:
         return cls(blob, offsets)
 
     @classmethod
+    def from_lengths(cls, blob: bytes, lengths: bytes) -> AuxArray:
+        """Items back to back in ``blob``, their lengths a native uint32 array in
+        ``lengths`` (as fetchers pack what they found)."""
+        sizes = np.frombuffer(lengths, np.uint32)
+        offsets = np.zeros(len(sizes) + 1, np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        return cls(blob, offsets)
+
+    @classmethod
     def empty(cls, n: int) -> AuxArray:
         """``n`` empty items."""
         return cls(b"", np.zeros(n + 1, np.int64))

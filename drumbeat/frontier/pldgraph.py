@@ -73,11 +73,8 @@ class PLDIndegree:
         be concatenated): ``n`` uint64 edge keys, the target PLDs back to back and ``n``
         uint32 lengths."""
         key_array = np.frombuffer(keys, np.uint64)
-        if not len(key_array):
-            return
-        offsets = np.zeros(len(key_array) + 1, np.int64)
-        np.cumsum(np.frombuffer(lengths, np.uint32), out=offsets[1:])
-        self.edges.check_update(key_array, aux=AuxArray(targets, offsets))
+        if len(key_array):
+            self.edges.check_update(key_array, aux=AuxArray.from_lengths(targets, lengths))
 
     def pump(self) -> int:
         """Turn edges found new by finished merges into in-degree updates; returns how many."""

@@ -79,9 +79,7 @@ class DrumURLSeen:
         fps = np.frombuffer(fingerprints, np.uint64)
         if not len(fps):
             return
-        offsets = np.zeros(len(fps) + 1, np.int64)
-        np.cumsum(np.frombuffer(lengths, np.uint32), out=offsets[1:])
-        self.drum.check_update(fps, aux=AuxArray(payloads, offsets))
+        self.drum.check_update(fps, aux=AuxArray.from_lengths(payloads, lengths))
         self._submitted_since_flush += len(fps)
 
     @property
