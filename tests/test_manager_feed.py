@@ -11,7 +11,7 @@ import asyncio
 from pathlib import Path
 
 from drumbeat.bench.offline_manager import offline_manager
-from drumbeat.manager import Manager, beast_host_cap
+from drumbeat.manager import PLACE_BATCH, Manager, beast_host_cap
 from drumbeat.settings import Settings
 
 RAM = 1_600
@@ -73,3 +73,32 @@ async def _idle_slots_read_beast(tmp_path: Path) -> None:
         assert len(manager.beast) == 0
         assert manager.scheduler.queued_urls == 1_200
         assert len(manager.scheduler.hosts) == 110
+
+
+def test_new_urls_are_placed_a_batch_at_a_time_and_all_before_a_checkpoint(
+        tmp_path: Path) -> None:
+    asyncio.run(_placed_in_parts(tmp_path))
+
+
+async def _placed_in_parts(tmp_path: Path) -> None:
+    # A DRUM round can find hundreds of thousands of URLs new: the crawl loop places them
+    # a batch per turn (PLACE_BUDGET_S), so that it goes on dispatching meanwhile.
+    n = 2 * PLACE_BATCH + 100
+    found = [f"http://h{i % 8_000}.test/p/{i}" for i in range(n)]
+    changes = {"beast_turn_s": 0, "budget_max": 10_000}
+    async with offline_manager(tmp_path, **changes) as manager:
+        assert manager.seen is not None and manager.beast is not None
+        manager._admit(found, 1, None)
+        manager.seen.flush()
+        manager._take_new_urls(manager.clock(), budget_s=0.0)
+        assert len(manager.beast) == PLACE_BATCH  # one batch, then the budget is spent
+        assert not manager._finished()
+        manager._take_new_urls(manager.clock(), budget_s=0.0)
+        assert len(manager.beast) == 2 * PLACE_BATCH
+        # A checkpoint places the rest first: URL-seen's round must not stay half taken.
+        manager.checkpoint()
+        assert len(manager.beast) == n and manager._new_urls is None
+    async with offline_manager(tmp_path, **changes) as restored:
+        assert restored.beast is not None
+        restored._take_new_urls(restored.clock())
+        assert len(restored.beast) == n  # every URL once: none lost, none delivered twice
