@@ -74,6 +74,11 @@ PLACE_BATCH = 8_192  # new URLs handed to BEAST at once (about 40 ms of placing)
 # of placing: done at once, it kept the loop from dispatching, and the fetchers ran dry
 # (measured: a 3.9 s turn, no page fetched for 2 s). The rest waits for the next turns.
 PLACE_BUDGET_S = 0.05
+# URLs read from BEAST are routed (robots rules, then their host's queue) in batches of
+# this many, at most ROUTE_BUDGET_S per turn: a read of half of frontier_ram_urls (50,000
+# by default) took 0.7 s at once, again with the fetchers starved meanwhile.
+ROUTE_BATCH = 1_024
+ROUTE_BUDGET_S = 0.05
 # Paced BEAST turns one feed may end while each turn's URLs are dropped at once.
 MAX_TURNS_PER_FEED = 256
 PLD_CACHE = 65_536  # scheme://authority -> (PLD, hash) entries kept for _place
@@ -172,6 +177,8 @@ class Manager:
         self._last_seen_flush = float("-inf")  # the seeds are merged at once
         # URL-seen's new URLs being placed, when a turn's budget ran out (see PLACE_BUDGET_S).
         self._new_urls: Iterator[bytes] | None = None
+        # URLs read from BEAST and not yet routed (see ROUTE_BUDGET_S); they count as in RAM.
+        self._to_route: deque[bytes] = deque()
         self._last_robots_flush = float("-inf")
         self._last_pld_flush = self._started
         self.stop_reason: str | None = None
@@ -283,7 +290,7 @@ class Manager:
                     break
                 t0 = thread_time()
                 self._take_new_urls(now, budget_s=PLACE_BUDGET_S)
-                self._feed(now)
+                self._feed(now, budget_s=ROUTE_BUDGET_S)
                 t1 = thread_time()
                 self._dispatch_and_submit(now)
                 self.stage_s["frontier"] += t1 - t0
@@ -338,6 +345,7 @@ class Manager:
         assert self.seen is not None and self.robots is not None
         assert self.qr is not None and self.robots_todo is not None
         return not (self._resolving or self.seen.pending or self._new_urls is not None
+                    or self._to_route
                     or self.robots.pending or self._checking
                     or self.scheduler.queued_urls or len(self.beast or ()) or len(self.qr)
                     or len(self.qr_retry or ())
@@ -446,7 +454,7 @@ class Manager:
         fewer than H hosts are ready), and BEAST has nothing more to give (now: a paced
         turn holds the next queues back, and new URLs should be placed before it ends)."""
         assert self.beast is not None
-        return (self._slots_idle
+        return (self._slots_idle and not self._to_route
                 and (len(self.beast) == 0 or self.beast.holding or self.scheduler.queued_urls
                      >= self.settings.frontier_ram_urls // 2))
 
@@ -533,7 +541,7 @@ class Manager:
 
     # -- the robots loop -------------------------------------------------------------------
 
-    def _feed(self, now: float) -> None:
+    def _feed(self, now: float, budget_s: float | None = None) -> None:
         """Move URLs towards the scheduler: robots answers, QR replays, then BEAST.
 
         Reads from disk only while the scheduler holds fewer than ``frontier_ram_urls``;
@@ -542,6 +550,9 @@ class Manager:
         (Polybot: load the next batch when fewer than H hosts are ready). Without the
         second rule, RAM holding a few hosts with many URLs each would cap the crawl at
         one page per host delay per host until half of it had drained.
+
+        With ``budget_s``, URLs read from BEAST are routed for that long (after a whole
+        batch), the rest in the next calls, first thing; they count as in RAM meanwhile.
         """
         robots, qr, beast = self.robots, self.qr, self.beast
         assert robots is not None and qr is not None and beast is not None
@@ -557,7 +568,9 @@ class Manager:
         else:
             self._take_robots_answers()
         self._load_robots_work()
-        room = self.settings.frontier_ram_urls - self.scheduler.queued_urls - self._checking
+        stop = None if budget_s is None else time.perf_counter() + budget_s
+        self._route_read(stop)
+        room = self._ram_room()
         for name, waiting in (("qr", qr), ("qr_retry", self.qr_retry)):
             if room > 0 and waiting is not None and len(waiting):
                 replayed = waiting.replay(room)
@@ -574,15 +587,31 @@ class Manager:
             # hold the turn, and so would a host stuck in a slow fetch). A turn whose URLs
             # all leave at once (dropped: robots, a refused host) is followed by the next.
             for _ in range(MAX_TURNS_PER_FEED):
-                drained = beast.holding and not self._checking and not self.scheduler.due_within(
-                    now + self.settings.host_delay_s)
+                drained = (beast.holding and not self._to_route and not self._checking
+                           and not self.scheduler.due_within(now + self.settings.host_delay_s))
                 payloads = beast.read(room, drained=drained)
-                for payload in payloads:
-                    self._route(payload)
-                room = ram - self.scheduler.queued_urls - self._checking
+                self._to_route.extend(payloads)
+                self._route_read(stop)
+                room = self._ram_room()
                 if not payloads or room <= 0 or not beast.holding:
                     break
         self._submit_checks()
+
+    def _ram_room(self) -> int:
+        """URLs the scheduler's RAM may still take: what it holds, what awaits a robots
+        check and what was read from BEAST but not yet routed count against it."""
+        return (self.settings.frontier_ram_urls - self.scheduler.queued_urls - self._checking
+                - len(self._to_route))
+
+    def _route_read(self, stop: float | None) -> None:
+        """Route URLs read from BEAST, in batches, until ``stop`` (a perf_counter time;
+        None: all of them)."""
+        pending = self._to_route
+        while pending:
+            for _ in range(min(ROUTE_BATCH, len(pending))):
+                self._route(pending.popleft())
+            if stop is not None and time.perf_counter() >= stop:
+                return
 
     def _submit_checks(self) -> None:
         if self._to_check:
@@ -882,6 +911,7 @@ class Manager:
         # Answers already merged go to their next stage first, so that the commits and the
         # RAM rows below describe one moment.
         self._take_new_urls(self.clock())
+        self._route_read(None)
         self._submit_checks()
         robots.flush()
         self._take_robots_answers()
@@ -921,7 +951,7 @@ class Manager:
                 yield (q.url, q.depth, q.via, q.hops)[:4 if q.hops else 3]
 
     def stats(self) -> ManagerStats:
-        ram = self.scheduler.queued_urls
+        ram = self.scheduler.queued_urls + len(self._to_route)
         disk = self._checking + sum(len(x) for x in (self.beast, self.qr, self.qr_retry)
                                     if x is not None)
         return ManagerStats(

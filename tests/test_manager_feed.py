@@ -11,7 +11,7 @@ import asyncio
 from pathlib import Path
 
 from drumbeat.bench.offline_manager import offline_manager
-from drumbeat.manager import PLACE_BATCH, Manager, beast_host_cap
+from drumbeat.manager import PLACE_BATCH, ROUTE_BATCH, Manager, beast_host_cap
 from drumbeat.settings import Settings
 
 RAM = 1_600
@@ -102,3 +102,31 @@ async def _placed_in_parts(tmp_path: Path) -> None:
         assert restored.beast is not None
         restored._take_new_urls(restored.clock())
         assert len(restored.beast) == n  # every URL once: none lost, none delivered twice
+
+
+def test_urls_read_from_beast_are_routed_a_batch_at_a_time_and_all_before_a_checkpoint(
+        tmp_path: Path) -> None:
+    asyncio.run(_routed_in_parts(tmp_path))
+
+
+async def _routed_in_parts(tmp_path: Path) -> None:
+    # A BEAST read brings up to half of RAM at once (50,000 URLs by default): the crawl
+    # loop routes them a batch per turn (ROUTE_BUDGET_S), and they count as in RAM.
+    changes = {"frontier_ram_urls": 10_000, "beast_turn_s": 0, "budget_max": 10_000,
+               "host_delay_s": 1.0, "host_delay_min_s": 1.0}
+    hosts = [f"http://r{i}.test" for i in range(20)]
+    async with offline_manager(tmp_path, **changes) as manager:
+        assert manager.beast is not None
+        _admit(manager, hosts, 200)
+        assert len(manager.beast) == 4_000
+        manager._feed(manager.clock(), budget_s=0.0)
+        assert manager.scheduler.queued_urls == ROUTE_BATCH  # one batch, then the budget
+        assert len(manager.beast) == 0 and manager.stats().queued_ram == 4_000
+        assert not manager._finished()
+        manager._feed(manager.clock(), budget_s=0.0)  # the next turn goes on first thing
+        assert manager.scheduler.queued_urls == 2 * ROUTE_BATCH
+        manager.checkpoint()  # routes the rest first: its RAM rows hold every URL
+        assert manager.scheduler.queued_urls == 4_000 and not manager._to_route
+        await asyncio.sleep(0)
+    async with offline_manager(tmp_path, **changes) as restored:
+        assert restored.stats().queued == 4_000  # restored from RAM rows: none lost
