@@ -168,3 +168,27 @@ def test_workers_that_keep_dying_fail_clearly(tmp_path):
             await queue.close()
 
     asyncio.run(go())
+
+
+def test_frames_carry_every_field_of_tasks_and_results() -> None:
+    """Frames pickle the hand-off dataclasses field by field (queue.base): a round trip
+    through a frame gives equal objects, set fields and defaults alike."""
+    import pickle
+
+    from drumbeat.queue.base import FoundEdges, FoundURLs, ItemResult
+    from drumbeat.queue.process import encode_frame
+
+    item = FetchItem(7, "http://a.test/x", "127.0.0.9", kind="robots", depth=3,
+                     via="http://b.test/", attempts=2, hops=1)
+    task = Task(11, [item, FetchItem(8, "http://a.test/y", "127.0.0.9")], partition=5)
+    full = ItemResult(11, 0, item, status=200, error="warc_write",
+                      found=FoundURLs(b"\1" * 8, b"http://c.test/\n4\nv", b"\x13\0\0\0"),
+                      pld_edges=FoundEdges("a.test", b"\2" * 8, b"c.test", b"\6\0\0\0"),
+                      dropped={"nofollow": 2}, robots_text="User-agent: *", body_bytes=99,
+                      retry_after_s=1.5, log={"url": item.url, "status": 200})
+    bare = ItemResult(11, 1, task.items[1])
+    message = ("results", [full, bare], {"pid": 1}), ("tasks", [task])
+    frame = encode_frame(message)
+    back = pickle.loads(frame[4:])
+    assert back == message
+    assert back[0][1][1].dropped == {} and back[0][1][1].dropped is not bare.dropped

@@ -14,13 +14,34 @@ queue can serialize it without touching manager or fetcher logic.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from dataclasses import dataclass, field, fields
+from operator import attrgetter
+from typing import Protocol, Sequence, TypeVar
 
 PAGE = "page"
 ROBOTS = "robots"
 
+_T = TypeVar("_T")
 
+
+def _pickled_as_fields(cls: type[_T]) -> type[_T]:
+    """Pickle instances of the dataclass ``cls`` as ``cls(*fields)``.
+
+    The default for a slots dataclass calls Python helpers that walk ``fields()`` for
+    every object, both ways; results cross a process boundary in their thousands a
+    second. Measured on a batch of 256 page results (with their item, found URLs and
+    edges): pickling 17 -> 9.6 µs and unpickling 9.6 -> 4.5 µs a result.
+    """
+    values = attrgetter(*(f.name for f in fields(cls)))  # type: ignore[arg-type]
+
+    def __reduce__(self: _T) -> tuple[type[_T], tuple]:
+        return cls, values(self)
+
+    cls.__reduce__ = __reduce__  # type: ignore[method-assign,assignment]
+    return cls
+
+
+@_pickled_as_fields
 @dataclass(slots=True)
 class FetchItem:
     item_id: int  # unique within a crawl, assigned by the manager; results refer to it
@@ -33,6 +54,7 @@ class FetchItem:
     hops: int = 0  # consecutive redirects that led here; Settings.max_redirects caps them
 
 
+@_pickled_as_fields
 @dataclass(slots=True)
 class Task:
     task_id: int
@@ -42,6 +64,7 @@ class Task:
     partition: int = 0
 
 
+@_pickled_as_fields
 @dataclass(slots=True)
 class FoundURLs:
     """The URLs one fetch found, packed for URL-seen so that the manager does no per-URL
@@ -68,6 +91,7 @@ class FoundURLs:
         return [p.split(b"\n", 1)[0].decode() for p in self.payloads_list()]
 
 
+@_pickled_as_fields
 @dataclass(slots=True)
 class FoundEdges:
     """A page's PLD-graph edges, packed for PLDindegree so that the manager does no
@@ -92,6 +116,7 @@ class FoundEdges:
         return out
 
 
+@_pickled_as_fields
 @dataclass(slots=True)
 class ItemResult:
     """The outcome of one FetchItem. ``status`` is None when no HTTP response arrived."""
