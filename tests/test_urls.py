@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from xxhash import xxh3_64_intdigest
 
 from drumbeat.urls import (
+    _NORMAL_ABSOLUTE_RE,
     DEFAULT_MAX_URL_BYTES,
     URLRejected,
     _whatwg_href,
@@ -336,6 +337,48 @@ def test_plain_relative_fast_path_agrees_with_whatwg(base, ref):
 @given(_BASES, _ABSOLUTE)
 def test_plain_absolute_fast_path_agrees_with_whatwg(base, ref):
     test_plain_relative_fast_path_agrees_with_whatwg.hypothesis.inner_test(base, ref)
+
+
+# Absolute URLs most of which are already normal, with the few changes that make one not.
+_NEAR_NORMAL = st.builds(
+    "".join,
+    st.tuples(
+        st.sampled_from(["http://", "https://"]),
+        st.lists(st.sampled_from(["a", "b-c", "-", "z9", "a", "b-c", "9", "0x1", "xn--a", "A", "",
+                                  "a_b"]), min_size=1, max_size=3).map(".".join),
+        st.sampled_from(["", "", ":8080", ":80", ":443", ":1", ":65535", ":65536", ":08"]),
+        st.lists(st.sampled_from(["a", "", ".b", "x.html", "~u", "-", "B", ".", "..", "%41"]),
+                 min_size=1, max_size=4).map(lambda segments: "".join("/" + s for s in segments)),
+        st.sampled_from(["", "", "?", "?q=1&r=a:b/c", "?a b", "#f", "?q#f"]),
+    ),
+)
+
+
+@settings(max_examples=1500)
+@given(st.one_of(_NEAR_NORMAL, _ABSOLUTE))
+def test_urls_taken_as_already_normal_are_fixed_points(ref):
+    """normalize_links keeps a reference that _NORMAL_ABSOLUTE_RE accepts as it is: each
+    must be exactly what normalize() (ada) returns for it."""
+    if _NORMAL_ABSOLUTE_RE.fullmatch(ref):
+        assert normalize(ref) == ref
+
+
+@pytest.mark.parametrize("ref", [
+    "http://a.test/", "https://a.b-c.test:8443/p/x.html?q=1&r=a:b", "http://a.test/.well-known/x",
+    "http://a.test//x/...", "https://a.test:80/x", "http://-.test/", "http://a.test/x?",
+])
+def test_already_normal_examples(ref):
+    assert _NORMAL_ABSOLUTE_RE.fullmatch(ref) and normalize(ref) == ref
+
+
+@pytest.mark.parametrize("ref", [
+    "http://a.test", "http://a.test:80/", "https://a.test:443/", "http://a.test/./x",
+    "http://a.test/x/..", "http://a.test/x/..?q", "http://xn--nxasmq6b.com/", "http://1.2.3.4/",
+    "http://a.test/x#f", "http://a.test:65536/", "http://a.test:080/", "HTTP://a.test/",
+    "http://A.test/", "http://a.test/%41", "http://a.test/ x",
+])
+def test_not_already_normal_examples(ref):
+    assert not _NORMAL_ABSOLUTE_RE.fullmatch(ref)
 
 
 @pytest.mark.parametrize("ref", [
