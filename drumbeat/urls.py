@@ -207,7 +207,8 @@ def normalize_links(
     without being parsed.
 
     The result is :func:`normalize`'s for every reference; plain ones (see
-    :func:`_plain_tail`), most of a page's, are joined without the parser.
+    :func:`_plain_absolute` and :func:`_plain_tail`), most of a page's, are joined
+    without the parser.
     """
     kept: dict[str, None] = {}
     dropped: Counter[str] = Counter()
@@ -215,28 +216,22 @@ def normalize_links(
     limit = len(unique) if max_links is None else max_links
     encoded_base = _encode_base(base)
     origin, directory = _base_parts(base)
-    # Absolute URLs already in normal form (most links to other sites) are their own
-    # result: one regular-expression test each, run from C. They are mostly new to the
-    # join cache below, where a miss costs about four times as much.
-    normal = set(filter(_NORMAL_ABSOLUTE_RE.fullmatch, unique))
     for raw in unique:
         if len(kept) >= limit:
             dropped["too_many_links"] += 1
             continue
-        if raw in normal:
-            href = raw
+        if raw[:4] == "http":
+            href = _plain_absolute(raw)
         else:
-            absolute = raw[:4] == "http"
             # Only a relative-path reference depends on the base's directory.
-            tail = _plain_tail(raw, "" if absolute or raw[:1] == "/" else directory)
-            if tail is None or not (absolute or origin):
-                try:
-                    kept[_normalize(raw, encoded_base, max_bytes)] = None
-                except URLRejected as rejected:
-                    dropped[rejected.reason] += 1
-                continue
-            href = tail if absolute else origin + tail
-        if len(href) <= max_bytes:
+            tail = _plain_tail(raw, "" if raw[:1] == "/" else directory)
+            href = origin + tail if tail is not None and origin else None
+        if href is None:
+            try:
+                kept[_normalize(raw, encoded_base, max_bytes)] = None
+            except URLRejected as rejected:
+                dropped[rejected.reason] += 1
+        elif len(href) <= max_bytes:
             kept[href] = None
         else:
             dropped["too_long"] += 1
@@ -258,8 +253,7 @@ _PLAIN_ABSOLUTE_RE = re.compile(
     rf"(https?://(?:[a-z0-9-]+\.)*[a-z-][a-z0-9-]*)(:[1-9][0-9]{{0,4}})?(/{_PATH}*)?"
     rf"({_QUERY})?(?:{_FRAGMENT})?\Z", re.DOTALL)
 _DOT_SEGMENT_RE = re.compile(r"(?:\A|/)\.{1,2}(?:/|\Z)")
-# An absolute URL that normalize() returns unchanged, a subset of what _plain_tail
-# takes: a host as there (no punycode label), a port 1-65535 that is not the scheme's
+# An absolute URL that normalize() returns unchanged, a subset of _PLAIN_ABSOLUTE_RE: a host as there (no punycode label), a port 1-65535 that is not the scheme's
 # default, a path present and without "." or ".." segments, no fragment.
 _PORT = r"(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
 _SEGMENT = r"/(?!\.\.?(?:/|\?|\Z))[A-Za-z0-9._~\-]*"
@@ -269,29 +263,42 @@ _NORMAL_ABSOLUTE_RE = re.compile(
 
 
 @lru_cache(maxsize=1 << 14)
+def _plain_absolute(raw: str) -> str | None:
+    """What an absolute http(s) URL ``raw`` normalizes to, without the parser, when it is
+    plain: in normal form but for dot segments, a default port or a fragment. None for
+    every other URL.
+
+    Cached apart from :func:`_plain_tail`: links to other sites are mostly new, and
+    would push a site's relative references out of a shared cache. A miss on a URL
+    already in normal form (most) costs one regular-expression test.
+    """
+    if _NORMAL_ABSOLUTE_RE.fullmatch(raw):
+        return raw
+    match = _PLAIN_ABSOLUTE_RE.match(raw)
+    if match is None:
+        return None
+    host, port, path, query = match.groups()
+    if "xn--" in host:
+        return None  # punycode labels are checked (and may be refused) by the parser
+    if port is not None and (int(port[1:]) > 65535 or
+                             port == (":80" if host[4] == ":" else ":443")):
+        return None  # the parser refuses the first and drops the default port
+    return host + (port or "") + _dot_free(path or "/") + (query or "")
+
+
+@lru_cache(maxsize=1 << 14)
 def _plain_tail(raw: str, directory: str) -> str | None:
-    """What a plain reference ``raw`` joins to, normalized (what :func:`normalize` would
-    return), without the parser: an absolute http(s) URL already in normal form is
-    returned as normalized; a relative or absolute-path reference gives the path and
-    query to append to the base's origin (starting with "/"; ``directory`` is the
-    base's directory, see :func:`_base_parts`). None for every other reference.
+    """What a plain relative reference ``raw`` joins to, normalized (what
+    :func:`normalize` would return), without the parser: the path and query of an
+    absolute-path or relative-path reference, to append to the base's origin (starting
+    with "/"; ``directory`` is the base's directory, see :func:`_base_parts`). None for
+    every other reference (``raw`` must not start with "http").
 
     Dot segments are resolved and the fragment dropped, as WHATWG does. Cached because
     pages repeat their site's references (menus, footers) and sites share many
     ("/", "/about"): a hit costs a fraction of the regular expressions and string work
     of a miss. Bounded, a few MiB whatever the crawl's size.
     """
-    if raw[:4] == "http":
-        match = _PLAIN_ABSOLUTE_RE.match(raw)
-        if match is None:
-            return None
-        host, port, path, query = match.groups()
-        if "xn--" in host:
-            return None  # punycode labels are checked (and may be refused) by the parser
-        if port is not None and (int(port[1:]) > 65535 or
-                                 port == (":80" if host[4] == ":" else ":443")):
-            return None  # the parser refuses the first and drops the default port
-        return host + (port or "") + _dot_free(path or "/") + (query or "")
     if raw[:2] == "//":
         return None
     match = _PLAIN_REF_RE.match(raw)
