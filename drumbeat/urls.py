@@ -253,8 +253,9 @@ _PLAIN_ABSOLUTE_RE = re.compile(
     rf"(https?://(?:[a-z0-9-]+\.)*[a-z-][a-z0-9-]*)(:[1-9][0-9]{{0,4}})?(/{_PATH}*)?"
     rf"({_QUERY})?(?:{_FRAGMENT})?\Z", re.DOTALL)
 _DOT_SEGMENT_RE = re.compile(r"(?:\A|/)\.{1,2}(?:/|\Z)")
-# An absolute URL that normalize() returns unchanged, a subset of _PLAIN_ABSOLUTE_RE: a host as there (no punycode label), a port 1-65535 that is not the scheme's
-# default, a path present and without "." or ".." segments, no fragment.
+# An absolute URL that normalize() returns unchanged, a subset of _PLAIN_ABSOLUTE_RE:
+# a host as there (no punycode label), a port 1-65535 that is not the scheme's default,
+# a path present and without "." or ".." segments, no fragment.
 _PORT = r"(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
 _SEGMENT = r"/(?!\.\.?(?:/|\?|\Z))[A-Za-z0-9._~\-]*"
 _NORMAL_ABSOLUTE_RE = re.compile(
@@ -270,7 +271,8 @@ def _plain_absolute(raw: str) -> str | None:
 
     Cached apart from :func:`_plain_tail`: links to other sites are mostly new, and
     would push a site's relative references out of a shared cache. A miss on a URL
-    already in normal form (most) costs one regular-expression test.
+    already in normal form (most) costs one regular-expression test. Bounded, as
+    :func:`_plain_tail` is.
     """
     if _NORMAL_ABSOLUTE_RE.fullmatch(raw):
         return raw
