@@ -225,29 +225,31 @@ def pack_found(links: list[str], depth: int, via: str, hops: int = 0) -> FoundUR
     The payloads are frontier.urlseen's; doing it here spends fetcher CPU, of which there
     is one process per core, instead of the manager's.
     """
-    tail = payload_tail(depth, via, hops)
-    # One join and one encode for the page, lengths from the characters: normalized URLs
-    # (and so the tail's via) are ASCII. Checked, with the slow path kept for safety.
-    blob = (tail.join(links) + tail).encode() if links else b""
-    lengths = array("I", map(len(tail).__add__, map(len, links)))
-    if len(blob) != sum(lengths):
-        payloads = [(u + tail).encode() for u in links]
-        blob, lengths = b"".join(payloads), array("I", map(len, payloads))
+    blob, lengths = _packed(links, payload_tail(depth, via, hops))
     return FoundURLs(urls.fingerprints(links).tobytes(), blob, lengths.tobytes())
 
 
 def pack_edges(source: str, targets: list[str]) -> FoundEdges | None:
     """The edges from PLD ``source`` to each of ``targets`` (distinct PLDs), packed for
-    PLDindegree (keys and target names); None when there are none. PLDs of normalized
-    hosts are ASCII, so lengths are character counts (checked, as in pack_found)."""
+    PLDindegree (keys and target names); None when there are none."""
     if not targets:
         return None
-    blob = "".join(targets).encode()
-    lengths = array("I", map(len, targets))
-    if len(blob) != sum(lengths):
-        encoded = [t.encode() for t in targets]
-        blob, lengths = b"".join(encoded), array("I", map(len, encoded))
+    blob, lengths = _packed(targets)
     return FoundEdges(source, edge_keys(source, targets).tobytes(), blob, lengths.tobytes())
+
+
+def _packed(items: list[str], tail: str = "") -> tuple[bytes, array]:
+    """Each of ``items`` followed by ``tail``, UTF-8, back to back, and their lengths.
+
+    One join and one encode for the whole list, lengths from the characters: normalized
+    URLs and PLDs (and so a tail naming a via URL) are ASCII. Checked, with the item by
+    item path kept for anything else."""
+    blob = (tail.join(items) + tail).encode() if items else b""
+    lengths = array("I", map(len(tail).__add__, map(len, items)))
+    if len(blob) != sum(lengths):
+        encoded = [(item + tail).encode() for item in items]
+        blob, lengths = b"".join(encoded), array("I", map(len, encoded))
+    return blob, lengths
 
 
 def _is_html(content_type: str | None, body: bytes) -> bool:

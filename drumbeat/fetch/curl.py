@@ -3,12 +3,13 @@
 :class:`CurlHttpClient` has HttpClient's constructor, methods and
 :class:`~drumbeat.fetch.http.FetchResponse` contents, with the same stable error
 reasons; it is the default (``http_client = "aiohttp"`` chooses HttpClient). Transfers
-run on one ``pycurl.CurlMulti`` driven by the running asyncio loop: curl's socket callback registers its sockets with ``add_reader``/``add_writer``,
-its timer callback arms ``call_later``, and every event calls ``socket_action`` (no
-threads). Measured on loopback (scripts/bench_http_clients.py, ~20 KB pages, 50 in
-flight, one core) it costs 192 µs of CPU per request against HttpClient's 259; bare
-pycurl on the same loop costs 111, the rest is the work both clients share (URL
-parsing, guard, response fields, decoding) and the head parsing done here in Python.
+run on one ``pycurl.CurlMulti`` driven by the running asyncio loop: curl's socket
+callback registers its sockets with ``add_reader``/``add_writer``, its timer callback
+arms ``call_later``, and every event calls ``socket_action`` (no threads). Measured
+on loopback (scripts/bench_http_clients.py, ~20 KB pages, 50 in flight, one core) it
+costs 192 µs of CPU per request against HttpClient's 259; bare pycurl on the same loop
+costs 111, the rest is the work both clients share (URL parsing, guard, response
+fields, decoding) and the head parsing done here in Python.
 
 What is shared with HttpClient (drumbeat.fetch.http): URL parsing, the address choice
 and guard check before anything is sent, the robots.txt redirect loop, body decoding
