@@ -13,8 +13,10 @@ import asyncio
 import logging
 from array import array
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from time import thread_time
+from typing import Any, TypeVar
 
 from drumbeat import urls
 from drumbeat.fetch.dns import DnsCache
@@ -22,7 +24,12 @@ from drumbeat.fetch.guard import AddressPolicy
 from drumbeat.fetch.http import FetchResponse, HttpClient
 from drumbeat.frontier.pldgraph import edge_keys
 from drumbeat.frontier.urlseen import payload_tail
-from drumbeat.parse.links import extract_links, pld_targets
+from drumbeat.parse.links import (
+    PageReferences,
+    find_references,
+    pld_targets,
+    resolve_references,
+)
 from drumbeat.queue.base import (
     ROBOTS,
     FetchItem,
@@ -39,6 +46,7 @@ log = logging.getLogger("drumbeat.fetcher")
 
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +104,9 @@ class Fetcher:
         self.worker = worker
         self._slots = asyncio.Semaphore(settings.concurrency)
         self._running: set[asyncio.Task[None]] = set()
+        # Fetched items waiting for _archive_fetched, which runs while any wait.
+        self._fetched: list[tuple[int, int, FetchItem, FetchResponse]] = []
+        self._archiver: asyncio.Task[None] | None = None
         self.fetched = 0
         self.errors: Counter[str] = Counter()
         self.stage_s: Counter[str] = Counter()
@@ -110,10 +121,11 @@ class Fetcher:
                 for task in tasks:
                     self._start(task)
         finally:
-            for t in self._running:
+            pending = [*self._running, *filter(None, [self._archiver])]
+            for t in pending:
                 t.cancel()
-            if self._running:
-                await asyncio.gather(*self._running, return_exceptions=True)
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
 
     def _start(self, task: Task) -> None:
         for index, item in enumerate(task.items):
@@ -124,22 +136,73 @@ class Fetcher:
     async def _run_item(self, task_id: int, index: int, item: FetchItem) -> None:
         async with self._slots:
             try:
-                result = await self.process(task_id, index, item)
+                resp = await self._fetch(item)
             except Exception as e:  # a bug must cost one URL, not a stuck crawl
                 log.exception("internal error on %s", item.url)
-                result = ItemResult(task_id, index, item, error=f"internal:{type(e).__name__}")
-        await self.queue.report(self.worker, [result])
+                await self.queue.report(self.worker, [_internal_error(task_id, index, item, e)])
+                return
+        # Archived and parsed with the other pages fetched in this turn of the loop: a
+        # stage run over a batch of pages keeps its code and data in the CPU's caches
+        # (measured: WARC then links over 16 pages cost 5-9 % less than page by page).
+        self._fetched.append((task_id, index, item, resp))
+        if self._archiver is None:
+            self._archiver = asyncio.ensure_future(self._archive_fetched())
+
+    async def _archive_fetched(self) -> None:
+        """Archive, parse and report the fetched pages, batch by batch, until none wait."""
+        try:
+            while self._fetched:
+                batch, self._fetched = self._fetched, []
+                await self.queue.report(self.worker, self.complete(batch))
+        finally:
+            self._archiver = None
 
     async def process(self, task_id: int, index: int, item: FetchItem) -> ItemResult:
         """Fetch, archive, log and parse one item. Never raises for bad input or network trouble."""
+        [result] = self.complete([(task_id, index, item, await self._fetch(item))])
+        return result
+
+    async def _fetch(self, item: FetchItem) -> FetchResponse:
         if item.kind == ROBOTS:
-            resp = await self.http.fetch_robots(item.url, item.ip or None,
+            return await self.http.fetch_robots(item.url, item.ip or None,
                                                 max_bytes=self.settings.robots_max_bytes)
-        else:
-            resp = await self.http.fetch(item.url, item.ip or None)
+        return await self.http.fetch(item.url, item.ip or None)
+
+    def complete(self, fetched: list[tuple[int, int, FetchItem, FetchResponse]]
+                 ) -> list[ItemResult]:
+        """The results of fetched items, in three passes over them all: each exchange
+        written to WARC, then each HTML page parsed for its references, then those
+        joined, normalized and packed. An item that trips over a bug gets an
+        ``internal:`` error and content that breaks the parser a ``parse_error``; the
+        other items are not affected."""
+        results: list[ItemResult] = []
+        started = thread_time()
+        for task_id, index, item, resp in fetched:
+            try:
+                results.append(self._archive(task_id, index, item, resp))
+            except Exception as e:
+                log.exception("internal error on %s", item.url)
+                results.append(_internal_error(task_id, index, item, e))
+        archived = thread_time()
+        pages: list[tuple[FetchItem, ItemResult, PageReferences]] = []
+        for (_, _, item, resp), result in zip(fetched, results):
+            if result.log is None:
+                continue  # _archive failed: an internal error, reported as it is
+            found = self._parse_step(self._references, item, result, resp)
+            if found is not None:
+                pages.append((item, result, found))
+        for item, result, found in pages:
+            self._parse_step(self._links, item, result, found)
+        self.stage_s["warc"] += archived - started
+        # "parse" is both passes; the time spent normalizing (_links) is reported apart.
+        self.stage_s["parse"] += thread_time() - archived
+        return results
+
+    def _archive(self, task_id: int, index: int, item: FetchItem,
+                 resp: FetchResponse) -> ItemResult:
+        """The item's result, its exchange written to WARC (``result.log["warc"]``)."""
         result = ItemResult(task_id, index, item, status=resp.status, error=resp.error,
                             body_bytes=len(resp.body), retry_after_s=resp.retry_after_s)
-        fetched = thread_time()
         warc_ref = None
         if resp.status is not None:
             self.fetched += 1
@@ -155,67 +218,78 @@ class Fetcher:
                 result.error = "warc_write"
         else:
             self.errors[resp.error or "unknown"] += 1
-        archived = thread_time()
-        self.stage_s["warc"] += archived - fetched
-        location_dropped = None
-        try:
-            if item.kind == ROBOTS:
-                result.robots_text = _robots_text(resp, self.settings.robots_max_bytes)
-            else:
-                location_dropped = self._find_links(item, resp, result)
-        except Exception as e:  # hostile content must never stop the crawl
-            log.warning("parse failed for %s: %r", item.url, e)
-            result.dropped["parse_error"] = result.dropped.get("parse_error", 0) + 1
-        self.stage_s["parse"] += thread_time() - archived
         result.log = {
             "time": resp.fetch_time, "url": item.url, "kind": item.kind, "status": resp.status,
             "error": resp.error, "bytes": len(resp.body), "content_type": resp.content_type,
             "fetch_ms": round(resp.elapsed_ms, 3), "ip": resp.ip, "depth": item.depth,
             "via": item.via, "truncated": resp.truncated, "warc": warc_ref,
         }
-        if location_dropped is not None:
-            result.log["location_dropped"] = location_dropped
         return result
 
-    def _find_links(self, item: FetchItem, resp: FetchResponse,
-                    result: ItemResult) -> str | None:
-        """Put the page's links (or the redirect's target) into ``result``; returns why a
-        redirect's Location was not followed, if it was not."""
+    def _parse_step(self, step: Callable[[FetchItem, ItemResult, Any], _T],
+                    item: FetchItem, result: ItemResult, arg: Any) -> _T | None:
+        try:
+            return step(item, result, arg)
+        except Exception as e:  # hostile content must never stop the crawl
+            log.warning("parse failed for %s: %r", item.url, e)
+            result.dropped["parse_error"] = result.dropped.get("parse_error", 0) + 1
+            return None
+
+    def _references(self, item: FetchItem, result: ItemResult,
+                    resp: FetchResponse) -> PageReferences | None:
+        """An HTML page's references, to be resolved by _links. Puts robots.txt's text or
+        a redirect's target into ``result`` instead."""
+        if item.kind == ROBOTS:
+            result.robots_text = _robots_text(resp, self.settings.robots_max_bytes)
+            return None
         status = resp.status
         if status is None:
             return None
         if status in REDIRECTS and resp.location:
-            # Redirects are followed through URL-seen, which ends loops; the hop count
-            # travels with the target and ends long chains.
-            try:
-                target = urls.normalize(resp.location, item.url,
-                                        max_bytes=self.settings.max_url_bytes)
-            except urls.URLRejected as e:
-                result.dropped[e.reason] = 1
-                return e.reason
-            if item.hops >= self.settings.max_redirects:
-                result.dropped["too_many_redirects"] = 1
-                return "too_many_redirects"
-            result.found = pack_found([target], item.depth + 1, item.url, item.hops + 1)
+            reason = self._follow(item, resp.location, result)
+            if reason is not None:
+                assert result.log is not None
+                result.log["location_dropped"] = reason
             return None
         if not 200 <= status < 300 or resp.decoded is None:
             return None
         if not _is_html(resp.content_type, resp.decoded):
             return None
-        page = extract_links(resp.decoded, item.url, max_links=self.settings.max_links_per_page,
-                             max_url_bytes=self.settings.max_url_bytes)
+        return find_references(resp.decoded, item.url)
+
+    def _follow(self, item: FetchItem, location: str, result: ItemResult) -> str | None:
+        """Put a redirect's target into ``result``; returns why it is not followed, if
+        it is not. Redirects are followed through URL-seen, which ends loops; the hop
+        count travels with the target and ends long chains."""
+        try:
+            target = urls.normalize(location, item.url, max_bytes=self.settings.max_url_bytes)
+        except urls.URLRejected as e:
+            result.dropped[e.reason] = 1
+            return e.reason
+        if item.hops >= self.settings.max_redirects:
+            result.dropped["too_many_redirects"] = 1
+            return "too_many_redirects"
+        result.found = pack_found([target], item.depth + 1, item.url, item.hops + 1)
+        return None
+
+    def _links(self, item: FetchItem, result: ItemResult, found: PageReferences) -> None:
+        """Put a page's links, packed for URL-seen and PLDindegree, into ``result``."""
+        page = resolve_references(found, max_links=self.settings.max_links_per_page,
+                                  max_url_bytes=self.settings.max_url_bytes)
         if page.links:
             result.found = pack_found(page.links, item.depth + 1, item.url)
         result.dropped = dict(page.dropped)
         result.pld_edges = pack_edges(*pld_targets(item.url, page.links))
-        # "parse" is measured around this whole call; normalizing is reported apart.
         self.stage_s["normalize"] += page.normalize_s
         self.stage_s["parse"] -= page.normalize_s
-        return None
 
     def stats(self) -> FetcherStats:
-        return FetcherStats(len(self._running), self.fetched, dict(self.errors),
-                            dict(self.stage_s))
+        return FetcherStats(len(self._running) + len(self._fetched), self.fetched,
+                            dict(self.errors), dict(self.stage_s))
+
+
+def _internal_error(task_id: int, index: int, item: FetchItem, e: Exception) -> ItemResult:
+    return ItemResult(task_id, index, item, error=f"internal:{type(e).__name__}")
 
 
 def pack_found(links: list[str], depth: int, via: str, hops: int = 0) -> FoundURLs:
