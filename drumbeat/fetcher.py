@@ -40,7 +40,7 @@ from drumbeat.queue.base import (
     TaskQueue,
 )
 from drumbeat.settings import Settings
-from drumbeat.store.warc import WarcWriter
+from drumbeat.store.warc import WarcLocation, WarcWriter
 
 log = logging.getLogger("drumbeat.fetcher")
 
@@ -170,24 +170,26 @@ class Fetcher:
 
     def complete(self, fetched: list[tuple[int, int, FetchItem, FetchResponse]]
                  ) -> list[ItemResult]:
-        """The results of fetched items, in three passes over them all: each exchange
+        """The results of fetched items, in three passes over them all: the exchanges
         written to WARC, then each HTML page parsed for its references, then those
-        joined, normalized and packed. An item that trips over a bug gets an
-        ``internal:`` error and content that breaks the parser a ``parse_error``; the
-        other items are not affected."""
+        joined, normalized and packed (a pass keeps one library's code and data in the
+        CPU's caches). An item that trips over a bug gets an ``internal:`` error and no
+        log line, content that breaks the parser a ``parse_error``; the other items are
+        not affected."""
         results: list[ItemResult] = []
         started = thread_time()
         for task_id, index, item, resp in fetched:
             try:
-                results.append(self._archive(task_id, index, item, resp))
+                results.append(self._result(task_id, index, item, resp))
             except Exception as e:
                 log.exception("internal error on %s", item.url)
                 results.append(_internal_error(task_id, index, item, e))
+        self._archive(fetched, results)
         archived = thread_time()
         pages: list[tuple[FetchItem, ItemResult, PageReferences]] = []
         for (_, _, item, resp), result in zip(fetched, results):
             if result.log is None:
-                continue  # _archive failed: an internal error, reported as it is
+                continue  # an internal error, reported as it is
             found = self._parse_step(self._references, item, result, resp)
             if found is not None:
                 pages.append((item, result, found))
@@ -198,33 +200,49 @@ class Fetcher:
         self.stage_s["parse"] += thread_time() - archived
         return results
 
-    def _archive(self, task_id: int, index: int, item: FetchItem,
-                 resp: FetchResponse) -> ItemResult:
-        """The item's result, its exchange written to WARC (``result.log["warc"]``)."""
+    def _result(self, task_id: int, index: int, item: FetchItem,
+                resp: FetchResponse) -> ItemResult:
+        """The item's result with its crawl-log line (``"warc"`` is set by _archive)."""
         result = ItemResult(task_id, index, item, status=resp.status, error=resp.error,
                             body_bytes=len(resp.body), retry_after_s=resp.retry_after_s)
-        warc_ref = None
         if resp.status is not None:
             self.fetched += 1
-            try:
-                loc = self.warc.write_fetch(
-                    resp.url, ip=resp.ip, request_head=resp.request_head,
-                    response_head=resp.response_head, body=resp.body,
-                    truncated=resp.truncated, fetch_time=resp.fetch_time,
-                )
-                warc_ref = f"{loc.filename}:{loc.offset}"
-            except OSError as e:  # a full disk must not lose the crawl log line
-                log.error("WARC write failed for %s: %s", item.url, e)
-                result.error = "warc_write"
         else:
             self.errors[resp.error or "unknown"] += 1
         result.log = {
             "time": resp.fetch_time, "url": item.url, "kind": item.kind, "status": resp.status,
             "error": resp.error, "bytes": len(resp.body), "content_type": resp.content_type,
             "fetch_ms": round(resp.elapsed_ms, 3), "ip": resp.ip, "depth": item.depth,
-            "via": item.via, "truncated": resp.truncated, "warc": warc_ref,
+            "via": item.via, "truncated": resp.truncated, "warc": None,
         }
         return result
+
+    def _archive(self, fetched: list[tuple[int, int, FetchItem, FetchResponse]],
+                 results: list[ItemResult]) -> None:
+        """Write every exchange that got a response to WARC, all in one call, and its
+        location into the log line (or ``warc_write``, when the disk refused it)."""
+        todo = [i for i, (result, (_, _, _, resp)) in enumerate(zip(results, fetched))
+                if result.log is not None and resp.status is not None]
+        locations: list[WarcLocation | Exception]
+        try:
+            locations = [*self.warc.write_fetches([fetched[i][3] for i in todo])]
+        except Exception:  # a bug in one exchange (nothing was written): find which
+            locations = []
+            for i in todo:
+                task_id, index, item, resp = fetched[i]
+                try:
+                    locations += self.warc.write_fetches([resp])
+                except Exception as e:
+                    log.exception("internal error on %s", item.url)
+                    results[i] = _internal_error(task_id, index, item, e)
+                    locations.append(e)
+        for i, location in zip(todo, locations):
+            result = results[i]
+            if isinstance(location, OSError):  # a full disk must not lose the log line
+                log.error("WARC write failed for %s: %s", result.item.url, location)
+                result.error = "warc_write"
+            elif result.log is not None:  # None: an internal error
+                result.log["warc"] = str(location)
 
     def _parse_step(self, step: Callable[[FetchItem, ItemResult, Any], _T],
                     item: FetchItem, result: ItemResult, arg: Any) -> _T | None:

@@ -22,7 +22,7 @@ from drumbeat.frontier.urlseen import encode_payload
 from drumbeat.queue.base import PAGE, ROBOTS, FetchItem, ItemResult, Task
 from drumbeat.queue.local import LocalTaskQueue
 from drumbeat.settings import Settings
-from drumbeat.store.warc import WarcWriter
+from drumbeat.store.warc import WarcWriter, iter_records
 from drumbeat.urls import fingerprint
 
 PAGE_HTML = (b"<html><body><a href='/a'>a</a><a href='b?x=1#f'>b</a>"
@@ -203,29 +203,34 @@ def test_run_gives_what_process_gives_item_by_item(tmp_path: Path):
 
 
 def test_a_failing_item_does_not_take_its_batch_with_it(tmp_path: Path):
-    """An item that trips over a bug while archived gets an internal error; the pages
-    archived and parsed with it are not affected."""
+    """An item that trips over a bug gets an internal error and no log line; the pages
+    archived and parsed with it are not affected, and archived once."""
     warc = WarcWriter(tmp_path)
     fetcher = Fetcher(Settings(), LocalTaskQueue(), None, warc)  # type: ignore[arg-type]
     url = "http://s.test/p"
 
-    def fetched(index: int, body: object) -> tuple[int, int, FetchItem, FetchResponse]:
+    def fetched(index: int, head: object = b"HTTP/1.1 200 OK\r\n\r\n", body: object = PAGE_HTML):
         resp = FetchResponse(url=url, ip="127.0.0.1", fetch_time=1.0, status=200,
                              request_head=b"GET /p HTTP/1.1\r\nHost: s.test\r\n\r\n",
-                             response_head=b"HTTP/1.1 200 OK\r\n\r\n", body=body,  # type: ignore[arg-type]
+                             response_head=head, body=body,  # type: ignore[arg-type]
                              decoded=PAGE_HTML, content_type="text/html")
         return 0, index, FetchItem(index, url, "127.0.0.1"), resp
 
-    # A body that is not bytes stands for a bug in the fetch path.
-    good, broken, also_good = fetcher.complete(
-        [fetched(0, PAGE_HTML), fetched(1, None), fetched(2, PAGE_HTML)])
+    # Fields of the wrong type stand for bugs: one breaks the result, one the WARC write.
+    results = fetcher.complete(
+        [fetched(0), fetched(1, body=None), fetched(2), fetched(3, head=None), fetched(4)])
     warc.close()
-    assert broken.error == "internal:TypeError" and broken.log is None
-    for r in (good, also_good):
-        assert r.error is None and r.log is not None and r.log["warc"]
+    assert [r.error for r in results] == [
+        None, "internal:TypeError", None, "internal:TypeError", None]
+    assert results[1].log is None and results[3].log is None
+    good = [results[0], results[2], results[4]]
+    for r in good:
+        assert r.log is not None and r.log["warc"]
         assert r.found is not None and r.found.urls() == [
             "http://s.test/a", "http://s.test/b?x=1", "http://other.test/"]
-    assert fetcher.stats().fetched == 2
+    [path] = tmp_path.glob("*.warc.gz")
+    offsets = [rec.offset for rec in iter_records(path) if rec.rec_type == "response"]
+    assert sorted(int(r.log["warc"].rsplit(":", 1)[1]) for r in good) == offsets
 
 
 def test_open_http_picks_the_backend_of_the_http_client_setting(backend: str):

@@ -17,6 +17,7 @@ from warcio.archiveiterator import ArchiveIterator
 
 from drumbeat.store.warc import (
     OPEN_SUFFIX,
+    FetchExchange,
     WarcLocation,
     WarcWriter,
     iter_records,
@@ -142,6 +143,63 @@ def test_rotation_by_size(tmp_path: Path) -> None:
         assert f.stat().st_size < 3_000 + last_pair
     assert responses == 30
     assert stats.records == 30 * 2 + len(files)
+
+
+def exchanges(n: int) -> list[FetchExchange]:
+    return [FetchExchange(f"http://example.test/p{i}", "127.0.0.1", REQUEST_HEAD,
+                          response_head(body_for(i)), body_for(i),
+                          "length" if i % 3 == 0 else None, 1_700_000_000.25 + i)
+            for i in range(n)]
+
+
+def test_write_fetches_is_write_fetch_for_each(tmp_path: Path) -> None:
+    """A batch gives the records write_fetch gives one by one, in order (record IDs
+    aside), rotates between exchanges, and returns each one's location."""
+    (tmp_path / "one").mkdir()
+    (tmp_path / "all").mkdir()
+    with WarcWriter(tmp_path / "one", max_file_bytes=3_000) as writer:
+        one_by_one = write_pages(writer, 30)
+    with WarcWriter(tmp_path / "all", max_file_bytes=3_000) as writer:
+        together = writer.write_fetches(exchanges(17)) + writer.write_fetches(exchanges(30)[17:])
+
+    def records(directory: Path) -> list[tuple]:
+        # Record IDs and the warcinfo's date are made at write time; member lengths and
+        # so offsets follow from how they compress.
+        made_now = ("WARC-Record-ID", "WARC-Concurrent-To", "WARC-Filename", "WARC-Block-Digest")
+        return [(f.name.rsplit("-", 2)[-2], r.rec_type, r.content,
+                 [(k, v) for k, v in r.rec_headers.headers if k not in made_now
+                  and not (r.rec_type == "warcinfo" and k == "WARC-Date")])
+                for f in warc_files(directory) for r in iter_records(f)]
+
+    assert records(tmp_path / "all") == records(tmp_path / "one")
+    assert len(warc_files(tmp_path / "all")) > 3
+    assert len(together) == len(one_by_one) == 30
+    for i, location in enumerate(together):
+        assert isinstance(location, WarcLocation)
+        with open(tmp_path / "all" / location.filename, "rb") as f:
+            f.seek(location.offset)
+            member = f.read(location.length)
+        record = next(iter(ArchiveIterator(io.BytesIO(member), check_digests="raise")))
+        assert record.rec_headers.get_header("WARC-Target-URI") == f"http://example.test/p{i}"
+
+
+def test_write_fetches_returns_os_errors_and_raises_bugs_before_writing(tmp_path: Path) -> None:
+    writer = WarcWriter(tmp_path / "gone")
+    (tmp_path / "gone").rmdir()  # the disk refuses the file: each exchange says so
+    failed = writer.write_fetches(exchanges(2))
+    assert [type(x) for x in failed] == [FileNotFoundError, FileNotFoundError]
+    (tmp_path / "gone").mkdir()
+    broken = exchanges(3)
+    broken[1] = FetchExchange(*[None if name == "body" else getattr(broken[1], name)
+                                for name in FetchExchange.__slots__])  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        writer.write_fetches(broken)
+    assert writer.stats().records == 0 and not list((tmp_path / "gone").iterdir())
+    [location] = writer.write_fetches(exchanges(1))
+    writer.close()
+    assert isinstance(location, WarcLocation)
+    assert [r.rec_type for r in iter_records(warc_files(tmp_path / "gone")[0])] == [
+        "warcinfo", "response", "request"]
 
 
 def test_idle_writer_leaves_no_file_and_never_reuses_names(tmp_path: Path) -> None:
