@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
+from drumbeat.fetch.http import FetchResponse
 from drumbeat.store.warc import (
     OPEN_SUFFIX,
-    FetchExchange,
     WarcLocation,
     WarcWriter,
     iter_records,
@@ -145,10 +145,12 @@ def test_rotation_by_size(tmp_path: Path) -> None:
     assert stats.records == 30 * 2 + len(files)
 
 
-def exchanges(n: int) -> list[FetchExchange]:
-    return [FetchExchange(f"http://example.test/p{i}", "127.0.0.1", REQUEST_HEAD,
-                          response_head(body_for(i)), body_for(i),
-                          "length" if i % 3 == 0 else None, 1_700_000_000.25 + i)
+def exchanges(n: int) -> list[FetchResponse]:
+    """The exchanges write_pages writes, as the fetcher hands them over."""
+    return [FetchResponse(url=f"http://example.test/p{i}", ip="127.0.0.1",
+                          request_head=REQUEST_HEAD, response_head=response_head(body_for(i)),
+                          body=body_for(i), truncated="length" if i % 3 == 0 else None,
+                          fetch_time=1_700_000_000.25 + i)
             for i in range(n)]
 
 
@@ -190,8 +192,7 @@ def test_write_fetches_returns_os_errors_and_raises_bugs_before_writing(tmp_path
     assert [type(x) for x in failed] == [FileNotFoundError, FileNotFoundError]
     (tmp_path / "gone").mkdir()
     broken = exchanges(3)
-    broken[1] = FetchExchange(*[None if name == "body" else getattr(broken[1], name)
-                                for name in FetchExchange.__slots__])  # type: ignore[arg-type]
+    broken[1].body = None  # type: ignore[assignment]  # a bug's stand-in
     with pytest.raises(TypeError):
         writer.write_fetches(broken)
     assert writer.stats().records == 0 and not list((tmp_path / "gone").iterdir())

@@ -81,21 +81,8 @@ _WARC_1_1_SPEC = (
 
 
 class Exchange(Protocol):
-    """What :meth:`WarcWriter.write_fetches` reads of a fetch (a FetchResponse has it):
-    see :meth:`WarcWriter.write_fetch` for each field."""
-
-    url: str
-    ip: str | None
-    request_head: bytes
-    response_head: bytes
-    body: bytes
-    truncated: str | None
-    fetch_time: float
-
-
-@dataclass(frozen=True, slots=True)
-class FetchExchange:
-    """An :class:`Exchange` made of its fields."""
+    """What :meth:`WarcWriter.write_fetches` reads of a fetch (a FetchResponse is one):
+    the arguments of :meth:`WarcWriter.write_fetch`."""
 
     url: str
     ip: str | None
@@ -211,7 +198,7 @@ class WarcWriter:
         seconds) becomes ``WARC-Date`` with microseconds. ``truncated`` (None, or
         ``length``, ``time``, ``disconnect``) marks a body cut short: ``WARC-Truncated``.
         """
-        [location] = self.write_fetches([FetchExchange(
+        [location] = self._write_all([self._exchange_records(
             url, ip, request_head, response_head, body, truncated, fetch_time)])
         if isinstance(location, OSError):
             raise location
@@ -223,13 +210,18 @@ class WarcWriter:
         after it are still tried).
 
         Three passes over all of them: records made, then compressed, then written (a
-        pass keeps one library's code and data in the CPU's caches: 11-13 % less time
+        pass keeps one library's code and data in the CPU's caches: 10-13 % less time
         than exchange by exchange, on 32 bench pages). Any other exception is raised
         before anything is written.
         """
+        return self._write_all([
+            self._exchange_records(e.url, e.ip, e.request_head, e.response_head, e.body,
+                                   e.truncated, e.fetch_time) for e in exchanges])
+
+    def _write_all(self, records: list[tuple[bytes, bytes]]) -> list[WarcLocation | OSError]:
+        """Compress and write each (response, request) pair of records."""
         if self._closed:
             raise ValueError("write to a closed WarcWriter")
-        records = [self._exchange_records(e) for e in exchanges]
         level = self._level
         members = [(gzip_member(response, level), gzip_member(request, level))
                    for response, request in records]
@@ -247,30 +239,30 @@ class WarcWriter:
                 locations.append(e)
         return locations
 
-    def _exchange_records(self, exchange: Exchange) -> tuple[bytes, bytes]:
-        """The response and request records of ``exchange``, uncompressed."""
+    def _exchange_records(self, url: str, ip: str | None, request_head: bytes,
+                          response_head: bytes, body: bytes, truncated: str | None,
+                          fetch_time: float) -> tuple[bytes, bytes]:
+        """The response and request records of one exchange, uncompressed."""
         date = datetime_to_iso_date(
-            datetime.fromtimestamp(exchange.fetch_time, timezone.utc).replace(tzinfo=None),
+            datetime.fromtimestamp(fetch_time, timezone.utc).replace(tzinfo=None),
             use_micros=True,
         )
-        url = exchange.url
         response_headers = {"WARC-Date": date, "WARC-Target-URI": url,
                             "Content-Type": "application/http; msgtype=response"}
-        if exchange.ip:
-            response_headers["WARC-IP-Address"] = exchange.ip
-        if exchange.truncated:
-            response_headers["WARC-Truncated"] = exchange.truncated
+        if ip:
+            response_headers["WARC-IP-Address"] = ip
+        if truncated:
+            response_headers["WARC-Truncated"] = truncated
         # The block is the head exactly as received, then the body as stored (transfer
         # framing removed, content coding kept): the payload digest is over that body.
-        body = exchange.body
         response_id, response = self._record(
-            WarcRecordType.response, response_headers, exchange.response_head + body,
+            WarcRecordType.response, response_headers, response_head + body,
             payload_digest=hashlib.sha1(body).digest())
         _, request = self._record(
             WarcRecordType.request,
             {"WARC-Date": date, "WARC-Target-URI": url, "WARC-Concurrent-To": response_id,
              "Content-Type": "application/http; msgtype=request"},
-            exchange.request_head)
+            request_head)
         return response, request
 
     def flush(self) -> None:
