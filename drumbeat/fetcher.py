@@ -138,7 +138,6 @@ class Fetcher:
             try:
                 resp = await self._fetch(item)
             except Exception as e:  # a bug must cost one URL, not a stuck crawl
-                log.exception("internal error on %s", item.url)
                 await self.queue.report(self.worker, [_internal_error(task_id, index, item, e)])
                 return
         # Archived and parsed with the other pages fetched in this turn of the loop
@@ -178,13 +177,12 @@ class Fetcher:
         log line, content that breaks the parser a ``parse_error``; the other items are
         not affected."""
         results: list[ItemResult] = []
-        started = thread_time()
         for task_id, index, item, resp in fetched:
             try:
                 results.append(self._result(task_id, index, item, resp))
             except Exception as e:
-                log.exception("internal error on %s", item.url)
                 results.append(_internal_error(task_id, index, item, e))
+        started = thread_time()
         self._archive(fetched, results)
         archived = thread_time()
         pages: list[tuple[FetchItem, ItemResult, PageReferences]] = []
@@ -234,7 +232,6 @@ class Fetcher:
                 try:
                     locations += self.warc.write_fetches([resp])
                 except Exception as e:
-                    log.exception("internal error on %s", item.url)
                     results[i] = _internal_error(task_id, index, item, e)
                     locations.append(e)
         for i, location in zip(todo, locations):
@@ -309,6 +306,8 @@ class Fetcher:
 
 
 def _internal_error(task_id: int, index: int, item: FetchItem, e: Exception) -> ItemResult:
+    """The result of an item that tripped over a bug (``e``, logged with its traceback)."""
+    log.exception("internal error on %s", item.url, exc_info=e)
     return ItemResult(task_id, index, item, error=f"internal:{type(e).__name__}")
 
 
