@@ -187,6 +187,59 @@ def test_a_check_queued_before_a_record_answers_with_the_newer_entry(tmp_path):
     assert entry is not None and entry.state == ALLOW_ALL
 
 
+def test_an_older_answer_from_disk_does_not_shadow_a_newer_record(tmp_path):
+    """The example Hypothesis found in session 11: the first check's answer, loaded from disk,
+    used to enter the LRU over the newer record evicted meanwhile, and stayed there."""
+    clock = Clock()
+    s = _store(tmp_path / "r", clock, ram_entries=2)
+    a = "http://a.test"
+    old = s.record(a, 200, _rules(1))
+    s.check([a], [b"first"])
+    clock.t += 2
+    new = s.record(a, 200, _rules(2))
+    s.record("http://b.test", 404, None)
+    s.record("http://c.test", 404, None)  # a is evicted from the LRU
+    s.check([a], [b"second"])
+    s.flush()
+    (_, _, first), (_, _, second) = s.take_checked()
+    assert first.expires_at == old.expires_at  # its state when it was queued
+    assert second.expires_at == new.expires_at
+    assert s.get(a).expires_at == new.expires_at
+    assert _checked(s, [a])[a].expires_at == new.expires_at
+
+
+def test_a_check_from_before_a_reopen_does_not_shadow_a_newer_record(tmp_path):
+    clock = Clock()
+    s = _store(tmp_path / "r", clock, ram_entries=1)
+    a = "http://a.test"
+    s.record(a, 200, _rules(1))
+    s.check([a], [b"first"])  # not merged: delivered again after reopening
+    clock.t += 2
+    new = s.record(a, 503, None)
+    s.record("http://b.test", 404, None)  # a is evicted from the LRU
+    manifest = s.commit()
+    s.close()
+    s = _store(tmp_path / "r", clock, ram_entries=1, manifest=manifest)
+    s.flush()
+    [(token, _, first)] = s.take_checked()
+    assert token == b"first" and first.state == RULES
+    assert s.get(a) is None  # the older state was not cached
+    assert _checked(s, [a])[a].state == new.state == UNAVAILABLE
+
+
+def test_manifest_formats(tmp_path):
+    s = _store(tmp_path / "r")
+    s.record("http://a.test", 404, None)
+    manifest = s.commit()
+    s.close()
+    old = {k: v for k, v in manifest.items() if k != "stores"} | {"format": 1}
+    s = _store(tmp_path / "r", manifest=old)  # a store written before "stores" existed
+    assert _checked(s, ["http://a.test"])["http://a.test"].state == ALLOW_ALL
+    s.close()
+    with pytest.raises(DrumError, match="robots manifest format 99"):
+        _store(tmp_path / "r", manifest=manifest | {"format": 99})
+
+
 def test_lru_stays_bounded_with_many_origins(tmp_path):
     s = _store(tmp_path / "r", ram_entries=50)
     origins = [f"http://o{i}.test" for i in range(2000)]

@@ -18,12 +18,13 @@ Storage, under ``directory``::
     rules.log    robots.txt bodies, append-only (format in :class:`RulesLog`)
 
 RAM is fixed: the two DRUMs get ``drum_ram_bytes`` between them and an LRU of at most
-``ram_entries`` parsed entries sits in front. Only the LRU holds protego objects; an entry
-found on disk re-reads its body from the rules log and is parsed again.
+``ram_entries`` parsed entries sits in front (with the store counts of as many origins,
+see :class:`RobotsStore`). Only the LRU holds protego objects; an entry found on disk
+re-reads its body from the rules log and is parsed again.
 
 Durability follows the crawler's checkpoints: :meth:`RobotsStore.commit` returns a manifest
-(both DRUM manifests and the rules log's length); reopening with the last or the previous
-manifest gives exactly that state, and opening without one starts empty.
+(both DRUM manifests, the rules log's length and the count of stores); reopening with the
+last or the previous manifest gives exactly that state, and opening without one starts empty.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ UNAVAILABLE = "unavailable"
 GIVEN_UP = "given_up"
 REFUSED = "refused"  # the host's DNS failed or its address is refused; `text` holds the reason
 
-MANIFEST_FORMAT = 1
+MANIFEST_FORMAT = 2  # 2 adds "stores"; a format-1 manifest still opens (see _STAMPED)
 
 # The RobotsCache value. No crawl delay: an entry is only usable parsed (allows() needs the
 # rules), and the parse yields the delay too. State code 0 is never written.
@@ -65,6 +66,11 @@ VALUE_DTYPE = np.dtype([
 _CODES = {RULES: 1, ALLOW_ALL: 2, UNAVAILABLE: 3, GIVEN_UP: 4, REFUSED: 5}
 _STATES = {code: state for state, code in _CODES.items()}
 _TOKEN_LEN = struct.Struct("<I")
+# A check's aux: token length (u32) | token | origin. With this bit set in the length, the
+# store count at submission (u64) follows the length. Checks of a format-1 store, delivered
+# again after reopening it, lack the count; their entries are never cached.
+_STAMPED = 1 << 31
+_STAMP = struct.Struct("<Q")
 
 
 @dataclass(slots=True)
@@ -205,6 +211,11 @@ class RobotsStore:
     ``max_attempts`` in a row while the entry stays in RAM, never more than one per
     ``retry_s``, and an origin being retried is in active use, so rarely the least recently
     used.
+
+    A check's answer from disk is the origin's value when the check was submitted; it joins
+    the LRU only if the origin was certainly not stored since (else a newer entry, evicted
+    meanwhile, would be shadowed by the older one). The last store of up to ``ram_entries``
+    origins is remembered to decide that; an older check is answered without caching.
     """
 
     def __init__(self, directory: Path, *, user_agent: str, expiry_s: float, retry_s: float,
@@ -225,7 +236,7 @@ class RobotsStore:
         if manifest is None:
             if self.directory.exists():
                 shutil.rmtree(self.directory)
-        elif manifest.get("format") != MANIFEST_FORMAT:
+        elif manifest.get("format") not in (1, MANIFEST_FORMAT):
             raise DrumError(f"robots manifest format {manifest.get('format')!r}, "
                             f"expected {MANIFEST_FORMAT}")
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -243,6 +254,11 @@ class RobotsStore:
                             self._fsync)
         self._dir_synced = manifest is not None
         self._lru: OrderedDict[str, RobotsEntry] = OrderedDict()
+        # Stores are counted; _recent_stores holds the count after the last store of the
+        # ram_entries origins stored most recently, so every store counted above
+        # _stores_forgotten is in it.
+        self._stores = self._stores_forgotten = int(m.get("stores", 0))
+        self._recent_stores: OrderedDict[str, int] = OrderedDict()
         self._hits = self._misses = self._loaded = 0
         # Merge count of each DRUM when checks / requests were last submitted (None: none
         # since a flush); any later round merges them.
@@ -280,7 +296,8 @@ class RobotsStore:
             raise ValueError(f"{len(tokens)} tokens for {len(origins)} origins")
         if not origins:
             return
-        aux = AuxArray.of([_TOKEN_LEN.pack(len(t)) + t + o.encode()
+        stamp = _STAMP.pack(self._stores)
+        aux = AuxArray.of([_TOKEN_LEN.pack(len(t) | _STAMPED) + stamp + t + o.encode()
                            for o, t in zip(origins, tokens)])
         self.cache.check(_keys(origins), aux)
         self._check_mark = self.cache.stats().merges
@@ -288,9 +305,9 @@ class RobotsStore:
     def take_checked(self) -> Iterator[tuple[bytes, str, RobotsEntry | None]]:
         """``(token, origin, entry)`` of every merged check, in submission order.
 
-        ``entry`` is the newest known: the LRU's when it holds the origin (a record() made
-        after the check was queued included), else the one on disk, which then joins the
-        LRU; None when the origin was never recorded.
+        ``entry`` is the LRU's when it holds the origin (a record() made after the check was
+        queued included), else the origin's state on disk when the check was queued (which
+        joins the LRU when no store came after it); None when it was not recorded by then.
         """
         for result in self.cache.take_results():
             idx = np.flatnonzero(result.ops == CHECK)
@@ -300,14 +317,26 @@ class RobotsStore:
             for aux, key, unique, value in zip(result.aux.select(idx), result.keys[idx].tolist(),
                                                result.unique[idx].tolist(), values):
                 (n,) = _TOKEN_LEN.unpack_from(aux)
-                token, origin = aux[4:4 + n], aux[4 + n:].decode()
+                since, at = None, _TOKEN_LEN.size
+                if n & _STAMPED:
+                    n ^= _STAMPED
+                    (since,) = _STAMP.unpack_from(aux, at)
+                    at += _STAMP.size
+                token, origin = aux[at:at + n], aux[at + n:].decode()
                 entry = self._lru.get(origin)
                 if entry is not None:
                     self._lru.move_to_end(origin)
                 elif not unique:
                     entry = self._load(key, origin, value)
-                    self._remember(entry)
+                    if self._not_stored_since(origin, since):
+                        self._remember(entry)
                 yield token, origin, entry
+
+    def _not_stored_since(self, origin: str, since: int | None) -> bool:
+        """True when ``origin`` was certainly not stored after the ``since``-th store."""
+        if since is None or since < self._stores_forgotten:
+            return False  # stores after `since` may have been forgotten
+        return self._recent_stores.get(origin, 0) <= since
 
     def _load(self, key: int, origin: str, value: np.void) -> RobotsEntry:
         length = int(value["text_len"])
@@ -370,6 +399,11 @@ class RobotsStore:
             value["text_len"] = len(body)
         self.cache.update(np.array([key], np.uint64), value)
         self._remember(entry)
+        self._stores += 1
+        self._recent_stores[entry.origin] = self._stores
+        self._recent_stores.move_to_end(entry.origin)
+        if len(self._recent_stores) > self.ram_entries:
+            self._stores_forgotten = self._recent_stores.popitem(last=False)[1]
 
     # ------------------------------------------------------------------ RobotsRequested
 
@@ -414,6 +448,7 @@ class RobotsStore:
         return {
             "format": MANIFEST_FORMAT,
             "rules_log_bytes": self.log.length,
+            "stores": self._stores,
             "cache": self.cache.commit(),
             "requested": self.requested.commit(),
         }
