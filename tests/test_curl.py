@@ -7,8 +7,15 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from yarl import URL
 
-from drumbeat.fetch.curl import CurlHttpClient, _parse_fields_by_line, parse_fields
+from drumbeat.fetch.curl import (
+    CurlHttpClient,
+    _parse_fields_by_line,
+    _PlainURL,
+    parse_fields,
+    parse_url,
+)
 from drumbeat.fetch.dns import DnsCache
 from drumbeat.fetch.http import FetchResponse, HttpClient
 from tests.test_http import LOOPBACK_OK, UA, raw_server, run
@@ -112,3 +119,57 @@ def test_whole_head_fast_path_examples() -> None:
     assert parse_fields([b"A: 1\r\n", b" 2\r\n"]) == (b"A: 1\r\n 2\r\n", [("A", "1 2")])
     for bad in (b"no colon\r\n", b": empty\r\n", b"A : x\r\n", b"A: \0\r\n", b"A: \rx\r\n"):
         assert parse_fields([bad]) is None, bad
+
+
+_URL_PART = st.sampled_from([
+    "a", "Z", "0", "9", "-", ".", "_", "~", "/", "?", "#", "%", "%2F", "%2f", "%41", "%7E", ":",
+    "@", "!", "$", "&", "'", "(", ")", "*", "+", ",", ";", "=", " ", "é", "[", "]", "\\", "..",
+    "/./", "/../", "xn--", "80", "443", "0", "65536", "user@", "A.", "\t",
+])
+_URL = st.tuples(
+    st.sampled_from(["http://", "https://", "HTTP://", "ftp://", "http:/"]),
+    st.lists(_URL_PART, max_size=5).map("".join),
+    st.sampled_from(["", ":", ":80", ":443", ":8080", ":0", ":08080", ":65535", ":99999"]),
+    st.lists(_URL_PART, max_size=12).map("".join),
+).map("".join)
+
+
+def _yarl_parts(url: object) -> tuple:
+    return tuple(getattr(url, name) for name in (
+        "scheme", "raw_host", "port", "host_port_subcomponent", "raw_path_qs", "raw_user"
+    )) + (str(url),)
+
+
+# Mostly plain: a lower-case host, then a path of the characters plain URLs may hold and
+# a few that they may not.
+_NEARLY_PLAIN_URL = st.tuples(
+    st.sampled_from(["http://", "https://"]),
+    st.lists(st.sampled_from(["a", "b-c", "xn--d", "0", "127", "-", ""]), min_size=1,
+             max_size=3).map(".".join),
+    st.sampled_from(["", ":80", ":443", ":8080", ":65535"]),
+    st.text(alphabet="/?.%~!$&'()*+,;=:@-_aZ09#[ ", max_size=20).map("/".__add__),
+).map("".join)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.one_of(_URL, _NEARLY_PLAIN_URL))
+def test_plain_url_parts_are_yarls(url: str) -> None:
+    """parse_url takes plain URLs without yarl: every part the curl client reads is what
+    yarl gives, whatever the URL; the rest goes to yarl (which may refuse it)."""
+    try:
+        parsed = parse_url(url)
+    except (ValueError, TypeError):
+        return  # not plain, and yarl refused it
+    if isinstance(parsed, _PlainURL):
+        assert _yarl_parts(parsed) == _yarl_parts(URL(url))
+
+
+def test_plain_url_examples() -> None:
+    plain = ["http://h00001.test:8080/p/0001.html", "https://a.b-c.test/x?y=1&z=/?q",
+             "http://127.0.0.1:99/", "http://xn--bcher-kva.test/a;b=c"]
+    for url in plain:
+        assert isinstance(parse_url(url), _PlainURL), url
+        assert _yarl_parts(parse_url(url)) == _yarl_parts(URL(url))
+    for url in ("http://a.test/./x", "http://a.test/%7e", "http://A.test/", "http://a.test:80/",
+                "http://a.test", "http://u@a.test/", "http://a.test/#f", "http://[::1]/"):
+        assert isinstance(parse_url(url), URL), url

@@ -26,7 +26,7 @@ import zlib
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, TypeVar
 from urllib.parse import urljoin
 
 import aiohttp
@@ -37,6 +37,8 @@ from yarl import URL
 
 from drumbeat.fetch.dns import DnsCache, Resolver
 from drumbeat.fetch.guard import AddressPolicy
+
+T = TypeVar("T")  # a parsed URL: see choose_address
 
 MAX_ROBOTS_REDIRECTS: Final = 5
 REDIRECT_STATUSES: Final = frozenset({301, 302, 303, 307, 308})
@@ -209,7 +211,7 @@ class HttpClient:
 
     async def _exchange(self, response: FetchResponse, body_cap: int) -> str | None:
         """Resolve, guard, send and read into ``response``; return the error reason."""
-        target, refusal = await choose_address(response, self._dns, self._policy)
+        target, refusal = await choose_address(response, self._dns, self._policy, URL)
         if refusal is not None:
             return refusal
         assert target is not None and target.raw_host is not None and response.ip is not None
@@ -266,16 +268,17 @@ class HttpClient:
 
 
 async def choose_address(
-    response: FetchResponse, dns: Resolver, policy: AddressPolicy
-) -> tuple[URL | None, str | None]:
-    """Parse ``response.url``, pick the address to connect to and check the guard.
+    response: FetchResponse, dns: Resolver, policy: AddressPolicy, parse: Callable[[str], T]
+) -> tuple[T | None, str | None]:
+    """Parse ``response.url`` with ``parse`` (yarl's ``URL``, or anything that gives the
+    same ``scheme`` and ``raw_host``), pick the address to connect to and check the guard.
 
     Sets ``response.ip`` (an IP-literal host as written, else the given IP, else the
     resolver's answer). Returns (the parsed URL, None) when the request may go ahead,
     or (the URL if it parsed, the error reason) when it may not.
     """
     try:
-        target = URL(response.url)
+        target = parse(response.url)
     except (ValueError, TypeError):
         return None, "url:invalid"
     host = target.raw_host
