@@ -151,7 +151,7 @@ _NEARLY_PLAIN_URL = st.tuples(
 ).map("".join)
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(st.one_of(_URL, _NEARLY_PLAIN_URL))
 def test_plain_url_parts_are_yarls(url: str) -> None:
     """parse_url takes plain URLs without yarl: every part the curl client reads is what
