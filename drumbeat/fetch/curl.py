@@ -11,9 +11,10 @@ costs 192 µs of CPU per request against HttpClient's 259; bare pycurl on the sa
 costs 111, the rest is the work both clients share (URL parsing, guard, response
 fields, decoding) and the head parsing done here in Python.
 
-What is shared with HttpClient (drumbeat.fetch.http): URL parsing, the address choice
-and guard check before anything is sent, the robots.txt redirect loop, body decoding
-and its caps, Retry-After, Location resolution. What curl does here:
+What is shared with HttpClient (drumbeat.fetch.http): URL parsing (yarl's parts; plain
+URLs are split here without yarl, see :func:`parse_url`), the address choice and guard
+check before anything is sent, the robots.txt redirect loop, body decoding and its caps,
+Retry-After, Location resolution. What curl does here:
 
 * connects only to the chosen IP (``CONNECT_TO`` host:port -> ip:port; curl resolves
   nothing itself) and reuses keep-alive connections only to that same IP;
