@@ -130,11 +130,11 @@ class _PlainURL:
                  "raw_path_qs")
     raw_user = None
 
-    def __init__(self, url: str, scheme: str, host: str, port: str | None,
+    def __init__(self, url: str, scheme: str, host: str, port: int, written_port: str | None,
                  path_qs: str) -> None:
         self.url, self.scheme, self.raw_host, self.raw_path_qs = url, scheme, host, path_qs
-        self.port = int(port) if port else _DEFAULT_PORTS[scheme]
-        self.host_port_subcomponent = f"{host}:{port}" if port else host
+        self.port = port
+        self.host_port_subcomponent = f"{host}:{written_port}" if written_port else host
 
     def __str__(self) -> str:
         return self.url
@@ -145,11 +145,12 @@ def parse_url(url: str) -> _PlainURL | URL:
     crawl's, normalized by drumbeat.urls) without yarl."""
     m = _PLAIN_URL_RE.fullmatch(url)
     if m is not None:
-        scheme, host, port, path_qs = m.groups()
-        path = path_qs.partition("?")[0]
-        if "/." not in path and (port is None or 0 < int(port) <= 65535
-                                 and int(port) != _DEFAULT_PORTS[scheme]):
-            return _PlainURL(url, scheme, host, port, path_qs)
+        scheme, host, written_port, path_qs = m.groups()
+        default = _DEFAULT_PORTS[scheme]
+        port = int(written_port) if written_port else default
+        if "/." not in path_qs.partition("?")[0] and (
+                written_port is None or port != default and port <= 65535):
+            return _PlainURL(url, scheme, host, port, written_port, path_qs)
     return URL(url)
 
 
