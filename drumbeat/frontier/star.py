@@ -6,8 +6,9 @@ so a PLD earns budget only through distinct linking PLDs.
 
 RAM is fixed: only PLDs whose in-degree passed ``indegree_floor`` can have a budget above the
 default, so only those are kept, at most ``table_size`` of them (the smallest in-degree is
-evicted when full). The in-degrees come exact from PLDindegree's DRUM (each new edge reports
-the target's new count), so a PLD evicted and linked again comes back with its true count.
+evicted when full). The in-degrees come exact from PLDindegree's DRUM (each merge of new
+edges reports their targets' new counts), so a PLD evicted and linked again comes back with
+its true count.
 """
 
 from __future__ import annotations
