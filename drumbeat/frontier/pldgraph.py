@@ -5,10 +5,11 @@ Two DRUM repositories, both with RAM fixed by configuration:
 * ``edges``: check+update keyed by the hash of "source PLD -> target PLD"; only the first
   sighting of an edge counts, however many pages repeat it.
 * ``indegree``: check+update with merge "add" keyed by the hash of the target PLD. The
-  new edges of one edges-merge round are counted per target first, so a target gets one
-  tuple per round however many pages link to it; the count and the target PLD's name
-  ride along as aux. Each answer carries the in-degree before the tuple, so every target
-  of new edges reports its exact new in-degree to ``on_indegree``, once per round.
+  new edges that one :meth:`PLDIndegree.pump` takes from finished edges merges are
+  counted per target first, so a target gets one tuple per pump however many pages link
+  to it; the count and the target PLD's name ride along as aux. Each answer carries the
+  in-degree before the tuple, so every target of new edges reports its exact new
+  in-degree to ``on_indegree``, once per pump.
 
 STAR (``star.py``) takes those counts to give each PLD its budget. Like URL-seen, both roll back
 to the checkpoint's manifests after a crash, so an edge is never counted twice.
@@ -97,9 +98,10 @@ class PLDIndegree:
             self.indegree.flush()
             self._report_indegrees(counted=False)
             self._format_1_pending = False
-        # One tuple per target: on a crawl's graph most new edges of a round point to
-        # targets that others of the round point to as well (the bench web: about
-        # 100,000 new edges a round, to 5,000 PLDs).
+        # One tuple per target: on a crawl's graph most new edges of a merge point to
+        # targets that others of the merge point to as well (the bench web: about
+        # 100,000 new edges a merge, to 5,000 PLDs). The counter holds the targets of
+        # the merges finished since the last pump, so DRUM's RAM bounds it.
         counts: Counter[bytes] = Counter()
         for result in self.edges.take_results():
             counts.update(result.aux.select(np.flatnonzero(result.unique)))
