@@ -38,7 +38,7 @@ from yarl import URL
 from drumbeat.fetch.dns import DnsCache, Resolver
 from drumbeat.fetch.guard import AddressPolicy
 
-T = TypeVar("T")  # a parsed URL: see choose_address
+_URL = TypeVar("_URL")  # a parsed URL: see choose_address
 
 MAX_ROBOTS_REDIRECTS: Final = 5
 REDIRECT_STATUSES: Final = frozenset({301, 302, 303, 307, 308})
@@ -268,8 +268,8 @@ class HttpClient:
 
 
 async def choose_address(
-    response: FetchResponse, dns: Resolver, policy: AddressPolicy, parse: Callable[[str], T]
-) -> tuple[T | None, str | None]:
+    response: FetchResponse, dns: Resolver, policy: AddressPolicy, parse: Callable[[str], _URL]
+) -> tuple[_URL | None, str | None]:
     """Parse ``response.url`` with ``parse`` (yarl's ``URL``, or anything that gives the
     same ``scheme`` and ``raw_host``), pick the address to connect to and check the guard.
 

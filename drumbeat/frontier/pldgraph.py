@@ -31,7 +31,7 @@ from drumbeat.drum import AuxArray, Drum
 INDEGREE_DTYPE = np.dtype([("indegree", "<u4")])
 # The manifest's format: 2 adds a count before each indegree tuple's target name (see
 # _counted); format 1 (no "format" key) had one tuple per new edge and no count.
-FORMAT = 2
+MANIFEST_FORMAT = 2
 _COUNT_BYTES = 4
 
 
@@ -59,9 +59,9 @@ class PLDIndegree:
                  fsync: bool | str = True, on_indegree: OnIndegree | None = None) -> None:
         """``on_indegree(plds, counts)`` hears the targets of new edges and their new
         in-degrees (see the module docstring)."""
-        version = FORMAT if manifest is None else manifest.get("format", 1)
-        if version not in (1, FORMAT):
-            raise ValueError(f"PLD graph manifest format {version} is not {FORMAT}: "
+        version = MANIFEST_FORMAT if manifest is None else manifest.get("format", 1)
+        if version not in (1, MANIFEST_FORMAT):
+            raise ValueError(f"PLD graph manifest format {version} is not {MANIFEST_FORMAT}: "
                              "written by another version of drumbeat")
         if manifest is None and directory.exists():
             shutil.rmtree(directory)  # no checkpoint names it: a run that died before one
@@ -154,7 +154,7 @@ class PLDIndegree:
     def commit(self) -> dict:
         """Durable point for a checkpoint; new edges of finished merges are moved first."""
         self.pump()
-        return {"format": FORMAT, "edges": self.edges.commit(),
+        return {"format": MANIFEST_FORMAT, "edges": self.edges.commit(),
                 "indegree": self.indegree.commit()}
 
 
