@@ -238,6 +238,7 @@ def write_stages(path: Path, manager: Manager, fetchers: int,
     and the event loop); the manager's urlseen, frontier, scheduling, results, crawl_log
     and handoff. With ``fetchers`` 0 everything ran in one process and ``fetch`` is what
     is left of that process's CPU time. ``allocator``: the malloc each process ran on.
+    ``stalls``: the manager's long loop turns (drumbeat.stalls).
     """
     seconds: Counter[str] = Counter()
     fetcher_cpu = 0.0
@@ -259,6 +260,7 @@ def write_stages(path: Path, manager: Manager, fetchers: int,
         "allocator": {"manager": allocator.in_use(),
                       "fetchers": sorted({s.get("allocator", "system") for s in fetcher_stats})},
         "seconds": {k: round(v, 4) for k, v in sorted(seconds.items())},
+        "stalls": manager.stalls.as_dict(),
     }
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")

@@ -27,7 +27,7 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass
 from pathlib import Path
-from time import thread_time
+from time import perf_counter, thread_time
 from typing import Callable, Iterable, Iterator
 
 import xxhash
@@ -64,6 +64,7 @@ from drumbeat.queue.base import (
     Task,
 )
 from drumbeat.settings import Settings
+from drumbeat.stalls import Stalls
 from drumbeat.store.crawllog import CrawlLog
 
 log = logging.getLogger("drumbeat.manager")
@@ -187,6 +188,10 @@ class Manager:
         self._slots_idle = True  # at the last dispatch, fetch slots were left unused
         # Seconds spent per stage of the manager's loop, for `drumbeat bench throughput`.
         self.stage_s: Counter[str] = Counter()
+        # The loop's long turns (wall time), for the operator and the benchmark.
+        self.stalls = Stalls()
+        self._collect_busy_s = 0.0  # wall time _collect spent applying results, last call
+        self._merge_busy_s = 0.0  # wall time of _take_new_urls's DRUM merges, last call
         self._collector: asyncio.Future[list[ItemResult]] | None = None
         self._plds_by_authority: dict[bytes, tuple[str, int, int]] = {}
 
@@ -288,22 +293,29 @@ class Manager:
                 if deadline is not None and now >= deadline:
                     self.request_stop("max_time")
                     break
-                t0 = thread_time()
+                t0, w0 = thread_time(), perf_counter()
                 self._take_new_urls(now, budget_s=PLACE_BUDGET_S)
+                w1 = perf_counter()
                 self._feed(now, budget_s=ROUTE_BUDGET_S)
-                t1 = thread_time()
+                t1, w2 = thread_time(), perf_counter()
                 self._dispatch_and_submit(now)
                 self.stage_s["frontier"] += t1 - t0
                 self.stage_s["scheduling"] += thread_time() - t1
+                w3 = perf_counter()
                 if self._finished():
                     self.request_stop("max_pages" if self._page_limit_reached() else "done")
                     break
                 await self._collect(self._wait_time(now, deadline))
+                w4 = perf_counter()
                 if now - self._last_checkpoint >= s.checkpoint_interval_s:
                     await self._synced_checkpoint()
                 if now - self._last_sweep >= 10.0:
                     self.scheduler.sweep(now)
                     self._last_sweep = now
+                self._note_turn(now, {
+                    "merge": self._merge_busy_s, "place": w1 - w0 - self._merge_busy_s,
+                    "feed": w2 - w1, "dispatch": w3 - w2, "collect": self._collect_busy_s,
+                    "checkpoint+sweep": perf_counter() - w4})
             await self._drain_in_flight()
         finally:
             for t in self._resolving.values():
@@ -314,6 +326,15 @@ class Manager:
                 self._collector.cancel()
         await self._synced_checkpoint(final=True)
         return self.stop_reason or "done"
+
+    def _note_turn(self, now: float, parts: dict[str, float]) -> None:
+        """Count a turn that kept the fetchers waiting (see drumbeat.stalls); one of a
+        second or more is logged, as the crawl's pages/s show a dip there."""
+        if self.stalls.turn(now - self._started, parts):
+            total = sum(parts.values())
+            if total >= 1.0:
+                log.info("manager loop turn took %.2f s: %s", total,
+                         ", ".join(f"{k} {v:.2f} s" for k, v in parts.items() if v >= 0.01))
 
     async def _synced_checkpoint(self, *, final: bool = False) -> None:
         """Checkpoint once the fetchers confirm their WARC records are durable.
@@ -382,11 +403,12 @@ class Manager:
         else:
             await asyncio.sleep(0)  # always let fetchers and DNS answers run
         self._wake.clear()
+        self._collect_busy_s = 0.0
         if not self._collector.done():
             return
         results, self._collector = self._collector.result(), None
         now = self.clock()
-        started = thread_time()
+        started, wall = thread_time(), perf_counter()
         for r in results:
             if r.log is not None:
                 self.crawl_log.append(r.log)
@@ -406,6 +428,7 @@ class Manager:
         self.stage_s["crawl_log"] += logged - started
         self.stage_s["results"] += applied - logged
         self.stage_s["urlseen"] += thread_time() - applied
+        self._collect_busy_s = perf_counter() - wall
 
     # -- URL-seen -> STAR -> BEAST ---------------------------------------------------------
 
@@ -475,6 +498,7 @@ class Manager:
         s = self.settings
         seen, plds, beast = self.seen, self.plds, self.beast
         assert seen is not None and plds is not None and beast is not None
+        started = perf_counter()
         if (seen.pending and self._frontier_short()
                 and now - self._last_seen_flush >= s.urlseen_flush_interval_s):
             seen.flush()
@@ -485,6 +509,7 @@ class Manager:
         edges = plds.new_edges
         plds.pump()
         self.counters["pld_edges_new"] += plds.new_edges - edges
+        self._merge_busy_s = perf_counter() - started
         if self._new_urls is None:
             self._new_urls = seen.take_new()
         stop = None if budget_s is None else time.perf_counter() + budget_s

@@ -218,6 +218,8 @@ def test_one_process_and_several_fetcher_processes_find_the_same(web, tmp_path):
                 or k in ("urls_admitted", "fetches", "pld_edges_new")}
         stages = json.loads((state / "stages.json").read_text())
         assert stages["fetchers"] == int(fetchers) and stages["pages"] > 0
+        stalls = stages["stalls"]  # the manager's long loop turns, the worst 8 kept
+        assert len(stalls["worst"]) == min(stalls["turns"], 8)
         # The default allocator ("auto"): the best one installed, in every process.
         malloc = _auto_allocator()
         assert stages["allocator"] == {"manager": malloc, "fetchers": [malloc]}

@@ -450,8 +450,11 @@ def print_report(rep: dict[str, Any]) -> None:
         for stage, us in stages["us_per_page"].items():
             st.add_row(stage, f"{us:,.1f}", f"{stages['seconds'][stage]:,.2f}")
         console.print(st)
+        stalls = stages.get("stalls")
+        if stalls:
+            _print_stalls(console, name, stalls)
         others = {k: v for k, v in stages.items()
-                  if k not in ("pages", "seconds", "us_per_page", "allocator")}
+                  if k not in ("pages", "seconds", "us_per_page", "allocator", "stalls")}
         if others:
             console.print(f"{name}, stages.json also says: {json.dumps(others)}")
     for name, r in rep["runs"].items():
@@ -478,6 +481,16 @@ def print_report(rep: dict[str, Any]) -> None:
         "flight when polite; its delay runs from one request's dispatch to the next, so a "
         "busy Scrapy can send two requests closer than the delay.")
     console.print(f"{rep['mode']} run, {rep['elapsed_s']:.0f} s")
+
+
+def _print_stalls(console: Any, name: str, stalls: dict[str, Any]) -> None:
+    """One line on the manager's long loop turns (drumbeat.stalls)."""
+    parts = ", ".join(f"{k} {v:.2f} s" for k, v in stalls["by_part_s"].items() if v >= 0.005)
+    worst = ", ".join(f"{w['s']:.2f} s at {w['at_s']:.0f} s ({w['part']})"
+                      for w in stalls["worst"][:3])
+    console.print(f"{name}: manager turns >= {stalls['threshold_s']:g} s (the fetchers may "
+                  f"wait): {stalls['turns']}, {stalls['seconds']:.2f} s in all"
+                  + (f" ({parts}); longest: {worst}" if stalls["turns"] else ""))
 
 
 def _print_profile(console: Any, run: str, profile: dict[str, Any]) -> None:
