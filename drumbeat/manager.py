@@ -70,7 +70,12 @@ from drumbeat.store.crawllog import CrawlLog
 log = logging.getLogger("drumbeat.manager")
 
 DNS_CONCURRENCY = 64
-PLACE_BATCH = 8_192  # new URLs handed to BEAST at once (about 40 ms of placing)
+# New URLs handed to BEAST at once: 10-80 ms of placing on the bench web (the manager
+# shares 2 cores with the fetchers). Batches of 8,192 let one turn's placing run to 100-200
+# ms, past the budget below; with 2,048 and routing batches of 256 instead of 1,024, a
+# quick polite bench counted 20-24 turns of 0.1 s or more (3.0-3.4 s in all) against 23-33
+# (3.3-5.1 s), in three interleaved pairs (drumbeat.stalls).
+PLACE_BATCH = 2_048
 # Placing per turn of the crawl loop. One DRUM round can find 600,000 URLs new, about 3 s
 # of placing: done at once, it kept the loop from dispatching, and the fetchers ran dry
 # (measured: a 3.9 s turn, no page fetched for 2 s). The rest waits for the next turns.
@@ -78,7 +83,7 @@ PLACE_BUDGET_S = 0.05
 # URLs read from BEAST are routed (robots rules, then their host's queue) in batches of
 # this many, at most ROUTE_BUDGET_S per turn: a read of half of frontier_ram_urls (50,000
 # by default) took 0.7 s at once, again with the fetchers starved meanwhile.
-ROUTE_BATCH = 1_024
+ROUTE_BATCH = 256
 ROUTE_BUDGET_S = 0.05
 # Paced BEAST turns one feed may end while each turn's URLs are dropped at once.
 MAX_TURNS_PER_FEED = 256
