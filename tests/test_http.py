@@ -502,7 +502,8 @@ def test_protocol_errors_have_reasons(
     assert r.error == reason
 
 
-@pytest.mark.parametrize("url", ["notaurl", "ftp://127.0.0.1/x", "http:///nohost", "http://[::1/"])
+@pytest.mark.parametrize("url", ["notaurl", "ftp://127.0.0.1/x", "http:///nohost", "http://[::1/",
+                                 "http://[]@"])  # yarl: IndexError
 def test_bad_urls_are_errors(dns: tuple[Zone, str], url: str) -> None:
     async def main() -> FetchResponse:
         async with client(dns[1]) as http:

@@ -279,7 +279,7 @@ async def choose_address(
     """
     try:
         target = parse(response.url)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, IndexError):  # yarl 1.x: IndexError on "http://[]@"
         return None, "url:invalid"
     host = target.raw_host
     if target.scheme not in ("http", "https") or not host:
