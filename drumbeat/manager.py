@@ -623,6 +623,9 @@ class Manager:
                 self._to_route.extend(payloads)
                 self._route_read(stop)
                 room = self._ram_room()
+                if (beast.resplitting and room > 0
+                        and (stop is None or time.perf_counter() < stop)):
+                    continue  # QF is being placed again, a step per read
                 if not payloads or room <= 0 or not beast.holding:
                     break
         self._submit_checks()

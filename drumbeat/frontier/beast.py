@@ -10,6 +10,12 @@ is read in full and its URLs are placed again, in order, with budgets from ``reb
 exactly as if they arrived at that moment (so a PLD's old URLs come before its newer
 ones); what does not fit goes back to QF. Nothing is ever discarded: a URL over budget is only delayed.
 
+The re-split runs in steps of ``RESPLIT_BATCH`` URLs: one when the pass ends, then one
+at the start of each :meth:`read` call. QF grows with the crawl (IRLbot: most URLs of a
+large crawl wait there), and a re-split at once would stop the caller's loop for as long
+as placing all of QF takes. While it runs, reading goes on in the current queue but never
+past it, so the URLs come out in the same order as with a re-split at once.
+
 Turns. Every time a queue becomes current, the turn number ``T`` grows by one. Ring
 pass p starts at turn ``S``, so queue i is read at turn ``S + i`` in this pass and
 at ``S + j + i`` in the next one. A PLD's place is kept as (turn of the queue its next
@@ -81,7 +87,8 @@ from drumbeat.frontier.diskqueue import DiskQueue
 
 FORMAT_VERSION = 1
 _MASK64 = (1 << 64) - 1
-_RESPLIT_BATCH = 4096
+# QF URLs placed again per read() call during a re-split: 10-40 ms of the manager's loop.
+RESPLIT_BATCH = 2048
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +99,8 @@ class BeastStats:
     queued: int          # records anywhere (ring and QF), not yet read
     placed: int          # records given to place()/place_many()
     deferred_to_qf: int  # appends to QF, at placement and again at re-splits
-    qf_rescans: int      # times QF was read in full and split
+    qf_rescans: int      # times QF was read in full and split (begun, for the last one)
+    qf_resplit_left: int  # QF records still to place in the re-split under way
     slot_collisions: int  # placements that shared a live table entry with another PLD
     bytes_written: int   # bytes appended to all queues incl. QF (Theorem 7)
     bytes_read: int      # bytes read from all queues incl. QF
@@ -172,6 +180,7 @@ class Beast:
             self._ring = [self._new_queue(i) for i in range(queues)]
             self._qf = DiskQueue(self.directory / "qf", fsync=fsync)
             self._placed = self._deferred = self._rescans = self._collisions = 0
+            self._resplit_left = 0
         else:
             self._reopen(state)
 
@@ -250,8 +259,10 @@ class Beast:
     # -- reading -----------------------------------------------------------------------
 
     def read(self, n: int, *, drained: bool = False) -> list[bytes]:
-        """Up to ``n`` records in crawl order; fewer when nothing is queued or, with paced
-        turns, when the current queue is empty and its turn has not run its time.
+        """Up to ``n`` records in crawl order; fewer when nothing is queued, when the current
+        queue is empty while a re-split of QF is under way (each call places a step of
+        it), or, with paced turns, when the current queue is empty and its turn has not
+        run its time.
 
         Moves on to the next queue when the current one is empty (and its turn is over)
         and, after the last one, re-splits QF, so records waiting only in QF are still
@@ -260,14 +271,20 @@ class Beast:
         are not crawled yet).
         """
         out: list[bytes] = []
+        if self._resplit_left:
+            self._resplit_step()
         while len(out) < n:
             queue = self._ring[self._cur]
             if len(queue):
                 if self._turn_started is None:
                     self._turn_started = self._clock()
                 out.extend(queue.read(n - len(out)))
+            elif self._resplit_left:
+                break  # QF may still have URLs for this queue: the next calls place them
             elif len(self) and (drained and not out or not self._turn_running()):
                 self._advance()
+                if self._resplit_left:
+                    self._resplit_step()
             else:
                 break
         return out
@@ -279,9 +296,15 @@ class Beast:
                 and self._clock() - started < self.turn_s)
 
     @property
+    def resplitting(self) -> bool:
+        """A re-split of QF is under way: :meth:`read` places a step of it per call."""
+        return self._resplit_left > 0
+
+    @property
     def holding(self) -> bool:
         """Records are queued, but none may be read before the current turn is over."""
-        return not len(self._ring[self._cur]) and bool(len(self)) and self._turn_running()
+        return (not len(self._ring[self._cur]) and not self._resplit_left and bool(len(self))
+                and self._turn_running())
 
     def _advance(self) -> None:
         self._turn_started = None
@@ -296,11 +319,13 @@ class Beast:
         self._ring.extend(self._new_queue(i) for i in range(self._j, grown))
         self._j = grown
         self._rescans += 1
-        left = len(self._qf)
-        while left:
-            batch = self._qf.read(min(left, _RESPLIT_BATCH))
-            left -= len(batch)
-            self._spread(self._replace_args(record) for record in batch)
+        self._resplit_left = len(self._qf)  # what is appended from now on waits a pass
+
+    def _resplit_step(self) -> None:
+        """Place the next RESPLIT_BATCH of the QF records the re-split has still to place."""
+        batch = self._qf.read(min(self._resplit_left, RESPLIT_BATCH))
+        self._resplit_left = 0 if not batch else self._resplit_left - len(batch)
+        self._spread(self._replace_args(record) for record in batch)
 
     def _replace_args(self, record: bytes) -> tuple[bytes, int, int, int | None]:
         answer = self._rebudget(record)
@@ -316,6 +341,7 @@ class Beast:
         return BeastStats(
             queues=self._j, current=self._cur, qf_records=len(self._qf), queued=len(self),
             placed=self._placed, deferred_to_qf=self._deferred, qf_rescans=self._rescans,
+            qf_resplit_left=self._resplit_left,
             slot_collisions=self._collisions,
             bytes_written=sum(q.bytes_written for q in queues),
             bytes_read=sum(q.bytes_read for q in queues),
@@ -349,7 +375,7 @@ class Beast:
         return {
             "format": FORMAT_VERSION, "commit": self._commits, "table": name,
             "pld_slots": self._slots, "queues": self._j, "pass_start": self._start,
-            "current": self._cur, "ring": ring, "qf": qf,
+            "current": self._cur, "ring": ring, "qf": qf, "resplit_left": self._resplit_left,
             # Seconds the current turn has run (None: it has read nothing yet).
             "turn_elapsed_s": (None if self._turn_started is None
                                else self._clock() - self._turn_started),
@@ -373,6 +399,7 @@ class Beast:
         self._rescans, self._collisions = counters["qf_rescans"], counters["slot_collisions"]
         self._host_deferrals = counters.get("host_deferrals", 0)
         self._turns = counters.get("turns", 0)
+        self._resplit_left = state.get("resplit_left", 0)  # none before re-splits in steps
         # The turn goes on where it was (states from before paced turns have no entry).
         elapsed = state.get("turn_elapsed_s")
         self._turn_started = None if elapsed is None else self._clock() - elapsed
