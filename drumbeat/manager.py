@@ -79,12 +79,17 @@ PLACE_BATCH = 2_048
 # Placing per turn of the crawl loop. One DRUM round can find 600,000 URLs new, about 3 s
 # of placing: done at once, it kept the loop from dispatching, and the fetchers ran dry
 # (measured: a 3.9 s turn, no page fetched for 2 s). The rest waits for the next turns.
-PLACE_BUDGET_S = 0.05
+PLACE_BUDGET_S = 0.025
+# The forced merges of the PLD graph (every budget_refresh_s) take at most this share of
+# the crawl's time: they cost more as the graph grows (150-200 ms on the bench web after a
+# minute), the loop dispatches nothing meanwhile, and budgets that follow the graph a
+# little later change little.
+FORCED_PLD_MERGE_SHARE = 0.02
 # URLs read from BEAST are routed (robots rules, then their host's queue) in batches of
 # this many, at most ROUTE_BUDGET_S per turn: a read of half of frontier_ram_urls (50,000
 # by default) took 0.7 s at once, again with the fetchers starved meanwhile.
 ROUTE_BATCH = 256
-ROUTE_BUDGET_S = 0.05
+ROUTE_BUDGET_S = 0.025
 # Paced BEAST turns one feed may end while each turn's URLs are dropped at once.
 MAX_TURNS_PER_FEED = 256
 PLD_CACHE = 65_536  # scheme://authority -> (PLD, hash) entries kept for _place
@@ -197,6 +202,7 @@ class Manager:
         self.stalls = Stalls()
         self._collect_busy_s = 0.0  # wall time _collect spent applying results, last call
         self._merge_busy_s = 0.0  # wall time of _take_new_urls's DRUM merges, last call
+        self._pld_flush_s = 0.0  # wall time of the last forced merge of the PLD graph
         self._collector: asyncio.Future[list[ItemResult]] | None = None
         self._plds_by_authority: dict[bytes, tuple[str, int, int]] = {}
 
@@ -508,9 +514,11 @@ class Manager:
                 and now - self._last_seen_flush >= s.urlseen_flush_interval_s):
             seen.flush()
             self._last_seen_flush = now
-        if now - self._last_pld_flush >= s.budget_refresh_s:
+        if now - self._last_pld_flush >= max(s.budget_refresh_s,
+                                             self._pld_flush_s / FORCED_PLD_MERGE_SHARE):
             plds.flush()  # budgets follow the in-degrees found so far
             self._last_pld_flush = now
+            self._pld_flush_s = perf_counter() - started
         edges = plds.new_edges
         plds.pump()
         self.counters["pld_edges_new"] += plds.new_edges - edges

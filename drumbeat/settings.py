@@ -106,7 +106,9 @@ class Settings:
     budget_max: int = 10_000  # the budget of the best-linked PLDs
     budget_indegree_floor: int = 10  # PLD in-degree up to which a PLD gets budget_default
     budget_table_plds: int = 100_000  # well-linked PLDs whose in-degree STAR keeps in RAM
-    budget_refresh_s: float = 10.0  # merge the PLD graph this often so budgets follow it
+    # Merge the PLD graph this often so budgets follow it (less often when one merge takes
+    # more than 2 % of the interval: drumbeat.manager.FORCED_PLD_MERGE_SHARE).
+    budget_refresh_s: float = 10.0
     beast_queues: int = 4  # j at the start; doubles up to beast_max_queues
     beast_max_queues: int = 64
     beast_pld_slots: int = 1 << 20  # BEAST's per-PLD budget table (16 bytes a slot)
