@@ -516,9 +516,10 @@ class Manager:
             self._last_seen_flush = now
         if now - self._last_pld_flush >= max(s.budget_refresh_s,
                                              self._pld_flush_s / FORCED_PLD_MERGE_SHARE):
+            flush_started = perf_counter()
             plds.flush()  # budgets follow the in-degrees found so far
             self._last_pld_flush = now
-            self._pld_flush_s = perf_counter() - started
+            self._pld_flush_s = perf_counter() - flush_started
         edges = plds.new_edges
         plds.pump()
         self.counters["pld_edges_new"] += plds.new_edges - edges

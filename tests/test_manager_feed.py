@@ -136,3 +136,31 @@ async def _routed_in_parts(tmp_path: Path) -> None:
         await asyncio.sleep(0)
     async with offline_manager(tmp_path, **changes) as restored:
         assert restored.stats().queued == 4_000  # restored from RAM rows: none lost
+
+
+def test_forced_pld_merges_take_a_bounded_share_of_the_time(tmp_path: Path) -> None:
+    asyncio.run(_pld_merges_paced(tmp_path))
+
+
+async def _pld_merges_paced(tmp_path: Path) -> None:
+    # The PLD graph is merged every budget_refresh_s, unless the last forced merge took
+    # longer than FORCED_PLD_MERGE_SHARE of that: then as much longer as its cost says.
+    from drumbeat.manager import FORCED_PLD_MERGE_SHARE
+
+    async with offline_manager(tmp_path, budget_refresh_s=10.0) as manager:
+        plds = manager.plds
+        assert plds is not None
+
+        def forced_merge_at(now: float) -> bool:
+            plds.add([("a.test", f"t{now}.test")])  # pending: a forced merge takes it
+            manager._take_new_urls(now)
+            return plds.edges.stats().pending == 0
+
+        start = manager._last_pld_flush
+        assert not forced_merge_at(start + 9.0)
+        assert forced_merge_at(start + 10.0)
+        manager._pld_flush_s = 1.0  # as if that merge had taken a second
+        spacing = 1.0 / FORCED_PLD_MERGE_SHARE
+        assert spacing > 10.0
+        assert not forced_merge_at(start + 10.0 + spacing - 1.0)
+        assert forced_merge_at(start + 10.0 + spacing)
