@@ -13,7 +13,7 @@ when it is rotated or the writer is closed. A fetch produces a ``response`` reco
 (block = the request head) whose ``WARC-Concurrent-To`` names the response.
 
 Records are built by FastWARC (headers, record ids, SHA-1 block digests; the payload
-digest is handed to it) and read back by warcio, so every file is checked by a second,
+digest is computed here, in the same form) and read back by warcio, so every file is checked by a second,
 independent implementation. FastWARC builds a fetch's two records in about 60 % of the
 CPU time warcio's builder took (measured on 20 KB pages: ~140 µs against ~220 µs a fetch,
 gzip included). Compression is ours (:func:`gzip_member`), because warcio's gzip runs at
@@ -31,6 +31,7 @@ written, even by another process sharing the directory.
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import hashlib
 import io
@@ -255,9 +256,12 @@ class WarcWriter:
             response_headers["WARC-Truncated"] = truncated
         # The block is the head exactly as received, then the body as stored (transfer
         # framing removed, content coding kept): the payload digest is over that body.
+        # Set as a header, in FastWARC's form: its payload_digest argument gives the same
+        # bytes but cost 6-17 µs more a record (256 bench pages, 25 interleaved rounds).
+        response_headers["WARC-Payload-Digest"] = "sha1:" + base64.b32encode(
+            hashlib.sha1(body).digest()).decode("ascii")
         response_id, response = self._record(
-            WarcRecordType.response, response_headers, response_head + body,
-            payload_digest=hashlib.sha1(body).digest())
+            WarcRecordType.response, response_headers, response_head + body)
         _, request = self._record(
             WarcRecordType.request,
             {"WARC-Date": date, "WARC-Target-URI": url, "WARC-Concurrent-To": response_id,
@@ -296,8 +300,8 @@ class WarcWriter:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _record(self, rec_type: WarcRecordType, headers: dict[str, str], block: bytes,
-                payload_digest: bytes | None = None) -> tuple[str, bytes]:
+    def _record(self, rec_type: WarcRecordType, headers: dict[str, str],
+                block: bytes) -> tuple[str, bytes]:
         """One record with ``headers`` (after WARC-Type, WARC-Date, WARC-Record-ID and
         Content-Length; a given WARC-Date replaces the current time) and its block
         digest; returns (its WARC-Record-ID, the record, uncompressed)."""
@@ -309,8 +313,10 @@ class WarcWriter:
         record.set_bytes_content(block)
         self._buf.seek(0)
         self._buf.truncate()
-        record.write(self._buf, checksum_data=True, payload_digest=payload_digest)
-        return fields["WARC-Record-ID"], self._buf.getvalue()
+        record.write(self._buf, checksum_data=True)
+        record_id = record.record_id
+        assert record_id is not None  # init_headers made one
+        return record_id, self._buf.getvalue()
 
     def _advance(self, records: int, nbytes: int) -> None:
         self._size += nbytes
