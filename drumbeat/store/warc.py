@@ -13,11 +13,12 @@ when it is rotated or the writer is closed. A fetch produces a ``response`` reco
 (block = the request head) whose ``WARC-Concurrent-To`` names the response.
 
 Records are built by FastWARC (headers, record ids, SHA-1 block digests; the payload
-digest is computed here, in the same form) and read back by warcio, so every file is checked by a second,
-independent implementation. FastWARC builds a fetch's two records in about 60 % of the
-CPU time warcio's builder took (measured on 20 KB pages: ~140 µs against ~220 µs a fetch,
-gzip included). Compression is ours (:func:`gzip_member`), because warcio's gzip runs at
-level 9 and is the bottleneck of a fast crawl (see MEASURED.md).
+digest is computed here, in the same form) and read back by warcio, so every file is
+checked by a second, independent implementation. FastWARC builds a fetch's two records
+in about 60 % of the CPU time warcio's builder took (measured on 20 KB pages: ~140 µs
+against ~220 µs a fetch, gzip included). Compression is ours (:func:`gzip_member`),
+because warcio's gzip runs at level 9 and is the bottleneck of a fast crawl (see
+MEASURED.md).
 
 Crash safety
 ------------
