@@ -208,53 +208,68 @@ class Beast:
         self._placed += len(records)
 
     def _spread(self, items: Iterable[tuple[bytes, int, int, int | None]]) -> None:
-        """Place (record, pld_hash, budget, host_hash) tuples, appending to each queue once."""
-        batches: list[list[bytes]] = [[] for _ in range(self._j + 1)]  # the last is QF
-        target = self._target
+        """Place (record, pld_hash, budget, host_hash) tuples, appending to each queue once.
+
+        A record goes to its PLD's current queue until the PLD has had ``budget`` (at
+        least 1) records there, then to the next queue; with the host cap, also to a queue
+        its host has had fewer than the cap in, the later of the two. A queue beyond the
+        ring means QF. One loop with the tables in locals, as it runs for every URL a
+        crawl finds new: with a method call per URL, place_many took 3.2 µs a URL
+        against 2.2 (min of 12 interleaved rounds of 82 k bench-like URLs, host cap on).
+        """
+        j, start = self._j, self._start
+        now = start + self._cur
+        first = now if self.turn_s > 0 else now + 1  # paced: the current queue is open
+        beyond = now + j
+        slots, tags, turns, counts = self._slots, self._mtag, self._mturn, self._mcount
+        host_cap, host_slots = self._host_cap, self._host_slots
+        host_turns, host_counts = self._mhturn, self._mhcount
+        batches: list[list[bytes]] = [[] for _ in range(j + 1)]  # the last is QF
+        qf = batches[-1]
+        collisions = deferrals = 0
         for record, pld, budget, host in items:
-            batches[target(pld, budget, host)].append(record)
+            pld &= _MASK64
+            slot = pld % slots
+            turn = turns[slot]
+            if turn >= first:
+                if tags[slot] != pld:
+                    collisions += 1
+                used = counts[slot]
+            else:
+                turn, used = first, 0
+            if used and used >= budget:  # used >= max(budget, 1)
+                turn, used = turn + 1, 0
+            if host is not None and host_cap:
+                hslot = (host & _MASK64) % host_slots
+                hturn = host_turns[hslot]
+                if hturn >= first:
+                    hused = host_counts[hslot]
+                else:
+                    hturn, hused = first, 0
+                if hused >= host_cap:
+                    hturn, hused = hturn + 1, 0
+                if hturn > turn:
+                    # The host is full where its PLD has room: a later queue for both.
+                    deferrals += 1
+                    turn, used = hturn, 0
+                elif turn > hturn:
+                    hused = 0
+                if turn >= beyond:
+                    qf.append(record)
+                    continue
+                host_turns[hslot], host_counts[hslot] = turn, hused + 1
+            if turn >= beyond:
+                qf.append(record)
+                continue
+            tags[slot], turns[slot], counts[slot] = pld, turn, used + 1
+            index = turn - start
+            batches[index if index < j else index - j].append(record)
+        self._collisions += collisions
+        self._host_deferrals += deferrals
         for queue, batch in zip([*self._ring, self._qf], batches):
             if batch:
                 queue.extend(batch)
-        self._deferred += len(batches[-1])
-
-    def _target(self, pld: int, budget: int, host: int | None = None) -> int:
-        """The ring index the PLD's next URL goes to (the tables updated), or -1: QF."""
-        pld &= _MASK64
-        slot = pld % self._slots
-        now = self._start + self._cur
-        first = now if self.turn_s > 0 else now + 1  # paced: the current queue is open
-        turn = self._mturn[slot]
-        if turn >= first:
-            if self._mtag[slot] != pld:
-                self._collisions += 1
-            used = self._mcount[slot]
-        else:
-            turn, used = first, 0
-        if used >= max(budget, 1):
-            turn, used = turn + 1, 0
-        if host is not None and self._host_cap:
-            hslot = (host & _MASK64) % self._host_slots
-            hturn = self._mhturn[hslot]
-            hused = self._mhcount[hslot] if hturn >= first else 0
-            if hturn < first:
-                hturn = first
-            if hused >= self._host_cap:
-                hturn, hused = hturn + 1, 0
-            if hturn > turn:
-                # The host is full where its PLD has room: a later queue for both.
-                self._host_deferrals += 1
-                turn, used = hturn, 0
-            elif turn > hturn:
-                hturn, hused = turn, 0
-            if turn >= now + self._j:
-                return -1
-            self._mhturn[hslot], self._mhcount[hslot] = turn, hused + 1
-        if turn >= now + self._j:
-            return -1
-        self._mtag[slot], self._mturn[slot], self._mcount[slot] = pld, turn, used + 1
-        index = turn - self._start
-        return index if index < self._j else index - self._j
+        self._deferred += len(qf)
 
     # -- reading -----------------------------------------------------------------------
 
