@@ -30,6 +30,8 @@ from drumbeat.store.warc import WarcWriter
 
 log = logging.getLogger("drumbeat.worker")
 
+WARC_SYNC_INTERVAL_S = 1.0
+
 
 def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -81,6 +83,7 @@ async def _serve(frames_out: Any) -> int:
     fetcher = Fetcher(settings, queue, http, warc, worker=name)
     tune_gc()
     running = asyncio.ensure_future(fetcher.run())
+    syncing = asyncio.ensure_future(_sync_often(warc))
     try:
         while True:
             frame = await read_frame(reader)
@@ -93,14 +96,15 @@ async def _serve(frames_out: Any) -> int:
                 queue.add_tasks(body)
             elif kind == "sync":
                 queue.flush()
-                warc.sync()
+                await warc.sync_off_loop()  # fetching goes on meanwhile
                 queue.send(("synced", body))
             elif kind == "stop":
                 break
     finally:
         await queue.close()
         running.cancel()
-        await asyncio.gather(running, return_exceptions=True)
+        syncing.cancel()
+        await asyncio.gather(running, syncing, return_exceptions=True)
         queue.flush(with_stats=True)  # the last stats
         warc.close()
         await http.close()
@@ -111,6 +115,19 @@ async def _serve(frames_out: Any) -> int:
             pass  # the manager is gone; nothing more to tell it
         writer.close()
     return 0
+
+
+async def _sync_often(warc: WarcWriter) -> None:
+    """fsync the WARC file every WARC_SYNC_INTERVAL_S, off the event loop, so that the
+    sync a checkpoint waits for finds little to write. (The kernel would write the bytes
+    in 30 s or so; a checkpoint's fsync of that much took seconds, during which the
+    manager dispatched nothing.)"""
+    while True:
+        await asyncio.sleep(WARC_SYNC_INTERVAL_S)
+        try:
+            await warc.sync_off_loop()
+        except OSError as e:  # the checkpoint's own sync reports it, and is waited for
+            log.warning("periodic WARC sync failed: %s", e)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import io
 import os
@@ -143,6 +144,38 @@ def test_rotation_by_size(tmp_path: Path) -> None:
         assert f.stat().st_size < 3_000 + last_pair
     assert responses == 30
     assert stats.records == 30 * 2 + len(files)
+
+
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_sync_off_loop_goes_on_through_writes_rotation_and_cancellation(tmp_path: Path) -> None:
+    """The fsync runs on a thread while the loop writes and rotates; every record stays
+    readable, and no descriptor is left open, even by a sync that was cancelled."""
+    writer = WarcWriter(tmp_path, max_file_bytes=3_000)
+    before = open_descriptors()
+
+    async def crawl() -> None:
+        await writer.sync_off_loop()  # no file yet: nothing to do
+        write_pages(writer, 5)
+        syncing = asyncio.ensure_future(writer.sync_off_loop())
+        await asyncio.sleep(0)  # the thread has the descriptor of the file now open
+        write_pages(writer, 25, start=5)  # rotates, closing that file
+        await syncing
+        cancelled = asyncio.ensure_future(writer.sync_off_loop())
+        await asyncio.sleep(0)
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+
+    asyncio.run(crawl())  # returns once its thread pool has finished
+    assert writer.stats().files_finished > 3
+    writer.close()
+    assert open_descriptors() == before
+    urls = [r.header("WARC-Target-URI") for f in warc_files(tmp_path) for r in iter_records(f)
+            if r.rec_type == "response"]
+    assert urls == [f"http://example.test/p{i}" for i in range(30)]
 
 
 def exchanges(n: int) -> list[FetchResponse]:
