@@ -3,7 +3,9 @@
 It reads frames from stdin (see :mod:`drumbeat.queue.process`): first ``("init", (name,
 settings))``, then tasks, sync requests and stop. It runs a :class:`drumbeat.fetcher.Fetcher`
 with its own HTTP client and its own WARC file (named with its pid) in the crawl's
-``warc/`` directory, and sends results, with the crawl-log lines, back on stdout.
+``warc/`` directory, and sends results, with the crawl-log lines, back on stdout. The WARC
+file is fsynced off the event loop, every WARC_SYNC_INTERVAL_S and when the manager asks
+(before a checkpoint), so fetching never waits for the disk.
 
 It ignores SIGINT and SIGTERM: the manager decides when fetching stops (a Ctrl-C reaches
 the whole process group). When stdin closes (the manager stopped or was killed), it
