@@ -5,6 +5,7 @@ import hashlib
 import io
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -14,9 +15,11 @@ from base64 import b32encode
 from pathlib import Path
 
 import pytest
+from fastwarc.warc import WarcHeader, WarcRecord, WarcRecordType
 from warcio.archiveiterator import ArchiveIterator
 
 from drumbeat.fetch.http import FetchResponse
+from drumbeat.store import warc
 from drumbeat.store.warc import (
     OPEN_SUFFIX,
     WarcLocation,
@@ -96,6 +99,42 @@ def test_round_trip_with_warcio(tmp_path: Path) -> None:
         assert request.header("WARC-Concurrent-To") == response.header("WARC-Record-ID")
         assert request.header("WARC-Block-Digest") == sha1_label(REQUEST_HEAD)
         assert request.header("WARC-Date") == response.header("WARC-Date")
+
+
+def test_records_are_fastwarcs_own_serialization() -> None:
+    """The writer takes a record's bytes from FastWARC's pickled state when a sample shows
+    that is write()'s output (the fast path, live on the FastWARC this project installs);
+    both must give what write(checksum_data=True) gives, digests included."""
+    assert warc._state_is_written_record()
+    body = body_for(7)
+    block = response_head(body) + body
+
+    def record() -> WarcRecord:
+        made = WarcRecord()
+        made.init_headers(record_type=WarcRecordType.response,
+                          record_urn=b"urn:uuid:00000000-0000-4000-8000-000000000007")
+        made.headers[WarcHeader.WARC_DATE] = "2023-11-14T22:13:20Z"
+        made.headers[WarcHeader.WARC_TARGET_URI] = "http://example.test/p7"
+        return made
+
+    checked = record()
+    checked.set_bytes_content(block)
+    written = io.BytesIO()
+    checked.write(written, checksum_data=True)  # FastWARC computes the digest
+    for serialize in (warc._serialized, warc._written):
+        ours = record()
+        ours.headers[WarcHeader.WARC_BLOCK_DIGEST] = sha1_label(block)
+        ours.set_bytes_content(block)
+        assert serialize(ours) == written.getvalue()
+    # The writer's own record has the same layout, but for its id and date.
+    _, record_bytes = WarcWriter._record(
+        WarcRecordType.response, [(WarcHeader.WARC_TARGET_URI, "http://example.test/p7")],
+        block)
+    assert _without_id_and_date(record_bytes) == _without_id_and_date(written.getvalue())
+
+
+def _without_id_and_date(record: bytes) -> bytes:
+    return re.sub(rb"(WARC-Record-ID|WARC-Date): [^\r]*\r\n", b"", record)
 
 
 def test_location_reads_one_record_by_seeking(tmp_path: Path) -> None:
