@@ -94,6 +94,10 @@ def normalize(url: str, base: str | None = None, *, max_bytes: int = DEFAULT_MAX
     ``normalize(normalize(u)) == normalize(u)``. Raises :class:`URLRejected`;
     ``too_long`` applies to the result.
     """
+    if base is None and len(url) <= max_bytes and _NORMAL_ABSOLUTE_RE.fullmatch(url):
+        # Already normal, as most URLs given alone are (the crawler normalized them when
+        # found): one regular-expression test, a third of the parser's cost.
+        return url
     return _normalize(url, _encode_base(base), max_bytes)
 
 
