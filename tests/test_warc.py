@@ -137,6 +137,12 @@ def _without_id_and_date(record: bytes) -> bytes:
     return re.sub(rb"(WARC-Record-ID|WARC-Date): [^\r]*\r\n", b"", record)
 
 
+@pytest.mark.parametrize("size", [0, 1, 19, 20, 21, 64, 1000])
+def test_sha1_label_is_base32_of_sha1(size: int) -> None:
+    data = random.Random(size).randbytes(size)
+    assert warc.sha1_label(data) == sha1_label(data)  # this file's, through base64
+
+
 def test_location_reads_one_record_by_seeking(tmp_path: Path) -> None:
     with WarcWriter(tmp_path) as writer:
         locations = write_pages(writer, 5)
