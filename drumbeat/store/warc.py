@@ -95,8 +95,8 @@ def sha1_label(data: bytes) -> str:
     return "sha1:" + "".join([_BASE32_PAIRS[digest >> shift & 0x3FF] for shift in _PAIR_SHIFTS])
 
 
-_BASE32_PAIRS = [a + b for a in "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
-                 for b in "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"]
+_BASE32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"  # RFC 4648
+_BASE32_PAIRS = [a + b for a in _BASE32 for b in _BASE32]
 _PAIR_SHIFTS = range(150, -1, -10)
 
 
