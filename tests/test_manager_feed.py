@@ -164,3 +164,46 @@ async def _pld_merges_paced(tmp_path: Path) -> None:
         assert spacing > 10.0
         assert not forced_merge_at(start + 10.0 + spacing - 1.0)
         assert forced_merge_at(start + 10.0 + spacing)
+
+
+def test_urlseen_is_merged_before_the_fetchers_run_dry(tmp_path: Path) -> None:
+    asyncio.run(_merged_early(tmp_path))
+
+
+async def _merged_early(tmp_path: Path) -> None:
+    # Fetch slots busy throughout: only the frontier's low water (BEAST empty, RAM half
+    # empty) can force a merge of URL-seen's part-filled buffers; otherwise the URLs
+    # found meanwhile wait for the buffers to fill, or for idle slots.
+    from drumbeat.manager import EARLY_SEEN_MERGE_SHARE
+
+    changes = {"host_delay_s": 1.0, "host_delay_min_s": 1.0, "budget_max": 10_000,
+               "beast_turn_s": 0}
+    found = [f"http://new{i}.test/" for i in range(50)]
+    for ram, merged in ((1_600, False), (2_400, True)):
+        async with offline_manager(tmp_path / str(ram), frontier_ram_urls=ram,
+                                   **changes) as manager:
+            assert manager.seen is not None and manager.beast is not None
+            _admit(manager, [f"http://big{i}.test" for i in range(10)], 100)
+            await _feed_until_settled(manager)
+            assert manager.scheduler.queued_urls == 1_000 and len(manager.beast) == 0
+            manager._slots_idle = False
+            manager._admit(found, 1, None)
+            assert manager.seen.pending == len(found)
+            now = manager.clock() + 1.0
+            manager._take_new_urls(now)
+            # 1,000 URLs in RAM: over half of 1,600 (they wait), under half of 2,400.
+            assert manager.seen.pending == (0 if merged else len(found))
+            assert len(manager.beast) == (len(found) if merged else 0)
+            if not merged:
+                continue
+            # An early merge that took a second is followed by none for 1/SHARE seconds.
+            manager._seen_flush_s = 1.0
+            await _feed_until_settled(manager)
+            assert len(manager.beast) == 0 and manager.scheduler.queued_urls == 1_050
+            manager._slots_idle = False
+            manager._admit([f"http://later{i}.test/" for i in range(5)], 1, None)
+            spacing = 1.0 / EARLY_SEEN_MERGE_SHARE
+            manager._take_new_urls(now + spacing - 1.0)
+            assert manager.seen.pending == 5 and len(manager.beast) == 0
+            manager._take_new_urls(now + spacing)
+            assert manager.seen.pending == 0 and len(manager.beast) == 5
