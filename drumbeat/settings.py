@@ -97,7 +97,7 @@ class Settings:
 
     # URL-seen (DRUM): RAM is fixed by this, not by the number of URLs seen.
     urlseen_ram_bytes: int = 64 * 1024 * 1024
-    urlseen_flush_interval_s: float = 0.5  # min gap between merges forced by a short frontier
+    urlseen_flush_interval_s: float = 0.5  # min gap between merges forced by a short or low frontier
     pld_ram_bytes: int = 16 * 1024 * 1024  # PLD in-degree (two DRUMs, half each)
 
     # Frontier (IRLbot STAR + BEAST + robots loop): disk queues, RAM fixed by these.
