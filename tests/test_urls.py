@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import sys
 from collections import Counter
 
 import pytest
@@ -15,6 +16,7 @@ from drumbeat.urls import (
     _normalize,
     _whatwg_href,
     fingerprint,
+    fingerprints,
     host_of,
     in_scope,
     normalize,
@@ -202,6 +204,17 @@ def test_fingerprint() -> None:
     assert 0 <= fingerprint(url) < 2**64
     assert fingerprint(normalize("HTTP://A.com")) == fingerprint(normalize("http://a.com:80/#x"))
     assert fingerprint("http://a.com/x") != fingerprint("http://a.com/y")
+
+
+@given(st.lists(st.text(), max_size=20))
+def test_fingerprints_are_each_urls_fingerprint(urls: list[str]) -> None:
+    # Built from the digests' bytes: the same values, in the machine's byte order.
+    urls = [url.encode("utf-8", "surrogatepass").decode("utf-8", "replace") for url in urls]
+    keys = fingerprints(urls)
+    assert keys.typecode == "Q"
+    assert list(keys) == [fingerprint(url) for url in urls]
+    assert fingerprints(["http://a.com/"]).tobytes() == (0x3624_99FE_78D4_C700).to_bytes(
+        8, sys.byteorder)
 
 
 @pytest.mark.parametrize(

@@ -27,6 +27,7 @@ import numpy as np
 import xxhash
 
 from drumbeat.drum import AuxArray, Drum
+from drumbeat.urls import xxh3_64_array
 
 INDEGREE_DTYPE = np.dtype([("indegree", "<u4")])
 # The manifest's format: 2 adds a count before each indegree tuple's target name (see
@@ -47,8 +48,7 @@ def edge_keys(source: str, targets: Iterable[str]) -> array:
     """:func:`edge_key` of (source, target) for each target, as an ``array("Q")``,
     iterated in C (no Python call per edge)."""
     prefix = source + "\n"
-    return array("Q", map(xxhash.xxh3_64_intdigest,
-                          map(str.encode, map(prefix.__add__, targets))))
+    return xxh3_64_array(map(str.encode, map(prefix.__add__, targets)))
 
 
 OnIndegree = Callable[[list[str], list[int]], None]
