@@ -47,6 +47,7 @@ __all__ = [
     "origin_of",
     "pld",
     "robots_url",
+    "xxh3_64_array",
 ]
 
 DEFAULT_MAX_URL_BYTES = 2048
