@@ -562,6 +562,153 @@ async def make_pycurl_asyncio(ctx):
     return fetch, close
 
 
+async def make_pycurl_epoll(ctx):
+    """pycurl CurlMulti on the asyncio loop through one epoll object: curl's sockets are
+    registered with a private ``select.epoll`` whose own fd is the loop's only reader;
+    each wake-up runs socket_action for every ready socket and, when due, the timeout.
+    curl's timer callback only records the deadline; one loop timer is re-armed only
+    when the deadline moves earlier."""
+    import select
+
+    import pycurl
+
+    loop = asyncio.get_running_loop()
+    multi = pycurl.CurlMulti()
+    multi.setopt(pycurl.M_MAX_HOST_CONNECTIONS, 2)
+    multi.setopt(pycurl.M_MAXCONNECTS, ctx["hosts"] * 2)
+    ep = select.epoll()
+    watched: dict[int, int] = {}
+    state = {"deadline": None, "armed": None, "armed_at": None}
+    free: list = []
+    port = ctx["port"]
+    masks = {pycurl.POLL_IN: select.EPOLLIN, pycurl.POLL_OUT: select.EPOLLOUT,
+             pycurl.POLL_INOUT: select.EPOLLIN | select.EPOLLOUT}
+    EIN, EOUT, EERR = select.EPOLLIN, select.EPOLLOUT, select.EPOLLERR | select.EPOLLHUP
+    IN, OUT, ERR = pycurl.CSELECT_IN, pycurl.CSELECT_OUT, pycurl.CSELECT_ERR
+
+    def finish():
+        while True:
+            _, ok, failed = multi.info_read()
+            for c in ok:
+                multi.remove_handle(c)
+                c.fut.set_result(None)
+            for c, errno, msg in failed:
+                multi.remove_handle(c)
+                if errno == pycurl.E_WRITE_ERROR and c.capped:
+                    c.fut.set_result(None)
+                else:
+                    c.fut.set_exception(RuntimeError(f"curl {errno}: {msg}"))
+            if not ok and not failed:
+                return
+
+    def run():
+        action = multi.socket_action
+        for fd, ev in ep.poll(0):
+            action(fd, (IN if ev & EIN else 0) | (OUT if ev & EOUT else 0)
+                   | (ERR if ev & EERR else 0))
+        deadline = state["deadline"]
+        if deadline is not None and deadline <= loop.time():
+            state["deadline"] = None
+            action(pycurl.SOCKET_TIMEOUT, 0)
+        finish()
+
+    def on_timer_fired():
+        state["armed"] = None
+        deadline = state["deadline"]
+        if deadline is not None and deadline > loop.time():
+            arm(deadline)
+            return
+        run()
+
+    def arm(when):
+        h = state["armed"]
+        if h is not None:
+            if state["armed_at"] <= when:
+                return
+            h.cancel()
+        state["armed"] = loop.call_at(when, on_timer_fired)
+        state["armed_at"] = when
+
+    def socket_cb(what, fd, _multi, _data):
+        if what == pycurl.POLL_REMOVE:
+            if watched.pop(fd, None) is not None:
+                try:
+                    ep.unregister(fd)
+                except OSError:
+                    pass
+            return
+        mask = masks[what]
+        old = watched.get(fd)
+        if old == mask:
+            return
+        if old is None:
+            ep.register(fd, mask)
+        else:
+            ep.modify(fd, mask)
+        watched[fd] = mask
+
+    def timer_cb(ms):
+        if ms < 0:
+            state["deadline"] = None
+            return
+        when = loop.time() + ms / 1000
+        state["deadline"] = when
+        arm(when)
+
+    multi.setopt(pycurl.M_SOCKETFUNCTION, socket_cb)
+    multi.setopt(pycurl.M_TIMERFUNCTION, timer_cb)
+    loop.add_reader(ep.fileno(), run)
+
+    def new_handle():
+        c = pycurl.Curl()
+        c.setopt(pycurl.USERAGENT, USER_AGENT)
+        c.setopt(pycurl.HTTP_VERSION, pycurl.CURL_HTTP_VERSION_1_1)
+        c.setopt(pycurl.TIMEOUT_MS, int(TIMEOUT_S * 1000))
+        c.setopt(pycurl.CONNECTTIMEOUT_MS, 10_000)
+        c.setopt(pycurl.NOSIGNAL, 1)
+        c.setopt(pycurl.FOLLOWLOCATION, 0)
+        c.setopt(pycurl.PROXY, "")
+        c.setopt(pycurl.NOPROXY, "*")
+
+        def write(data):
+            c.body += data
+            if len(c.body) > BODY_CAP:
+                del c.body[BODY_CAP:]
+                c.capped = True
+                return 0  # abort the transfer (CURLE_WRITE_ERROR)
+            return None
+
+        def header(line):
+            c.head += line
+
+        c.setopt(pycurl.WRITEFUNCTION, write)
+        c.setopt(pycurl.HEADERFUNCTION, header)
+        return c
+
+    async def fetch(url, host, ip, path):
+        c = free.pop() if free else new_handle()
+        c.body, c.head, c.capped = bytearray(), bytearray(), False
+        c.setopt(pycurl.URL, url)
+        c.setopt(pycurl.CONNECT_TO, [f"{host}:{port}:{ip}:{port}"])
+        c.fut = loop.create_future()
+        multi.add_handle(c)
+        try:
+            await c.fut
+            return c.getinfo(pycurl.RESPONSE_CODE), bytes(c.head), bytes(c.body)
+        finally:
+            c.fut = None
+            free.append(c)
+
+    async def close():
+        loop.remove_reader(ep.fileno())
+        for c in free:
+            c.close()
+        multi.close()
+        ep.close()
+
+    return fetch, close
+
+
 async def make_pycurl_thread(ctx):
     """pycurl CurlMulti run by a plain perform()/select() loop in its own thread (curl's
     fds from fdset() plus a wake-up pipe); the asyncio side hands it (handle, future)
@@ -773,6 +920,7 @@ ASYNC_CLIENTS = {
     "drumbeat-curl": ("pycurl", make_drumbeat_curl),
     "aiosonic": ("aiosonic", make_aiosonic),
     "pycurl-asyncio": ("pycurl", make_pycurl_asyncio),
+    "pycurl-epoll": ("pycurl", make_pycurl_epoll),
     "pycurl-thread": ("pycurl", make_pycurl_thread),
     "rnet": ("rnet", make_rnet),
     "rnet-full": ("rnet", make_rnet_full),
