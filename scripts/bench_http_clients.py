@@ -22,9 +22,11 @@ runs every client once before repeat r+1.
 The third-party clients are not drumbeat dependencies: ``pip install aiosonic pycurl httpx
 rnet primp pyreqwest httpr niquests httptools`` to measure them. ``*-full`` variants read the
 whole body in one call (no cap); ``raw-httptools`` is a floor (uvloop Protocol + llhttp, no
-timeouts or error handling), not a client. pycurl is driven three ways: ``pycurl-asyncio``
-(socket/timer callbacks on the uvloop loop), ``pycurl-thread`` (perform/select loop in a
-thread, futures resolved in batches) and ``pycurl-select`` (that loop alone, no asyncio).
+timeouts or error handling), not a client. pycurl is driven four ways: ``pycurl-asyncio``
+(socket/timer callbacks on the uvloop loop, a reader per socket), ``pycurl-epoll`` (curl's
+sockets in an epoll of their own, whose fd is the loop's one reader: CurlHttpClient's way),
+``pycurl-thread`` (perform/select loop in a thread, futures resolved in batches) and
+``pycurl-select`` (that loop alone, no asyncio).
 ``drumbeat`` is drumbeat's HttpClient (aiohttp), ``drumbeat-curl`` its CurlHttpClient (libcurl
 on the asyncio loop, the ``http_client = "curl"`` setting); measured together (20,000 requests,
 median of 3): drumbeat 259, drumbeat-curl 192, aiohttp 200, pycurl-asyncio 111 µs/request.

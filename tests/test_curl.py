@@ -4,6 +4,11 @@ heads and chunked trailers stay out of the response head."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import socket
+import stat
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -93,6 +98,53 @@ def test_interim_heads_and_trailers_are_not_the_response_head() -> None:
     # The body is kept de-chunked, so the head says the framing was there, not that it is.
     assert r.response_head == head.replace(b"Transfer-Encoding", b"X-Crawler-Transfer-Encoding")
     assert r.headers == [("Transfer-Encoding", "chunked"), ("X-A", "b")]
+
+
+def _epoll_peers(epoll_fd: int) -> list[object]:
+    """The peer addresses of the descriptors registered in an epoll instance (from the
+    kernel's fdinfo); None for one without (curl's wake-up eventfd, for one)."""
+    peers: list[object] = []
+    with open(f"/proc/self/fdinfo/{epoll_fd}") as f:
+        fds = [int(line.split()[1]) for line in f if line.startswith("tfd:")]
+    for fd in fds:
+        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+            peers.append(None)
+            continue
+        with socket.socket(fileno=os.dup(fd)) as s:
+            try:
+                peers.append(s.getpeername())
+            except OSError:
+                peers.append(None)
+    return peers
+
+
+def test_idle_connections_the_server_closes_are_dropped_and_fetches_go_on() -> None:
+    """Keep-alive connections curl pools stay in the client's epoll, parked; this server
+    closes each after its reply, so the next fetch must reconnect (often on the same
+    descriptor number), and no connection to it may be left in the epoll (curl's own
+    wake-up socket may be)."""
+
+    async def main() -> tuple[list[tuple[int | None, str | None]], int, list[object], int]:
+        async with raw_server(REPLY) as raw:  # closes each connection after its reply
+            dns = DnsCache(nameserver="127.0.0.1:9", timeout_s=0.2, tries=1)
+            http = CurlHttpClient(user_agent=UA, policy=LOOPBACK_OK, resolver=dns)
+            try:
+                seen = []
+                for i in range(6):
+                    r = await http.fetch(f"http://127.0.0.1:{raw.port}/{i}", None)
+                    seen.append((r.status, r.error))
+                    await asyncio.sleep(0.05)  # the server's close reaches the parked socket
+                assert http._epoll is not None
+                peers = _epoll_peers(http._epoll.fileno())
+            finally:
+                await http.close()
+                await dns.close()
+            return seen, raw.connections, peers, raw.port
+
+    seen, connections, peers, port = run(main)
+    assert seen == [(200, None)] * 6
+    assert connections == 6
+    assert ("127.0.0.1", port) not in peers
 
 
 _FIELD_LINE = st.lists(
