@@ -189,8 +189,9 @@ def _ca_file() -> str | None:
 class _Handle:
     """One reusable curl easy handle and the state of the transfer it runs."""
 
-    __slots__ = ("curl", "response", "body", "head", "lines", "headers", "request_head",
-                 "head_done", "status", "cap", "reason", "future", "dead", "last", "_limit")
+    __slots__ = ("curl", "response", "chunks", "size", "head", "lines", "headers",
+                 "request_head", "head_done", "status", "cap", "reason", "future", "dead",
+                 "last", "_limit")
 
     def __init__(self, client: CurlHttpClient) -> None:
         c = self.curl = pycurl.Curl()
@@ -225,7 +226,11 @@ class _Handle:
         self.dead = False  # closed mid-transfer: never reused
         # When bytes last arrived (the loop's clock); None until the request goes out.
         self.last: float | None = None
-        self.body = bytearray()
+        # The body as curl hands it over, joined once at the end: a bytearray grown
+        # chunk by chunk and then copied out cost 10.0 µs for 20 KB in two chunks
+        # (16 KiB and the rest), the list and join 0.7.
+        self.chunks: list[bytes] = []
+        self.size = 0
         self.head = b""
         self.lines: list[bytes] = []
         self.headers: list[tuple[str, str]] = []
@@ -239,7 +244,7 @@ class _Handle:
     def start(self, response: FetchResponse, url: str, connect_to: str | None,
               headers: list[str], cap: int, future: asyncio.Future[tuple[int, str]]) -> None:
         self.response, self.future, self.cap = response, future, cap
-        self.body = bytearray()
+        self.chunks, self.size = [], 0
         self.head = b""
         self.lines, self.headers = [], []
         self.request_head = bytearray()
@@ -258,13 +263,15 @@ class _Handle:
 
     def _write(self, data: bytes) -> int | None:
         self.last = time.monotonic()
-        room = self.cap - len(self.body)
+        room = self.cap - self.size
         if len(data) > room:
-            self.body += data[:room]
+            self.chunks.append(data[:room])
+            self.size += room
             assert self.response is not None
             self.response.truncated = "length"
             return 0  # stops the transfer (CURLE_WRITE_ERROR), the connection is dropped
-        self.body += data
+        self.chunks.append(data)
+        self.size += len(data)
         return None
 
     def _header(self, line: bytes) -> int | None:
@@ -305,6 +312,10 @@ class _Handle:
         self.head = lines[0].rstrip(b"\r\n") + b"\r\n" + fields + b"\r\n"
         self.head_done = True
         return None
+
+    def body(self) -> bytes:
+        """The body received so far, in one bytes object (a lone chunk as it is)."""
+        return b"".join(self.chunks)
 
     def _debug(self, kind: int, data: bytes) -> None:
         if kind == pycurl.INFOTYPE_HEADER_OUT:
@@ -499,7 +510,7 @@ class CurlHttpClient:
             self._abandon(handle)
             raise
         if handle.dead:  # the client was closed under it
-            response.body = bytes(handle.body)
+            response.body = handle.body()
             return "http:error"
         if not self._trace_request_head:
             handle.request_head = bytearray(request_head.encode("utf-8"))
@@ -507,14 +518,15 @@ class CurlHttpClient:
             return self._collect(handle, response, errno, message)
         finally:
             handle.response = handle.future = None
-            handle.body = handle.request_head = bytearray()
+            handle.chunks, handle.size = [], 0
+            handle.request_head = bytearray()
             handle.head, handle.lines, handle.headers = b"", [], []
             self._free.append(handle)
 
     def _collect(self, handle: _Handle, response: FetchResponse, errno: int,
                  message: str) -> str | None:
         """Move what curl received into ``response``; return the error reason."""
-        response.body = bytes(handle.body)
+        response.body = handle.body()
         if handle.head_done and handle.status is not None:
             response.status = handle.status
             self._read_head(handle, response)
