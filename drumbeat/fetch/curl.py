@@ -11,9 +11,10 @@ and one loop timer is moved only when the deadline comes earlier. Registering ea
 socket with ``add_reader``/``add_writer`` and each timeout with ``call_later`` instead
 cost about 45 µs more CPU a request (scripts/bench_http_clients.py, bare pycurl,
 ``pycurl-asyncio`` 188 against ``pycurl-epoll`` 143; the perform/select loop without
-asyncio, 90). Measured there, with everything this client adds (URL parsing, guard,
-response fields, decoding and the head parsing done here in Python), the loop-driven
-client cost 192 µs of CPU per request against HttpClient's 259.
+asyncio, 90). With everything this client adds (URL parsing, guard, response fields,
+decoding and the head parsing done here in Python) it cost 162-207 µs a request there,
+alternated with the reader-per-socket driver at 237-289 (HttpClient, on aiohttp, cost
+259 when the latter cost 192: the machine's speed varies from day to day).
 
 What is shared with HttpClient (drumbeat.fetch.http): URL parsing (yarl's parts; plain
 URLs are split here without yarl, see :func:`parse_url`), the address choice and guard
