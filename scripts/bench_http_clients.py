@@ -446,18 +446,14 @@ async def make_raw(ctx):
     return fetch, close
 
 
-async def make_pycurl_asyncio(ctx):
-    """pycurl CurlMulti driven by the asyncio (uvloop) loop: M_SOCKETFUNCTION registers
-    fds with add_reader/add_writer, M_TIMERFUNCTION arms call_later, events call
-    socket_action; CONNECT_TO pins the address; HEADERFUNCTION keeps the raw head."""
+def _pycurl_on_loop(ctx, loop, multi):
+    """What both loop drivers of a CurlMulti share: easy handles (CONNECT_TO pins the
+    address, HEADERFUNCTION keeps the raw head), ``fetch``, ``finish`` (settle the
+    transfers that ended) and ``close_handles``."""
     import pycurl
 
-    loop = asyncio.get_running_loop()
-    multi = pycurl.CurlMulti()
     multi.setopt(pycurl.M_MAX_HOST_CONNECTIONS, 2)
     multi.setopt(pycurl.M_MAXCONNECTS, ctx["hosts"] * 2)
-    watched: dict[int, int] = {}
-    timer = [None]
     free: list = []
     port = ctx["port"]
 
@@ -475,45 +471,6 @@ async def make_pycurl_asyncio(ctx):
                     c.fut.set_exception(RuntimeError(f"curl {errno}: {msg}"))
             if not ok and not failed:
                 return
-
-    def on_event(fd, ev):
-        multi.socket_action(fd, ev)
-        finish()
-
-    def socket_cb(what, fd, _multi, _data):
-        old = watched.get(fd, 0)
-        if what == pycurl.POLL_REMOVE:
-            if old & 1:
-                loop.remove_reader(fd)
-            if old & 2:
-                loop.remove_writer(fd)
-            watched.pop(fd, None)
-            return
-        want = {pycurl.POLL_IN: 1, pycurl.POLL_OUT: 2, pycurl.POLL_INOUT: 3}.get(what, 0)
-        if old & 1 and not want & 1:
-            loop.remove_reader(fd)
-        if old & 2 and not want & 2:
-            loop.remove_writer(fd)
-        if want & 1 and not old & 1:
-            loop.add_reader(fd, on_event, fd, pycurl.CSELECT_IN)
-        if want & 2 and not old & 2:
-            loop.add_writer(fd, on_event, fd, pycurl.CSELECT_OUT)
-        watched[fd] = want
-
-    def on_timeout():
-        timer[0] = None
-        multi.socket_action(pycurl.SOCKET_TIMEOUT, 0)
-        finish()
-
-    def timer_cb(ms):
-        if timer[0] is not None:
-            timer[0].cancel()
-            timer[0] = None
-        if ms >= 0:
-            timer[0] = loop.call_later(ms / 1000, on_timeout)
-
-    multi.setopt(pycurl.M_SOCKETFUNCTION, socket_cb)
-    multi.setopt(pycurl.M_TIMERFUNCTION, timer_cb)
 
     def new_handle():
         c = pycurl.Curl()
@@ -556,9 +513,66 @@ async def make_pycurl_asyncio(ctx):
             c.fut = None
             free.append(c)
 
-    async def close():
+    def close_handles():
         for c in free:
             c.close()
+
+    return fetch, finish, close_handles
+
+
+async def make_pycurl_asyncio(ctx):
+    """pycurl CurlMulti driven by the asyncio (uvloop) loop: M_SOCKETFUNCTION registers
+    fds with add_reader/add_writer, M_TIMERFUNCTION arms call_later, events call
+    socket_action."""
+    import pycurl
+
+    loop = asyncio.get_running_loop()
+    multi = pycurl.CurlMulti()
+    fetch, finish, close_handles = _pycurl_on_loop(ctx, loop, multi)
+    watched: dict[int, int] = {}
+    timer = [None]
+
+    def on_event(fd, ev):
+        multi.socket_action(fd, ev)
+        finish()
+
+    def socket_cb(what, fd, _multi, _data):
+        old = watched.get(fd, 0)
+        if what == pycurl.POLL_REMOVE:
+            if old & 1:
+                loop.remove_reader(fd)
+            if old & 2:
+                loop.remove_writer(fd)
+            watched.pop(fd, None)
+            return
+        want = {pycurl.POLL_IN: 1, pycurl.POLL_OUT: 2, pycurl.POLL_INOUT: 3}.get(what, 0)
+        if old & 1 and not want & 1:
+            loop.remove_reader(fd)
+        if old & 2 and not want & 2:
+            loop.remove_writer(fd)
+        if want & 1 and not old & 1:
+            loop.add_reader(fd, on_event, fd, pycurl.CSELECT_IN)
+        if want & 2 and not old & 2:
+            loop.add_writer(fd, on_event, fd, pycurl.CSELECT_OUT)
+        watched[fd] = want
+
+    def on_timeout():
+        timer[0] = None
+        multi.socket_action(pycurl.SOCKET_TIMEOUT, 0)
+        finish()
+
+    def timer_cb(ms):
+        if timer[0] is not None:
+            timer[0].cancel()
+            timer[0] = None
+        if ms >= 0:
+            timer[0] = loop.call_later(ms / 1000, on_timeout)
+
+    multi.setopt(pycurl.M_SOCKETFUNCTION, socket_cb)
+    multi.setopt(pycurl.M_TIMERFUNCTION, timer_cb)
+
+    async def close():
+        close_handles()
         multi.close()
 
     return fetch, close
@@ -576,32 +590,14 @@ async def make_pycurl_epoll(ctx):
 
     loop = asyncio.get_running_loop()
     multi = pycurl.CurlMulti()
-    multi.setopt(pycurl.M_MAX_HOST_CONNECTIONS, 2)
-    multi.setopt(pycurl.M_MAXCONNECTS, ctx["hosts"] * 2)
+    fetch, finish, close_handles = _pycurl_on_loop(ctx, loop, multi)
     ep = select.epoll()
     watched: dict[int, int] = {}
     state = {"deadline": None, "armed": None, "armed_at": None}
-    free: list = []
-    port = ctx["port"]
     masks = {pycurl.POLL_IN: select.EPOLLIN, pycurl.POLL_OUT: select.EPOLLOUT,
              pycurl.POLL_INOUT: select.EPOLLIN | select.EPOLLOUT}
     EIN, EOUT, EERR = select.EPOLLIN, select.EPOLLOUT, select.EPOLLERR | select.EPOLLHUP
     IN, OUT, ERR = pycurl.CSELECT_IN, pycurl.CSELECT_OUT, pycurl.CSELECT_ERR
-
-    def finish():
-        while True:
-            _, ok, failed = multi.info_read()
-            for c in ok:
-                multi.remove_handle(c)
-                c.fut.set_result(None)
-            for c, errno, msg in failed:
-                multi.remove_handle(c)
-                if errno == pycurl.E_WRITE_ERROR and c.capped:
-                    c.fut.set_result(None)
-                else:
-                    c.fut.set_exception(RuntimeError(f"curl {errno}: {msg}"))
-            if not ok and not failed:
-                return
 
     def run():
         action = multi.socket_action
@@ -661,50 +657,9 @@ async def make_pycurl_epoll(ctx):
     multi.setopt(pycurl.M_TIMERFUNCTION, timer_cb)
     loop.add_reader(ep.fileno(), run)
 
-    def new_handle():
-        c = pycurl.Curl()
-        c.setopt(pycurl.USERAGENT, USER_AGENT)
-        c.setopt(pycurl.HTTP_VERSION, pycurl.CURL_HTTP_VERSION_1_1)
-        c.setopt(pycurl.TIMEOUT_MS, int(TIMEOUT_S * 1000))
-        c.setopt(pycurl.CONNECTTIMEOUT_MS, 10_000)
-        c.setopt(pycurl.NOSIGNAL, 1)
-        c.setopt(pycurl.FOLLOWLOCATION, 0)
-        c.setopt(pycurl.PROXY, "")
-        c.setopt(pycurl.NOPROXY, "*")
-
-        def write(data):
-            c.body += data
-            if len(c.body) > BODY_CAP:
-                del c.body[BODY_CAP:]
-                c.capped = True
-                return 0  # abort the transfer (CURLE_WRITE_ERROR)
-            return None
-
-        def header(line):
-            c.head += line
-
-        c.setopt(pycurl.WRITEFUNCTION, write)
-        c.setopt(pycurl.HEADERFUNCTION, header)
-        return c
-
-    async def fetch(url, host, ip, path):
-        c = free.pop() if free else new_handle()
-        c.body, c.head, c.capped = bytearray(), bytearray(), False
-        c.setopt(pycurl.URL, url)
-        c.setopt(pycurl.CONNECT_TO, [f"{host}:{port}:{ip}:{port}"])
-        c.fut = loop.create_future()
-        multi.add_handle(c)
-        try:
-            await c.fut
-            return c.getinfo(pycurl.RESPONSE_CODE), bytes(c.head), bytes(c.body)
-        finally:
-            c.fut = None
-            free.append(c)
-
     async def close():
         loop.remove_reader(ep.fileno())
-        for c in free:
-            c.close()
+        close_handles()
         multi.close()
         ep.close()
 
