@@ -446,6 +446,37 @@ async def make_raw(ctx):
     return fetch, close
 
 
+def _pycurl_handle():
+    """A pycurl easy handle for the pycurl clients: HTTP/1.1, no redirects, no proxy,
+    the raw head kept in ``c.head`` and the body, up to BODY_CAP, in ``c.body``."""
+    import pycurl
+
+    c = pycurl.Curl()
+    c.setopt(pycurl.USERAGENT, USER_AGENT)
+    c.setopt(pycurl.HTTP_VERSION, pycurl.CURL_HTTP_VERSION_1_1)
+    c.setopt(pycurl.TIMEOUT_MS, int(TIMEOUT_S * 1000))
+    c.setopt(pycurl.CONNECTTIMEOUT_MS, 10_000)
+    c.setopt(pycurl.NOSIGNAL, 1)
+    c.setopt(pycurl.FOLLOWLOCATION, 0)
+    c.setopt(pycurl.PROXY, "")
+    c.setopt(pycurl.NOPROXY, "*")
+
+    def write(data):
+        c.body += data
+        if len(c.body) > BODY_CAP:
+            del c.body[BODY_CAP:]
+            c.capped = True
+            return 0  # abort the transfer (CURLE_WRITE_ERROR)
+        return None
+
+    def header(line):
+        c.head += line
+
+    c.setopt(pycurl.WRITEFUNCTION, write)
+    c.setopt(pycurl.HEADERFUNCTION, header)
+    return c
+
+
 def _pycurl_on_loop(ctx, loop, multi):
     """What both loop drivers of a CurlMulti share: easy handles (CONNECT_TO pins the
     address, HEADERFUNCTION keeps the raw head), ``fetch``, ``finish`` (settle the
@@ -472,34 +503,9 @@ def _pycurl_on_loop(ctx, loop, multi):
             if not ok and not failed:
                 return
 
-    def new_handle():
-        c = pycurl.Curl()
-        c.setopt(pycurl.USERAGENT, USER_AGENT)
-        c.setopt(pycurl.HTTP_VERSION, pycurl.CURL_HTTP_VERSION_1_1)
-        c.setopt(pycurl.TIMEOUT_MS, int(TIMEOUT_S * 1000))
-        c.setopt(pycurl.CONNECTTIMEOUT_MS, 10_000)
-        c.setopt(pycurl.NOSIGNAL, 1)
-        c.setopt(pycurl.FOLLOWLOCATION, 0)
-        c.setopt(pycurl.PROXY, "")
-        c.setopt(pycurl.NOPROXY, "*")
-
-        def write(data):
-            c.body += data
-            if len(c.body) > BODY_CAP:
-                del c.body[BODY_CAP:]
-                c.capped = True
-                return 0  # abort the transfer (CURLE_WRITE_ERROR)
-            return None
-
-        def header(line):
-            c.head += line
-
-        c.setopt(pycurl.WRITEFUNCTION, write)
-        c.setopt(pycurl.HEADERFUNCTION, header)
-        return c
 
     async def fetch(url, host, ip, path):
-        c = free.pop() if free else new_handle()
+        c = free.pop() if free else _pycurl_handle()
         c.body, c.head, c.capped = bytearray(), bytearray(), False
         c.setopt(pycurl.URL, url)
         c.setopt(pycurl.CONNECT_TO, [f"{host}:{port}:{ip}:{port}"])
@@ -687,30 +693,6 @@ async def make_pycurl_thread(ctx):
     state = {"sleeping": False, "stop": False}
     free: list = []
 
-    def new_handle():
-        c = pycurl.Curl()
-        c.setopt(pycurl.USERAGENT, USER_AGENT)
-        c.setopt(pycurl.HTTP_VERSION, pycurl.CURL_HTTP_VERSION_1_1)
-        c.setopt(pycurl.TIMEOUT_MS, int(TIMEOUT_S * 1000))
-        c.setopt(pycurl.CONNECTTIMEOUT_MS, 10_000)
-        c.setopt(pycurl.NOSIGNAL, 1)
-        c.setopt(pycurl.PROXY, "")
-        c.setopt(pycurl.NOPROXY, "*")
-
-        def write(data):
-            c.body += data
-            if len(c.body) > BODY_CAP:
-                del c.body[BODY_CAP:]
-                c.capped = True
-                return 0
-            return None
-
-        def header(line):
-            c.head += line
-
-        c.setopt(pycurl.WRITEFUNCTION, write)
-        c.setopt(pycurl.HEADERFUNCTION, header)
-        return c
 
     def deliver(done):
         for c, err in done:
@@ -756,7 +738,7 @@ async def make_pycurl_thread(ctx):
     thread.start()
 
     async def fetch(url, host, ip, path):
-        c = free.pop() if free else new_handle()
+        c = free.pop() if free else _pycurl_handle()
         c.body, c.head, c.capped = bytearray(), bytearray(), False
         c.setopt(pycurl.URL, url)
         c.setopt(pycurl.CONNECT_TO, [f"{host}:{port}:{ip}:{port}"])
@@ -792,28 +774,7 @@ def run_pycurl_select(ctx, work, warmup, concurrency):
     port = ctx["port"]
     handles = []
     for _ in range(concurrency):
-        c = pycurl.Curl()
-        c.setopt(pycurl.USERAGENT, USER_AGENT)
-        c.setopt(pycurl.HTTP_VERSION, pycurl.CURL_HTTP_VERSION_1_1)
-        c.setopt(pycurl.TIMEOUT_MS, int(TIMEOUT_S * 1000))
-        c.setopt(pycurl.CONNECTTIMEOUT_MS, 10_000)
-        c.setopt(pycurl.NOSIGNAL, 1)
-        c.setopt(pycurl.PROXY, "")
-        c.setopt(pycurl.NOPROXY, "*")
-
-        def write(data, c=c):
-            c.body += data
-            if len(c.body) > BODY_CAP:
-                del c.body[BODY_CAP:]
-                c.capped = True
-                return 0
-            return None
-
-        def header(line, c=c):
-            c.head += line
-
-        c.setopt(pycurl.WRITEFUNCTION, write)
-        c.setopt(pycurl.HEADERFUNCTION, header)
+        c = _pycurl_handle()
         handles.append(c)
 
     def batch(items):
