@@ -1,10 +1,20 @@
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from selectolax.lexbor import LexborHTMLParser
 
-from drumbeat.parse.links import PageLinks, _start_tags_at_most, extract_links, pld_edges
+from drumbeat.parse.links import (
+    PageLinks,
+    _anchor_references,
+    _selected_references,
+    _start_tags_at_most,
+    extract_links,
+    pld_edges,
+)
 
 PAGE = "http://www.site1.test/dir/page.html"
 
@@ -265,6 +275,60 @@ def test_pld_edges() -> None:
     assert pld_edges("https://b/", ["http://a/x", "https://a:81/", "http://[::1]:8080/y/z"]) == {
         ("b", "a"), ("b", "[::1]"),
     }
+
+
+# Markup around anchors: what the tag-name path must see as the CSS query does (case,
+# attributes without values, rel lists, foreign content, templates, comments, scripts,
+# foster parenting, misnested tags); then the elements that send a page to the query.
+_AROUND_ANCHORS = [
+    '<a href="x">', "<A HREF='/y' REL='NoFollow'>", '<a href="z" rel="noopener nofollow">',
+    '<a href="w" rel="">', "<a>", "<a href>", '<a href="">', "</a>", "<a href=v rel=follow>",
+    '<base href="/b/">', "<base>", '<BASE HREF="http://o.test/">',
+    '<meta name="ROBOTS" content="NoFollow">', "<meta name=robots>", '<meta name=robots content="none">',
+    '<meta name=googlebot content=nofollow>', '<meta charset="utf-8">',
+    '<meta http-equiv="Content-Type" content="text/html">', '<link rel="stylesheet" href="s.css">',
+    "<svg><a href='s'></a></svg>", "<template><a href='t'></template>",
+    "<!-- <a href='c'> -->", "<script><a href='sc'></script>", "<noscript><a href='n'></noscript>",
+    "<table><a href='tb'><tr><td>", "<p>", "<b><p>", "</b>", "<head>", "<body>", "<html>", "text",
+]
+_OTHER_REFERENCES = [
+    '<meta http-equiv="REFRESH" content="1;url=r">', '<link rel="Canonical" href="/c">',
+    "<link rel=canonical>", "<link rel=canonicals>", '<area href="/ar">', '<frame src="f">', '<iframe src="i"></iframe>',
+    "<frameset>",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_AROUND_ANCHORS), max_size=30))
+def test_anchor_path_finds_what_the_css_query_finds(parts: list[str]) -> None:
+    tree = LexborHTMLParser("".join(parts).encode(), encoding=True)
+    fast = _anchor_references(tree, PAGE, Counter())
+    assert fast is not None
+    assert fast == _selected_references(tree, PAGE, Counter())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_AROUND_ANCHORS + _OTHER_REFERENCES), max_size=30))
+def test_anchor_path_leaves_other_references_to_the_css_query(parts: list[str]) -> None:
+    tree = LexborHTMLParser("".join(parts).encode(), encoding=True)
+    fast = _anchor_references(tree, PAGE, Counter())
+    if fast is not None:  # None: the page has other references, and only the query is used
+        assert fast == _selected_references(tree, PAGE, Counter())
+
+
+def test_anchor_path_is_taken_for_pages_of_anchors() -> None:
+    html = (b'<html><head><meta charset="utf-8"><link rel="stylesheet" href="/s.css">'
+            b'<meta name="robots" content="noindex"><base href="/b/"></head><body>'
+            b'<a href="x">x</a><a href="/y" rel="nofollow">y</a><a href="z">z</a></body></html>')
+    tree = LexborHTMLParser(html, encoding=True)
+    fast = _anchor_references(tree, PAGE, Counter())
+    assert fast is not None
+    assert (fast.refs, fast.base_ref, fast.noindex, fast.dropped) == (
+        ["x", "z"], "/b/", True, {"nofollow": 1})
+    assert fast == _selected_references(tree, PAGE, Counter())
+    for other in (b'<link rel="canonical" href="/c">', b'<meta http-equiv="refresh" content="0">',
+                  b'<area href="/a">', b'<iframe src="/i">', b'<frameset><frame src="/f">'):
+        assert _anchor_references(LexborHTMLParser(other), PAGE, Counter()) is None
 
 
 def test_start_tags_are_bounded_from_above() -> None:
