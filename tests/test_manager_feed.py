@@ -11,7 +11,13 @@ import asyncio
 from pathlib import Path
 
 from drumbeat.bench.offline_manager import offline_manager
-from drumbeat.manager import PLACE_BATCH, ROUTE_BATCH, Manager, beast_host_cap
+from drumbeat.manager import (
+    CHECKPOINT_WAIT_FOR_PLACING_S,
+    PLACE_BATCH,
+    ROUTE_BATCH,
+    Manager,
+    beast_host_cap,
+)
 from drumbeat.settings import Settings
 
 RAM = 1_600
@@ -95,9 +101,17 @@ async def _placed_in_parts(tmp_path: Path) -> None:
         assert not manager._finished()
         manager._take_new_urls(manager.clock(), budget_s=0.0)
         assert len(manager.beast) == 2 * PLACE_BATCH
+        # A periodic checkpoint falling due now waits for the placing to end, for a while.
+        due = manager._last_checkpoint + manager.settings.checkpoint_interval_s
+        assert not manager._checkpoint_due(due)
+        assert not manager._checkpoint_due(due + CHECKPOINT_WAIT_FOR_PLACING_S - 0.1)
+        assert manager._checkpoint_due(due + CHECKPOINT_WAIT_FOR_PLACING_S)
         # A checkpoint places the rest first: URL-seen's round must not stay half taken.
         manager.checkpoint()
         assert len(manager.beast) == n and manager._new_urls is None
+        # Nothing is left to place: the next one is due on time.
+        due = manager._last_checkpoint + manager.settings.checkpoint_interval_s
+        assert not manager._checkpoint_due(due - 0.1) and manager._checkpoint_due(due)
     async with offline_manager(tmp_path, **changes) as restored:
         assert restored.beast is not None
         restored._take_new_urls(restored.clock())
