@@ -477,6 +477,19 @@ def _pycurl_handle():
     return c
 
 
+def _pycurl_request(free, url, host, ip, port, loop):
+    """An easy handle (from ``free`` when one is there) set up for ``url`` at ``ip``,
+    with an empty head and body and a new future ``c.fut`` on ``loop``."""
+    import pycurl
+
+    c = free.pop() if free else _pycurl_handle()
+    c.body, c.head, c.capped = bytearray(), bytearray(), False
+    c.setopt(pycurl.URL, url)
+    c.setopt(pycurl.CONNECT_TO, [f"{host}:{port}:{ip}:{port}"])
+    c.fut = loop.create_future()
+    return c
+
+
 def _pycurl_on_loop(ctx, loop, multi):
     """What both loop drivers of a CurlMulti share: easy handles (CONNECT_TO pins the
     address, HEADERFUNCTION keeps the raw head), ``fetch``, ``finish`` (settle the
@@ -505,11 +518,7 @@ def _pycurl_on_loop(ctx, loop, multi):
 
 
     async def fetch(url, host, ip, path):
-        c = free.pop() if free else _pycurl_handle()
-        c.body, c.head, c.capped = bytearray(), bytearray(), False
-        c.setopt(pycurl.URL, url)
-        c.setopt(pycurl.CONNECT_TO, [f"{host}:{port}:{ip}:{port}"])
-        c.fut = loop.create_future()
+        c = _pycurl_request(free, url, host, ip, port, loop)
         multi.add_handle(c)
         # The new handle's work starts from the timer callback curl arms (timeout 0).
         try:
@@ -738,11 +747,7 @@ async def make_pycurl_thread(ctx):
     thread.start()
 
     async def fetch(url, host, ip, path):
-        c = free.pop() if free else _pycurl_handle()
-        c.body, c.head, c.capped = bytearray(), bytearray(), False
-        c.setopt(pycurl.URL, url)
-        c.setopt(pycurl.CONNECT_TO, [f"{host}:{port}:{ip}:{port}"])
-        c.fut = loop.create_future()
+        c = _pycurl_request(free, url, host, ip, port, loop)
         incoming.append(c)
         if state["sleeping"]:
             os.write(wake_w, b"x")
