@@ -477,9 +477,10 @@ def _pycurl_handle():
     return c
 
 
-def _pycurl_request(free, url, host, ip, port, loop):
-    """An easy handle (from ``free`` when one is there) set up for ``url`` at ``ip``,
-    with an empty head and body and a new future ``c.fut`` on ``loop``."""
+async def _pycurl_exchange(free, url, host, ip, port, loop, submit):
+    """Fetch ``url`` from ``ip`` with an easy handle (from ``free`` when one is there),
+    handed to its driver by ``submit(c)``; the driver settles ``c.fut``. Returns
+    (status, head, body); the handle goes back to ``free``."""
     import pycurl
 
     c = free.pop() if free else _pycurl_handle()
@@ -487,7 +488,13 @@ def _pycurl_request(free, url, host, ip, port, loop):
     c.setopt(pycurl.URL, url)
     c.setopt(pycurl.CONNECT_TO, [f"{host}:{port}:{ip}:{port}"])
     c.fut = loop.create_future()
-    return c
+    submit(c)
+    try:
+        await c.fut
+        return c.getinfo(pycurl.RESPONSE_CODE), bytes(c.head), bytes(c.body)
+    finally:
+        c.fut = None
+        free.append(c)
 
 
 def _pycurl_on_loop(ctx, loop, multi):
@@ -518,15 +525,8 @@ def _pycurl_on_loop(ctx, loop, multi):
 
 
     async def fetch(url, host, ip, path):
-        c = _pycurl_request(free, url, host, ip, port, loop)
-        multi.add_handle(c)
         # The new handle's work starts from the timer callback curl arms (timeout 0).
-        try:
-            await c.fut
-            return c.getinfo(pycurl.RESPONSE_CODE), bytes(c.head), bytes(c.body)
-        finally:
-            c.fut = None
-            free.append(c)
+        return await _pycurl_exchange(free, url, host, ip, port, loop, multi.add_handle)
 
     def close_handles():
         for c in free:
@@ -746,17 +746,13 @@ async def make_pycurl_thread(ctx):
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
 
-    async def fetch(url, host, ip, path):
-        c = _pycurl_request(free, url, host, ip, port, loop)
+    def submit(c):
         incoming.append(c)
         if state["sleeping"]:
             os.write(wake_w, b"x")
-        try:
-            await c.fut
-            return c.getinfo(pycurl.RESPONSE_CODE), bytes(c.head), bytes(c.body)
-        finally:
-            c.fut = None
-            free.append(c)
+
+    async def fetch(url, host, ip, path):
+        return await _pycurl_exchange(free, url, host, ip, port, loop, submit)
 
     async def close():
         state["stop"] = True
