@@ -350,8 +350,8 @@ class Manager:
     def _checkpoint_due(self, now: float) -> bool:
         """Whether to checkpoint now: the interval has passed, and no round of URL-seen
         is half placed (CHECKPOINT_WAIT_FOR_PLACING_S)."""
-        late = now - self._last_checkpoint - self.settings.checkpoint_interval_s
-        return late >= 0 and (self._new_urls is None or late >= CHECKPOINT_WAIT_FOR_PLACING_S)
+        due = self._last_checkpoint + self.settings.checkpoint_interval_s
+        return now >= due and (self._new_urls is None or now >= due + CHECKPOINT_WAIT_FOR_PLACING_S)
 
     def _note_turn(self, now: float, parts: dict[str, float]) -> None:
         """Count a turn that kept the fetchers waiting (see drumbeat.stalls); one of a
