@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from drumbeat.drum import (
     Drum,
     DrumCorruptError,
     DrumError,
+    DrumIOError,
     plan,
     predicted_alpha,
 )
@@ -72,7 +74,8 @@ batch = st.lists(
 )
 action = st.one_of(
     batch.map(lambda b: ("batch", b)),
-    st.sampled_from([("flush",), ("take",), ("commit",), ("reopen",), ("rollback",)]),
+    st.sampled_from([("flush",), ("flush_later",), ("take",), ("commit",), ("reopen",),
+                     ("rollback",)]),
 )
 
 
@@ -81,13 +84,17 @@ action = st.one_of(
     merge=st.sampled_from(["overwrite", "add", "max", "or", "empty"]),
     buckets=st.sampled_from([1, 2, 8, 16]),
     actions=st.lists(action, max_size=25),
+    background=st.booleans(),
 )
-def test_matches_dict_model(merge: str, buckets: int, actions: list) -> None:
+def test_matches_dict_model(merge: str, buckets: int, actions: list, background: bool) -> None:
+    """Also with rounds in the background: whenever a round ends, a take gives a prefix
+    of the outcomes, and in the end all of them, as without."""
     dtype = None if merge == "empty" else VALUE
     fn = bit_or if merge == "or" else ("overwrite" if merge == "empty" else merge)
     model = Model("overwrite" if merge == "empty" else merge)
     with tempfile.TemporaryDirectory() as tmp:
-        opts = dict(value_dtype=dtype, merge=fn, ram_bytes=4096, buckets=buckets, fsync=False)
+        opts = dict(value_dtype=dtype, merge=fn, ram_bytes=4096, buckets=buckets, fsync=False,
+                    background=background)
         drum = Drum(tmp, **opts)
         saved: tuple[dict, dict, list] | None = None
         for act in actions:
@@ -105,6 +112,8 @@ def test_matches_dict_model(merge: str, buckets: int, actions: list) -> None:
                 drum.submit(np.array(ops, np.uint8), np.array(keys, np.uint64), vals, aux)
             elif act[0] == "flush":
                 drum.flush()
+            elif act[0] == "flush_later":
+                drum.flush(wait=False)  # without background: as flush()
             elif act[0] == "take":
                 got = drain(drum)
                 assert got == model.expected[: len(got)]
@@ -533,3 +542,84 @@ def test_older_state_format_is_refused(tmp_path: Path) -> None:
     (tmp_path / "STATE.json").write_bytes(body + b"\n" + b"%08x\n" % zlib.crc32(body))
     with pytest.raises(DrumError, match="state format 4.*only format 5.*another version"):
         Drum(tmp_path)
+
+
+class _GatedDrum(Drum):
+    """A Drum whose background rounds wait for ``gate`` before they merge."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        self.gate = threading.Event()
+        super().__init__(*args, **kwargs)
+
+    def _round_body(self, rnd):
+        assert self.gate.wait(30), "the test never opened the gate"
+        return super()._round_body(rnd)
+
+
+def _keys(lo: int, hi: int) -> np.ndarray:
+    return np.arange(lo, hi, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+
+
+def _aux(lo: int, hi: int) -> list[bytes]:
+    return [b"u%d" % i for i in range(lo, hi)]
+
+
+def test_a_background_round_holds_later_tuples_and_ends_on_a_later_call(tmp_path: Path) -> None:
+    sync = Drum(tmp_path / "sync", ram_bytes=1 << 16, buckets=4, fsync=False)
+    gated = _GatedDrum(tmp_path / "gated", ram_bytes=1 << 16, buckets=4, fsync=False,
+                       background=True)
+    for drum in (sync, gated):
+        drum.check_update(_keys(0, 300), aux=_aux(0, 300))
+        drum.flush(wait=False)
+        drum.check_update(_keys(200, 500), aux=_aux(200, 500))  # 100 keys seen before
+    assert not sync.busy and gated.busy
+    assert gated.stats().pending == 600  # the round's 300 and the 300 held
+    assert drain(gated) == []  # the round has not ended
+    assert gated.busy
+    gated.gate.set()
+    for drum in (sync, gated):
+        drum.flush()
+    assert not gated.busy
+    got = drain(gated)
+    assert got == drain(sync)
+    assert [unique for _, _, unique, _, _ in got] == [True] * 300 + [False] * 100 + [True] * 200
+    assert [a for *_, a in got] == _aux(0, 300) + _aux(200, 500)
+    assert gated.stats().keys_stored == 500 and gated.stats().pending == 0
+
+
+def test_a_submit_waits_for_the_round_once_held_tuples_fill_their_share(tmp_path: Path) -> None:
+    drum = _GatedDrum(tmp_path, ram_bytes=1 << 16, buckets=4, fsync=False, background=True)
+    drum.check_update(_keys(0, 100), aux=_aux(0, 100))
+    drum.flush(wait=False)
+    assert drum.busy
+    opener = threading.Timer(0.2, drum.gate.set)
+    opener.start()
+    # 3,000 tuples with their aux pass a quarter of the 64 KiB: this call waits.
+    drum.check_update(_keys(100, 3100), aux=_aux(100, 3100))
+    assert drum.gate.is_set()  # it returned once the round could end, not before
+    opener.join()
+    drum.flush()
+    assert [a for *_, a in drain(drum)] == _aux(0, 3100)
+
+
+def test_a_failed_background_round_breaks_the_repository_on_the_next_call(
+        tmp_path: Path) -> None:
+    class FailingDrum(Drum):
+        def _round_body(self, rnd):
+            rnd.r_file.close()
+            raise OSError(28, "No space left on device")  # as a full disk would
+
+    drum = FailingDrum(tmp_path, ram_bytes=1 << 16, fsync=False, background=True)
+    drum.check_update(_keys(0, 100), aux=_aux(0, 100))
+    manifest = drum.commit()
+    drum.flush(wait=False)
+    assert drum.busy
+    with pytest.raises(DrumIOError, match="No space left"):
+        drum.flush()  # waits for the round, and raises its error
+    with pytest.raises(DrumError, match="unusable"):
+        drum.check_update(_keys(100, 101), aux=_aux(100, 101))
+    drum.close()
+    # The committed tuples were not lost: the round is redone after reopening.
+    drum = Drum.open(tmp_path, manifest, ram_bytes=1 << 16, fsync=False)
+    drum.flush()
+    assert [a for *_, a in drain(drum)] == _aux(0, 100)

@@ -57,8 +57,10 @@ def model(batches: int, grow: bool = False) -> tuple[dict[int, int], list[tuple]
 
 
 def child_main(directory: str, seed: int, kill: str, fsync: bool | str,
-               ram: int = OPTS["ram_bytes"]) -> None:
-    """Run the stream; ``kill`` = "Owner.attr:n:mode" SIGKILLs the child at that call."""
+               ram: int = OPTS["ram_bytes"], background: bool = False) -> None:
+    """Run the stream; ``kill`` = "Owner.attr:n:mode" SIGKILLs the child at that call
+    (from the round's thread too, with ``background``: rounds then run there, and half
+    the flushes do not wait)."""
     from drumbeat.drum import repository
 
     if kill:
@@ -86,13 +88,13 @@ def child_main(directory: str, seed: int, kill: str, fsync: bool | str,
 
         setattr(owner, attr, hooked)
     rng = random.Random(seed)
-    drum = Drum(directory, fsync=fsync, **{**OPTS, "ram_bytes": ram})
+    drum = Drum(directory, fsync=fsync, background=background, **{**OPTS, "ram_bytes": ram})
     progress = Path(directory).parent / "progress.json"
     taken = 0
     for i in range(MAX_BATCHES):
         drum.submit(*batch(i))
         if rng.random() < 0.2:
-            drum.flush()
+            drum.flush(wait=not background or rng.random() < 0.5)
         if rng.random() < 0.3:
             taken += sum(len(r) for r in drum.take_results())
         if rng.random() < 0.3:
@@ -103,10 +105,11 @@ def child_main(directory: str, seed: int, kill: str, fsync: bool | str,
 
 
 def run_child(directory: Path, seed: int, kill: str = "", fsync: bool | str = False,
-              kill_after_s: float | None = None, ram: int = OPTS["ram_bytes"]) -> int:
+              kill_after_s: float | None = None, ram: int = OPTS["ram_bytes"],
+              background: bool = False) -> int:
     code = (
         f"import sys; sys.path.insert(0, {str(HERE)!r}); from test_drum_crash import child_main; "
-        f"child_main({str(directory)!r}, {seed}, {kill!r}, {fsync!r}, {ram})"
+        f"child_main({str(directory)!r}, {seed}, {kill!r}, {fsync!r}, {ram}, {background})"
     )
     proc = subprocess.Popen([sys.executable, "-c", code])
     try:
@@ -181,10 +184,24 @@ RAM_KILL_POINTS = [
 ]
 
 
-@pytest.mark.parametrize("kill,ram", [(k, 1 << 14) for k in KILL_POINTS]
-                         + [(k, 1 << 17) for k in RAM_KILL_POINTS])
-def test_killed_at_a_precise_point(tmp_path: Path, kill: str, ram: int) -> None:
-    rc = run_child(tmp_path / "drum", seed=zlib.crc32(kill.encode()), kill=kill, ram=ram)
+# Rounds in the background: killed in the round's thread (writing the new run, the
+# results), in the caller's (a spill, the state) while one may run.
+BACKGROUND_KILL_POINTS = [
+    ("_CacheWriter.write:25:after", 1 << 14),
+    ("Drum._write_blocks:12:after", 1 << 14),
+    ("Drum._append:200:after", 1 << 14),
+    ("_write_state_file:22:after", 1 << 14),
+    ("_CacheWriter.close:6:before", 1 << 17),
+]
+
+
+@pytest.mark.parametrize("kill,ram,background", [(k, 1 << 14, False) for k in KILL_POINTS]
+                         + [(k, 1 << 17, False) for k in RAM_KILL_POINTS]
+                         + [(k, ram, True) for k, ram in BACKGROUND_KILL_POINTS])
+def test_killed_at_a_precise_point(tmp_path: Path, kill: str, ram: int,
+                                   background: bool) -> None:
+    rc = run_child(tmp_path / "drum", seed=zlib.crc32(kill.encode()), kill=kill, ram=ram,
+                   background=background)
     assert rc == -signal.SIGKILL, "the kill point was never reached"
     assert (tmp_path / "progress.json").exists(), "killed before the first commit"
     verify(tmp_path)
@@ -196,9 +213,12 @@ def test_killed_at_a_precise_point(tmp_path: Path, kill: str, ram: int) -> None:
     # pending tuples come back from the arrival log.
     (5, False, 1 << 17), (6, True, 1 << 17),
 ])
-def test_killed_at_random_times(tmp_path: Path, seed: int, fsync: bool | str, ram: int) -> None:
+@pytest.mark.parametrize("background", [False, True])
+def test_killed_at_random_times(tmp_path: Path, seed: int, fsync: bool | str, ram: int,
+                                background: bool) -> None:
     delay = random.Random(seed).uniform(0.4, 1.5)
-    run_child(tmp_path / "drum", seed=seed, fsync=fsync, kill_after_s=delay, ram=ram)
+    run_child(tmp_path / "drum", seed=seed, fsync=fsync, kill_after_s=delay, ram=ram,
+              background=background)
     verify(tmp_path)
 
 

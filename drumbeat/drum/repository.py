@@ -73,6 +73,8 @@ import secrets
 import time
 import zlib
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for_futures
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -200,6 +202,18 @@ class Drum:
     3.0 M URLs/s with it, 2.5 M without -- and costs when it does not: 100 M /
     50 M 2.35-2.64 M vs 2.61-3.21 M, 10 M / 2 M 3.1 M vs 4.2 M. On by default
     (a crawl's URL-seen runs long); off for short bursts or a fast disk.
+
+    ``background``: run merge rounds in a thread of their own, so that the caller's loop
+    goes on while one merges (IRLbot merges while crawling goes on; a round of a few
+    million URLs took about a second here, a second of crawling lost in a loop that
+    waits for it). A round then starts where it would have run (a full bucket, or
+    ``flush(wait=False)``) and is ended by the first call into the repository after it
+    has finished; its results come from :meth:`take_results` from then on. Tuples
+    submitted meanwhile are held, copied, and added when it ends, in order; once they
+    would pass a quarter of ``ram_bytes`` (with their aux), the submit waits for the
+    round instead. Results, state and files are the same as without it; :meth:`commit`
+    and a waiting :meth:`flush` wait for a running round, :attr:`busy` tells whether one
+    runs.
     """
 
     def __init__(
@@ -213,8 +227,20 @@ class Drum:
         fsync: bool | str = True,
         manifest: dict | None = None,
         compress_log: bool = True,
+        background: bool = False,
     ) -> None:
         self.directory = Path(directory)
+        # Merge rounds in a thread of their own (see the class docstring).
+        self._background = bool(background)
+        self._executor: ThreadPoolExecutor | None = None
+        self._running: Future[_Round] | None = None  # the round in the background
+        # Submits that came while it runs: (ops, keys, values, aux), added when it ends.
+        self._held: list[tuple[Any, ...]] = []
+        self._held_n = 0
+        self._held_bytes = 0
+        self._flush_asked = False  # flush(wait=False) came while a round ran
+        self.last_round_s = 0.0  # wall seconds of the last round, to its results
+        self._round_read = 0  # bytes the running round has read
         # Deflate the arrival log's blocks (all but the keys; see format). Either way
         # the directory reads back the same: each block says how it is stored.
         self._compress_log = bool(compress_log)
@@ -304,6 +330,7 @@ class Drum:
         available to :meth:`take_results`) whenever a bucket reaches its size limit.
         """
         self._usable()
+        self._settle(wait=False)
         keys, ops, values = self._validate(ops, keys, values)
         if aux is None or isinstance(aux, (AuxArray, tuple)):
             aux = None if aux is None else AuxArray.of(aux)
@@ -317,6 +344,9 @@ class Drum:
         if aux is not None and len(aux) != len(keys):
             raise ValueError(f"{len(aux)} aux items for {len(keys)} keys")
         start = 0
+        if self._running is not None:
+            self._hold(ops, keys, values, aux)
+            return
         while start < len(keys):
             end = min(len(keys), start + piece, start + self._spill_at - self._ram_n)
             self._add(
@@ -329,7 +359,29 @@ class Drum:
                 self._guard(self._spill)
             if self._live["sn"] and int((np.asarray(self._live["qn"]) + self._ram_bn).max()) \
                     >= self.sizing.bucket_records:
-                self._guard(self._round)
+                self._start_round()
+                if self._running is not None and start < len(keys):
+                    self._hold(ops[start:], keys[start:],
+                               None if values is None else values[start:],
+                               None if aux is None else aux[start:])
+                    return
+
+    def _hold(self, ops: np.ndarray, keys: np.ndarray, values: np.ndarray | None,
+              aux: Any) -> None:
+        """Keep (a copy of) a submit that came while a round runs in the background; wait
+        for the round once what is held would pass a quarter of the RAM budget."""
+        if isinstance(aux, AuxArray):
+            aux = AuxArray(aux.blob, aux.offsets.copy())  # the blob is immutable bytes
+        elif aux is not None:
+            aux = list(aux)
+        self._held.append((ops.copy(), keys.copy(), None if values is None else values.copy(),
+                           aux))
+        self._held_n += len(keys)
+        self._held_bytes += self._rec.itemsize * len(keys) + (
+            0 if aux is None else aux.nbytes if isinstance(aux, AuxArray)
+            else sum(map(len, aux)))
+        if self._held_bytes >= self.sizing.ram_bytes // 4:
+            self._settle(wait=True)
 
     def _validate(self, ops, keys, values):
         if not isinstance(keys, np.ndarray) or keys.dtype != np.uint64 or keys.ndim != 1:
@@ -520,19 +572,77 @@ class Drum:
 
     # ------------------------------------------------------------------ merge rounds
 
-    def flush(self) -> None:
-        """Merge everything pending now (results go to :meth:`take_results`)."""
+    def flush(self, wait: bool = True) -> None:
+        """Merge everything pending now (results go to :meth:`take_results`).
+
+        With ``background`` and ``wait=False`` the round runs in the background, after
+        the one running if there is one; else this returns once it is done.
+        """
         self._usable()
-        if self._live["an"] + self._arrivals_n:
+        if wait:
+            self._settle_all()
+            if self._live["an"] + self._arrivals_n:
+                self._guard(self._round)
+            return
+        self._settle(wait=False)
+        if self._running is not None:
+            self._flush_asked = True
+        elif self._live["an"] + self._arrivals_n:
+            self._start_round()
+
+    @property
+    def busy(self) -> bool:
+        """A round runs in the background (or is done and not yet ended: the next call
+        into the repository ends it)."""
+        return self._running is not None
+
+    def _start_round(self) -> None:
+        """A merge round: in the background when so configured, else now."""
+        if not self._background:
             self._guard(self._round)
+            return
+        rnd = self._guard(self._round_begin)
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="drum-round")
+        self._running = self._executor.submit(self._round_body, rnd)
+
+    def _settle(self, wait: bool) -> None:
+        """End the background round if it is done (``wait``: once it is done), then add
+        the tuples held meanwhile and start a flush asked for meanwhile."""
+        running = self._running
+        if running is None or not (wait or running.done()):
+            return
+        self._running = None
+        rnd = self._guard(running.result)  # its error, if it failed, breaks the object
+        rnd.waited_s = time.perf_counter() - rnd.body_done
+        self._guard(self._round_end, rnd)
+        held, self._held = self._held, []
+        self._held_n = self._held_bytes = 0
+        for ops, keys, values, aux in held:
+            self.submit(ops, keys, values, aux)  # may start a round, and hold again
+        if self._flush_asked and self._running is None:
+            self._flush_asked = False
+            self.flush(wait=False)
+
+    def _settle_all(self) -> None:
+        """Wait for background rounds until none runs and nothing is held."""
+        while self._running is not None:
+            self._settle(wait=True)
 
     def _round(self) -> None:
+        """A whole merge round, now (see :meth:`_round_begin`)."""
+        self._round_end(self._round_body(self._round_begin()))
+
+    def _round_begin(self) -> _Round:
+        """The first part of a round, in the caller's thread: the arrival log written,
+        the round's files opened, its plan made. :meth:`_round_body` may then run in
+        another thread, as long as nothing adds tuples, spills or collects files until
+        :meth:`_round_end` (see ``background``)."""
         # RAM tuples are merged straight from RAM: a crash before the round completes
         # finds them in the arrival log again.
         self._flush_arrivals()
-        snap, live, e = self._snap, self._live, self._snap["epoch"]
-        t0 = time.perf_counter()
-        sort_s = 0.0
+        snap, e = self._snap, self._snap["epoch"]
+        started = time.perf_counter()
         r_path = self.directory / _name("r", e)
         r_file = open(r_path, "wb")
         self._dirty.add(r_path)
@@ -546,46 +656,63 @@ class Drum:
         writer = _CacheWriter(self.directory / _cache_file(e + 1), self._shift, self._k,
                               self.value_dtype, self.sizing.chunk_bytes,
                               (lambda: self._take_spare("c")) if rebase else (lambda: None))
-        arrival = not live["sn"]
+        return _Round(e, started, r_file, writer, plan, rebase, arrival=not self._live["sn"])
+
+    def _round_body(self, rnd: _Round) -> _Round:
+        """The merge itself: reads runs and the epoch's tuples, writes the new run and the
+        results. Touches no state the caller's thread uses meanwhile (``_round_read``
+        counts its reads apart from deliveries')."""
         self._added = 0
+        self._round_read = 0
         try:
-            r_file.write(encode_header(b"r", 0, self._res.itemsize))
-            if arrival:
-                r_lens, sort_s = self._merge_ram(r_file, writer, plan)
+            rnd.r_file.write(encode_header(b"r", 0, self._res.itemsize))
+            if rnd.arrival:
+                rnd.r_lens, rnd.sort_s = self._merge_ram(rnd.r_file, rnd.writer, rnd.plan)
             else:
-                r_lens = [0] * self._k
+                rnd.r_lens = [0] * self._k
                 ram = self._ram_by_bucket()
-                pending = np.asarray(live["qn"]) + self._ram_bn
+                pending = np.asarray(self._live["qn"]) + self._ram_bn
                 # Folding rewrites the folded runs of every bucket, pending tuples or not.
-                for unit in _units(pending, UNIT_RECORDS, every=bool(plan[1])):
-                    sort_s += self._merge_unit(unit, e, r_file, r_lens, writer, ram, plan)
-            size = r_file.tell()
-            c_size = writer.close(self._fsync_rounds)
+                for unit in _units(pending, UNIT_RECORDS, every=bool(rnd.plan[1])):
+                    rnd.sort_s += self._merge_unit(unit, rnd.epoch, rnd.r_file, rnd.r_lens,
+                                                   rnd.writer, ram, rnd.plan)
+            rnd.r_size = rnd.r_file.tell()
+            rnd.c_size = rnd.writer.close(self._fsync_rounds)
         finally:
-            r_file.close()
-            if not writer.closed:
-                writer.abort()
-        self._counters["bytes_written"] += size
+            rnd.r_file.close()
+            if not rnd.writer.closed:
+                rnd.writer.abort()
+        rnd.added, rnd.read = self._added, self._round_read
+        rnd.body_done = time.perf_counter()
+        return rnd
+
+    def _round_end(self, rnd: _Round) -> None:
+        """The last part of a round, in the caller's thread: the new run and the epoch's
+        results go into the state, which is written; the next epoch begins."""
+        snap, live, e = self._snap, self._live, rnd.epoch
+        writer, plan = rnd.writer, rnd.plan
+        self._counters["bytes_read"] += rnd.read
+        self._counters["bytes_written"] += rnd.r_size
         new_runs = list(plan[0])
         if writer.sections:
             if not self._fsync_rounds:
                 self._dirty.add(writer.path)
-            self._counters["bytes_written"] += c_size
+            self._counters["bytes_written"] += rnd.c_size
             run: dict[str, Any] = {"gen": e + 1, "offs": [0] * self._k,
                                    "sizes": [0] * self._k, "counts": [0] * self._k}
             for b, (offset, length, count) in writer.sections.items():
                 run["offs"][b], run["sizes"][b], run["counts"][b] = offset, length, count
             new_runs.append(run)
-            snap["files"][str(e + 1)] = c_size
+            snap["files"][str(e + 1)] = rnd.c_size
         snap["runs"] = new_runs
         live_gens = {str(r["gen"]) for r in new_runs}
         snap["files"] = {g: n for g, n in snap["files"].items() if g in live_gens}
-        snap["stored"] += self._added
+        snap["stored"] += rnd.added
         self._clear_ram()
         if self._fsync_rounds:
             self._sync_dirty()
-        snap["results"].append({"epoch": e, "a": live["a"], "an": live["an"], "r": r_lens,
-                                "arrival": arrival})
+        snap["results"].append({"epoch": e, "a": live["a"], "an": live["an"], "r": rnd.r_lens,
+                                "arrival": rnd.arrival})
         snap["epoch"] = e + 1
         for key in ("q", "qn"):
             snap[key] = [0] * self._k
@@ -593,10 +720,12 @@ class Drum:
         self._live = {key: copy.deepcopy(snap[key]) for key in _LIVE}
         c = self._counters
         c["merges"] += 1
-        c["base_rewrites"] += rebase
+        c["base_rewrites"] += rnd.rebase
         c["last_batch"] = live["an"]
-        c["sort_s"] += sort_s
-        c["merge_s"] += time.perf_counter() - t0 - sort_s
+        c["sort_s"] += rnd.sort_s
+        # A round run in the background may have waited, done, to be ended here.
+        self.last_round_s = rnd.body_done - rnd.started
+        c["merge_s"] += time.perf_counter() - rnd.started - rnd.waited_s - rnd.sort_s
         self._write_state()
         self._gc()
 
@@ -702,7 +831,7 @@ class Drum:
                 np.empty(n, vdt)
             parts.append((np.frombuffer(p, "<u8", n), np.frombuffer(p, "u1", n, offset=8 * n),
                           values))
-        self._counters["bytes_read"] += end
+        self._round_read += end
         return parts
 
     def _run_chunks(self, run: dict, unit: list[int]) -> Iterator[Chunk]:
@@ -715,7 +844,7 @@ class Drum:
         path = self.directory / _cache_file(gen)
         vdt = self.value_dtype
         for n, payload in iter_blocks(path, b"c", start=start, end=start + size, footer=True):
-            self._counters["bytes_read"] += len(payload) + 12
+            self._round_read += len(payload) + 12
             keys = np.frombuffer(payload, "<u8", n)
             values = np.frombuffer(payload, vdt, n, offset=8 * n) if vdt.itemsize else \
                 np.zeros(n, vdt)
@@ -741,12 +870,14 @@ class Drum:
         start, by the next call -- also after reopening the repository.
         """
         self._usable()
+        self._settle(wait=False)
         while self._snap["results"]:
             entry = self._snap["results"][0]
             yield from self._deliver(entry)
             self._snap["results"].pop(0)
             self._guard(self._write_state)
-            self._guard(self._gc)
+            if self._running is None:  # else the round's new files are in no state yet
+                self._guard(self._gc)
 
     def _deliver(self, entry: dict) -> Iterator[DrumResult]:
         e = entry["epoch"]
@@ -803,6 +934,7 @@ class Drum:
         is one of the last two commits (older generations are deleted then).
         """
         self._usable()
+        self._settle_all()
         self._guard(self._flush_arrivals)
         self._guard(self._sync_dirty)
         snap = self._snap
@@ -818,7 +950,14 @@ class Drum:
         return manifest
 
     def close(self) -> None:
-        """Forget buffered tuples that were not committed (nothing else to release)."""
+        """Forget buffered tuples that were not committed. A background round is waited
+        for, not ended: its files are in no state, and reopening removes them."""
+        if self._running is not None:
+            wait_for_futures([self._running])
+            self._running = None
+        if self._executor is not None:
+            self._executor.shutdown()
+            self._executor = None
         self._broken = "closed"
 
     def __enter__(self) -> Drum:
@@ -832,7 +971,7 @@ class Drum:
         moved = c["bytes_read"] + c["bytes_written"]
         return DrumStats(
             keys_stored=int(self._snap["stored"]),
-            pending=int(self._live["an"] + self._arrivals_n),
+            pending=int(self._live["an"] + self._arrivals_n + self._held_n),
             bytes_read=c["bytes_read"], bytes_written=c["bytes_written"], merges=c["merges"],
             sort_s=c["sort_s"], merge_s=c["merge_s"], last_batch=c["last_batch"],
             checked_bytes=c["checked_bytes"],
@@ -1059,6 +1198,28 @@ def _describe(x: object) -> str:
     if isinstance(x, np.ndarray):
         return f"ndarray {x.dtype} {x.shape}"
     return type(x).__name__
+
+
+@dataclass(slots=True)
+class _Round:
+    """A merge round between its parts (:meth:`Drum._round_begin`, ``_round_body``,
+    ``_round_end``)."""
+
+    epoch: int
+    started: float  # perf_counter
+    r_file: Any
+    writer: _CacheWriter
+    plan: _Plan
+    rebase: bool
+    arrival: bool  # merged from RAM (no spill): results in arrival order
+    r_lens: list[int] | None = None
+    sort_s: float = 0.0
+    r_size: int = 0
+    c_size: int = 0
+    added: int = 0
+    read: int = 0
+    body_done: float = 0.0
+    waited_s: float = 0.0  # done, before it was ended
 
 
 class _CacheWriter:
