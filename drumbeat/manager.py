@@ -211,7 +211,6 @@ class Manager:
         self._collect_busy_s = 0.0  # wall time _collect spent applying results, last call
         self._merge_busy_s = 0.0  # wall time of _take_new_urls's DRUM merges, last call
         self._pld_flush_s = 0.0  # wall time of the last forced merge of the PLD graph
-        self._seen_flush_s = 0.0  # wall time of the last forced merge of URL-seen
         self._collector: asyncio.Future[list[ItemResult]] | None = None
         self._plds_by_authority: dict[bytes, tuple[str, int, int]] = {}
 
@@ -223,7 +222,10 @@ class Manager:
         d = s.state_dir
         assert d is not None
         f = frontier or {}
-        self.seen = DrumURLSeen(d / "urlseen", ram_bytes=s.urlseen_ram_bytes, manifest=urlseen)
+        # Merge rounds in the background: a round of millions of URLs took a second and
+        # more, and the loop that feeds the fetchers must not wait for it.
+        self.seen = DrumURLSeen(d / "urlseen", ram_bytes=s.urlseen_ram_bytes, manifest=urlseen,
+                                background=True)
         self.plds = PLDIndegree(d / "pldgraph", ram_bytes=s.pld_ram_bytes, manifest=pld,
                                 on_indegree=self.star.observe)
         self.beast = Beast(d / "frontier" / "beast", state=f.get("beast"),
@@ -395,7 +397,8 @@ class Manager:
             return True
         assert self.seen is not None and self.robots is not None
         assert self.qr is not None and self.robots_todo is not None
-        return not (self._resolving or self.seen.pending or self._new_urls is not None
+        return not (self._resolving or self.seen.pending or self.seen.busy
+                    or self._new_urls is not None
                     or self._to_route
                     or self.robots.pending or self._checking
                     or self.scheduler.queued_urls or len(self.beast or ()) or len(self.qr)
@@ -533,7 +536,7 @@ class Manager:
             return False
         if self._frontier_short():
             return True
-        return self._frontier_low() and since >= self._seen_flush_s / EARLY_SEEN_MERGE_SHARE
+        return self._frontier_low() and since >= self.seen.last_round_s / EARLY_SEEN_MERGE_SHARE
 
     def _take_new_urls(self, now: float, budget_s: float | None = None) -> None:
         """Move URLs that URL-seen found new into BEAST with their STAR budget.
@@ -544,7 +547,9 @@ class Manager:
         ``urlseen_flush_interval_s``, or runs low (BEAST empty, RAM half empty), at most
         ``EARLY_SEEN_MERGE_SHARE`` of the time: small crawls and crawl ends then do not
         wait for full buffers, and large crawls, whose BEAST is never empty, never pay
-        for it.
+        for it. URL-seen's rounds, forced or not, run in the background: their new URLs
+        come out of ``take_new`` in a later turn, and the time share counts the last
+        round's wall time.
 
         With ``budget_s``, placing stops once that much time has passed (after a whole
         batch) and goes on in the next call, from the same point of URL-seen's delivery;
@@ -556,9 +561,8 @@ class Manager:
         assert seen is not None and plds is not None and beast is not None
         started = perf_counter()
         if self._seen_merge_due(now):
-            seen.flush()
+            seen.flush(wait=False)  # its new URLs come out of take_new once it is done
             self._last_seen_flush = now
-            self._seen_flush_s = perf_counter() - started
         if now - self._last_pld_flush >= max(s.budget_refresh_s,
                                              self._pld_flush_s / FORCED_PLD_MERGE_SHARE):
             flush_started = perf_counter()

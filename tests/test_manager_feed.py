@@ -205,13 +205,15 @@ async def _merged_early(tmp_path: Path) -> None:
             assert manager.seen.pending == len(found)
             now = manager.clock() + 1.0
             manager._take_new_urls(now)
+            manager.seen.settle()  # the merge runs in the background: its URLs come next
+            manager._take_new_urls(now)
             # 1,000 URLs in RAM: over half of 1,600 (they wait), under half of 2,400.
             assert manager.seen.pending == (0 if merged else len(found))
             assert len(manager.beast) == (len(found) if merged else 0)
             if not merged:
                 continue
             # An early merge that took a second is followed by none for 1/SHARE seconds.
-            manager._seen_flush_s = 1.0
+            manager.seen.drum.last_round_s = 1.0
             await _feed_until_settled(manager)
             assert len(manager.beast) == 0 and manager.scheduler.queued_urls == 1_050
             manager._slots_idle = False
@@ -219,5 +221,7 @@ async def _merged_early(tmp_path: Path) -> None:
             spacing = 1.0 / EARLY_SEEN_MERGE_SHARE
             manager._take_new_urls(now + spacing - 1.0)
             assert manager.seen.pending == 5 and len(manager.beast) == 0
+            manager._take_new_urls(now + spacing)
+            manager.seen.settle()
             manager._take_new_urls(now + spacing)
             assert manager.seen.pending == 0 and len(manager.beast) == 5

@@ -624,8 +624,13 @@ class Drum:
             self._flush_asked = False
             self.flush(wait=False)
 
+    def settle(self) -> None:
+        """Wait for background rounds to end (their results then come from
+        :meth:`take_results`) and add the tuples held meanwhile."""
+        self._usable()
+        self._settle_all()
+
     def _settle_all(self) -> None:
-        """Wait for background rounds until none runs and nothing is held."""
         while self._running is not None:
             self._settle(wait=True)
 

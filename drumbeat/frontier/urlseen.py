@@ -53,12 +53,14 @@ class DrumURLSeen:
     """URL-seen for one crawl, stored in ``directory``."""
 
     def __init__(self, directory: Path, *, ram_bytes: int, manifest: dict | None = None,
-                 fsync: bool = True) -> None:
+                 fsync: bool = True, background: bool = False) -> None:
+        """``background``: DRUM's merge rounds run in a thread (see Drum)."""
         if manifest is None and directory.exists():
             # No checkpoint names this state: it belongs to a run that died before its
             # first checkpoint, whose URLs will all be discovered again.
             shutil.rmtree(directory)
-        self.drum = Drum(directory, ram_bytes=ram_bytes, manifest=manifest, fsync=fsync)
+        self.drum = Drum(directory, ram_bytes=ram_bytes, manifest=manifest, fsync=fsync,
+                         background=background)
         self._submitted_since_flush = 0
 
     def submit(self, fingerprints: Sequence[int],
@@ -87,9 +89,24 @@ class DrumURLSeen:
         """URLs submitted since the last flush (they may have been merged already)."""
         return self._submitted_since_flush
 
-    def flush(self) -> None:
-        """Merge everything submitted so far."""
-        self.drum.flush()
+    @property
+    def busy(self) -> bool:
+        """A merge round runs in the background: new URLs may still come out of it."""
+        return self.drum.busy
+
+    @property
+    def last_round_s(self) -> float:
+        """Wall seconds the last merge round took."""
+        return self.drum.last_round_s
+
+    def settle(self) -> None:
+        """Wait for a background merge round to end (see Drum.settle)."""
+        self.drum.settle()
+
+    def flush(self, wait: bool = True) -> None:
+        """Merge everything submitted so far (``wait=False``: in the background, if so
+        configured; see Drum.flush)."""
+        self.drum.flush(wait=wait)
         self._submitted_since_flush = 0
 
     def take_new(self) -> Iterator[bytes]:
