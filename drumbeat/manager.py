@@ -82,8 +82,8 @@ PLACE_BATCH = 2_048
 PLACE_BUDGET_S = 0.025
 # The forced merges of the PLD graph (every budget_refresh_s) take at most this share of
 # the crawl's time: they cost more as the graph grows (150-200 ms on the bench web after a
-# minute), the loop dispatches nothing meanwhile, and budgets that follow the graph a
-# little later change little.
+# minute), they take CPU from the fetchers (in the background, see Drum), and budgets
+# that follow the graph a little later change little.
 FORCED_PLD_MERGE_SHARE = 0.02
 # The same for URL-seen merges forced while the fetchers still have URLs in RAM
 # (Manager._frontier_low): a merge costs a pass over every bucket, more as the crawl grows.
@@ -210,7 +210,6 @@ class Manager:
         self.stalls = Stalls()
         self._collect_busy_s = 0.0  # wall time _collect spent applying results, last call
         self._merge_busy_s = 0.0  # wall time of _take_new_urls's DRUM merges, last call
-        self._pld_flush_s = 0.0  # wall time of the last forced merge of the PLD graph
         self._collector: asyncio.Future[list[ItemResult]] | None = None
         self._plds_by_authority: dict[bytes, tuple[str, int, int]] = {}
 
@@ -227,7 +226,7 @@ class Manager:
         self.seen = DrumURLSeen(d / "urlseen", ram_bytes=s.urlseen_ram_bytes, manifest=urlseen,
                                 background=True)
         self.plds = PLDIndegree(d / "pldgraph", ram_bytes=s.pld_ram_bytes, manifest=pld,
-                                on_indegree=self.star.observe)
+                                on_indegree=self.star.observe, background=True)
         self.beast = Beast(d / "frontier" / "beast", state=f.get("beast"),
                            queues=s.beast_queues, max_queues=s.beast_max_queues,
                            pld_slots=s.beast_pld_slots, host_cap=beast_host_cap(s),
@@ -564,11 +563,10 @@ class Manager:
             seen.flush(wait=False)  # its new URLs come out of take_new once it is done
             self._last_seen_flush = now
         if now - self._last_pld_flush >= max(s.budget_refresh_s,
-                                             self._pld_flush_s / FORCED_PLD_MERGE_SHARE):
-            flush_started = perf_counter()
-            plds.flush()  # budgets follow the in-degrees found so far
+                                             plds.last_round_s / FORCED_PLD_MERGE_SHARE):
+            # Budgets follow the in-degrees found so far; the edges merge in the background.
+            plds.flush(wait=False)
             self._last_pld_flush = now
-            self._pld_flush_s = perf_counter() - flush_started
         edges = plds.new_edges
         plds.pump()
         self.counters["pld_edges_new"] += plds.new_edges - edges

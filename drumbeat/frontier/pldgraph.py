@@ -56,9 +56,11 @@ OnIndegree = Callable[[list[str], list[int]], None]
 
 class PLDIndegree:
     def __init__(self, directory: Path, *, ram_bytes: int, manifest: dict | None = None,
-                 fsync: bool | str = True, on_indegree: OnIndegree | None = None) -> None:
+                 fsync: bool | str = True, on_indegree: OnIndegree | None = None,
+                 background: bool = False) -> None:
         """``on_indegree(plds, counts)`` hears the targets of new edges and their new
-        in-degrees (see the module docstring)."""
+        in-degrees (see the module docstring). ``background``: the edges DRUM, the large
+        one, merges in a thread (see Drum); its new edges are pumped once a round ends."""
         version = MANIFEST_FORMAT if manifest is None else manifest.get("format", 1)
         if version not in (1, MANIFEST_FORMAT):
             raise ValueError(f"PLD graph manifest format {version} is not {MANIFEST_FORMAT}: "
@@ -67,7 +69,7 @@ class PLDIndegree:
             shutil.rmtree(directory)  # no checkpoint names it: a run that died before one
         half = max(ram_bytes // 2, 1 << 20)
         self.edges = Drum(directory / "edges", ram_bytes=half, fsync=fsync,
-                          manifest=(manifest or {}).get("edges"))
+                          manifest=(manifest or {}).get("edges"), background=background)
         self.indegree = Drum(directory / "indegree", value_dtype=INDEGREE_DTYPE, merge="add",
                              ram_bytes=half, fsync=fsync,
                              manifest=(manifest or {}).get("indegree"))
@@ -131,9 +133,16 @@ class PLDIndegree:
             else:
                 self.on_indegree([item.decode() for item in items], [b + 1 for b in before])
 
-    def flush(self) -> None:
-        """Merge everything queued in both repositories (edges first)."""
-        self.edges.flush()
+    @property
+    def last_round_s(self) -> float:
+        """Wall seconds the edges DRUM's last merge round took."""
+        return self.edges.last_round_s
+
+    def flush(self, wait: bool = True) -> None:
+        """Merge everything queued in both repositories (edges first). ``wait=False``:
+        the edges merge in the background, if so configured; what it finds new is
+        counted by a later :meth:`pump` (the in-degrees merge now)."""
+        self.edges.flush(wait=wait)
         self.pump()
         self.indegree.flush()
         self._report_indegrees()
