@@ -379,6 +379,13 @@ class Manager:
                 self._last_checkpoint = self.clock()
                 return
         laps.lap("warc sync")
+        if final:
+            # Every edge found goes into the PLD graph (and its count), however the
+            # background merges fell: a crawl's pld_edges_new is its distinct edges.
+            assert self.plds is not None
+            edges = self.plds.new_edges
+            self.plds.flush()
+            self.counters["pld_edges_new"] += self.plds.new_edges - edges
         self.checkpoint(laps)
         if laps.total() >= 1.0:  # the fetchers ran dry meanwhile: say where it went
             log.info("checkpoint took %.2f s: %s", laps.total(), laps)
@@ -559,6 +566,7 @@ class Manager:
         seen, plds, beast = self.seen, self.plds, self.beast
         assert seen is not None and plds is not None and beast is not None
         started = perf_counter()
+        edges = plds.new_edges  # new edges moved by the flush's pump too
         if self._seen_merge_due(now):
             seen.flush(wait=False)  # its new URLs come out of take_new once it is done
             self._last_seen_flush = now
@@ -567,7 +575,6 @@ class Manager:
             # Budgets follow the in-degrees found so far; the edges merge in the background.
             plds.flush(wait=False)
             self._last_pld_flush = now
-        edges = plds.new_edges
         plds.pump()
         self.counters["pld_edges_new"] += plds.new_edges - edges
         self._merge_busy_s = perf_counter() - started
@@ -1014,7 +1021,9 @@ class Manager:
         laps.lap("answers")
         urlseen_manifest = seen.commit()
         laps.lap("urlseen")
-        pld_manifest = plds.commit()
+        edges = plds.new_edges
+        pld_manifest = plds.commit()  # moves the new edges of every round first
+        self.counters["pld_edges_new"] += plds.new_edges - edges
         laps.lap("plds")
         meta = CheckpointMeta(
             urlseen_manifest=urlseen_manifest,

@@ -161,7 +161,9 @@ class PLDIndegree:
         return counts
 
     def commit(self) -> dict:
-        """Durable point for a checkpoint; new edges of finished merges are moved first."""
+        """Durable point for a checkpoint; new edges of every merge are moved first (a
+        background round is waited for)."""
+        self.edges.settle()
         self.pump()
         return {"format": MANIFEST_FORMAT, "edges": self.edges.commit(),
                 "indegree": self.indegree.commit()}
