@@ -28,7 +28,7 @@ from collections import Counter, deque
 from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter, thread_time
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, TypeVar
 
 import xxhash
 
@@ -68,6 +68,7 @@ from drumbeat.stalls import Stalls
 from drumbeat.store.crawllog import CrawlLog
 
 log = logging.getLogger("drumbeat.manager")
+_T = TypeVar("_T")
 
 DNS_CONCURRENCY = 64
 # New URLs handed to BEAST at once: 10-80 ms of placing on the bench web (the manager
@@ -383,9 +384,7 @@ class Manager:
             # Every edge found goes into the PLD graph (and its count), however the
             # background merges fell: a crawl's pld_edges_new is its distinct edges.
             assert self.plds is not None
-            edges = self.plds.new_edges
-            self.plds.flush()
-            self.counters["pld_edges_new"] += self.plds.new_edges - edges
+            self._counting_edges(self.plds.flush)
         self.checkpoint(laps)
         if laps.total() >= 1.0:  # the fetchers ran dry meanwhile: say where it went
             log.info("checkpoint took %.2f s: %s", laps.total(), laps)
@@ -395,6 +394,14 @@ class Manager:
         end = self.clock() + min(self.settings.total_timeout_s, 10.0)
         while self.in_flight and self.clock() < end and not self._force_stop:
             await self._collect(min(0.2, max(0.0, end - self.clock())))
+
+    def _counting_edges(self, step: Callable[[], _T]) -> _T:
+        """``step()`` on the PLD graph, its newly moved edges counted in pld_edges_new."""
+        assert self.plds is not None
+        before = self.plds.new_edges
+        result = step()
+        self.counters["pld_edges_new"] += self.plds.new_edges - before
+        return result
 
     def _finished(self) -> bool:
         if self.in_flight:
@@ -1021,9 +1028,7 @@ class Manager:
         laps.lap("answers")
         urlseen_manifest = seen.commit()
         laps.lap("urlseen")
-        edges = plds.new_edges
-        pld_manifest = plds.commit()  # moves the new edges of every round first
-        self.counters["pld_edges_new"] += plds.new_edges - edges
+        pld_manifest = self._counting_edges(plds.commit)  # moves every round's new edges
         laps.lap("plds")
         meta = CheckpointMeta(
             urlseen_manifest=urlseen_manifest,
