@@ -569,21 +569,13 @@ class Manager:
         without it, every URL found new so far is placed (a checkpoint needs that: a
         round half delivered would be delivered again, from its start, after a restore).
         """
-        s = self.settings
-        seen, plds, beast = self.seen, self.plds, self.beast
-        assert seen is not None and plds is not None and beast is not None
+        seen = self.seen
+        assert seen is not None
         started = perf_counter()
-        edges = plds.new_edges  # new edges moved by the flush's pump too
         if self._seen_merge_due(now):
             seen.flush(wait=False)  # its new URLs come out of take_new once it is done
             self._last_seen_flush = now
-        if now - self._last_pld_flush >= max(s.budget_refresh_s,
-                                             plds.last_round_s / FORCED_PLD_MERGE_SHARE):
-            # Budgets follow the in-degrees found so far; the edges merge in the background.
-            plds.flush(wait=False)
-            self._last_pld_flush = now
-        plds.pump()
-        self.counters["pld_edges_new"] += plds.new_edges - edges
+        self._counting_edges(lambda: self._step_pld_graph(now))
         self._merge_busy_s = perf_counter() - started
         if self._new_urls is None:
             self._new_urls = seen.take_new()
@@ -598,6 +590,18 @@ class Manager:
                     return  # the rest in the next turn
         self._place(records)
         self._new_urls = None
+
+    def _step_pld_graph(self, now: float) -> None:
+        """Merge the PLD graph when a budget refresh is due (the edges in the background:
+        budgets follow the in-degrees found so far), and move the new edges of the rounds
+        that ended into the in-degrees."""
+        plds = self.plds
+        assert plds is not None
+        if now - self._last_pld_flush >= max(self.settings.budget_refresh_s,
+                                             plds.last_round_s / FORCED_PLD_MERGE_SHARE):
+            plds.flush(wait=False)
+            self._last_pld_flush = now
+        plds.pump()
 
     def _place(self, records: list[bytes]) -> None:
         """Give URLs their STAR budget and put them into BEAST."""
