@@ -80,7 +80,13 @@ PLACE_BATCH = 2_048
 # Placing per turn of the crawl loop. One DRUM round can find 600,000 URLs new, about 3 s
 # of placing: done at once, it kept the loop from dispatching, and the fetchers ran dry
 # (measured: a 3.9 s turn, no page fetched for 2 s). The rest waits for the next turns.
-PLACE_BUDGET_S = 0.025
+# The budget is short because a turn's placing and routing (ROUTE_BUDGET_S) must end
+# before the fetchers finish what is in flight: 200 fetches are 70 ms of work at 3,000
+# pages/s, and the manager gets two thirds of a core while both fetchers are busy. With
+# 25 ms each, the turns of a large BEAST read left the fetchers idle (6 % idle CPU over a
+# polite bench minute against 4.7 % with 10 ms, slowest 5 s 1,718-1,850 pages/s against
+# 2,452-2,545, at the same mean: two interleaved pairs).
+PLACE_BUDGET_S = 0.010
 # The forced merges of the PLD graph (every budget_refresh_s) take at most this share of
 # the crawl's time: they cost more as the graph grows (150-200 ms on the bench web after a
 # minute), they take CPU from the fetchers (in the background, see Drum), and budgets
@@ -91,9 +97,10 @@ FORCED_PLD_MERGE_SHARE = 0.02
 EARLY_SEEN_MERGE_SHARE = 0.05
 # URLs read from BEAST are routed (robots rules, then their host's queue) in batches of
 # this many, at most ROUTE_BUDGET_S per turn: a read of half of frontier_ram_urls (50,000
-# by default) took 0.7 s at once, again with the fetchers starved meanwhile.
+# by default) took 0.7 s at once, again with the fetchers starved meanwhile (and see
+# PLACE_BUDGET_S for the budget's length).
 ROUTE_BATCH = 256
-ROUTE_BUDGET_S = 0.025
+ROUTE_BUDGET_S = 0.010
 # A checkpoint places every URL URL-seen has delivered (see _take_new_urls): when one
 # falls due in the middle of placing a round, it waits for the placing to end, up to this
 # long past its time. At once, the rest of a round took 2.2 s of one turn on the bench
