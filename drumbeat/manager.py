@@ -81,11 +81,12 @@ PLACE_BATCH = 2_048
 # of placing: done at once, it kept the loop from dispatching, and the fetchers ran dry
 # (measured: a 3.9 s turn, no page fetched for 2 s). The rest waits for the next turns.
 # The budget is short because a turn's placing and routing (ROUTE_BUDGET_S) must end
-# before the fetchers finish what is in flight: 200 fetches are 70 ms of work at 3,000
-# pages/s, and the manager gets two thirds of a core while both fetchers are busy. With
-# 25 ms each, the turns of a large BEAST read left the fetchers idle (6 % idle CPU over a
-# polite bench minute against 4.7 % with 10 ms, slowest 5 s 1,718-1,850 pages/s against
-# 2,452-2,545, at the same mean: two interleaved pairs).
+# before the fetchers finish what is in flight: the bench's 200 fetches are 70 ms of work
+# at 3,000 pages/s, and the manager gets two thirds of a core while both fetchers are
+# busy. With 25 ms each, turns that placed a large URL-seen delivery or routed a large
+# BEAST read left the fetchers idle (6 % idle CPU over a polite bench minute against
+# 4.7 % with 10 ms; slowest 5 s 1,718-1,850 pages/s against 2,452-2,545, at the same
+# mean: two interleaved pairs).
 PLACE_BUDGET_S = 0.010
 # The forced merges of the PLD graph (every budget_refresh_s) take at most this share of
 # the crawl's time: they cost more as the graph grows (150-200 ms on the bench web after a
