@@ -406,3 +406,66 @@ def test_host_cap_survives_a_commit(tmp_path: Path) -> None:
     assert beast.read(2) == [b"a", b"b"] and beast.stats().current == 1
     assert beast.read(10) == [b"c"] and beast.stats().current == 2
     beast.close()
+
+
+@pytest.mark.parametrize("turn_s", [0.0, 5.0])
+@pytest.mark.parametrize("seed", range(4))
+def test_full_places_skipped_in_batches_change_nothing(tmp_path: Path, seed: int,
+                                                       turn_s: float) -> None:
+    """Beast._full_from_start sends records whose place is full to QF without the loop:
+    the same records come out in the same order, with the same counts, as with the loop
+    for every record. Small tables make PLDs and hosts collide; several hosts share a PLD
+    and budgets change between batches, so PLD and host places fill in every order."""
+    rng = random.Random(seed)
+    budgets = {pld: rng.randint(0, 30) for pld in range(60)}
+    host_pld = {host: rng.randrange(60) for host in range(150)}
+    now = [0.0]
+
+    def rebudget(record: bytes) -> tuple[int, int, int]:
+        host = int(record.split(b":")[0])
+        return TOP + host_pld[host], budgets[host_pld[host]], host
+
+    def make(name: str) -> Beast:
+        return Beast(tmp_path / name, queues=2, max_queues=8, pld_slots=48, host_cap=4,
+                     host_slots=96, fsync=False, rebudget=rebudget, turn_s=turn_s,
+                     clock=lambda: now[0])
+
+    fast, loop = make("fast"), make("loop")
+    skipped = [0]
+    full_from_start = fast._full_from_start
+
+    def counting(*args):
+        to_qf, collisions, deferrals = full_from_start(*args)
+        skipped[0] += sum(to_qf)
+        return to_qf, collisions, deferrals
+
+    fast._full_from_start = counting  # type: ignore[method-assign]
+
+    def both(call, *args):
+        got = call(fast, *args)
+        with mock.patch.object(beast_module, "_FULL_CHECK_MIN", 1 << 30):
+            assert call(loop, *args) == got
+        return got
+
+    placed = out = 0
+    for _ in range(40):
+        hosts = [rng.randrange(150) for _ in range(rng.randint(0, 600))]
+        records = [b"%d:%d" % (h, placed + i) for i, h in enumerate(hosts)]
+        placed += len(records)
+        plds, budgets_now, hosts_now = [[a[k] for a in map(rebudget, records)] for k in range(3)]
+        both(Beast.place_many, records, plds, budgets_now, hosts_now)
+        out += len(both(read_up_to, rng.randint(0, 500)))
+        budgets[rng.randrange(60)] = rng.randint(0, 30)
+        now[0] += rng.choice([0.0, 1.0, 6.0])
+        s_fast, s_loop = fast.stats(), loop.stats()
+        assert s_fast == s_loop
+    while len(fast):
+        now[0] += 6.0  # paced turns hold the next queue until their time is up
+        out += len(both(read_up_to, placed))
+    assert out == placed and len(loop) == 0
+    stats = fast.stats()
+    # The batches did skip records, and collisions, deferrals and re-splits were met.
+    assert skipped[0] > 100
+    assert stats.slot_collisions > 0 and stats.host_deferrals > 0 and stats.qf_rescans > 1
+    fast.close()
+    loop.close()

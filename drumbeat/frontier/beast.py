@@ -77,8 +77,9 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import compress, repeat
 from pathlib import Path
 
 import numpy as np
@@ -89,6 +90,9 @@ FORMAT_VERSION = 1
 _MASK64 = (1 << 64) - 1
 # QF URLs placed again per read() call during a re-split: 10-40 ms of the manager's loop.
 RESPLIT_BATCH = 2048
+# Batches of fewer records than this skip Beast._full_from_start: numpy's fixed cost
+# would outweigh what the loop saves.
+_FULL_CHECK_MIN = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,17 +202,16 @@ class Beast:
         """:meth:`place` for each record, in order."""
         if not len(records) == len(pld_hashes) == len(budgets):
             raise ValueError("records, pld_hashes and budgets differ in length")
-        if host_hashes is None:
-            hosts: Iterable[int | None] = (None for _ in records)
-        elif len(host_hashes) != len(records):
+        if host_hashes is not None and len(host_hashes) != len(records):
             raise ValueError("records and host_hashes differ in length")
-        else:
-            hosts = map(int, host_hashes)
-        self._spread(zip(records, map(int, pld_hashes), map(int, budgets), hosts))
+        self._spread(records, [int(h) & _MASK64 for h in pld_hashes], list(map(int, budgets)),
+                     None if host_hashes is None else [int(h) & _MASK64 for h in host_hashes])
         self._placed += len(records)
 
-    def _spread(self, items: Iterable[tuple[bytes, int, int, int | None]]) -> None:
-        """Place (record, pld_hash, budget, host_hash) tuples, appending to each queue once.
+    def _spread(self, records: Sequence[bytes], plds: list[int], budgets: list[int],
+                hosts: list[int] | None) -> None:
+        """Place each record (of PLD hash ``plds[i]`` < 2**64 with ``budgets[i]``, of host
+        hash ``hosts[i]``), appending to each queue once.
 
         A record goes to its PLD's current queue until the PLD has had ``budget`` (at
         least 1) records there, then to the next queue; with the host cap, also to a queue
@@ -216,6 +219,7 @@ class Beast:
         ring means QF. One loop with the tables in locals, as it runs for every URL a
         crawl finds new: with a method call per URL, place_many took 3.2 µs a URL
         against 2.2 (min of 12 interleaved rounds of 82 k bench-like URLs, host cap on).
+        The loop skips the records :meth:`_full_from_start` finds bound for QF.
         """
         j, start = self._j, self._start
         now = start + self._cur
@@ -224,11 +228,15 @@ class Beast:
         slots, tags, turns, counts = self._slots, self._mtag, self._mturn, self._mcount
         host_cap, host_slots = self._host_cap, self._host_slots
         host_turns, host_counts = self._mhturn, self._mhcount
-        batches: list[list[bytes]] = [[] for _ in range(j + 1)]  # the last is QF
-        qf = batches[-1]
-        collisions = deferrals = 0
-        for record, pld, budget, host in items:
-            pld &= _MASK64
+        batches: list[list[bytes]] = [[] for _ in range(j)]
+        n = len(records)
+        if n >= _FULL_CHECK_MIN:
+            to_qf, collisions, deferrals = self._full_from_start(
+                plds, budgets, hosts if host_cap else None, first, beyond)
+        else:
+            to_qf, collisions, deferrals = [False] * n, 0, 0
+        items = zip(range(n), records, plds, budgets, hosts or repeat(None))
+        for i, record, pld, budget, host in compress(items, [not q for q in to_qf]):
             slot = pld % slots
             turn = turns[slot]
             if turn >= first:
@@ -240,7 +248,7 @@ class Beast:
             if used and used >= budget:  # used >= max(budget, 1)
                 turn, used = turn + 1, 0
             if host is not None and host_cap:
-                hslot = (host & _MASK64) % host_slots
+                hslot = host % host_slots
                 hturn = host_turns[hslot]
                 if hturn >= first:
                     hused = host_counts[hslot]
@@ -255,21 +263,53 @@ class Beast:
                 elif turn > hturn:
                     hused = 0
                 if turn >= beyond:
-                    qf.append(record)
+                    to_qf[i] = True
                     continue
                 host_turns[hslot], host_counts[hslot] = turn, hused + 1
             if turn >= beyond:
-                qf.append(record)
+                to_qf[i] = True
                 continue
             tags[slot], turns[slot], counts[slot] = pld, turn, used + 1
             index = turn - start
             batches[index if index < j else index - j].append(record)
         self._collisions += collisions
         self._host_deferrals += deferrals
-        for queue, batch in zip([*self._ring, self._qf], batches):
+        for queue, batch in zip(self._ring, batches):
             if batch:
                 queue.extend(batch)
+        qf = list(compress(records, to_qf))
+        if qf:
+            self._qf.extend(qf)
         self._deferred += len(qf)
+
+    def _full_from_start(self, plds: list[int], budgets: list[int], hosts: list[int] | None,
+                         first: int, beyond: int) -> tuple[list[bool], int, int]:
+        """Which records go to QF because their place is full from the start of the
+        batch, with the slot collisions and host deferrals :meth:`_spread`'s loop would
+        have counted for them. Once a large crawl's sites have filled their places in
+        the ring, most URLs placed (new ones, and QF's at a re-split) are such; here they
+        cost numpy's passes rather than the loop's turn.
+
+        A record whose PLD's place is full (the last queue of the ring, its budget used)
+        goes to QF and changes no place, so the next records of its PLD do the same; so
+        does a record whose host's place is full, counting a deferral (its PLD's place is
+        before the host's). That holds for every such record, in any order, as long as no
+        record the loop does see shares its PLD's place (one could move it).
+        """
+        pld = np.array(plds, np.uint64)
+        slot = pld % np.uint64(self._slots)
+        turn = self._turn[slot]
+        full = (turn == beyond - 1) & (self._count[slot] >= np.maximum(budgets, 1))
+        host_full = np.zeros_like(full)
+        if hosts is not None:
+            hslot = np.array(hosts, np.uint64) % np.uint64(self._host_slots)
+            host_full = ((self._hturn[hslot] == beyond - 1)
+                         & (self._hcount[hslot] >= self._host_cap) & ~full)
+        either = full | host_full
+        fast = either & ~np.isin(slot, slot[~either])
+        collisions = int(np.count_nonzero(fast & (turn >= first) & (self._tag[slot] != pld)))
+        deferrals = int(np.count_nonzero(fast & host_full))
+        return fast.tolist(), collisions, deferrals
 
     # -- reading -----------------------------------------------------------------------
 
@@ -340,12 +380,11 @@ class Beast:
         """Place the next RESPLIT_BATCH of the QF records the re-split has still to place."""
         batch = self._qf.read(min(self._resplit_left, RESPLIT_BATCH))
         self._resplit_left = 0 if not batch else self._resplit_left - len(batch)
-        self._spread(self._replace_args(record) for record in batch)
-
-    def _replace_args(self, record: bytes) -> tuple[bytes, int, int, int | None]:
-        answer = self._rebudget(record)
-        host = int(answer[2]) if len(answer) > 2 else None
-        return record, int(answer[0]), int(answer[1]), host
+        answers = [self._rebudget(record) for record in batch]
+        hosts = [int(a[2]) & _MASK64 for a in answers] if all(
+            len(a) > 2 for a in answers) else None
+        self._spread(batch, [int(a[0]) & _MASK64 for a in answers],
+                     [int(a[1]) for a in answers], hosts)
 
     def __len__(self) -> int:
         """Records queued anywhere (ring and QF), not yet read."""
