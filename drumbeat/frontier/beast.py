@@ -209,9 +209,9 @@ class Beast:
         self._placed += len(records)
 
     def _spread(self, records: Sequence[bytes], plds: list[int], budgets: list[int],
-                hosts: list[int] | None) -> None:
+                hosts: Sequence[int | None] | None) -> None:
         """Place each record (of PLD hash ``plds[i]`` < 2**64 with ``budgets[i]``, of host
-        hash ``hosts[i]``), appending to each queue once.
+        hash ``hosts[i]`` if that is given), appending to each queue once.
 
         A record goes to its PLD's current queue until the PLD has had ``budget`` (at
         least 1) records there, then to the next queue; with the host cap, also to a queue
@@ -231,8 +231,11 @@ class Beast:
         batches: list[list[bytes]] = [[] for _ in range(j)]
         n = len(records)
         if n >= _FULL_CHECK_MIN:
+            # Records without a host hash ignore the cap, so host places are checked
+            # only when every record has one.
+            every_host = host_cap and hosts is not None and None not in hosts
             to_qf, collisions, deferrals = self._full_from_start(
-                plds, budgets, hosts if host_cap else None, first, beyond)
+                plds, budgets, hosts if every_host else None, first, beyond)
         else:
             to_qf, collisions, deferrals = [False] * n, 0, 0
         items = zip(range(n), records, plds, budgets, hosts or repeat(None))
@@ -381,10 +384,9 @@ class Beast:
         batch = self._qf.read(min(self._resplit_left, RESPLIT_BATCH))
         self._resplit_left = 0 if not batch else self._resplit_left - len(batch)
         answers = [self._rebudget(record) for record in batch]
-        hosts = [int(a[2]) & _MASK64 for a in answers] if all(
-            len(a) > 2 for a in answers) else None
         self._spread(batch, [int(a[0]) & _MASK64 for a in answers],
-                     [int(a[1]) for a in answers], hosts)
+                     [int(a[1]) for a in answers],
+                     [int(a[2]) & _MASK64 if len(a) > 2 else None for a in answers])
 
     def __len__(self) -> int:
         """Records queued anywhere (ring and QF), not yet read."""
