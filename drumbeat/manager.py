@@ -71,9 +71,10 @@ log = logging.getLogger("drumbeat.manager")
 _T = TypeVar("_T")
 
 DNS_CONCURRENCY = 64
-# New URLs handed to BEAST at once: 10-80 ms of placing on the bench web (the manager
-# shares 2 cores with the fetchers). Batches of 8,192 let one turn's placing run to 100-200
-# ms, past the budget below; with 2,048 and routing batches of 256 instead of 1,024, a
+# New URLs handed to BEAST at once: 3-8 ms of placing (1.3-3.9 µs a URL, offline, on
+# bench-like URLs), so a turn overruns PLACE_BUDGET_S below by less than a batch, which is
+# when the budget is checked. Batches of 8,192 let one turn's placing run to 100-200
+# ms, past the budget; with 2,048 and routing batches of 256 instead of 1,024, a
 # quick polite bench counted 20-24 turns of 0.1 s or more (3.0-3.4 s in all) against 23-33
 # (3.3-5.1 s), in three interleaved pairs (drumbeat.stalls).
 PLACE_BATCH = 2_048
