@@ -1,4 +1,4 @@
-from drumbeat.frontier.politeness import PolitenessScheduler, QueuedURL
+from drumbeat.frontier.politeness import HostState, PolitenessScheduler, QueuedURL
 
 
 def _sched(host_delay=2.0, ip_delay=0.5):
@@ -99,3 +99,110 @@ def test_delays_scale_down_with_budget_to_the_floors():
     assert s.ip_delay("127.0.0.9") == 0.4  # average budget 25
     s.forget(big)
     assert s.ip_delay("127.0.0.9") == 1.0
+
+
+def test_hosts_sharing_an_ip_are_served_in_line_one_per_ip_delay():
+    s = _sched(host_delay=1.0, ip_delay=0.1)
+    hosts = [_add(s, f"h{i}.test", "127.1.0.1", n=2) for i in range(10)]
+    served = []
+    now = 0.0
+    while now < 3.0:
+        h = s.next_ready(now)
+        if h is None:
+            now = round(now + 0.01, 2)
+            continue
+        s.pop_url(h)
+        served.append((now, h))
+        s.done(h, now=now)  # the request took no time
+    times = [t for t, _ in served]
+    assert all(b - a >= 0.1 - 1e-9 for a, b in zip(times, times[1:]))  # τs between requests
+    assert {h for _, h in served[:10]} == set(hosts)  # everyone once before anyone twice
+    assert len(served) == 20 and s.queued_urls == 0
+
+
+def test_hosts_that_leave_the_line_do_not_hold_it_up():
+    s = _sched(host_delay=1.0, ip_delay=0.5)
+    a, b, c, d = (_add(s, f"{x}.test", "127.1.0.1") for x in "abcd")
+    first = s.next_ready(0.0)
+    assert s.next_ready(0.0) is None  # the three others are in the IP's line
+    waiting = [h for h in (a, b, c, d) if h is not first]
+    s.block(waiting[0])            # being re-resolved: out of the line
+    s.drain(waiting[1])            # nothing left to fetch: out of the line
+    s.pop_url(first)
+    s.done(first, now=0.1)
+    assert s.next_ready(0.59) is None
+    assert s.next_ready(0.6) is waiting[2]  # the line goes on past them
+    s.set_ip(waiting[0], "127.1.0.2")       # its new IP is idle: served at once
+    assert s.next_ready(0.6) is waiting[0]
+    s.push(waiting[1], QueuedURL("http://again.test/", 0, None))  # back in the heap, then line
+    assert s.next_ready(0.6) is None
+    s.pop_url(waiting[2])
+    s.done(waiting[2], now=0.7)
+    assert s.next_ready(1.2) is waiting[1]
+
+
+def test_random_operations_keep_both_delays_and_serve_everyone():
+    for seed in range(20):
+        _random_operations(seed)
+
+
+def _random_operations(seed: int) -> None:
+    """Hosts on 3 IPs get URLs, are re-resolved, drained and released at random while
+    requests take 0-30 ms; every request must keep both delays, and every URL queued
+    must be fetched once the operations stop."""
+    import random
+
+    rng = random.Random(seed)
+    host_delay, ip_delay = 0.3, 0.05
+    s = _sched(host_delay=host_delay, ip_delay=ip_delay)
+    ips = [f"127.1.0.{i}" for i in range(1, 4)]
+    hosts = [s.host(f"h{i}.test") for i in range(12)]
+    for h in hosts:
+        s.set_ip(h, rng.choice(ips))
+    last_host: dict[str, float] = {}
+    last_ip: dict[str, float] = {}
+    in_flight: list[tuple[float, HostState]] = []
+    pushed = fetched = 0
+
+    def finish(now: float) -> None:
+        """Complete the requests due by ``now``: both delays run from here."""
+        for finished in [f for f in in_flight if f[0] <= now]:
+            in_flight.remove(finished)
+            s.done(finished[1], now=now)
+            last_host[finished[1].name] = last_ip[finished[1].ip] = now
+
+    def start(h: HostState, now: float, takes_s: float) -> None:
+        nonlocal fetched
+        s.pop_url(h)
+        fetched += 1
+        assert now - last_host.get(h.name, -9) >= host_delay - 1e-9
+        assert now - last_ip.get(h.ip, -9) >= ip_delay - 1e-9
+        assert not any(other.ip == h.ip for _, other in in_flight)
+        in_flight.append((round(now + takes_s, 3), h))
+
+    now = 0.0
+    for step in range(2000):
+        now = round(now + rng.choice((0.0, 0.001, 0.01, 0.02)), 3)
+        op, h = rng.random(), rng.choice(hosts)
+        if op < 0.3:
+            s.push(h, QueuedURL(f"http://{h.name}/{step}", 0, None))
+            pushed += 1
+        elif op < 0.33 and not h.busy:
+            s.block(h)
+            s.set_ip(h, rng.choice(ips))
+        elif op < 0.35 and not h.busy:
+            pushed -= len(s.drain(h))
+        finish(now)
+        ready = s.next_ready(now)
+        if ready is not None and rng.random() < 0.1:
+            s.release(ready)  # decided to send nothing
+        elif ready is not None:
+            start(ready, now, rng.choice((0.0, 0.005, 0.03)))
+    # No new work now: everything queued is served within a bounded time.
+    while in_flight or s.queued_urls:
+        assert now < 2000, f"seed {seed}: {s.queued_urls} URLs never served"
+        now = round(now + 0.01, 3)
+        finish(now)
+        while (ready := s.next_ready(now)) is not None:
+            start(ready, now, 0.0)
+    assert fetched == pushed
