@@ -613,7 +613,9 @@ class Manager:
         plds.pump()
 
     def _place(self, records: list[bytes]) -> None:
-        """Give URLs their STAR budget and put them into BEAST."""
+        """Give URLs their STAR budget and put them into BEAST (but for those robots rules
+        already in RAM disallow: see _robots_sifted)."""
+        records = self._robots_sifted(records)
         if not records:
             return
         hashes, budgets, hosts = [], [], []
@@ -625,6 +627,41 @@ class Manager:
         assert self.beast is not None
         self.beast.place_many(records, hashes, budgets, hosts)
         self.counters["urls_admitted"] += len(records)
+
+    def _robots_sifted(self, records: list[bytes]) -> list[bytes]:
+        """``records`` less the URLs that their origin's robots rules disallow, where fresh
+        rules are in RAM; those are dropped now, as :meth:`_route` would drop them later.
+
+        IRLbot checks robots.txt after BEAST, so a disallowed URL takes a place in its
+        PLD's budget and host cap and is dropped when read. Where many are disallowed,
+        paced turns then bring few URLs that may be fetched: the throughput bench's pages
+        each link into /private/, and late in a 300 s polite crawl 90 % of every turn was
+        dropped there and the crawl fell to 100-400 pages/s for 30 s at a time (2,670
+        pages/s on average; sifted here, 3,181 with no such fall). URLs of origins whose
+        rules are not in RAM go on as before: :meth:`_route` checks every URL read.
+        """
+        robots, agent = self.robots, self.settings.user_agent
+        assert robots is not None
+        rules: dict[bytes, RobotsEntry | None] = {}
+        kept: list[bytes] = []
+        for payload in records:
+            authority = payload[:payload.index(b"/", 8)]  # scheme://authority: an origin
+            if authority in rules:
+                entry = rules[authority]
+            else:
+                entry = robots.peek(authority.decode())
+                if entry is not None and (entry.state != RULES or not robots.is_fresh(entry)):
+                    entry = None  # allows all, or is decided at routing
+                rules[authority] = entry
+            if entry is None:
+                kept.append(payload)
+                continue
+            url, depth, via, _ = decode_payload(payload)
+            if entry.allows(url, agent):
+                kept.append(payload)
+            else:
+                self._log_drop(url, depth, via, "robots_disallowed")
+        return kept
 
     def _rebudget(self, payload: bytes) -> tuple[int, int, int]:
         """BEAST re-splitting QF asks for a URL's PLD, its budget now, and its host."""

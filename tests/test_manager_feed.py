@@ -8,9 +8,11 @@ A real Manager on a temp state dir with a loopback DNS responder; nothing is fet
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 from drumbeat.bench.offline_manager import offline_manager
+from drumbeat.frontier.urlseen import encode_payload
 from drumbeat.manager import (
     CHECKPOINT_WAIT_FOR_PLACING_S,
     PLACE_BATCH,
@@ -226,3 +228,28 @@ async def _merged_early(tmp_path: Path) -> None:
             manager.seen.settle()
             manager._take_new_urls(now + spacing)
             assert manager.seen.pending == 0 and len(manager.beast) == 5
+
+
+def test_urls_that_robots_rules_in_ram_disallow_never_enter_beast(tmp_path: Path) -> None:
+    asyncio.run(_robots_sifted(tmp_path))
+
+
+async def _robots_sifted(tmp_path: Path) -> None:
+    async with offline_manager(tmp_path) as manager:
+        assert manager.robots is not None and manager.beast is not None
+        manager.robots.record("http://a.test", 200, "User-agent: *\nDisallow: /private/\n")
+        manager.robots.record("http://c.test", 404, None)  # no robots.txt: all allowed
+        urls = ["http://a.test/private/1", "http://a.test/ok", "http://b.test/private/1",
+                "http://c.test/private/1", "http://a.test/private/2"]
+        manager._place([encode_payload(u, 2, "http://a.test/") for u in urls])
+        # b.test's rules are not known yet: its URL goes on, to be checked when read.
+        assert manager.beast.stats().placed == 3
+        assert manager.counters["dropped.robots_disallowed"] == 2
+        assert sorted(manager.beast.read(10)) == sorted(
+            encode_payload(u, 2, "http://a.test/") for u in
+            ("http://a.test/ok", "http://b.test/private/1", "http://c.test/private/1"))
+        manager.crawl_log.flush()
+        logged = [json.loads(line) for line in (tmp_path / "crawl.log").read_text().splitlines()]
+        assert [(e["url"], e["error"], e["depth"], e["via"], e["status"]) for e in logged] == [
+            (u, "robots_disallowed", 2, "http://a.test/", None)
+            for u in ("http://a.test/private/1", "http://a.test/private/2")]

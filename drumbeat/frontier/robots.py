@@ -277,6 +277,11 @@ class RobotsStore:
         self._lru.move_to_end(origin)
         return entry
 
+    def peek(self, origin: str) -> RobotsEntry | None:
+        """:meth:`get` without counting a hit or miss or moving the entry in the LRU:
+        for a look at rules that is not a use of them (a URL that may be fetched later)."""
+        return self._lru.get(origin)
+
     def is_fresh(self, entry: RobotsEntry) -> bool:
         """True until ``entry`` expires (UNAVAILABLE: until its retry time); GIVEN_UP always."""
         return entry.state == GIVEN_UP or entry.expires_at > self.clock()
