@@ -656,10 +656,11 @@ class Manager:
             if entry is None:
                 kept.append(payload)
                 continue
-            url, depth, via, _ = decode_payload(payload)
-            if entry.allows(url, agent):
+            # The URL ends at the payload's first newline (see urlseen.payload_tail).
+            if entry.allows(payload[:payload.index(b"\n")].decode(), agent):
                 kept.append(payload)
             else:
+                url, depth, via, _ = decode_payload(payload)
                 self._log_drop(url, depth, via, "robots_disallowed")
         return kept
 
