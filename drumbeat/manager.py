@@ -1048,11 +1048,7 @@ class Manager:
     def _log_drop(self, url: str, depth: int, via: str | None, reason: str, *,
                   ip: str | None = None) -> None:
         self.counters[f"dropped.{reason}"] += 1
-        self.crawl_log.append({
-            "time": time.time(), "url": url, "kind": PAGE, "status": None, "error": reason,
-            "bytes": 0, "content_type": None, "fetch_ms": None, "ip": ip, "depth": depth,
-            "via": via, "truncated": None, "warc": None,
-        })
+        self.crawl_log.append_drop(time.time(), url, depth, via, reason, ip)
 
     # -- checkpoint ------------------------------------------------------------------------
 
