@@ -70,20 +70,18 @@ class CrawlLog:
     def append(self, entry: Mapping[str, Any]) -> None:
         """Buffer one entry. Raises ``ValueError`` for values JSON cannot represent
         (NaN, infinity) and ``TypeError`` for non-JSON types."""
-        line = _ENCODER.encode(entry).encode() + b"\n"
-        self._pending.append(line)
-        self._pending_bytes += len(line)
-        if self._pending_bytes >= _FLUSH_BYTES:
-            self.flush()
+        self._buffer(_ENCODER.encode(entry).encode() + b"\n")
 
     def append_drop(self, time: float, url: str, depth: int, via: str | None, reason: str,
                     ip: str | None = None) -> None:
         """``append`` of a page URL given up before any fetch (status null, ``error``
         ``reason``), the same line from a template: 1.6 against 4.6 µs, once for every
         URL robots.txt disallows, which on some sites is most of them."""
-        line = (_DROP_LINE % (float.__repr__(time), _quoted(url), _quoted(reason),
-                              "null" if ip is None else _quoted(ip), depth,
-                              "null" if via is None else _quoted(via))).encode()
+        self._buffer((_DROP_LINE % (float.__repr__(time), _quoted(url), _quoted(reason),
+                                    "null" if ip is None else _quoted(ip), depth,
+                                    "null" if via is None else _quoted(via))).encode())
+
+    def _buffer(self, line: bytes) -> None:
         self._pending.append(line)
         self._pending_bytes += len(line)
         if self._pending_bytes >= _FLUSH_BYTES:
