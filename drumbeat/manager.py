@@ -52,7 +52,13 @@ from drumbeat.frontier.robots import (
     RobotsStore,
 )
 from drumbeat.frontier.star import Star, irlbot_budget
-from drumbeat.frontier.urlseen import DrumURLSeen, decode_payload, encode_payload, encode_payloads
+from drumbeat.frontier.urlseen import (
+    DrumURLSeen,
+    decode_payload,
+    encode_payload,
+    encode_payloads,
+    payload_url,
+)
 from drumbeat.queue.base import (
     PAGE,
     ROBOTS,
@@ -658,8 +664,7 @@ class Manager:
             if entry is None:
                 kept.append(payload)
                 continue
-            # The URL ends at the payload's first newline (see urlseen.payload_tail).
-            if entry.allows(payload[:payload.index(b"\n")].decode(), agent):
+            if entry.allows(payload_url(payload), agent):
                 kept.append(payload)
             else:
                 url, depth, via, _ = decode_payload(payload)

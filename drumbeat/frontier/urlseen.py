@@ -49,6 +49,11 @@ def decode_payload(data: bytes) -> tuple[str, int, str | None, int]:
     return url, int(depth), via or None, int(hops[0]) if hops else 0
 
 
+def payload_url(data: bytes) -> str:
+    """The URL of a payload, without decoding the rest (see :func:`payload_tail`)."""
+    return data[:data.index(b"\n")].decode()
+
+
 class DrumURLSeen:
     """URL-seen for one crawl, stored in ``directory``."""
 
