@@ -82,6 +82,17 @@ class Model:
         return sum(map(len, self.ring)) + len(self.qf)
 
 
+def per_record(rebudget):
+    """Beast's ``rebudget`` (a batch at a time) from one that answers for one record:
+    (PLD hash, budget) or (PLD hash, budget, host hash)."""
+    def batch(records: list[bytes]):
+        answers = [rebudget(record) for record in records]
+        hosts = [a[2] for a in answers if len(a) > 2]
+        return ([a[0] for a in answers], [a[1] for a in answers],
+                hosts if hosts and len(hosts) == len(answers) else None)
+    return batch
+
+
 def make_rebudget(budgets: dict[int, int]):
     def rebudget(record: bytes) -> tuple[int, int]:
         pld = int(record.split(b":")[0])
@@ -131,7 +142,7 @@ def test_a_large_qf_is_resplit_in_bounded_steps(tmp_path: Path) -> None:
     n = 5 * beast_module.RESPLIT_BATCH
     # With one queue, every record goes to QF; at the re-split its budget has grown.
     beast = Beast(tmp_path / "b", queues=1, max_queues=4, fsync=False,
-                  rebudget=lambda r: (7, n))
+                  rebudget=per_record(lambda r: (7, n)))
     beast.place_many([b"7:%d" % i for i in range(n)], [7] * n, [1] * n)
     assert beast.read(10) == []  # the pass ends: the re-split's first step only
     left = beast.stats().qf_resplit_left
@@ -150,7 +161,7 @@ def same_order_as_the_model(ops, queues: int, max_queues: int) -> None:
     budgets = {pld: 1 + pld % 3 for pld in range(8)}
     rebudget = make_rebudget(budgets)
     with tempfile.TemporaryDirectory() as tmp:
-        opts = dict(max_queues=max_queues, pld_slots=64, fsync=False, rebudget=rebudget)
+        opts = dict(max_queues=max_queues, pld_slots=64, fsync=False, rebudget=per_record(rebudget))
         beast = Beast(Path(tmp) / "b", queues=queues, **opts)
         model = Model(queues, max_queues)
         commits: list[tuple[dict, Model, dict]] = []
@@ -212,7 +223,7 @@ def random_crawl(directory: Path, pld_slots: int, seed: int, rounds: int = 60) -
     rng = random.Random(seed)
     budgets = {pld: rng.randint(1, 6) for pld in range(40)}
     beast = Beast(directory, queues=1, max_queues=8, pld_slots=pld_slots, fsync=False,
-                  rebudget=make_rebudget(budgets))
+                  rebudget=per_record(make_rebudget(budgets)))
     placed: list[bytes] = []
     seen: Counter[bytes] = Counter()
     for _ in range(rounds):
@@ -237,7 +248,7 @@ def test_no_record_lost(tmp_path: Path) -> None:
 
 def test_slot_collisions_lose_nothing(tmp_path: Path) -> None:
     random_crawl(tmp_path / "b", pld_slots=1, seed=2, rounds=30)
-    beast = Beast(tmp_path / "c", pld_slots=1, fsync=False, rebudget=make_rebudget({}))
+    beast = Beast(tmp_path / "c", pld_slots=1, fsync=False, rebudget=per_record(make_rebudget({})))
     beast.place(b"1:a", 1, 5)
     beast.place(b"2:b", 2, 5)
     assert beast.stats().slot_collisions == 1
@@ -247,7 +258,7 @@ def test_slot_collisions_lose_nothing(tmp_path: Path) -> None:
 def test_spam_pld_cannot_starve_small_ones(tmp_path: Path) -> None:
     spam, small = 10**6, range(100)
     budgets = {spam: 10, **{p: 10 for p in small}}
-    beast = Beast(tmp_path / "b", fsync=False, rebudget=make_rebudget(budgets))
+    beast = Beast(tmp_path / "b", fsync=False, rebudget=per_record(make_rebudget(budgets)))
     rng = random.Random(3)
     arrivals = [spam] * 10_000 + [p for p in small for _ in range(5)]
     rng.shuffle(arrivals)
@@ -268,7 +279,7 @@ def test_spam_pld_cannot_starve_small_ones(tmp_path: Path) -> None:
 
 def test_ring_doubles_up_to_max_queues(tmp_path: Path) -> None:
     beast = Beast(tmp_path / "b", queues=1, max_queues=8, fsync=False,
-                  rebudget=lambda r: (7, 1))
+                  rebudget=per_record(lambda r: (7, 1)))
     # Budget 1: one URL per queue, the rest waits in QF and is re-split at every pass.
     beast.place_many([b"7:%d" % i for i in range(100)], [7] * 100, [1] * 100)
     assert beast.stats().qf_records == 100  # j = 1: no queue but the current one
@@ -283,7 +294,7 @@ def test_ring_doubles_up_to_max_queues(tmp_path: Path) -> None:
 
 
 def test_first_read_before_and_after_placement_with_one_queue(tmp_path: Path) -> None:
-    beast = Beast(tmp_path / "b", queues=1, fsync=False, rebudget=lambda r: (1, 5))
+    beast = Beast(tmp_path / "b", queues=1, fsync=False, rebudget=per_record(lambda r: (1, 5)))
     assert beast.read(3) == [] and len(beast) == 0
     beast.place(b"1:a", 1, 5)
     assert len(beast) == 1
@@ -295,7 +306,7 @@ def test_reopen_with_either_of_the_last_two_commits(tmp_path: Path) -> None:
     d = tmp_path / "b"
     budgets = {p: 2 for p in range(5)}
     opts = dict(queues=1, max_queues=16, pld_slots=1 << 10, fsync=True,
-                rebudget=make_rebudget(budgets))
+                rebudget=per_record(make_rebudget(budgets)))
     beast = Beast(d, **opts)
     n = 0
 
@@ -347,7 +358,7 @@ def test_theorem7_bound() -> None:
 
 
 def test_bytes_counted_over_all_queues(tmp_path: Path) -> None:
-    beast = Beast(tmp_path / "b", fsync=False, rebudget=lambda r: (1, 1))
+    beast = Beast(tmp_path / "b", fsync=False, rebudget=per_record(lambda r: (1, 1)))
     beast.place_many([b"1:%d" % i for i in range(10)], [1] * 10, [1] * 10)
     assert beast.read(10) and len(beast) == 0
     stats = beast.stats()
@@ -363,7 +374,7 @@ def test_host_cap_spreads_one_host_over_queues_and_loses_nothing(tmp_path: Path)
     each host, the rest go to later queues or QF, and every URL comes back in order."""
     pld, big = 5, 1000
     beast = Beast(tmp_path / "b", queues=4, max_queues=8, host_cap=3, host_slots=64,
-                  fsync=False, rebudget=lambda r: (pld, big, int(r[:1])))
+                  fsync=False, rebudget=per_record(lambda r: (pld, big, int(r[:1]))))
     records = [b"%d:%03d" % (h, i) for i in range(40) for h in (1, 2)]
     beast.place_many(records, [pld] * len(records), [big] * len(records),
                      [int(r[:1]) for r in records])
@@ -392,7 +403,7 @@ def test_host_cap_spreads_one_host_over_queues_and_loses_nothing(tmp_path: Path)
 def test_host_cap_survives_a_commit(tmp_path: Path) -> None:
     d = tmp_path / "b"
     opts = dict(queues=4, max_queues=4, host_cap=2, host_slots=16, fsync=False,
-                rebudget=lambda r: (9, 100, 1))
+                rebudget=per_record(lambda r: (9, 100, 1)))
     beast = Beast(d, **opts)
     beast.place_many([b"a", b"b"], [9] * 2, [100] * 2, [1] * 2)
     assert beast.stats().host_deferrals == 0
@@ -427,7 +438,7 @@ def test_full_places_skipped_in_batches_change_nothing(tmp_path: Path, seed: int
 
     def make(name: str) -> Beast:
         return Beast(tmp_path / name, queues=2, max_queues=8, pld_slots=48, host_cap=4,
-                     host_slots=96, fsync=False, rebudget=rebudget, turn_s=turn_s,
+                     host_slots=96, fsync=False, rebudget=per_record(rebudget), turn_s=turn_s,
                      clock=lambda: now[0])
 
     fast, loop = make("fast"), make("loop")

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from drumbeat.frontier.beast import Beast
 from drumbeat.frontier.politeness import PolitenessScheduler, QueuedURL
 from drumbeat.settings import Settings, SettingsError, build
+from tests.test_beast import per_record
 
 SPAM, LEGIT = 1, 2
 
@@ -36,7 +37,7 @@ def paced(path: Path, clock: Clock, *, turn_s: float = 10.0, budget: int = 3,
           queues: int = 4, max_queues: int = 8, pld_slots: int = 1 << 10,
           state: dict | None = None) -> Beast:
     return Beast(path, state=state, queues=queues, max_queues=max_queues, pld_slots=pld_slots, fsync=False,
-                 turn_s=turn_s, clock=clock, rebudget=lambda r: (pld_of(r), budget))
+                 turn_s=turn_s, clock=clock, rebudget=per_record(lambda r: (pld_of(r), budget)))
 
 
 def place(beast: Beast, pld: int, first: int, n: int, budget: int = 3) -> list[bytes]:
@@ -173,7 +174,7 @@ def test_paced_beast_loses_nothing_and_keeps_budgets(seed: int, slots: int,
         def opened(state: dict | None = None) -> Beast:
             return Beast(d, state=state, queues=queues, max_queues=8, pld_slots=slots,
                          fsync=False, turn_s=5.0, clock=clock,
-                         rebudget=lambda r: (pld_of(r), budgets[pld_of(r)]))
+                         rebudget=per_record(lambda r: (pld_of(r), budgets[pld_of(r)])))
 
         beast = opened()
         placed: list[bytes] = []

@@ -174,6 +174,31 @@ def test_flipped_byte_names_file_and_offset(tmp_path: Path) -> None:
     q.close()
 
 
+@pytest.mark.parametrize("damage", ["payload", "length"])
+def test_damage_inside_a_long_read_names_the_record(tmp_path: Path, damage: str) -> None:
+    """A read of many records checks each, also those taken from the read buffer in one
+    pass: the damaged one is reported with its offset."""
+    d = tmp_path / "q"
+    q = DiskQueue(d, segment_bytes=1 << 20, fsync=False)
+    records = [b"record-%d" % i for i in range(10)]
+    q.extend(records)
+    state = q.commit()
+    q.close()
+    path = d / segments(d)[0]
+    data = bytearray(path.read_bytes())
+    sixth_at = HEADER_SIZE + sum(8 + len(r) for r in records[:5])
+    if damage == "payload":
+        data[sixth_at + 8 + 1] ^= 0x01
+    else:
+        data[sixth_at] += 1  # one byte longer: the checksum, seeded with it, fails
+    path.write_bytes(bytes(data))
+    q = DiskQueue(d, state=state, segment_bytes=1 << 20, fsync=False)
+    with pytest.raises(DiskQueueCorruptError, match="checksum") as err:
+        q.read(10)
+    assert err.value.path == path and err.value.offset == sixth_at
+    q.close()
+
+
 def test_damaged_length_is_caught(tmp_path: Path) -> None:
     d = tmp_path / "q"
     q = DiskQueue(d, segment_bytes=1 << 20, fsync=False)

@@ -11,6 +11,9 @@ import asyncio
 import json
 from pathlib import Path
 
+import xxhash
+
+from drumbeat import urls as urls_module
 from drumbeat.bench.offline_manager import offline_manager
 from drumbeat.frontier.urlseen import encode_payload
 from drumbeat.manager import (
@@ -19,6 +22,7 @@ from drumbeat.manager import (
     ROUTE_BATCH,
     Manager,
     beast_host_cap,
+    pld_hash,
 )
 from drumbeat.settings import Settings
 
@@ -253,3 +257,35 @@ async def _robots_sifted(tmp_path: Path) -> None:
         assert [(e["url"], e["error"], e["depth"], e["via"], e["status"]) for e in logged] == [
             (u, "robots_disallowed", 2, "http://a.test/", None)
             for u in ("http://a.test/private/1", "http://a.test/private/2")]
+
+
+def test_places_give_each_url_its_pld_hash_budget_and_host(tmp_path: Path) -> None:
+    """What BEAST places URLs by (and re-splits QF by) comes a batch at a time: each URL's
+    PLD hash, that PLD's STAR budget now (the maximum for a seed PLD in a scoped crawl)
+    and its scheme://authority's hash, whether that authority is cached or not."""
+    asyncio.run(_places(tmp_path))
+
+
+async def _places(tmp_path: Path) -> None:
+    urls = ["http://a.example.com/1", "http://b.example.com:8080/2", "https://popular.test/3",
+            "http://a.example.com/4", "http://other.test/5?q=1"]
+    records = [encode_payload(u, 1, None) for u in urls]
+    for scope in ("any", "domain"):
+        async with offline_manager(tmp_path / scope, scope=scope) as manager:
+            s = manager.settings
+            manager.star.observe(["popular.test"], [s.budget_indegree_floor * 3])
+            manager.seed_plds = frozenset({"other.test"})
+            popular = manager.star.budget("popular.test")
+            assert popular > s.budget_default
+            budgets = {"example.com": s.budget_default, "popular.test": popular,
+                       "other.test": s.budget_max if scope == "domain" else s.budget_default}
+            for _ in range(2):  # the authorities' cache empty, then filled
+                hashes, got_budgets, hosts = manager._places(records)
+                assert hashes == [pld_hash(u_pld(u)) for u in urls]
+                assert got_budgets == [budgets[u_pld(u)] for u in urls]
+                assert hosts == [xxhash.xxh3_64_intdigest(u[:u.index("/", 8)].encode())
+                                 for u in urls]
+
+
+def u_pld(url: str) -> str:
+    return urls_module.pld(urls_module.host_of(url))

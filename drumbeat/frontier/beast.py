@@ -90,6 +90,8 @@ FORMAT_VERSION = 1
 _MASK64 = (1 << 64) - 1
 # QF URLs placed again per read() call during a re-split: 10-40 ms of the manager's loop.
 RESPLIT_BATCH = 2048
+# rebudget(records) -> (PLD hashes, budgets, host hashes or None), one of each a record.
+Rebudget = Callable[[list[bytes]], tuple[Sequence[int], Sequence[int], Sequence[int] | None]]
 # Batches of fewer records than this skip Beast._full_from_start: numpy's fixed cost
 # would outweigh what the loop saves.
 _FULL_CHECK_MIN = 64
@@ -130,8 +132,9 @@ class Beast:
 
     ``state=None`` starts empty with ``queues`` queues, wiping ``directory``; a state
     from :meth:`commit` (one of the last two) reopens exactly that commit.
-    ``rebudget(record) -> (pld_hash, budget[, host_hash])`` is asked again for every QF
-    record at a re-split, as budgets may have grown since. ``host_cap`` (0: none) limits
+    ``rebudget(records) -> (pld_hashes, budgets, host_hashes or None)`` is asked again
+    for each batch of QF records at a re-split, as budgets may have grown since (one call
+    a batch: the caller looks up what a batch shares once). ``host_cap`` (0: none) limits
     the URLs of one host per queue (see the module docstring); it applies to the URLs
     whose host hash is given. ``turn_s`` (0: off) is the least length of a turn in
     seconds of ``clock`` (see "Paced turns" in the module docstring).
@@ -140,7 +143,7 @@ class Beast:
     def __init__(self, directory: Path, *, state: dict | None = None, queues: int = 2,
                  max_queues: int = 64, pld_slots: int = 1 << 20, host_cap: int = 0,
                  host_slots: int = 1 << 20, fsync: bool = True,
-                 rebudget: Callable[[bytes], tuple[int, ...]], turn_s: float = 0.0,
+                 rebudget: Rebudget, turn_s: float = 0.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         if not 1 <= queues <= max_queues:
             raise ValueError(f"need 1 <= queues <= max_queues, got {queues}, {max_queues}")
@@ -200,13 +203,18 @@ class Beast:
     def place_many(self, records: Sequence[bytes], pld_hashes: Sequence[int],
                    budgets: Sequence[int], host_hashes: Sequence[int] | None = None) -> None:
         """:meth:`place` for each record, in order."""
+        self._spread_checked(records, pld_hashes, budgets, host_hashes)
+        self._placed += len(records)
+
+    def _spread_checked(self, records: Sequence[bytes], pld_hashes: Sequence[int],
+                        budgets: Sequence[int], host_hashes: Sequence[int] | None) -> None:
+        """:meth:`_spread` of arguments checked and made ints below 2**64."""
         if not len(records) == len(pld_hashes) == len(budgets):
             raise ValueError("records, pld_hashes and budgets differ in length")
         if host_hashes is not None and len(host_hashes) != len(records):
             raise ValueError("records and host_hashes differ in length")
         self._spread(records, [int(h) & _MASK64 for h in pld_hashes], list(map(int, budgets)),
                      None if host_hashes is None else [int(h) & _MASK64 for h in host_hashes])
-        self._placed += len(records)
 
     def _spread(self, records: Sequence[bytes], plds: list[int], budgets: list[int],
                 hosts: Sequence[int | None] | None) -> None:
@@ -383,10 +391,8 @@ class Beast:
         """Place the next RESPLIT_BATCH of the QF records the re-split has still to place."""
         batch = self._qf.read(min(self._resplit_left, RESPLIT_BATCH))
         self._resplit_left = 0 if not batch else self._resplit_left - len(batch)
-        answers = [self._rebudget(record) for record in batch]
-        self._spread(batch, [int(a[0]) & _MASK64 for a in answers],
-                     [int(a[1]) for a in answers],
-                     [int(a[2]) & _MASK64 if len(a) > 2 else None for a in answers])
+        if batch:
+            self._spread_checked(batch, *self._rebudget(batch))
 
     def __len__(self) -> int:
         """Records queued anywhere (ring and QF), not yet read."""
