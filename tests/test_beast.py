@@ -480,3 +480,29 @@ def test_full_places_skipped_in_batches_change_nothing(tmp_path: Path, seed: int
     assert stats.slot_collisions > 0 and stats.host_deferrals > 0 and stats.qf_rescans > 1
     fast.close()
     loop.close()
+
+
+def test_admit_refuses_a_record_its_place_in_the_ring(tmp_path: Path) -> None:
+    """``admit`` is asked about a record given a place in the ring, before it takes it:
+    a refused one takes none (the next record gets it), records bound for QF are asked
+    only when a re-split gives them a place, and the count survives a commit."""
+    asked: list[bytes] = []
+
+    def admit(record: bytes) -> bool:
+        asked.append(record)
+        return not record.endswith(b"x")
+
+    beast = Beast(tmp_path / "b", queues=2, max_queues=2, fsync=False,
+                  rebudget=per_record(lambda r: (7, 1)), admit=admit)
+    records = [b"7:0x", b"7:1", b"7:2x", b"7:3"]
+    beast.place_many(records, [7] * 4, [1] * 4)
+    # Budget 1 and one queue open (Q1): 0x is refused, 1 takes the place, 2x and 3 go to
+    # QF without being asked.
+    assert asked == [b"7:0x", b"7:1"] and len(beast) == 3
+    assert read_up_to(beast, 10) == [b"7:1", b"7:3"]
+    assert asked == [b"7:0x", b"7:1", b"7:2x", b"7:3"]
+    assert beast.stats().refused == 2
+    state = beast.commit()
+    beast.close()
+    assert Beast(tmp_path / "b", state=state, queues=2, max_queues=2, fsync=False,
+                 rebudget=per_record(lambda r: (7, 1))).stats().refused == 2

@@ -15,7 +15,7 @@ import xxhash
 
 from drumbeat import urls as urls_module
 from drumbeat.bench.offline_manager import offline_manager
-from drumbeat.frontier.urlseen import encode_payload
+from drumbeat.frontier.urlseen import decode_payload, encode_payload
 from drumbeat.manager import (
     CHECKPOINT_WAIT_FOR_PLACING_S,
     PLACE_BATCH,
@@ -234,11 +234,11 @@ async def _merged_early(tmp_path: Path) -> None:
             assert manager.seen.pending == 0 and len(manager.beast) == 5
 
 
-def test_urls_that_robots_rules_in_ram_disallow_never_enter_beast(tmp_path: Path) -> None:
-    asyncio.run(_robots_sifted(tmp_path))
+def test_urls_that_robots_rules_in_ram_disallow_take_no_place_in_beast(tmp_path: Path) -> None:
+    asyncio.run(_robots_refused(tmp_path))
 
 
-async def _robots_sifted(tmp_path: Path) -> None:
+async def _robots_refused(tmp_path: Path) -> None:
     async with offline_manager(tmp_path) as manager:
         assert manager.robots is not None and manager.beast is not None
         manager.robots.record("http://a.test", 200, "User-agent: *\nDisallow: /private/\n")
@@ -247,7 +247,7 @@ async def _robots_sifted(tmp_path: Path) -> None:
                 "http://c.test/private/1", "http://a.test/private/2"]
         manager._place([encode_payload(u, 2, "http://a.test/") for u in urls])
         # b.test's rules are not known yet: its URL goes on, to be checked when read.
-        assert manager.beast.stats().placed == 3
+        assert manager.beast.stats().refused == 2
         assert manager.counters["dropped.robots_disallowed"] == 2
         assert sorted(manager.beast.read(10)) == sorted(
             encode_payload(u, 2, "http://a.test/") for u in
@@ -257,6 +257,32 @@ async def _robots_sifted(tmp_path: Path) -> None:
         assert [(e["url"], e["error"], e["depth"], e["via"], e["status"]) for e in logged] == [
             (u, "robots_disallowed", 2, "http://a.test/", None)
             for u in ("http://a.test/private/1", "http://a.test/private/2")]
+
+
+def test_urls_waiting_in_qf_are_checked_against_robots_rules_when_they_leave_it(
+        tmp_path: Path) -> None:
+    """URLs over budget wait in QF unchecked; when a re-split gives them a place in the
+    ring, those that robots rules learnt meanwhile disallow are dropped then, and the
+    places go to the next URLs of their site."""
+    asyncio.run(_qf_refused(tmp_path))
+
+
+async def _qf_refused(tmp_path: Path) -> None:
+    async with offline_manager(tmp_path, budget_default=1, host_delay_s=1.0,
+                               host_delay_min_s=1.0, beast_queues=2, beast_max_queues=2,
+                               beast_turn_s=0) as manager:
+        beast = manager.beast
+        assert manager.robots is not None and beast is not None
+        paths = ["/ok/0", "/private/1", "/ok/2", "/private/3", "/ok/4"]
+        manager._place([encode_payload(f"http://a.test{p}", 1, None) for p in paths])
+        # One URL a queue; the queue being read takes none (unpaced turns): four go to QF.
+        assert beast.stats().qf_records == 4 and beast.stats().refused == 0
+        manager.robots.record("http://a.test", 200, "User-agent: *\nDisallow: /private/\n")
+        read = [beast.read(1) for _ in range(8)]
+        assert [decode_payload(r)[0] for batch in read for r in batch] == [
+            f"http://a.test{p}" for p in ("/ok/0", "/ok/2", "/ok/4")]
+        assert beast.stats().refused == 2 and len(beast) == 0
+        assert manager.counters["dropped.robots_disallowed"] == 2
 
 
 def test_places_give_each_url_its_pld_hash_budget_and_host(tmp_path: Path) -> None:

@@ -111,6 +111,7 @@ class BeastStats:
     bytes_written: int   # bytes appended to all queues incl. QF (Theorem 7)
     bytes_read: int      # bytes read from all queues incl. QF
     host_deferrals: int  # placements put in a later queue by the host cap
+    refused: int         # records dropped as admit() refused them a place in the ring
     turns: int           # queues made current so far (incl. re-split passes)
     holding: bool        # the current queue is empty and its turn has not run its time
 
@@ -138,13 +139,21 @@ class Beast:
     the URLs of one host per queue (see the module docstring); it applies to the URLs
     whose host hash is given. ``turn_s`` (0: off) is the least length of a turn in
     seconds of ``clock`` (see "Paced turns" in the module docstring).
+
+    ``admit(record) -> bool`` (None: all) is asked about a record once it has a place in
+    the ring, before it takes it, whether it arrives or comes out of QF: a record it
+    refuses is dropped (its caller says why) and takes no place. A check made there
+    (the manager's robots rules) keeps refused URLs from taking the places of URLs that
+    may be crawled, and runs only for the records that get one: most URLs of a large
+    crawl wait in QF, and are asked about when they leave it.
     """
 
     def __init__(self, directory: Path, *, state: dict | None = None, queues: int = 2,
                  max_queues: int = 64, pld_slots: int = 1 << 20, host_cap: int = 0,
                  host_slots: int = 1 << 20, fsync: bool = True,
                  rebudget: Rebudget, turn_s: float = 0.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 admit: Callable[[bytes], bool] | None = None) -> None:
         if not 1 <= queues <= max_queues:
             raise ValueError(f"need 1 <= queues <= max_queues, got {queues}, {max_queues}")
         if max_queues < 2:
@@ -163,6 +172,7 @@ class Beast:
         self._host_cap, self._host_slots = host_cap, host_slots
         self._fsync = fsync
         self._rebudget = rebudget
+        self._admit = admit
         self.turn_s = turn_s
         self._clock = clock
         # When the current queue's first record was read (None: not yet, or it was empty).
@@ -187,6 +197,7 @@ class Beast:
             self._ring = [self._new_queue(i) for i in range(queues)]
             self._qf = DiskQueue(self.directory / "qf", fsync=fsync)
             self._placed = self._deferred = self._rescans = self._collisions = 0
+            self._refused = 0
             self._resplit_left = 0
         else:
             self._reopen(state)
@@ -236,6 +247,7 @@ class Beast:
         slots, tags, turns, counts = self._slots, self._mtag, self._mturn, self._mcount
         host_cap, host_slots = self._host_cap, self._host_slots
         host_turns, host_counts = self._mhturn, self._mhcount
+        admit, refused = self._admit, 0
         batches: list[list[bytes]] = [[] for _ in range(j)]
         n = len(records)
         if n >= _FULL_CHECK_MIN:
@@ -273,18 +285,20 @@ class Beast:
                     turn, used = hturn, 0
                 elif turn > hturn:
                     hused = 0
-                if turn >= beyond:
-                    to_qf[i] = True
-                    continue
-                host_turns[hslot], host_counts[hslot] = turn, hused + 1
             if turn >= beyond:
                 to_qf[i] = True
                 continue
+            if admit is not None and not admit(record):
+                refused += 1
+                continue
+            if host is not None and host_cap:
+                host_turns[hslot], host_counts[hslot] = turn, hused + 1
             tags[slot], turns[slot], counts[slot] = pld, turn, used + 1
             index = turn - start
             batches[index if index < j else index - j].append(record)
         self._collisions += collisions
         self._host_deferrals += deferrals
+        self._refused += refused
         for queue, batch in zip(self._ring, batches):
             if batch:
                 queue.extend(batch)
@@ -407,7 +421,7 @@ class Beast:
             slot_collisions=self._collisions,
             bytes_written=sum(q.bytes_written for q in queues),
             bytes_read=sum(q.bytes_read for q in queues),
-            host_deferrals=self._host_deferrals,
+            host_deferrals=self._host_deferrals, refused=self._refused,
             turns=self._turns, holding=self.holding,
         )
 
@@ -444,7 +458,7 @@ class Beast:
             "counters": {"placed": self._placed, "deferred_to_qf": self._deferred,
                          "qf_rescans": self._rescans, "slot_collisions": self._collisions,
                          "host_deferrals": self._host_deferrals,
-                         "turns": self._turns},
+                         "refused": self._refused, "turns": self._turns},
         }
 
     def _reopen(self, state: dict) -> None:
@@ -461,6 +475,7 @@ class Beast:
         self._rescans, self._collisions = counters["qf_rescans"], counters["slot_collisions"]
         self._host_deferrals = counters.get("host_deferrals", 0)
         self._turns = counters.get("turns", 0)
+        self._refused = counters.get("refused", 0)
         self._resplit_left = state.get("resplit_left", 0)  # none before re-splits in steps
         # The turn goes on where it was (states from before paced turns have no entry).
         elapsed = state.get("turn_elapsed_s")
