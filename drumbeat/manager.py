@@ -589,9 +589,11 @@ class Manager:
         round's wall time.
 
         With ``budget_s``, placing stops once that much time has passed (after a whole
-        batch) and goes on in the next call, from the same point of URL-seen's delivery;
-        without it, every URL found new so far is placed (a checkpoint needs that: a
-        round half delivered would be delivered again, from its start, after a restore).
+        batch) and goes on in the next call, from the same point of URL-seen's delivery,
+        and it takes at most PLACE_SHARE of the time (see there); a re-split of BEAST's
+        QF under way is stepped first, so that QF's URLs keep their places before new
+        ones. Without it, every URL found new so far is placed (a checkpoint needs that:
+        a round half delivered would be delivered again, from its start, after a restore).
         """
         seen = self.seen
         assert seen is not None
@@ -612,6 +614,12 @@ class Manager:
             stop = time.perf_counter() + granted
         records: list[bytes] = []
         try:
+            # QF's URLs being placed again come before new ones (BEAST's order). A
+            # checkpoint places the new ones anyway: the re-split at once would be long.
+            while stop is not None and self.beast.resplitting:
+                self.beast.resplit_step()
+                if time.perf_counter() >= stop:
+                    return  # the rest in the next turn
             for payload in self._new_urls:
                 records.append(payload)
                 if len(records) >= PLACE_BATCH:

@@ -10,20 +10,26 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from unittest import mock
 
 import xxhash
 
 from drumbeat import urls as urls_module
 from drumbeat.bench.offline_manager import offline_manager
+from drumbeat.frontier import beast as beast_module
+from drumbeat.frontier.beast import Beast
 from drumbeat.frontier.urlseen import decode_payload, encode_payload
 from drumbeat.manager import (
     CHECKPOINT_WAIT_FOR_PLACING_S,
     PLACE_BATCH,
+    PLACE_BUDGET_S,
+    PLACE_SHARE,
     ROUTE_BATCH,
     Manager,
     beast_host_cap,
     pld_hash,
 )
+from drumbeat.pace import Pace
 from drumbeat.settings import Settings
 
 RAM = 1_600
@@ -100,6 +106,7 @@ async def _placed_in_parts(tmp_path: Path) -> None:
     changes = {"beast_turn_s": 0, "budget_max": 10_000}
     async with offline_manager(tmp_path, **changes) as manager:
         assert manager.seen is not None and manager.beast is not None
+        manager._placing = Pace(1.0, 1.0)  # turns' budgets here, their share below
         manager._admit(found, 1, None)
         manager.seen.flush()
         manager._take_new_urls(manager.clock(), budget_s=0.0)
@@ -232,6 +239,54 @@ async def _merged_early(tmp_path: Path) -> None:
             manager.seen.settle()
             manager._take_new_urls(now + spacing)
             assert manager.seen.pending == 0 and len(manager.beast) == 5
+
+
+def test_placing_takes_its_share_of_the_time_and_comes_after_a_resplit(
+        tmp_path: Path) -> None:
+    asyncio.run(_placing_paced(tmp_path))
+
+
+async def _placing_paced(tmp_path: Path) -> None:
+    clock = [0.0]
+    async with offline_manager(tmp_path, beast_turn_s=0, budget_default=1, host_delay_s=1.0,
+                               host_delay_min_s=1.0, beast_queues=2,
+                               beast_max_queues=4) as manager:
+        beast, seen = manager.beast, manager.seen
+        assert beast is not None and seen is not None
+        manager._placing = pace = Pace(PLACE_SHARE, 0.010, clock=lambda: clock[0])
+        pace.allowance(0.010)
+        clock[0] += 1.0
+        pace.spent()  # the time saved up is spent
+        # BEAST empty: the crawl waits for these URLs, they are placed at full speed.
+        _admit(manager, ["http://a.test"], 5)
+        # Budget 1, a ring of 2 (the one read takes none): p/0 in it, p/1-p/4 in QF.
+        assert len(beast) == 5 and beast.stats().qf_records == 4
+
+        # BEAST has URLs to give: new ones wait until time is saved up again.
+        manager._admit(["http://a.test/p/new"], 1, None)
+        seen.flush()
+        manager._take_new_urls(manager.clock(), budget_s=PLACE_BUDGET_S)
+        assert len(beast) == 5
+        clock[0] += 1.0 / PLACE_SHARE
+
+        # The pass ends and the ring grows to 4: QF is placed again, one URL a step here.
+        with mock.patch.object(beast_module, "RESPLIT_BATCH", 1):
+            out = beast.read(1) + beast.read(1)
+            assert beast.resplitting
+            # QF's URLs are placed before the new one, which would otherwise take p/2's
+            # place in the ring.
+            manager._take_new_urls(manager.clock(), budget_s=PLACE_BUDGET_S)
+            assert not beast.resplitting
+            out += read_all(beast)
+        assert [decode_payload(p)[0].rsplit("/", 1)[1] for p in out] == [
+            "0", "1", "2", "3", "4", "new"]
+
+
+def read_all(beast: Beast) -> list[bytes]:
+    out: list[bytes] = []
+    while len(beast):
+        out += beast.read(10)
+    return out
 
 
 def test_urls_that_robots_rules_in_ram_disallow_take_no_place_in_beast(tmp_path: Path) -> None:

@@ -11,10 +11,12 @@ exactly as if they arrived at that moment (so a PLD's old URLs come before its n
 ones); what does not fit goes back to QF. Nothing is ever discarded: a URL over budget is only delayed.
 
 The re-split runs in steps of ``RESPLIT_BATCH`` URLs: one when the pass ends, then one
-at the start of each :meth:`read` call. QF grows with the crawl (IRLbot: most URLs of a
-large crawl wait there), and a re-split at once would stop the caller's loop for as long
-as placing all of QF takes. While it runs, reading goes on in the current queue but never
-past it, so the URLs come out in the same order as with a re-split at once.
+at the start of each :meth:`read` call or :meth:`resplit_step`. QF grows with the crawl
+(IRLbot: most URLs of a large crawl wait there), and a re-split at once would stop the
+caller's loop for as long as placing all of QF takes. While it runs, reading goes on in
+the current queue but never past it, so the URLs come out in the same order as with a
+re-split at once, as long as no new URL is placed meanwhile (a caller that has new ones
+to place takes the steps first: see :attr:`resplitting`).
 
 Turns. Every time a queue becomes current, the turn number ``T`` grows by one. Ring
 pass p starts at turn ``S``, so queue i is read at turn ``S + i`` in this pass and
@@ -352,7 +354,7 @@ class Beast:
         """
         out: list[bytes] = []
         if self._resplit_left:
-            self._resplit_step()
+            self.resplit_step()
         while len(out) < n:
             queue = self._ring[self._cur]
             if len(queue):
@@ -364,7 +366,7 @@ class Beast:
             elif len(self) and (drained and not out or not self._turn_running()):
                 self._advance()
                 if self._resplit_left:
-                    self._resplit_step()
+                    self.resplit_step()
             else:
                 break
         return out
@@ -401,8 +403,10 @@ class Beast:
         self._rescans += 1
         self._resplit_left = len(self._qf)  # what is appended from now on waits a pass
 
-    def _resplit_step(self) -> None:
-        """Place the next RESPLIT_BATCH of the QF records the re-split has still to place."""
+    def resplit_step(self) -> None:
+        """Place the next RESPLIT_BATCH of the QF records the re-split under way has still
+        to place (nothing when none is under way). :meth:`read` calls it; a caller that
+        places new records can call it first, so that QF's come before them."""
         batch = self._qf.read(min(self._resplit_left, RESPLIT_BATCH))
         self._resplit_left = 0 if not batch else self._resplit_left - len(batch)
         if batch:
