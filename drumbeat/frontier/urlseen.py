@@ -58,7 +58,7 @@ class DrumURLSeen:
     """URL-seen for one crawl, stored in ``directory``."""
 
     def __init__(self, directory: Path, *, ram_bytes: int, manifest: dict | None = None,
-                 fsync: bool = True, background: bool = False) -> None:
+                 fsync: bool | str = True, background: bool = False) -> None:
         """``background``: DRUM's merge rounds run in a thread (see Drum)."""
         if manifest is None and directory.exists():
             # No checkpoint names this state: it belongs to a run that died before its
