@@ -34,7 +34,8 @@ that neither this commit nor the previous one needs, so either of the last two s
 returned by ``commit()`` can be reopened.
 
 Memory is one write buffer and one read buffer (about ``buffer_bytes`` each, the write
-buffer up to one ``extend`` call's records more); at most two files are open (the write segment, and the read segment once reading starts).
+buffer up to one ``extend`` call's records more); at most two files are open (the write
+segment, and the read segment once reading starts).
 """
 
 from __future__ import annotations
