@@ -698,9 +698,8 @@ class Manager:
         if None in known:
             known = [k if k is not None else self._pld_of(payload)
                      for k, payload in zip(known, records)]
-        plds = [k[0] for k in known]
-        budget = self.star.budget if self.settings.scope == "any" else self._budget
-        return [k[1] for k in known], list(map(budget, plds)), [k[2] for k in known]
+        budgets = [self._budget(k[0]) for k in known]
+        return [k[1] for k in known], budgets, [k[2] for k in known]
 
     def _pld_of(self, payload: bytes) -> tuple[str, int, int]:
         """The PLD of a URL-seen payload's URL, its hash and the hash of the URL's

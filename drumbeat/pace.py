@@ -28,7 +28,7 @@ class Pace:
         self._clock = clock
         self._saved = burst  # seconds of work granted and not yet used
         self._at = clock()  # when _saved was last brought up to date
-        self._granted_at: float | None = None
+        self._granted = False  # a slice is under way, from _at
 
     def allowance(self, want: float, *, full_speed: bool = False) -> float | None:
         """Seconds the next slice may take, ``want`` or less (a slice of 0 s does one
@@ -38,20 +38,19 @@ class Pace:
         now = self._clock()
         self._saved = min(self.burst, self._saved + (now - self._at) * self.share)
         self._at = now
-        if not full_speed and self._saved <= 0:
-            self._granted_at = None
+        self._granted = full_speed or self._saved > 0
+        if not self._granted:
             return None
-        self._granted_at = now
         return want if full_speed else min(want, self._saved)
 
     def spent(self) -> None:
         """The slice granted by the last :meth:`allowance` is over: its time is used up."""
-        if self._granted_at is None:
+        if not self._granted:
             return
         now = self._clock()
         # Saved at ``share`` of the time all along, used all through the slice; a slice
         # that overran leaves a debt, of at most one burst.
-        saved = self._saved + (now - self._at) * self.share - (now - self._granted_at)
+        saved = self._saved + (now - self._at) * (self.share - 1)
         self._saved = min(self.burst, max(saved, -self.burst))
         self._at = now
-        self._granted_at = None
+        self._granted = False

@@ -44,7 +44,9 @@ import os
 import shutil
 import struct
 import zlib
+from bisect import bisect_right
 from collections.abc import Iterable
+from itertools import accumulate
 from pathlib import Path
 from typing import BinaryIO
 
@@ -140,46 +142,42 @@ class DiskQueue:
         self.extend((record,))
 
     def extend(self, records: Iterable[bytes]) -> None:
-        """Queue records in order."""
-        self._usable()
-        if isinstance(records, list) and self._extend_at_once(records):
-            return
-        wbuf, limit, pack = self._wbuf, self.segment_bytes, _FRAME.pack
-        for record in records:
-            n = len(record)
-            if n > MAX_RECORD:
-                raise ValueError(f"record of {n} bytes is too long for a disk queue")
-            size = FRAME_SIZE + n
-            if self._wlen + size > limit and self._wlen > HEADER_SIZE:
-                self._rotate()
-                wbuf = self._wbuf
-            wbuf += pack(n, xxhash.xxh32_intdigest(record, n))
-            wbuf += record
-            self._wlen += size
-            self._count += 1
-            self.bytes_written += size
-            if len(wbuf) >= self.buffer_bytes:
-                self._flush()
-                wbuf = self._wbuf
+        """Queue records in order.
 
-    def _extend_at_once(self, records: list[bytes]) -> bool:
-        """Append ``records``' frames in one pass when they all fit in the write segment
-        (what :meth:`extend` does record by record, which also rotates segments). False,
-        with nothing appended, when they do not. BEAST appends thousands of records at a
-        time, most of them to QF."""
-        sizes = list(map(len, records))
-        total = FRAME_SIZE * len(sizes) + sum(sizes)
-        if not sizes or self._wlen + total > self.segment_bytes or max(sizes) > MAX_RECORD:
-            return False
+        The frames of the records that fit in the write segment are appended in one pass
+        (BEAST appends thousands of records at a time); a new segment starts where the
+        next record does not fit, and a record larger than a whole segment gets one of
+        its own."""
+        self._usable()
+        records = records if isinstance(records, list) else list(records)
+        sizes = [FRAME_SIZE + len(record) for record in records]
+        if sizes and max(sizes) - FRAME_SIZE > MAX_RECORD:
+            raise ValueError(f"record of {max(sizes) - FRAME_SIZE} bytes is too long "
+                             "for a disk queue")
+        ends = list(accumulate(sizes))  # bytes of frames up to each record, inclusive
+        i = 0
+        while i < len(records):
+            done = ends[i - 1] if i else 0
+            j = bisect_right(ends, done + self.segment_bytes - self._wlen, lo=i)
+            if j == i:  # the next record does not fit
+                if self._wlen > HEADER_SIZE:
+                    self._rotate()
+                    continue
+                j = i + 1
+            self._append_frames(records[i:j], ends[j - 1] - done)
+            i = j
+
+    def _append_frames(self, records: list[bytes], total: int) -> None:
+        """Append the frames of ``records`` (``total`` bytes) to the write segment."""
         pack, digest = _FRAME.pack, xxhash.xxh32_intdigest
-        self._wbuf += b"".join([part for record, n in zip(records, sizes)
-                                for part in (pack(n, digest(record, n)), record)])
+        self._wbuf += b"".join([part for record in records
+                                for part in (pack(len(record), digest(record, len(record))),
+                                             record)])
         self._wlen += total
-        self._count += len(sizes)
+        self._count += len(records)
         self.bytes_written += total
         if len(self._wbuf) >= self.buffer_bytes:
             self._flush()
-        return True
 
     def _flushed(self) -> int:
         """Bytes of the write segment already in its file."""
