@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from array import array
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from time import thread_time
@@ -109,7 +109,7 @@ class Fetcher:
         self._archiver: asyncio.Task[None] | None = None
         self.fetched = 0
         self.errors: Counter[str] = Counter()
-        self.stage_s: Counter[str] = Counter()
+        self.stage_s: defaultdict[str, float] = defaultdict(float)  # CPU seconds
 
     async def run(self) -> None:
         """Claim and run tasks until the queue is closed or this coroutine is cancelled."""

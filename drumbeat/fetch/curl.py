@@ -558,7 +558,8 @@ class CurlHttpClient:
         response.request_head = bytes(handle.request_head)
         response.response_head = handle.head
         response.headers = headers = handle.headers
-        content_type = location = None
+        content_type: str | None = None
+        location: str | None = None
         for name, value in headers:
             lower = name.lower()
             if lower == "content-type":
