@@ -131,6 +131,37 @@ async def _placed_in_parts(tmp_path: Path) -> None:
         assert len(restored.beast) == n  # every URL once: none lost, none delivered twice
 
 
+def test_placing_goes_at_full_speed_while_a_checkpoint_waits_for_it(tmp_path: Path) -> None:
+    asyncio.run(_placed_for_checkpoint(tmp_path))
+
+
+async def _placed_for_checkpoint(tmp_path: Path) -> None:
+    clock = [0.0]
+    n = 2 * PLACE_BATCH + 100
+    found = [f"http://h{i % 8_000}.test/p/{i}" for i in range(n)]
+    async with offline_manager(tmp_path, beast_turn_s=0, budget_max=10_000) as manager:
+        beast, seen = manager.beast, manager.seen
+        assert beast is not None and seen is not None
+        manager._placing = pace = Pace(PLACE_SHARE, PLACE_BUDGET_S, clock=lambda: clock[0])
+        pace.allowance(PLACE_BUDGET_S)
+        clock[0] += 1.0
+        pace.spent()  # placing has had its share of the time
+        manager._admit(found, 1, None)
+        seen.flush()
+        manager._take_new_urls(manager.clock(), budget_s=0.0)  # BEAST empty: full speed
+        assert len(beast) == PLACE_BATCH
+        manager._take_new_urls(manager.clock(), budget_s=0.0)
+        assert len(beast) == PLACE_BATCH  # BEAST has URLs to give: the share holds them
+        # A checkpoint falls due: it waits for this round, placed a batch a turn meanwhile.
+        manager._last_checkpoint -= manager.settings.checkpoint_interval_s
+        assert not manager._checkpoint_due(manager.clock())
+        manager._take_new_urls(manager.clock(), budget_s=0.0)
+        assert len(beast) == 2 * PLACE_BATCH
+        manager._take_new_urls(manager.clock(), budget_s=0.0)
+        assert len(beast) == n and manager._new_urls is None
+        assert manager._checkpoint_due(manager.clock())
+
+
 def test_urls_read_from_beast_are_routed_a_batch_at_a_time_and_all_before_a_checkpoint(
         tmp_path: Path) -> None:
     asyncio.run(_routed_in_parts(tmp_path))
