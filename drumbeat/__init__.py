@@ -13,3 +13,15 @@ of the crawler.
 """
 
 __version__ = "0.1.0"
+
+
+def compiled_modules() -> list[str]:
+    """The drumbeat modules this process runs as compiled extensions, sorted (setup.py
+    compiles drumbeat.urls with mypyc when it can; an editable install is pure Python)."""
+    import sys
+    from importlib.machinery import EXTENSION_SUFFIXES
+
+    suffixes = tuple(EXTENSION_SUFFIXES)
+    return sorted(name for name, module in list(sys.modules.items())
+                  if name.startswith("drumbeat.")
+                  and (getattr(module, "__file__", None) or "").endswith(suffixes))

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterator
 
-from drumbeat import allocator
+from drumbeat import allocator, compiled_modules
 from drumbeat.fetcher import Fetcher, open_http
 from drumbeat.manager import Manager
 from drumbeat.progress import Progress
@@ -147,8 +147,9 @@ async def _run(settings: Settings, state_dir: Path, crawl_log: CrawlLog,
                 raise SettingsError("no usable seed URLs: give http(s) URLs, --seeds FILE, "
                                     "or the state dir of a crawl to resume")
             log.info("%s crawl in %s with %d fetcher processes: %d seeds given, %d rejected; "
-                     "malloc: %s", "resuming" if resumed else "starting", state_dir, fetchers,
-                     len(seeds), len(rejected), allocator.in_use())
+                     "malloc: %s; compiled: %s", "resuming" if resumed else "starting",
+                     state_dir, fetchers, len(seeds), len(rejected), allocator.in_use(),
+                     ", ".join(compiled_modules()) or "none (pure Python)")
 
             loop = asyncio.get_running_loop()
             signals = 0
@@ -215,7 +216,8 @@ async def _fetching(settings: Settings, processes: int) -> AsyncIterator[
     def stats() -> list[dict[str, Any]]:
         s = fetcher.stats()
         return [{"name": fetcher.worker, "fetched": s.fetched, "errors": s.errors,
-                 "stage_s": s.stage_s, "cpu_s": 0.0, "allocator": allocator.in_use()}]
+                 "stage_s": s.stage_s, "cpu_s": 0.0, "allocator": allocator.in_use(),
+                 "compiled": compiled_modules()}]
 
     try:
         yield local, [warc.sync], stats
@@ -237,7 +239,8 @@ def write_stages(path: Path, manager: Manager, fetchers: int,
     parse, normalize and handoff; ``fetch`` is the rest of the fetchers' CPU time (HTTP
     and the event loop); the manager's urlseen, frontier, scheduling, results, crawl_log
     and handoff. With ``fetchers`` 0 everything ran in one process and ``fetch`` is what
-    is left of that process's CPU time. ``allocator``: the malloc each process ran on.
+    is left of that process's CPU time. ``allocator``: the malloc each process ran on;
+    ``compiled``: the modules each ran compiled (see setup.py).
     ``stalls``: the manager's long loop turns (drumbeat.stalls).
     """
     seconds: Counter[str] = Counter()
@@ -259,6 +262,8 @@ def write_stages(path: Path, manager: Manager, fetchers: int,
         "cpu_s": {"manager": round(manager_cpu_s, 3), "fetchers": round(fetcher_cpu, 3)},
         "allocator": {"manager": allocator.in_use(),
                       "fetchers": sorted({s.get("allocator", "system") for s in fetcher_stats})},
+        "compiled": {"manager": compiled_modules(),
+                     "fetchers": sorted({m for s in fetcher_stats for m in s.get("compiled", [])})},
         "seconds": {k: round(v, 4) for k, v in sorted(seconds.items())},
         "stalls": manager.stalls.as_dict(),
     }

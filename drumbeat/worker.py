@@ -23,7 +23,7 @@ import sys
 import time
 from typing import Any
 
-from drumbeat import allocator
+from drumbeat import allocator, compiled_modules
 from drumbeat.fetcher import Fetcher, open_http
 from drumbeat.gctune import tune_gc
 from drumbeat.queue.process import WorkerQueue, read_frame
@@ -72,14 +72,14 @@ async def _serve(frames_out: Any) -> int:
     warc = WarcWriter(settings.state_dir / "warc", max_file_bytes=settings.warc_max_file_bytes,
                       gzip_level=settings.warc_gzip_level)
     fetcher: Fetcher | None = None
-    malloc = allocator.in_use()
+    malloc, compiled = allocator.in_use(), compiled_modules()
 
     def stats() -> dict[str, Any]:
         assert fetcher is not None
         s = fetcher.stats()
         return {"name": name, "pid": os.getpid(), "active": s.active, "fetched": s.fetched,
                 "errors": s.errors, "stage_s": s.stage_s | {"handoff": queue.handoff_s},
-                "cpu_s": time.process_time(), "allocator": malloc}
+                "cpu_s": time.process_time(), "allocator": malloc, "compiled": compiled}
 
     queue = WorkerQueue(writer, stats)
     fetcher = Fetcher(settings, queue, http, warc, worker=name)

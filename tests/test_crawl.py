@@ -223,6 +223,9 @@ def test_one_process_and_several_fetcher_processes_find_the_same(web, tmp_path):
         # The default allocator ("auto"): the best one installed, in every process.
         malloc = _auto_allocator()
         assert stages["allocator"] == {"manager": malloc, "fetchers": [malloc]}
+        # The tests run on an editable install: pure Python (tests/test_compiled.py
+        # covers the compiled module).
+        assert stages["compiled"] == {"manager": [], "fetchers": []}
         outcomes[fetchers] = (log_lines, same)
     assert outcomes["0"] == outcomes["3"]
 
