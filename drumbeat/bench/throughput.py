@@ -440,10 +440,12 @@ def print_report(rep: dict[str, Any]) -> None:
             console.print(f"{name}: stage breakdown n/a (no stages.json)")
             continue
         malloc = stages.get("allocator") or {}
+        compiled = ", ".join((stages.get("compiled") or {}).get("fetchers", []))
         st = Table(title=f"{name}: time per page by stage (summed over processes, "
                          f"{stages['pages']:,} pages; malloc: manager "
                          f"{malloc.get('manager', 'n/a')}, fetchers "
-                         f"{'/'.join(malloc.get('fetchers', [])) or 'n/a'})")
+                         f"{'/'.join(malloc.get('fetchers', [])) or 'n/a'}; compiled in the "
+                         f"fetchers: {compiled or 'nothing, pure Python (see setup.py)'})")
         st.add_column("stage")
         st.add_column("µs/page", justify="right")
         st.add_column("seconds", justify="right")
@@ -454,7 +456,8 @@ def print_report(rep: dict[str, Any]) -> None:
         if stalls:
             _print_stalls(console, name, stalls)
         others = {k: v for k, v in stages.items()
-                  if k not in ("pages", "seconds", "us_per_page", "allocator", "stalls")}
+                  if k not in ("pages", "seconds", "us_per_page", "allocator", "compiled",
+                               "stalls")}
         if others:
             console.print(f"{name}, stages.json also says: {json.dumps(others)}")
     for name, r in rep["runs"].items():
