@@ -23,5 +23,5 @@ def compiled_modules() -> list[str]:
 
     suffixes = tuple(EXTENSION_SUFFIXES)
     return sorted(name for name, module in list(sys.modules.items())
-                  if name.startswith("drumbeat.")
+                  if name.startswith("drumbeat.") and not name.endswith("__mypyc")  # its runtime
                   and (getattr(module, "__file__", None) or "").endswith(suffixes))

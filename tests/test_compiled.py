@@ -33,8 +33,8 @@ def test_compiled_urls_pass_the_url_link_and_fetcher_tests(tmp_path: Path) -> No
             *(str(REPO / "tests" / name) for name in TESTS)]
     run = subprocess.run(
         [sys.executable, "-c",
-         "import sys, pytest, drumbeat.urls\n"
-         "assert drumbeat.urls.__file__.endswith('.so'), drumbeat.urls.__file__\n"
+         "import sys, pytest, drumbeat, drumbeat.urls\n"
+         "assert drumbeat.compiled_modules() == ['drumbeat.urls'], drumbeat.urls.__file__\n"
          f"sys.exit(pytest.main({args!r}))"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-2000:]

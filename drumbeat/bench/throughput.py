@@ -444,14 +444,15 @@ def print_report(rep: dict[str, Any]) -> None:
         st = Table(title=f"{name}: time per page by stage (summed over processes, "
                          f"{stages['pages']:,} pages; malloc: manager "
                          f"{malloc.get('manager', 'n/a')}, fetchers "
-                         f"{'/'.join(malloc.get('fetchers', [])) or 'n/a'}; compiled in the "
-                         f"fetchers: {compiled or 'nothing, pure Python (see setup.py)'})")
+                         f"{'/'.join(malloc.get('fetchers', [])) or 'n/a'})")
         st.add_column("stage")
         st.add_column("µs/page", justify="right")
         st.add_column("seconds", justify="right")
         for stage, us in stages["us_per_page"].items():
             st.add_row(stage, f"{us:,.1f}", f"{stages['seconds'][stage]:,.2f}")
         console.print(st)
+        console.print(f"{name}: compiled in the fetchers: "
+                      f"{compiled or 'nothing, pure Python (see setup.py)'}")
         stalls = stages.get("stalls")
         if stalls:
             _print_stalls(console, name, stalls)
