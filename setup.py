@@ -3,7 +3,8 @@
 ``drumbeat.urls`` joins and normalizes every link of every page a fetcher parses
 (``normalize_links``). Compiled, the same code joins a bench page's links in half the
 time (resolve_references: 24-26 against 50-54 µs; 28 % fewer instructions), and the
-fetchers used about 4 % less CPU a page in the throughput benchmark. It behaves the
+fetchers used about 3 % less CPU a page in the throughput benchmark (5 alternated
+pairs, less than the noise between runs: 2 of the 5 went the other way). It behaves the
 same: tests/test_compiled.py runs the URL, link and fetcher tests against it. Other
 hot modules were measured and are not compiled: the link extraction (parse.links)
 and the WARC records (store.warc), mostly calls into C libraries, gained nothing or
