@@ -382,17 +382,21 @@ class Manager:
         await self._synced_checkpoint(final=True)
         return self.stop_reason or "done"
 
+    @property
+    def _checkpoint_at(self) -> float:
+        """When the next checkpoint falls due (the clock's time)."""
+        return self._last_checkpoint + self.settings.checkpoint_interval_s
+
     def _checkpoint_due(self, now: float) -> bool:
         """Whether to checkpoint now: the interval has passed, and no round of URL-seen
         is half placed (CHECKPOINT_WAIT_FOR_PLACING_S)."""
-        due = self._last_checkpoint + self.settings.checkpoint_interval_s
+        due = self._checkpoint_at
         return now >= due and (self._new_urls is None or now >= due + CHECKPOINT_WAIT_FOR_PLACING_S)
 
     def _checkpoint_waits(self, now: float) -> bool:
         """A checkpoint is due and waits for the placing of URL-seen's round to end (see
         _checkpoint_due): placing then goes at full speed (see PLACE_SHARE)."""
-        due = self._last_checkpoint + self.settings.checkpoint_interval_s
-        return now >= due and self._new_urls is not None
+        return now >= self._checkpoint_at and self._new_urls is not None
 
     def _note_turn(self, now: float, parts: dict[str, float]) -> None:
         """Count a turn that kept the fetchers waiting (see drumbeat.stalls); one of a
