@@ -147,6 +147,8 @@ def test_a_large_qf_is_resplit_in_bounded_steps(tmp_path: Path) -> None:
     assert beast.read(10) == []  # the pass ends: the re-split's first step only
     left = beast.stats().qf_resplit_left
     assert left == n - beast_module.RESPLIT_BATCH and beast.stats().qf_rescans == 1
+    # A caller that paces the re-split reads without a step.
+    assert beast.read(10, resplit=False) == [] and beast.stats().qf_resplit_left == left
     # Every later call places one more step; nothing comes out of order or twice.
     out = beast.read(1)
     assert beast.stats().qf_resplit_left == left - beast_module.RESPLIT_BATCH

@@ -313,6 +313,57 @@ async def _placing_paced(tmp_path: Path) -> None:
             "0", "1", "2", "3", "4", "new"]
 
 
+def test_a_resplit_takes_placing_s_share_of_the_time_unless_slots_idle(
+        tmp_path: Path) -> None:
+    asyncio.run(_resplit_paced(tmp_path))
+
+
+async def _resplit_paced(tmp_path: Path) -> None:
+    # Placing QF's URLs again is placing: the feed's reads step it only when placing's
+    # pace allows, or at full speed while fetch slots idle for want of a ready host.
+    clock = [0.0]
+    async with offline_manager(tmp_path, beast_turn_s=0, budget_default=1, host_delay_s=1.0,
+                               host_delay_min_s=1.0, beast_queues=2,
+                               beast_max_queues=4) as manager:
+        beast = manager.beast
+        assert beast is not None
+        _admit(manager, ["http://a.test"], 20)
+        assert beast.stats().qf_records == 19
+
+        def feed_steps() -> int:
+            """Re-split steps one feed (a turn's, with its budget spent at once) took."""
+            left = beast.stats().qf_resplit_left
+            manager._feed(manager.clock(), budget_s=0.0)
+            return left - beast.stats().qf_resplit_left
+
+        step = beast.resplit_step
+
+        def slow_step() -> None:
+            step()
+            clock[0] += 0.050  # each step takes longer than placing's burst
+
+        with (mock.patch.object(beast_module, "RESPLIT_BATCH", 1),
+              mock.patch.object(beast, "resplit_step", slow_step)):
+            out = beast.read(1) + beast.read(1)  # the pass ends: QF is placed again
+            assert len(out) == 1 and beast.resplitting
+            manager._placing = pace = Pace(PLACE_SHARE, 0.010, clock=lambda: clock[0])
+            pace.allowance(0.010)
+            clock[0] += 1.0
+            pace.spent()  # the time saved up is spent
+            manager._slots_idle = False
+            assert feed_steps() == 0  # placing has had its share
+            manager._slots_idle = True
+            assert feed_steps() == 1  # the crawl waits for these URLs: full speed
+            manager._slots_idle = False
+            assert feed_steps() == 0  # and the step counted
+            clock[0] += 1.0 / PLACE_SHARE  # time saved up again
+            assert feed_steps() == 1
+            assert feed_steps() == 0
+            manager._feed(manager.clock())  # no budget (a checkpoint's): no limit
+            assert not beast.resplitting
+        await asyncio.sleep(0)
+
+
 def read_all(beast: Beast) -> list[bytes]:
     out: list[bytes] = []
     while len(beast):

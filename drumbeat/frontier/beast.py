@@ -11,7 +11,8 @@ exactly as if they arrived at that moment (so a PLD's old URLs come before its n
 ones); what does not fit goes back to QF. Nothing is ever discarded: a URL over budget is only delayed.
 
 The re-split runs in steps of ``RESPLIT_BATCH`` URLs: one when the pass ends, then one
-at the start of each :meth:`read` call or :meth:`resplit_step`. QF grows with the crawl
+at the start of each :meth:`read` call (unless told not to: a caller may pace the steps)
+or :meth:`resplit_step`. QF grows with the crawl
 (IRLbot: most URLs of a large crawl wait there), and a re-split at once would stop the
 caller's loop for as long as placing all of QF takes. While it runs, reading goes on in
 the current queue but never past it, so the URLs come out in the same order as with a
@@ -340,7 +341,7 @@ class Beast:
 
     # -- reading -----------------------------------------------------------------------
 
-    def read(self, n: int, *, drained: bool = False) -> list[bytes]:
+    def read(self, n: int, *, drained: bool = False, resplit: bool = True) -> list[bytes]:
         """Up to ``n`` records in crawl order; fewer when nothing is queued, when the current
         queue is empty while a re-split of QF is under way (each call places a step of
         it), or, with paced turns, when the current queue is empty and its turn has not
@@ -350,10 +351,12 @@ class Beast:
         and, after the last one, re-splits QF, so records waiting only in QF are still
         returned. ``drained``: everything read before has been crawled, so the turn may
         end now (only before this call has returned anything: the records it returns
-        are not crawled yet).
+        are not crawled yet). ``resplit=False``: this call places no step of a re-split
+        (a caller pacing the re-split takes the steps when its pace allows); reading
+        still stops at the current queue while one is under way.
         """
         out: list[bytes] = []
-        if self._resplit_left:
+        if self._resplit_left and resplit:
             self.resplit_step()
         while len(out) < n:
             queue = self._ring[self._cur]
@@ -365,7 +368,7 @@ class Beast:
                 break  # QF may still have URLs for this queue: the next calls place them
             elif len(self) and (drained and not out or not self._turn_running()):
                 self._advance()
-                if self._resplit_left:
+                if self._resplit_left and resplit:
                     self.resplit_step()
             else:
                 break
