@@ -101,11 +101,10 @@ PLACE_BUDGET_S = 0.010
 # placing take most of the loop's time, as turns follow each other at once while URLs
 # wait: placing a delivery of 1.4 M URLs then kept the manager busy for 0.55-0.8 of a
 # core for 12-18 s, and the fetchers, starved of dispatches, ran at 1,300-2,400 pages/s
-# with CPU left idle (polite bench, 75 s). Placing goes at full speed too while a
-# checkpoint waits for it (CHECKPOINT_WAIT_FOR_PLACING_S): at the share, a large round was
-# still half placed when the wait ran out, and the checkpoint placed the rest at once, in
-# a turn of 2.0-3.5 s (3 polite benches out of 33; their slowest 5 s fell to 1,310-1,750
-# pages a second).
+# with CPU left idle (polite bench, 75 s). A checkpoint does not wait for placing (see
+# DrumURLSeen.take_new): when it placed every new URL first, it waited for the placing at
+# full speed, up to 15 s, holding the manager at 0.6-0.7 of a core for 6-7 s of a polite
+# bench, and the run's slowest 5 s fell there.
 PLACE_SHARE = 0.3
 # The forced merges of the PLD graph (every budget_refresh_s) take at most this share of
 # the crawl's time: they cost more as the graph grows (150-200 ms on the bench web after a
@@ -121,12 +120,6 @@ EARLY_SEEN_MERGE_SHARE = 0.05
 # PLACE_BUDGET_S for the budget's length).
 ROUTE_BATCH = 256
 ROUTE_BUDGET_S = 0.010
-# A checkpoint places every URL URL-seen has delivered (see _take_new_urls): when one
-# falls due in the middle of placing a round, it waits for the placing to end, up to this
-# long past its time, and placing goes at full speed meanwhile (see PLACE_SHARE). At
-# once, the rest of a round took 2.2 s of one turn on the bench (a 3.5 s checkpoint turn
-# in all), with the fetchers run dry meanwhile.
-CHECKPOINT_WAIT_FOR_PLACING_S = 15.0
 # Paced BEAST turns one feed may end while each turn's URLs are dropped at once.
 MAX_TURNS_PER_FEED = 256
 PLD_CACHE = 65_536  # scheme://authority -> (PLD, hash) entries kept for _place
@@ -382,21 +375,9 @@ class Manager:
         await self._synced_checkpoint(final=True)
         return self.stop_reason or "done"
 
-    @property
-    def _checkpoint_at(self) -> float:
-        """When the next checkpoint falls due (the clock's time)."""
-        return self._last_checkpoint + self.settings.checkpoint_interval_s
-
     def _checkpoint_due(self, now: float) -> bool:
-        """Whether to checkpoint now: the interval has passed, and no round of URL-seen
-        is half placed (CHECKPOINT_WAIT_FOR_PLACING_S)."""
-        due = self._checkpoint_at
-        return now >= due and (self._new_urls is None or now >= due + CHECKPOINT_WAIT_FOR_PLACING_S)
-
-    def _checkpoint_waits(self, now: float) -> bool:
-        """A checkpoint is due and waits for the placing of URL-seen's round to end (see
-        _checkpoint_due): placing then goes at full speed (see PLACE_SHARE)."""
-        return now >= self._checkpoint_at and self._new_urls is not None
+        """Whether to checkpoint now: the interval has passed."""
+        return now >= self._last_checkpoint + self.settings.checkpoint_interval_s
 
     def _note_turn(self, now: float, parts: dict[str, float]) -> None:
         """Count a turn that kept the fetchers waiting (see drumbeat.stalls); one of a
@@ -611,8 +592,7 @@ class Manager:
         batch) and goes on in the next call, from the same point of URL-seen's delivery,
         and it takes at most PLACE_SHARE of the time (see there); a re-split of BEAST's
         QF under way is stepped first, so that QF's URLs keep their places before new
-        ones. Without it, every URL found new so far is placed (a checkpoint needs that:
-        a round half delivered would be delivered again, from its start, after a restore).
+        ones. Without it, every URL found new so far is placed.
         """
         seen = self.seen
         assert seen is not None
@@ -627,15 +607,13 @@ class Manager:
         stop = None
         if budget_s is not None:
             assert self.beast is not None
-            granted = self._placing.allowance(
-                budget_s, full_speed=not len(self.beast) or self._checkpoint_waits(now))
+            granted = self._placing.allowance(budget_s, full_speed=not len(self.beast))
             if granted is None:
                 return  # placing has had its share of the time
             stop = time.perf_counter() + granted
         records: list[bytes] = []
         try:
-            # QF's URLs being placed again come before new ones (BEAST's order). A
-            # checkpoint places the new ones anyway: the re-split at once would be long.
+            # QF's URLs being placed again come before new ones (BEAST's order).
             while stop is not None and self.beast.resplitting:
                 self.beast.resplit_step()
                 if time.perf_counter() >= stop:
@@ -1144,8 +1122,8 @@ class Manager:
         assert seen is not None and plds is not None and beast is not None
         assert robots is not None and qr is not None and todo is not None
         # Answers already merged go to their next stage first, so that the commits and the
-        # RAM rows below describe one moment.
-        self._take_new_urls(self.clock())
+        # RAM rows below describe one moment. URL-seen's new URLs need not: its commit
+        # notes how far their placing got (DrumURLSeen.take_new).
         self._route_read(None)
         self._submit_checks()
         robots.flush()

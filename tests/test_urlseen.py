@@ -1,5 +1,7 @@
 """URL-seen on DRUM: new URLs come out once, in order, and roll back with a checkpoint."""
 
+from itertools import islice
+
 from drumbeat.fetcher import pack_found
 from drumbeat.frontier.urlseen import DrumURLSeen, decode_payload, encode_payload
 from drumbeat.urls import fingerprint
@@ -41,6 +43,33 @@ def test_reopening_with_a_manifest_rolls_back_to_it(tmp_path):
     again = DrumURLSeen(tmp_path / "u", ram_bytes=1 << 20, manifest=manifest)
     _submit(again, ["http://a.test/1", "http://a.test/3"])
     assert _new(again) == ["http://a.test/2", "http://a.test/3"]
+
+
+def test_a_round_taken_partway_goes_on_from_there_after_reopening(tmp_path):
+    # A checkpoint may fall in the middle of a round's new URLs (the manager places a
+    # large one over many turns): reopened at it, the round goes on where it was left,
+    # across DRUM's chunks, and a second commit before anything is taken keeps the place.
+    urls = [f"http://a.test/{i}" for i in range(20_000)]
+    seen = DrumURLSeen(tmp_path / "u", ram_bytes=1 << 20)
+    _submit(seen, urls)
+    seen.flush()
+    new = seen.take_new()
+    assert [decode_payload(p)[0] for p in islice(new, 7_000)] == urls[:7_000]
+    manifest = seen.commit()
+    assert len(list(islice(new, 2_000))) == 2_000  # taken after the checkpoint: lost
+    seen.drum.close()
+    again = DrumURLSeen(tmp_path / "u", ram_bytes=1 << 20, manifest=manifest)
+    manifest = again.commit()
+    again.drum.close()
+    again = DrumURLSeen(tmp_path / "u", ram_bytes=1 << 20, manifest=manifest)
+    _submit(again, ["http://a.test/0", "http://b.test/"])
+    again.flush()
+    assert [decode_payload(p)[0] for p in again.take_new()] == urls[7_000:] + ["http://b.test/"]
+    # Taken to its end: nothing of the round comes out after reopening.
+    manifest = again.commit()
+    again.drum.close()
+    last = DrumURLSeen(tmp_path / "u", ram_bytes=1 << 20, manifest=manifest)
+    assert list(last.take_new()) == []
 
 
 def test_without_a_checkpoint_the_directory_starts_empty(tmp_path):

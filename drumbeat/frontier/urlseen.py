@@ -9,12 +9,15 @@ fixed by ``ram_bytes`` whatever the number of URLs seen.
 Crash consistency with the manager's checkpoint: :meth:`commit` returns DRUM's manifest,
 which the checkpoint stores; reopening with it rolls URL-seen back to exactly the moment of
 that checkpoint, so no URL is marked seen without being in the frontier or pending here.
+That holds in the middle of a round's new URLs too: the manifest notes how many of them
+were taken (see :meth:`DrumURLSeen.take_new`).
 """
 
 from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator, Sequence
+from operator import length_hint
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +57,9 @@ def payload_url(data: bytes) -> str:
     return data[:data.index(b"\n")].decode()
 
 
+_TAKEN = "urlseen_taken"  # the manifest's key for DrumURLSeen's place in a round
+
+
 class DrumURLSeen:
     """URL-seen for one crawl, stored in ``directory``."""
 
@@ -67,6 +73,12 @@ class DrumURLSeen:
         self.drum = Drum(directory, ram_bytes=ram_bytes, manifest=manifest, fsync=fsync,
                          background=background)
         self._submitted_since_flush = 0
+        # [epoch, new URLs] of a round taken that far before the commit reopened here.
+        self._taken_before: list[int] = (manifest or {}).get(_TAKEN) or [-1, 0]
+        # The round take_new is delivering (epoch -1: none yet): its new URLs before the
+        # current chunk, and that chunk (an iterator over a list, whose length_hint says
+        # what is left of it) with its length; skipped URLs count as delivered.
+        self._epoch, self._done, self._chunk, self._chunk_n = -1, 0, iter(()), 0
 
     def submit(self, fingerprints: Sequence[int],
                payloads: Sequence[bytes] | AuxArray) -> None:
@@ -115,12 +127,41 @@ class DrumURLSeen:
         self._submitted_since_flush = 0
 
     def take_new(self) -> Iterator[bytes]:
-        """Payloads of URLs seen for the first time, in the order they were submitted."""
+        """Payloads of URLs seen for the first time, in the order they were submitted.
+
+        A caller may stop partway through a round and :meth:`commit`: reopened at that
+        commit, this goes on after the last payload taken (DRUM alone would deliver
+        the round again from its start, and the caller would queue its first URLs twice).
+        So a checkpoint need not wait for a round of a million new URLs to be placed.
+        """
+        # A round left partway by an earlier call is delivered again from its start.
+        self._epoch, self._done, self._chunk, self._chunk_n = -1, 0, iter(()), 0
+        return self._new_payloads()
+
+    def _new_payloads(self) -> Iterator[bytes]:
         for result in self.drum.take_results():
-            yield from result.aux.select(np.flatnonzero(result.unique))
+            new = result.aux.select(np.flatnonzero(result.unique))
+            if result.epoch != self._epoch:
+                self._epoch, self._done, self._chunk_n = result.epoch, 0, 0
+            self._done += self._chunk_n
+            skip = 0
+            if self._taken_before[0] == result.epoch:
+                skip = max(0, min(len(new), self._taken_before[1] - self._done))
+            self._chunk, self._chunk_n = iter(new), len(new)
+            for _ in range(skip):
+                next(self._chunk)
+            yield from self._chunk
 
     def commit(self) -> dict:
-        return self.drum.commit()
+        """DRUM's manifest (see Drum.commit), with the new URLs taken of the round that
+        :meth:`take_new` is delivering."""
+        manifest = self.drum.commit()
+        if self._epoch == -1:  # nothing delivered yet: the place reopened at still holds
+            manifest[_TAKEN] = list(self._taken_before)
+        else:
+            manifest[_TAKEN] = [self._epoch,
+                                self._done + self._chunk_n - length_hint(self._chunk)]
+        return manifest
 
     def stats(self) -> DrumStats:
         return self.drum.stats()
