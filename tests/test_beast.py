@@ -11,6 +11,7 @@ from collections import Counter, deque
 from pathlib import Path
 from unittest import mock
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -419,6 +420,40 @@ def test_host_cap_survives_a_commit(tmp_path: Path) -> None:
     assert beast.read(2) == [b"a", b"b"] and beast.stats().current == 1
     assert beast.read(10) == [b"c"] and beast.stats().current == 2
     beast.close()
+
+
+@pytest.mark.parametrize("plds", [3, 40])
+def test_tables_come_back_whole_from_a_commit_saved_sparse_or_not(tmp_path: Path,
+                                                                   plds: int) -> None:
+    """A commit saves the budget and host tables' used slots only, when fewer than half
+    are used (3 PLDs and hosts of 64 slots), else whole (40); either way, and from a
+    table file saved whole by an older commit, they come back as they were."""
+    d = tmp_path / "b"
+    opts = dict(queues=2, max_queues=4, pld_slots=64, host_cap=2, host_slots=64,
+                fsync=False, rebudget=per_record(lambda r: (int(r) % plds, 3, int(r) % plds)))
+    beast = Beast(d, **opts)
+    n = 3 * plds
+    beast.place_many([b"%d" % i for i in range(n)], [i % plds for i in range(n)], [1] * n,
+                     [i % plds for i in range(n)])
+    tables = beast._tables()
+    assert ("used" in tables) == (plds == 3) and ("host_used" in tables) == (plds == 3)
+    whole = table_arrays(beast)
+    state = beast.commit()
+    beast.close()
+    for saved_whole in (False, True):
+        if saved_whole:
+            np.savez(d / state["table"], **whole)
+        again = Beast(d, state=state, **opts)
+        for name, a in table_arrays(again).items():
+            assert np.array_equal(a, whole[name]), name
+        again.close()
+
+
+def table_arrays(beast: Beast) -> dict[str, np.ndarray]:
+    """Copies of BEAST's budget and host tables, by their names in a table file."""
+    return {"tag": beast._tag.copy(), "turn": beast._turn.copy(),
+            "count": beast._count.copy(), "host_turn": beast._hturn.copy(),
+            "host_count": beast._hcount.copy()}
 
 
 @pytest.mark.parametrize("turn_s", [0.0, 5.0])

@@ -80,7 +80,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
 from pathlib import Path
@@ -442,8 +442,7 @@ class Beast:
         name = _table_name(self._commits)
         tmp = self.directory / (name + ".tmp")
         with open(tmp, "wb") as f:
-            np.savez(f, tag=self._tag, turn=self._turn, count=self._count,
-                     host_turn=self._hturn, host_count=self._hcount)
+            np.savez(f, **self._tables())
             if self._fsync:
                 f.flush()
                 os.fsync(f.fileno())
@@ -468,6 +467,11 @@ class Beast:
                          "refused": self._refused, "turns": self._turns},
         }
 
+    def _tables(self) -> dict[str, np.ndarray]:
+        """The budget and host tables, as saved at a commit (see _used_slots)."""
+        return {**_used_slots({"tag": self._tag, "turn": self._turn, "count": self._count}),
+                **_used_slots({"host_turn": self._hturn, "host_count": self._hcount}, "host_")}
+
     def _reopen(self, state: dict) -> None:
         if state.get("format") != FORMAT_VERSION:
             raise ValueError(f"BEAST state format {state.get('format')!r}, "
@@ -488,12 +492,14 @@ class Beast:
         elapsed = state.get("turn_elapsed_s")
         self._turn_started = None if elapsed is None else self._clock() - elapsed
         with np.load(self.directory / state["table"]) as table:
-            self._tag[:], self._turn[:], self._count[:] = \
-                table["tag"], table["turn"], table["count"]
+            loaded = _load_slots(table, {"tag": self._tag, "turn": self._turn,
+                                         "count": self._count})
+            assert loaded, "pld_slots was checked above"
             # A host table of another size (or none, from an older checkpoint) is not
             # reused: hosts start with no places, which can only admit them sooner.
-            if "host_turn" in table and table["host_turn"].shape == self._hturn.shape:
-                self._hturn[:], self._hcount[:] = table["host_turn"], table["host_count"]
+            if "host_turn" in table:
+                _load_slots(table, {"host_turn": self._hturn, "host_count": self._hcount},
+                            "host_")
         self._drop_tables()
         for path in self.directory.glob("q[0-9][0-9][0-9]"):
             if int(path.name[1:]) >= self._j:
@@ -524,3 +530,35 @@ class Beast:
     def __repr__(self) -> str:
         return (f"<Beast {self.directory} [queue {self._cur} of {self._j} | "
                 f"{len(self)} queued, {len(self._qf)} in QF]>")
+
+
+def _used_slots(arrays: dict[str, np.ndarray], prefix: str = "") -> dict[str, np.ndarray]:
+    """Parallel table arrays to save: only their used slots (not all zeros) with the
+    slots' indices (``prefix + "used"``) and the arrays' length, when fewer than half are
+    used; else whole. The tables are 32 MB by default, and writing them whole took half
+    of a checkpoint's 0.3-0.4 s on the throughput bench, whose 5,000 sites use 0.5 %."""
+    length = len(next(iter(arrays.values())))
+    used = np.flatnonzero(np.logical_or.reduce([a != 0 for a in arrays.values()]))
+    if 2 * len(used) >= length:
+        return dict(arrays)
+    return {prefix + "used": used, prefix + "slots": np.array(length),
+            **{name: a[used] for name, a in arrays.items()}}
+
+
+def _load_slots(table: Mapping[str, np.ndarray], arrays: dict[str, np.ndarray],
+                prefix: str = "") -> bool:
+    """Fill zeroed ``arrays`` from a table file saved by :func:`_used_slots` (or whole, as
+    older commits were); False, with nothing filled, when it has another length."""
+    length = len(next(iter(arrays.values())))
+    if prefix + "used" in table:
+        if int(table[prefix + "slots"]) != length:
+            return False
+        used = table[prefix + "used"]
+        for name, a in arrays.items():
+            a[used] = table[name]
+        return True
+    if len(table[next(iter(arrays))]) != length:
+        return False
+    for name, a in arrays.items():
+        a[:] = table[name]
+    return True
