@@ -238,6 +238,14 @@ async def _merged_early(tmp_path: Path) -> None:
             assert manager.seen.pending == 0 and len(manager.beast) == 5
 
 
+def _spend_placing_share(manager: Manager, clock: list[float]) -> None:
+    """Give the manager a placing Pace on the fake ``clock``, its time saved up spent."""
+    manager._placing = pace = Pace(PLACE_SHARE, 0.010, clock=lambda: clock[0])
+    pace.allowance(0.010)
+    clock[0] += 1.0
+    pace.spent()
+
+
 def test_placing_takes_its_share_of_the_time_and_comes_after_a_resplit(
         tmp_path: Path) -> None:
     asyncio.run(_placing_paced(tmp_path))
@@ -250,10 +258,7 @@ async def _placing_paced(tmp_path: Path) -> None:
                                beast_max_queues=4) as manager:
         beast, seen = manager.beast, manager.seen
         assert beast is not None and seen is not None
-        manager._placing = pace = Pace(PLACE_SHARE, 0.010, clock=lambda: clock[0])
-        pace.allowance(0.010)
-        clock[0] += 1.0
-        pace.spent()  # the time saved up is spent
+        _spend_placing_share(manager, clock)
         # BEAST empty: the crawl waits for these URLs, they are placed at full speed.
         _admit(manager, ["http://a.test"], 5)
         # Budget 1, a ring of 2 (the one read takes none): p/0 in it, p/1-p/4 in QF.
@@ -312,10 +317,7 @@ async def _resplit_paced(tmp_path: Path) -> None:
               mock.patch.object(beast, "resplit_step", slow_step)):
             out = beast.read(1) + beast.read(1)  # the pass ends: QF is placed again
             assert len(out) == 1 and beast.resplitting
-            manager._placing = pace = Pace(PLACE_SHARE, 0.010, clock=lambda: clock[0])
-            pace.allowance(0.010)
-            clock[0] += 1.0
-            pace.spent()  # the time saved up is spent
+            _spend_placing_share(manager, clock)
             manager._slots_idle = False
             assert feed_steps() == 0  # placing has had its share
             manager._slots_idle = True

@@ -12,12 +12,12 @@ ones); what does not fit goes back to QF. Nothing is ever discarded: a URL over 
 
 The re-split runs in steps of ``RESPLIT_BATCH`` URLs: one when the pass ends, then one
 at the start of each :meth:`read` call (unless told not to: a caller may pace the steps)
-or :meth:`resplit_step`. QF grows with the crawl
-(IRLbot: most URLs of a large crawl wait there), and a re-split at once would stop the
-caller's loop for as long as placing all of QF takes. While it runs, reading goes on in
-the current queue but never past it, so the URLs come out in the same order as with a
-re-split at once, as long as no new URL is placed meanwhile (a caller that has new ones
-to place takes the steps first: see :attr:`resplitting`).
+or :meth:`resplit_step`. QF grows with the crawl (IRLbot: most URLs of a large crawl
+wait there), and a re-split at once would stop the caller's loop for as long as placing
+all of QF takes. While it runs, reading goes on in the current queue but never past it,
+so the URLs come out in the same order as with a re-split at once, as long as no new URL
+is placed meanwhile (a caller that has new ones to place takes the steps first: see
+:attr:`resplitting`).
 
 Turns. Every time a queue becomes current, the turn number ``T`` grows by one. Ring
 pass p starts at turn ``S``, so queue i is read at turn ``S + i`` in this pass and
