@@ -246,6 +246,12 @@ def _spend_placing_share(manager: Manager, clock: list[float]) -> None:
     pace.spent()
 
 
+# Budget 1 and a ring of 2 queues growing to 4: one host's URLs go mostly to QF, and the
+# pass that ends re-splits it.
+SMALL_RING = {"beast_turn_s": 0, "budget_default": 1, "host_delay_s": 1.0,
+              "host_delay_min_s": 1.0, "beast_queues": 2, "beast_max_queues": 4}
+
+
 def test_placing_takes_its_share_of_the_time_and_comes_after_a_resplit(
         tmp_path: Path) -> None:
     asyncio.run(_placing_paced(tmp_path))
@@ -253,9 +259,7 @@ def test_placing_takes_its_share_of_the_time_and_comes_after_a_resplit(
 
 async def _placing_paced(tmp_path: Path) -> None:
     clock = [0.0]
-    async with offline_manager(tmp_path, beast_turn_s=0, budget_default=1, host_delay_s=1.0,
-                               host_delay_min_s=1.0, beast_queues=2,
-                               beast_max_queues=4) as manager:
+    async with offline_manager(tmp_path, **SMALL_RING) as manager:
         beast, seen = manager.beast, manager.seen
         assert beast is not None and seen is not None
         _spend_placing_share(manager, clock)
@@ -293,9 +297,7 @@ async def _resplit_paced(tmp_path: Path) -> None:
     # Placing QF's URLs again is placing: the feed's reads step it only when placing's
     # pace allows, or at full speed while fetch slots idle for want of a ready host.
     clock = [0.0]
-    async with offline_manager(tmp_path, beast_turn_s=0, budget_default=1, host_delay_s=1.0,
-                               host_delay_min_s=1.0, beast_queues=2,
-                               beast_max_queues=4) as manager:
+    async with offline_manager(tmp_path, **SMALL_RING) as manager:
         beast = manager.beast
         assert beast is not None
         _admit(manager, ["http://a.test"], 20)
