@@ -73,6 +73,7 @@ from drumbeat.queue.base import (
 from drumbeat.settings import Settings
 from drumbeat.stalls import Stalls
 from drumbeat.store.crawllog import CrawlLog
+from drumbeat.store.durable import sync_filesystem
 
 log = logging.getLogger("drumbeat.manager")
 _T = TypeVar("_T")
@@ -123,6 +124,11 @@ ROUTE_BUDGET_S = 0.010
 # Paced BEAST turns one feed may end while each turn's URLs are dropped at once.
 MAX_TURNS_PER_FEED = 256
 PLD_CACHE = 65_536  # scheme://authority -> (PLD, hash) entries kept for _place
+# A checkpoint fsyncs some 80 files (URL-seen's buckets and arrival log, BEAST's queues,
+# the crawl log ...) while the loop waits. This long before one falls due, a sync of the
+# state directory's filesystem starts in a thread and writes out what they hold dirty, so
+# that the checkpoint's fsyncs find little left (see _presync_if_due).
+PRESYNC_LEAD_S = 3.0
 # RobotsCache merges are small (one key per origin); when the scheduler runs short of URLs
 # they run this often rather than every urlseen_flush_interval_s.
 ROBOTS_FLUSH_STARVING_S = 0.05
@@ -213,6 +219,8 @@ class Manager:
         self._dns_slots = asyncio.Semaphore(DNS_CONCURRENCY)
         self._started = self.clock()
         self._last_checkpoint = self._started
+        self._presync: asyncio.Future[None] | None = None  # see _presync_if_due
+        self._presynced_for = float("-inf")  # the checkpoint time it was last started for
         self._resumed_at = float("-inf")  # set by restore()
         self._last_sweep = self._started
         self._last_seen_flush = float("-inf")  # the seeds are merged at once
@@ -357,6 +365,8 @@ class Manager:
                 w4 = perf_counter()
                 if self._checkpoint_due(now):
                     await self._synced_checkpoint()
+                else:
+                    self._presync_if_due(now)
                 if now - self._last_sweep >= 10.0:
                     self.scheduler.sweep(now)
                     self._last_sweep = now
@@ -378,6 +388,28 @@ class Manager:
     def _checkpoint_due(self, now: float) -> bool:
         """Whether to checkpoint now: the interval has passed."""
         return now >= self._last_checkpoint + self.settings.checkpoint_interval_s
+
+    def _presync_if_due(self, now: float) -> None:
+        """PRESYNC_LEAD_S before a checkpoint falls due, start writing out the dirty data
+        of the state directory's filesystem in a thread (store.durable.sync_filesystem):
+        once per checkpoint, never while the last one runs, and only where checkpoints
+        are at least twice that far apart (more often, little is dirty).
+
+        The checkpoint still fsyncs every file it relies on; what it saves is the wait.
+        The checkpoint's fsyncs on the polite bench (80-85 a checkpoint, a WARC file and
+        URL-seen's buckets being written meanwhile) took 0.10-0.18 s of its 0.30-0.32 s
+        without it, 0.04 s after one (that sync took 0.08-0.11 s in its thread).
+        """
+        interval = self.settings.checkpoint_interval_s
+        due = self._last_checkpoint + interval
+        if (interval < 2 * PRESYNC_LEAD_S or now < due - PRESYNC_LEAD_S
+                or self._presynced_for == due
+                or (self._presync is not None and not self._presync.done())):
+            return
+        self._presynced_for = due
+        self._presync = asyncio.get_running_loop().run_in_executor(
+            None, sync_filesystem, self.settings.state_dir)
+        self._presync.add_done_callback(_presync_done)
 
     def _note_turn(self, now: float, parts: dict[str, float]) -> None:
         """Count a turn that kept the fetchers waiting (see drumbeat.stalls); one of a
@@ -1185,6 +1217,13 @@ class Manager:
             elapsed_s=self.clock() - self._started,
             counters=dict(self.counters),
         )
+
+
+def _presync_done(future: asyncio.Future[None]) -> None:
+    """Log a failed presync (the checkpoint's own fsyncs do not depend on it)."""
+    if not future.cancelled() and future.exception() is not None:
+        log.warning("writing out the state directory before a checkpoint failed: %s",
+                    future.exception())
 
 
 class _Laps:
