@@ -594,7 +594,7 @@ def test_a_submit_waits_for_the_round_once_held_tuples_fill_their_share(tmp_path
     assert drum.busy
     opener = threading.Timer(0.2, drum.gate.set)
     opener.start()
-    # 3,000 tuples with their aux pass a quarter of the 64 KiB: this call waits.
+    # 3,000 tuples with their aux pass HELD_SHARE (a half) of the 64 KiB: this call waits.
     drum.check_update(_keys(100, 3100), aux=_aux(100, 3100))
     assert drum.gate.is_set()  # it returned once the round could end, not before
     opener.join()

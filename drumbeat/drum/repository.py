@@ -107,6 +107,13 @@ _FILE_RE = re.compile(r"^([qacr])-(\d{4,8})(?:-(\d{4,8}))?\.drum$")
 _EMPTY = np.dtype([])
 _LIVE = ("q", "qn", "sn", "a", "an")  # snapshot fields that change while tuples are queued
 _LIST_PIECE = 1 << 16  # aux items joined at once when aux is a list of bytes
+# Tuples submitted while a background round runs are held in RAM up to this share of
+# ram_bytes (with their aux); past it, a submit waits for the round. They must last as
+# long as a round: on the polite throughput bench, URL-seen's submits arrive at about
+# 14 MB/s and its bucket-mode rounds 75-90 s into the crawl took 1.7-2.6 s. With a
+# quarter (16 MB of 64) a submit then waited 0.23-1.0 s, the manager's longest stall, in
+# 7 of 13 runs of 75 s; the tuples held were added back in 23-24 ms once the round ended.
+HELD_SHARE = 0.5
 
 
 _Plan = tuple[list[dict], list[dict]]  # a round's runs: (only read, rewritten with its delta)
@@ -210,8 +217,8 @@ class Drum:
     ``flush(wait=False)``) and is ended by the first call into the repository after it
     has finished; its results come from :meth:`take_results` from then on. Tuples
     submitted meanwhile are held, copied, and added when it ends, in order; once they
-    would pass a quarter of ``ram_bytes`` (with their aux), the submit waits for the
-    round instead. Results, state and files are the same as without it; :meth:`commit`
+    would pass ``HELD_SHARE`` (a half) of ``ram_bytes`` (with their aux), the submit
+    waits for the round instead. Results, state and files are the same as without it; :meth:`commit`
     and a waiting :meth:`flush` wait for a running round, :attr:`busy` tells whether one
     runs.
     """
@@ -369,7 +376,7 @@ class Drum:
     def _hold(self, ops: np.ndarray, keys: np.ndarray, values: np.ndarray | None,
               aux: Any) -> None:
         """Keep (a copy of) a submit that came while a round runs in the background; wait
-        for the round once what is held would pass a quarter of the RAM budget."""
+        for the round once what is held would pass HELD_SHARE of the RAM budget."""
         if isinstance(aux, AuxArray):
             aux = AuxArray(aux.blob, aux.offsets.copy())  # the blob is immutable bytes
         elif aux is not None:
@@ -380,7 +387,7 @@ class Drum:
         self._held_bytes += self._rec.itemsize * len(keys) + (
             0 if aux is None else aux.nbytes if isinstance(aux, AuxArray)
             else sum(map(len, aux)))
-        if self._held_bytes >= self.sizing.ram_bytes // 4:
+        if self._held_bytes >= self.sizing.ram_bytes * HELD_SHARE:
             self._settle(wait=True)
 
     def _validate(self, ops, keys, values):
