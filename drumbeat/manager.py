@@ -396,9 +396,10 @@ class Manager:
         are at least twice that far apart (more often, little is dirty).
 
         The checkpoint still fsyncs every file it relies on; what it saves is the wait.
-        The checkpoint's fsyncs on the polite bench (80-85 a checkpoint, a WARC file and
-        URL-seen's buckets being written meanwhile) took 0.10-0.18 s of its 0.30-0.32 s
-        without it, 0.04 s after one (that sync took 0.08-0.11 s in its thread).
+        On the polite bench (75 s runs, the checkpoint at 60 s) its 80-85 fsyncs took
+        0.05-0.18 s without a presync, 0.035-0.05 s after one (the sync itself took
+        0.08-0.11 s in its thread); the checkpoint's turn took 0.21-0.42 s (mean 0.33,
+        10 runs) before, 0.15-0.31 s (mean 0.23, 10 later runs, not interleaved) since.
         """
         interval = self.settings.checkpoint_interval_s
         due = self._last_checkpoint + interval

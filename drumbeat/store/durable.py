@@ -6,6 +6,7 @@ import ctypes
 import ctypes.util
 import os
 from pathlib import Path
+from typing import Callable
 
 
 def fsync_dir(directory: Path) -> None:
@@ -17,7 +18,7 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def _libc_syncfs() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+def _libc_syncfs() -> Callable[[int], int] | None:
     """libc's ``syncfs`` (Linux), or None where there is none."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
