@@ -111,9 +111,9 @@ _LIST_PIECE = 1 << 16  # aux items joined at once when aux is a list of bytes
 # ram_bytes (with their aux); past it, a submit waits for the round. They must last as
 # long as a round: on the polite throughput bench, URL-seen's submits arrive at about
 # 14 MB/s and its bucket-mode rounds 75-90 s into the crawl took 1.7-2.6 s. With a
-# quarter (16 MB of 64) a submit then waited 0.23-1.0 s, the manager's longest stall, in
-# 7 of 13 runs of 75 s; the tuples held were added back in 23-24 ms once the round ended.
-# With a half, no submit waited 0.2 s or more in 9 runs (collect stalls 0.11 s at most).
+# quarter (16 MB of 64) a submit then waited 0.23-1.0 s (three runs traced); the
+# manager's turns applying results took 0.24-1.0 s in 9 of 19 runs, and in none of 9
+# with a half (0.11 s at most). The tuples held were added back in 23-24 ms.
 HELD_SHARE = 0.5
 
 
