@@ -6,6 +6,7 @@ import json
 import os
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -587,19 +588,127 @@ def test_a_background_round_holds_later_tuples_and_ends_on_a_later_call(tmp_path
     assert gated.stats().keys_stored == 500 and gated.stats().pending == 0
 
 
-def test_a_submit_waits_for_the_round_once_held_tuples_fill_their_share(tmp_path: Path) -> None:
+def _long_aux(lo: int, hi: int) -> list[bytes]:
+    return [b"http://host%d.example/page/%08d" % (i % 7, i) for i in range(lo, hi)]
+
+
+def test_held_tuples_past_their_share_are_written_ahead_and_begin_the_next_epoch(
+        tmp_path: Path) -> None:
+    sync = Drum(tmp_path / "sync", ram_bytes=1 << 16, buckets=4, fsync=False)
+    gated = _GatedDrum(tmp_path / "gated", ram_bytes=1 << 16, buckets=4, fsync=False,
+                       background=True)
+    opener = threading.Timer(30, gated.gate.set)  # only if a submit waited (a failure)
+    opener.start()
+    for drum in (sync, gated):
+        drum.check_update(_keys(0, 300), aux=_long_aux(0, 300))
+        drum.flush(wait=False)
+        # 1,600 tuples of ~40 bytes with aux pass HELD_SHARE (a quarter) of the 64 KiB
+        # twice over; ~400 a bucket are far from the next epoch's bucket_records.
+        for lo in range(200, 1800, 100):
+            drum.check_update(_keys(lo, lo + 100), aux=_long_aux(lo, lo + 100))
+    assert not gated.gate.is_set()  # no submit waited for the round
+    epoch = gated._snap["epoch"]
+    assert (tmp_path / "gated" / f"a-{epoch + 1:08d}.drum").exists()
+    assert 0 < gated._next["an"] <= 1600 and gated._held_n < 1600
+    assert gated.stats().pending == 300 + 1600
+    gated.gate.set()
+    opener.cancel()
+    for drum in (sync, gated):
+        drum.flush()
+    got = drain(gated)
+    assert got == drain(sync)
+    assert [unique for _, _, unique, _, _ in got] == [True] * 300 + [False] * 100 + [True] * 1500
+    assert [a for *_, a in got] == _long_aux(0, 300) + _long_aux(200, 1800)
+    # The next epoch began with the tuples written ahead: committed, they reopen.
+    gated.check_update(_keys(1800, 1900), aux=_long_aux(1800, 1900))
+    gated.commit()
+    gated.close()
+    reopened = Drum(tmp_path / "gated", ram_bytes=1 << 16, fsync=False)
+    reopened.flush()
+    assert [a for *_, a in drain(reopened)] == _long_aux(1800, 1900)
+    assert reopened.stats().keys_stored == 1900
+
+
+def test_a_submit_waits_for_the_round_when_the_next_epoch_cannot_take_what_is_held(
+        tmp_path: Path) -> None:
     drum = _GatedDrum(tmp_path, ram_bytes=1 << 16, buckets=4, fsync=False, background=True)
-    drum.check_update(_keys(0, 100), aux=_aux(0, 100))
+    drum.check_update(_keys(0, 100), aux=_long_aux(0, 100))
     drum.flush(wait=False)
     assert drum.busy
     opener = threading.Timer(0.2, drum.gate.set)
     opener.start()
-    # 3,000 tuples with their aux pass HELD_SHARE (a half) of the 64 KiB: this call waits.
-    drum.check_update(_keys(100, 3100), aux=_aux(100, 3100))
+    # 1,000 keys of one bucket (high bits 0) pass its bucket_records (744 here) in the
+    # next epoch, and with their aux HELD_SHARE: this call waits.
+    assert drum.sizing.bucket_records < 1000
+    keys = np.arange(1000, 2000, dtype=np.uint64)
+    drum.check_update(keys, aux=_long_aux(100, 1100))
     assert drum.gate.is_set()  # it returned once the round could end, not before
+    assert drum._next is None  # nothing was written ahead
     opener.join()
     drum.flush()
-    assert [a for *_, a in drain(drum)] == _aux(0, 3100)
+    assert [a for *_, a in drain(drum)] == _long_aux(0, 1100)
+
+
+def test_tuples_written_ahead_of_a_round_that_never_ended_are_gone_on_reopening(
+        tmp_path: Path) -> None:
+    """They were not committed: the state names them only once the round has ended."""
+    drum = _GatedDrum(tmp_path, ram_bytes=1 << 16, buckets=4, fsync=False, background=True)
+    drum.check_update(_keys(0, 300), aux=_long_aux(0, 300))
+    manifest = drum.commit()
+    drum.flush(wait=False)
+    for lo in range(300, 1500, 100):
+        drum.check_update(_keys(lo, lo + 100), aux=_long_aux(lo, lo + 100))
+    epoch = drum._snap["epoch"]
+    assert drum._next is not None
+    ahead = sorted(p.name for p in tmp_path.glob(f"[aq]-{epoch + 1:08d}*.drum"))
+    assert ahead and f"a-{epoch + 1:08d}.drum" in ahead
+    drum.gate.set()
+    drum.close()  # waits for the round without ending it, as a crash would leave it
+    drum = Drum.open(tmp_path, manifest, ram_bytes=1 << 16, fsync=False)
+    assert not any(p.name in ahead for p in tmp_path.iterdir())
+    drum.flush()
+    assert [a for *_, a in drain(drum)] == _long_aux(0, 300)
+    assert drum.stats().keys_stored == 300
+
+
+def test_background_rounds_with_tuples_written_ahead_give_the_results_of_sync_ones(
+        tmp_path: Path) -> None:
+    """A long stream through a small repository: most background rounds have tuples
+    held past their share and written ahead, and the outcomes are those without."""
+    class SlowDrum(Drum):  # rounds last while a few batches come
+        ahead = 0
+
+        def _round_body(self, rnd):
+            time.sleep(0.003)
+            return super()._round_body(rnd)
+
+        def _write_ahead(self) -> bool:
+            written = super()._write_ahead()
+            self.ahead += written
+            return written
+
+    value = np.dtype([("n", "<i8")])
+    got = {}
+    for background in (False, True):
+        drum = SlowDrum(tmp_path / str(background), value_dtype=value, merge="add",
+                        ram_bytes=1 << 14, buckets=8, fsync=False, background=background)
+        rng = np.random.default_rng(7)
+        for i in range(200):
+            keys = (rng.integers(0, 4000, 150).astype(np.uint64)
+                    * np.uint64(0x9E3779B97F4A7C15))
+            values = np.zeros(150, value)
+            values["n"] = rng.integers(1, 100, 150)
+            drum.submit(rng.integers(0, 3, 150).astype(np.uint8), keys, values,
+                        [b"%d:%d" % (i, j) for j in range(150)])
+            if i % 7 == 0:
+                drum.flush(wait=False)
+        drum.flush()
+        got[background] = drain(drum)
+        assert drum.stats().pending == 0
+        assert (drum.ahead > 10) == background
+        drum.close()
+    assert len(got[True]) == 200 * 150
+    assert got[True] == got[False]
 
 
 def test_a_failed_background_round_breaks_the_repository_on_the_next_call(

@@ -185,8 +185,11 @@ RAM_KILL_POINTS = [
 
 
 # Rounds in the background: killed in the round's thread (writing the new run, the
-# results), in the caller's (a spill, the state) while one may run.
+# results), in the caller's (a spill, the state, tuples written ahead to the next
+# epoch's files) while one may run.
 BACKGROUND_KILL_POINTS = [
+    ("Drum._write_ahead:20:after", 1 << 14),
+    ("Drum._log_block:150:after", 1 << 14),
     ("_CacheWriter.write:25:after", 1 << 14),
     ("Drum._write_blocks:12:after", 1 << 14),
     ("Drum._append:200:after", 1 << 14),

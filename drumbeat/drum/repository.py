@@ -108,13 +108,12 @@ _EMPTY = np.dtype([])
 _LIVE = ("q", "qn", "sn", "a", "an")  # snapshot fields that change while tuples are queued
 _LIST_PIECE = 1 << 16  # aux items joined at once when aux is a list of bytes
 # Tuples submitted while a background round runs are held in RAM up to this share of
-# ram_bytes (with their aux); past it, a submit waits for the round. They must last as
-# long as a round: on the polite throughput bench, URL-seen's submits arrive at about
-# 14 MB/s and its bucket-mode rounds 75-90 s into the crawl took 1.7-2.6 s. With a
-# quarter (16 MB of 64) a submit then waited 0.23-1.0 s (three runs traced); the
-# manager's turns applying results took 0.24-1.0 s in 9 of 19 runs, and in none of 9
-# with a half (0.11 s at most). The tuples held were added back in 23-24 ms.
-HELD_SHARE = 0.5
+# ram_bytes (with their aux); past it they are written ahead to the next epoch's files
+# (Drum._write_ahead), and a submit waits for the round only when that epoch is full.
+# On the polite throughput bench URL-seen's submits arrive at about 14 MB/s and its
+# bucket-mode rounds 75-90 s into the crawl took 1.7-2.6 s: before the write-ahead, a
+# submit then waited 0.23-1.0 s with a quarter held (16 MB of 64), in 9 of 19 runs.
+HELD_SHARE = 0.25
 
 
 _Plan = tuple[list[dict], list[dict]]  # a round's runs: (only read, rewritten with its delta)
@@ -218,8 +217,10 @@ class Drum:
     ``flush(wait=False)``) and is ended by the first call into the repository after it
     has finished; its results come from :meth:`take_results` from then on. Tuples
     submitted meanwhile are held, copied, and added when it ends, in order; once they
-    would pass ``HELD_SHARE`` (a half) of ``ram_bytes`` (with their aux), the submit
-    waits for the round instead. Results, state and files are the same as without it;
+    would pass ``HELD_SHARE`` (a quarter) of ``ram_bytes`` (with their aux), they are
+    written ahead to the next epoch's arrival log and q files, which that epoch then
+    starts with; only when a bucket of it would pass ``bucket_records`` does the
+    submit wait for the round. Results, state and files are the same as without it;
     :meth:`commit` and a waiting :meth:`flush` wait for a running round, :attr:`busy`
     tells whether one runs.
     """
@@ -246,6 +247,8 @@ class Drum:
         self._held: list[tuple[Any, ...]] = []
         self._held_n = 0
         self._held_bytes = 0
+        # The next epoch's live fields once held tuples were written ahead (_write_ahead).
+        self._next: dict[str, Any] | None = None
         self._flush_asked = False  # flush(wait=False) came while a round ran
         self.last_round_s = 0.0  # wall seconds of the last round, to its results
         self._round_read = 0  # bytes the running round has read
@@ -342,10 +345,7 @@ class Drum:
         keys, ops, values = self._validate(ops, keys, values)
         if aux is None or isinstance(aux, (AuxArray, tuple)):
             aux = None if aux is None else AuxArray.of(aux)
-            # Arrival-log blocks of about chunk_bytes: each is read back into a fresh
-            # buffer, and small buffers are recycled by malloc (see sizing).
-            per = self._arrival_bytes + (aux.nbytes / max(1, len(aux)) if aux else 0)
-            piece = max(1, int(self.sizing.chunk_bytes // per))
+            piece = self._piece(aux)
         else:
             # A list of bytes is joined piece by piece, for the same reason.
             piece = _LIST_PIECE
@@ -374,10 +374,18 @@ class Drum:
                                None if aux is None else aux[start:])
                     return
 
+    def _piece(self, aux: AuxArray | None) -> int:
+        """Tuples per piece of a submit: arrival-log blocks of about chunk_bytes (each
+        is read back into a fresh buffer, and small buffers are recycled by malloc, see
+        sizing)."""
+        per = self._arrival_bytes + (aux.nbytes / max(1, len(aux)) if aux else 0)
+        return max(1, int(self.sizing.chunk_bytes // per))
+
     def _hold(self, ops: np.ndarray, keys: np.ndarray, values: np.ndarray | None,
               aux: Any) -> None:
-        """Keep (a copy of) a submit that came while a round runs in the background; wait
-        for the round once what is held would pass HELD_SHARE of the RAM budget."""
+        """Keep (a copy of) a submit that came while a round runs in the background. Once
+        what is held would pass HELD_SHARE of the RAM budget, write it ahead to the next
+        epoch's files, or, when the next epoch cannot take it, wait for the round."""
         if isinstance(aux, AuxArray):
             aux = AuxArray(aux.blob, aux.offsets.copy())  # the blob is immutable bytes
         elif aux is not None:
@@ -388,8 +396,64 @@ class Drum:
         self._held_bytes += self._rec.itemsize * len(keys) + (
             0 if aux is None else aux.nbytes if isinstance(aux, AuxArray)
             else sum(map(len, aux)))
-        if self._held_bytes >= self.sizing.ram_bytes * HELD_SHARE:
+        if self._held_bytes >= self.sizing.ram_bytes * HELD_SHARE \
+                and not self._guard(self._write_ahead):
             self._settle(wait=True)
+
+    def _write_ahead(self) -> bool:
+        """Move the held tuples to the next epoch's arrival log and q files, as a spill
+        would, so that a long background round does not make submits wait; the next
+        epoch starts with them (``_round_end``). Return False, writing nothing, when they
+        would fill a bucket of the next epoch past ``bucket_records``: that epoch's round
+        is then due, and the submit waits for the running one.
+
+        The round does not touch these files, and a state names them only once the
+        round has ended: a crash before that leaves them unnamed (reopening deletes
+        them; they were never committed). They go to the q files in groups of whole
+        submits of about half a RAM buffer, so the work arrays stay small.
+        """
+        k, e = self._k, self._snap["epoch"] + 1
+        nxt = self._next or {"q": [0] * k, "qn": [0] * k, "sn": 0, "a": 0, "an": 0}
+        counts = np.zeros(k, np.int64)
+        for _, keys, _, _ in self._held:
+            counts += np.bincount(self._bucket_of(keys), minlength=k)
+        if int((np.asarray(nxt["qn"]) + counts).max()) > self.sizing.bucket_records:
+            return False
+        group: list[_Columns] = []
+        group_n = 0
+        log: list[tuple[Any, ...]] = []
+        log_n = log_bytes = 0
+        for i, (ops, keys, values, aux) in enumerate(self._held):
+            if values is None:
+                values = np.zeros(len(keys), self.value_dtype)
+            aux = None if aux is None else AuxArray.of(aux)
+            piece = self._piece(aux)
+            for s in range(0, len(keys), piece):
+                t = min(len(keys), s + piece)
+                part = None if aux is None else AuxArray.of(aux[s:t])
+                lengths, data = _log_columns(part, t - s)
+                self._counters["checked_bytes"] += 8 * (t - s) + len(data)
+                log.append((keys[s:t], lengths, ops[s:t], values[s:t], data))
+                log_n += t - s
+                log_bytes += self._arrival_bytes * (t - s) + len(data)
+                if log_bytes >= self.sizing.chunk_bytes:
+                    self._log_block(log, log_n, log_bytes, e, nxt)
+                    log, log_n, log_bytes = [], 0, 0
+            group.append((keys, ops, values))
+            group_n += len(keys)
+            if group_n >= self._spill_at // 2 or i == len(self._held) - 1:
+                if log:  # the log is always ahead of the q files (sn is its prefix)
+                    self._log_block(log, log_n, log_bytes, e, nxt)
+                    log, log_n, log_bytes = [], 0, 0
+                columns = [np.concatenate([g[j] for g in group]) for j in range(3)]
+                ids = self._bucket_of(columns[0])
+                self._write_q(_by_bucket(*columns, ids, np.bincount(ids, minlength=k)),
+                              e, nxt)
+                group, group_n = [], 0
+        self._next = nxt
+        self._held = []
+        self._held_n = self._held_bytes = 0
+        return True
 
     def _validate(self, ops, keys, values):
         if not isinstance(keys, np.ndarray) or keys.dtype != np.uint64 or keys.ndim != 1:
@@ -414,10 +478,7 @@ class Drum:
         keys, ops, values = self._keep(keys, ops, values)
         # The arrival log holds every tuple in arrival order: results are delivered
         # from it, and tuples not spilled to q files are reloaded from it on open.
-        if aux is not None:
-            lengths, data = aux.lengths().astype("<u4"), aux.data()
-        else:
-            lengths, data = np.zeros(m, "<u4"), b""
+        lengths, data = _log_columns(aux, m)
         self._counters["checked_bytes"] += 8 * m + len(data)
         self._arrivals.append((keys, lengths, ops, values, data))
         self._arrivals_n += m
@@ -497,35 +558,45 @@ class Drum:
         reloads only the tuples after it.
         """
         self._flush_arrivals()  # it holds views of the RAM buffer, which is reused
-        n = self._ram_n
-        e, live = self._snap["epoch"], self._live
-        for b, (keys, ops, values) in self._ram_by_bucket().items():
-            live["q"][b] = self._append(self.directory / _name("q", e, b), live["q"][b], b"q",
-                                        b, self._rec.itemsize,
+        self._write_q(self._ram_by_bucket(), self._snap["epoch"], self._live)
+        self._clear_ram()
+
+    def _write_q(self, by_bucket: dict[int, _Columns], epoch: int, live: dict) -> None:
+        """Append tuples per bucket to the q files of ``epoch``, whose valid lengths and
+        counts are in ``live`` (the tuples are spilled: ``sn`` counts them too)."""
+        for b, (keys, ops, values) in by_bucket.items():
+            live["q"][b] = self._append(self.directory / _name("q", epoch, b), live["q"][b],
+                                        b"q", b, self._rec.itemsize,
                                         *block_parts(len(keys), [keys, ops, values]))
             live["qn"][b] += len(keys)
-        live["sn"] += n
-        self._clear_ram()
+            live["sn"] += len(keys)
 
     def _flush_arrivals(self) -> None:
         if not self._arrivals:
             return
-        keys, lengths, ops, values, data = zip(*self._arrivals)
-        n = self._arrivals_n
-        rest: list = [_cat(lengths), _cat(ops)]
-        if self.value_dtype.itemsize:
-            rest.append(_cat(values))
-        if self._compress_log and len(self._log_scratch) < self._arrivals_bytes:
-            self._log_scratch = bytearray(self._arrivals_bytes)  # grows to ~2 chunks
-        block = block_parts(n, arrival_parts(_cat(keys).astype("<u8", copy=False),
-                                             [*rest, *data], self._compress_log,
-                                             self._log_scratch))
-        path = self.directory / _name("a", self._snap["epoch"])
-        self._live["a"] = self._append(path, self._live["a"], b"a", 0, 0, *block)
-        self._live["an"] += n
+        self._log_block(self._arrivals, self._arrivals_n, self._arrivals_bytes,
+                        self._snap["epoch"], self._live)
         self._arrivals.clear()
         self._arrivals_n = 0
         self._arrivals_bytes = 0
+
+    def _log_block(self, pieces: list[tuple[Any, ...]], n: int, nbytes: int, epoch: int,
+                   live: dict) -> None:
+        """Append ``pieces`` (keys, aux lengths, ops, values, aux data) of ``n`` tuples
+        and about ``nbytes`` as one block to the arrival log of ``epoch``, whose valid
+        length and count are ``live["a"]`` and ``live["an"]``."""
+        keys, lengths, ops, values, data = zip(*pieces)
+        rest: list = [_cat(lengths), _cat(ops)]
+        if self.value_dtype.itemsize:
+            rest.append(_cat(values))
+        if self._compress_log and len(self._log_scratch) < nbytes:
+            self._log_scratch = bytearray(nbytes)  # grows to ~2 chunks
+        block = block_parts(n, arrival_parts(_cat(keys).astype("<u8", copy=False),
+                                             [*rest, *data], self._compress_log,
+                                             self._log_scratch))
+        path = self.directory / _name("a", epoch)
+        live["a"] = self._append(path, live["a"], b"a", 0, 0, *block)
+        live["an"] += n
 
     def _arrival_block(self, path: Path, at: int, n: int, payload: bytes
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, AuxArray]:
@@ -730,7 +801,9 @@ class Drum:
         for key in ("q", "qn"):
             snap[key] = [0] * self._k
         snap["sn"] = snap["a"] = snap["an"] = 0
-        self._live = {key: copy.deepcopy(snap[key]) for key in _LIVE}
+        # The tuples written ahead while the round ran begin the new epoch.
+        self._live = self._next or {key: copy.deepcopy(snap[key]) for key in _LIVE}
+        self._next = None
         c = self._counters
         c["merges"] += 1
         c["base_rewrites"] += rnd.rebase
@@ -785,25 +858,8 @@ class Drum:
         return res
 
     def _ram_by_bucket(self) -> dict[int, _Columns]:
-        """The RAM tuples per bucket in arrival order, as columns (keys, ops, values).
-
-        Columns, not packed records: gathering three plain arrays is about half the
-        work of building and gathering 9-byte records (a spill of 16 M tuples
-        took ~1.1 s that way, ~0.7 s this way here).
-        """
-        keys, ops, values, ids = self._ram_columns()
-        order = np.argsort(ids, kind="stable")  # u16: radix sort
-        keys = np.take(keys, order).astype("<u8", copy=False)
-        ops = np.take(ops, order)
-        values = _take_records(values, order) if self.value_dtype.itemsize else \
-            np.empty(len(order), self.value_dtype)
-        counts = self._ram_bn
-        end = np.cumsum(counts)
-        out = {}
-        for b in np.flatnonzero(counts).tolist():
-            s, t = int(end[b] - counts[b]), int(end[b])
-            out[b] = (keys[s:t], ops[s:t], values[s:t])
-        return out
+        """The RAM tuples per bucket in arrival order, as columns (keys, ops, values)."""
+        return _by_bucket(*self._ram_columns(), self._ram_bn)
 
     def _merge_unit(self, unit: list[int], e: int, r_file: Any, r_lens: list[int],
                     writer: _CacheWriter, ram: dict[int, _Columns], plan: _Plan) -> float:
@@ -984,7 +1040,8 @@ class Drum:
         moved = c["bytes_read"] + c["bytes_written"]
         return DrumStats(
             keys_stored=int(self._snap["stored"]),
-            pending=int(self._live["an"] + self._arrivals_n + self._held_n),
+            pending=int(self._live["an"] + self._arrivals_n + self._held_n
+                        + (self._next["an"] if self._next else 0)),
             bytes_read=c["bytes_read"], bytes_written=c["bytes_written"], merges=c["merges"],
             sort_s=c["sort_s"], merge_s=c["merge_s"], last_batch=c["last_batch"],
             checked_bytes=c["checked_bytes"],
@@ -1130,6 +1187,34 @@ class Drum:
     def _take_spare(self, kind: str) -> Path | None:
         """An obsolete file of ``kind`` to be renamed and overwritten, if one was kept."""
         return self._spares.pop(kind, None)
+
+
+def _by_bucket(keys: np.ndarray, ops: np.ndarray, values: np.ndarray, ids: np.ndarray,
+               counts: np.ndarray) -> dict[int, _Columns]:
+    """Tuples per bucket (``ids``, ``counts`` tuples in each) in their order, as columns.
+
+    Columns, not packed records: gathering three plain arrays is about half the
+    work of building and gathering 9-byte records (a spill of 16 M tuples
+    took ~1.1 s that way, ~0.7 s this way here).
+    """
+    order = np.argsort(ids, kind="stable")  # u16: radix sort
+    keys = np.take(keys, order).astype("<u8", copy=False)
+    ops = np.take(ops, order)
+    values = _take_records(values, order) if values.dtype.itemsize else \
+        np.empty(len(order), values.dtype)
+    end = np.cumsum(counts)
+    out = {}
+    for b in np.flatnonzero(counts).tolist():
+        s, t = int(end[b] - counts[b]), int(end[b])
+        out[b] = (keys[s:t], ops[s:t], values[s:t])
+    return out
+
+
+def _log_columns(aux: AuxArray | None, n: int) -> tuple[np.ndarray, bytes | memoryview]:
+    """The arrival log's aux columns of ``n`` tuples: their lengths and their bytes."""
+    if aux is None:
+        return np.zeros(n, "<u4"), b""
+    return aux.lengths().astype("<u4"), aux.data()
 
 
 def _refs(snap: dict, k: int) -> set[str]:
