@@ -725,8 +725,8 @@ class Manager:
         if None in known:
             known = [k if k is not None else self._pld_of(payload)
                      for k, payload in zip(known, records)]
-        budgets = [self._budget(k[0]) for k in known]
-        return [k[1] for k in known], budgets, [k[2] for k in known]
+        return [k[1] for k in known], self._budgets([k[0] for k in known]), \
+            [k[2] for k in known]
 
     def _pld_of(self, payload: bytes) -> tuple[str, int, int]:
         """The PLD of a URL-seen payload's URL, its hash and the hash of the URL's
@@ -742,12 +742,14 @@ class Manager:
                 pld, pld_hash(pld), xxhash.xxh3_64_intdigest(authority))
         return known
 
-    def _budget(self, pld: str) -> int:
-        """STAR's budget; in a crawl scoped to the seeds' hosts or PLDs, which the operator
+    def _budgets(self, plds: list[str]) -> list[int]:
+        """STAR's budgets; in a crawl scoped to the seeds' hosts or PLDs, which the operator
         chose, those PLDs get the maximum (spam cannot enter through the scope anyway)."""
-        if self.settings.scope != "any" and pld in self.seed_plds:
-            return self.settings.budget_max
-        return self.star.budget(pld)
+        budgets = self.star.budgets(plds)
+        if self.settings.scope != "any":
+            top, seeds = self.settings.budget_max, self.seed_plds
+            budgets = [top if pld in seeds else b for pld, b in zip(plds, budgets)]
+        return budgets
 
     # -- the robots loop -------------------------------------------------------------------
 

@@ -28,6 +28,8 @@ def test_budgets_follow_indegree_from_the_pld_graph(tmp_path):
     g.add([(f"more{i}.test", "hub.test") for i in range(30)])
     g.flush()
     assert star.budget("hub.test") == 100  # refreshed as the in-degree grows
+    plds = ["hub.test", "spam1.spam", "never-seen.test", "hub.test"]
+    assert star.budgets(plds) == [star.budget(p) for p in plds] == [100, 10, 10, 100]
 
 
 def test_table_keeps_the_best_linked_plds():

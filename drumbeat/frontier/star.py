@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import heapq
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 BudgetFn = Callable[[int], int]
@@ -61,6 +61,12 @@ class Star:
     def budget(self, pld: str) -> int:
         d = self._indegree.get(pld)
         return self.default if d is None else self._budget(d)
+
+    def budgets(self, plds: Iterable[str]) -> list[int]:
+        """:meth:`budget` of each PLD, in one pass (BEAST places URLs in batches, and
+        most PLDs of a crawl have the default)."""
+        default, budget = self.default, self._budget
+        return [default if d is None else budget(d) for d in map(self._indegree.get, plds)]
 
     def __len__(self) -> int:
         return len(self._indegree)
