@@ -63,6 +63,33 @@ def test_counts_of_one_target_from_several_pumps_add_up(tmp_path):
     assert g.lookup(["hub.test", "x.test"]) == {"hub.test": 3, "x.test": 1}
 
 
+def test_a_pump_with_a_budget_goes_on_where_it_stopped(tmp_path):
+    """A budget of 0 takes one chunk of results a call; the round is counted once it is
+    wholly taken, one in-degree tuple per target as with one pump, and a commit takes
+    what a stopped pump left."""
+    edges = [(f"s{i}.test", f"t{i % 50}.test") for i in range(20_000)]
+    heard: list[tuple[str, int]] = []
+    g = PLDIndegree(tmp_path / "g", ram_bytes=1 << 20, fsync=False,
+                    on_indegree=lambda plds, counts: heard.extend(zip(plds, counts)))
+    g.add(edges)
+    g.edges.flush()
+    calls = 1
+    while (moved := g.pump(budget_s=0.0)) == 0:
+        calls += 1
+        assert calls < 1_000
+    assert moved == len(edges) and calls > 2  # several chunks, counted once
+    assert g.indegree.stats().pending == 50  # one tuple per target
+    g.flush()
+    assert sorted(heard) == sorted((f"t{i}.test", 400) for i in range(50))
+    g.add([(f"u{i}.test", "t0.test") for i in range(20_000)])
+    g.edges.flush()
+    assert g.pump(budget_s=0.0) == 0  # stopped after its first chunk
+    g.add([("late.test", "t0.test")])  # submits go on meanwhile
+    g.commit()  # takes the rest of the round
+    assert g.new_edges == 2 * len(edges)
+    assert g.lookup(["t0.test", "t1.test"]) == {"t0.test": 20_401, "t1.test": 400}
+
+
 def test_a_format_1_manifest_reports_its_pending_edges_on_open(tmp_path):
     """Format 1 queued one in-degree tuple per new edge with the bare target name: such
     tuples pending at a checkpoint are merged and reported (one edge each) by the first
