@@ -119,11 +119,11 @@ EARLY_SEEN_MERGE_SHARE = 0.05
 # this many, at most ROUTE_BUDGET_S per turn: a read of half of frontier_ram_urls (50,000
 # by default) took 0.7 s at once, again with the fetchers starved meanwhile (and see
 # PLACE_BUDGET_S for the budget's length).
+ROUTE_BATCH = 256
+ROUTE_BUDGET_S = 0.010
 # The PLD graph's new edges are counted for at most this long a turn (the rest in the
 # next turns): taking a finished edges round at once took 22-76 ms on the bench.
 PUMP_BUDGET_S = 0.010
-ROUTE_BATCH = 256
-ROUTE_BUDGET_S = 0.010
 # Paced BEAST turns one feed may end while each turn's URLs are dropped at once.
 MAX_TURNS_PER_FEED = 256
 PLD_CACHE = 65_536  # scheme://authority -> (PLD, hash) entries kept for _place

@@ -5,8 +5,8 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
 def fsync_dir(directory: Path) -> None:
