@@ -26,6 +26,7 @@ import math
 import time
 from collections import Counter, deque
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from time import perf_counter, thread_time
 from typing import Callable, Iterable, Iterator, TypeVar
@@ -647,21 +648,19 @@ class Manager:
             if granted is None:
                 return  # placing has had its share of the time
             stop = time.perf_counter() + granted
-        records: list[bytes] = []
         try:
             # QF's URLs being placed again come before new ones (BEAST's order).
             while stop is not None and self.beast.resplitting:
                 self.beast.resplit_step()
                 if time.perf_counter() >= stop:
                     return  # the rest in the next turn
-            for payload in self._new_urls:
-                records.append(payload)
-                if len(records) >= PLACE_BATCH:
-                    self._place(records)
-                    records = []
-                    if stop is not None and time.perf_counter() >= stop:
-                        return  # the rest in the next turn
-            self._place(records)
+            while True:
+                records = list(islice(self._new_urls, PLACE_BATCH))
+                self._place(records)
+                if len(records) < PLACE_BATCH:
+                    break
+                if stop is not None and time.perf_counter() >= stop:
+                    return  # the rest in the next turn
             self._new_urls = None
         finally:
             if stop is not None:
