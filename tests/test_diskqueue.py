@@ -6,18 +6,26 @@ from __future__ import annotations
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from collections import deque
 from pathlib import Path
 
 import pytest
+import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from drumbeat.frontier.diskqueue import HEADER_SIZE, DiskQueue, DiskQueueCorruptError
+from drumbeat.frontier.diskqueue import (
+    BLOCK_HEAD_SIZE,
+    HEADER_SIZE,
+    DiskQueue,
+    DiskQueueCorruptError,
+)
 
 SMALL = dict(segment_bytes=200, buffer_bytes=64, fsync=False)
 
@@ -38,7 +46,8 @@ def test_fifo_across_segment_rotation(tmp_path: Path) -> None:
     out = q.read(7) + q.read(200) + q.read(1000)
     assert out == [rec(i) for i in range(300)]
     assert len(q) == 0 and q.read(5) == []
-    assert q.bytes_read == sum(8 + len(rec(i)) for i in range(300))
+    # Every frame read, whole: all that was written but the segments' headers.
+    assert q.bytes_read == q.bytes_written - HEADER_SIZE * len(segments(tmp_path / "q"))
     q.close()
 
 
@@ -155,15 +164,18 @@ def test_torn_tail_is_cut(tmp_path: Path) -> None:
 
 
 def test_flipped_byte_names_file_and_offset(tmp_path: Path) -> None:
+    """A block is checked whole before any of its records is returned: a damaged one is
+    reported with the offset of its frame, and none of its records comes out."""
     d = tmp_path / "q"
     q = DiskQueue(d, segment_bytes=1 << 20, fsync=False)
-    q.extend([b"first", b"second", b"third"])
+    q.extend([b"first"])
+    q.extend([b"second", b"third"])
     state = q.commit()
     q.close()
     path = d / segments(d)[0]
     data = bytearray(path.read_bytes())
-    second_at = HEADER_SIZE + 8 + len(b"first")
-    data[second_at + 8 + 2] ^= 0x01
+    second_at = HEADER_SIZE + BLOCK_HEAD_SIZE + 4 + len(b"first")
+    data[second_at + BLOCK_HEAD_SIZE + 8 + 2] ^= 0x01  # in b"second"
     path.write_bytes(bytes(data))
     q = DiskQueue(d, state=state, segment_bytes=1 << 20, fsync=False)
     assert q.read(1) == [b"first"]
@@ -174,28 +186,30 @@ def test_flipped_byte_names_file_and_offset(tmp_path: Path) -> None:
     q.close()
 
 
-@pytest.mark.parametrize("damage", ["payload", "length"])
-def test_damage_inside_a_long_read_names_the_record(tmp_path: Path, damage: str) -> None:
-    """A read of many records checks each, also those taken from the read buffer in one
-    pass: the damaged one is reported with its offset."""
+@pytest.mark.parametrize("damage", ["data", "lengths", "size", "count"])
+def test_damage_inside_a_long_read_names_the_block(tmp_path: Path, damage: str) -> None:
+    """A read of many records checks every block it takes them from: the damaged one
+    is reported with its offset, whichever of its parts is damaged."""
     d = tmp_path / "q"
     q = DiskQueue(d, segment_bytes=1 << 20, fsync=False)
-    records = [b"record-%d" % i for i in range(10)]
-    q.extend(records)
+    blocks = [[b"record-%d-%d" % (b, i) for i in range(4)] for b in range(5)]
+    for block in blocks:
+        q.extend(block)
     state = q.commit()
     q.close()
     path = d / segments(d)[0]
     data = bytearray(path.read_bytes())
-    sixth_at = HEADER_SIZE + sum(8 + len(r) for r in records[:5])
-    if damage == "payload":
-        data[sixth_at + 8 + 1] ^= 0x01
-    else:
-        data[sixth_at] += 1  # one byte longer: the checksum, seeded with it, fails
+    third_at = HEADER_SIZE + sum(BLOCK_HEAD_SIZE + sum(4 + len(r) for r in block)
+                                 for block in blocks[:2])
+    where = {"data": third_at + BLOCK_HEAD_SIZE + 16 + 3, "lengths": third_at + BLOCK_HEAD_SIZE,
+             "size": third_at + 4, "count": third_at}[damage]
+    data[where] += 1  # one more: a size or count still within the segment
     path.write_bytes(bytes(data))
     q = DiskQueue(d, state=state, segment_bytes=1 << 20, fsync=False)
+    assert q.read(3) == blocks[0][:3]
     with pytest.raises(DiskQueueCorruptError, match="checksum") as err:
         q.read(10)
-    assert err.value.path == path and err.value.offset == sixth_at
+    assert err.value.path == path and err.value.offset == third_at
     q.close()
 
 
@@ -207,11 +221,42 @@ def test_damaged_length_is_caught(tmp_path: Path) -> None:
     q.close()
     path = d / segments(d)[0]
     data = bytearray(path.read_bytes())
-    data[HEADER_SIZE + 3] = 0x7F  # a length of ~2 GB must not be allocated
+    data[HEADER_SIZE + 7] = 0x7F  # a size of ~2 GB must not be allocated
     path.write_bytes(bytes(data))
     q = DiskQueue(d, state=state, segment_bytes=1 << 20, fsync=False)
     with pytest.raises(DiskQueueCorruptError, match="runs past the segment end"):
         q.read(1)
+    q.close()
+
+
+def _version_1_queue(directory: Path, records: list[bytes]) -> dict:
+    """A queue as version 1 wrote it (record frames), with its state: nothing read."""
+    directory.mkdir()
+    head = struct.pack("<4sHxxQ", b"DQSG", 1, 0)
+    frames = b"".join(struct.pack("<II", len(r), xxhash.xxh32_intdigest(r, len(r))) + r
+                      for r in records)
+    (directory / "0000000000.seg").write_bytes(
+        head + struct.pack("<I", zlib.crc32(head)) + frames)
+    end = HEADER_SIZE + len(frames)
+    return {"format": 1, "write": [0, end], "read": [0, HEADER_SIZE], "count": len(records),
+            "keep": 0, "bytes_written": end, "bytes_read": 0}
+
+
+def test_a_version_1_queue_reopens_and_goes_on_with_blocks(tmp_path: Path) -> None:
+    """Record frames (version 1) are still read, before and among blocks, and a state
+    taken inside either kind reopens."""
+    d = tmp_path / "q"
+    old = [b"old-%d" % i for i in range(6)]
+    q = DiskQueue(d, state=_version_1_queue(d, old), segment_bytes=1 << 20, fsync=False)
+    assert q.read(2) == old[:2]
+    new = [b"new-%d" % i for i in range(5)]
+    q.extend(new)
+    assert q.read(6) == old[2:] + new[:2]
+    state = q.commit()
+    assert state["read_in_block"] == 2
+    q.close()
+    q = DiskQueue(d, state=state, segment_bytes=1 << 20, fsync=False)
+    assert len(q) == 3 and q.read(10) == new[2:]
     q.close()
 
 
