@@ -9,7 +9,7 @@ A segment is ``header frame*``; all integers little-endian.
 header (20 bytes)::
 
     magic    4s   b"DQSG"
-    version  u16  FORMAT_VERSION (2; segments of version 1 hold record frames only)
+    version  u16  FORMAT_VERSION (2; version 1 wrote record frames only)
     pad      u16  0
     segment  u64  the segment number, as in the file name
     crc      u32  zlib.crc32 of the 16 bytes above
@@ -32,9 +32,10 @@ record frame (version 1; still read, no longer written)::
                   is caught as well as a damaged payload)
     payload  length bytes
 
-A block costs one checksum and no per-record header to write and read: appending
-bench-like URL records took 0.27 µs a record as record frames (BEAST appends nearly
-every URL of a crawl to QF, and appends it again at each re-split it stays there).
+A block costs one checksum and no per-record header to write and read: on 2,048
+bench-like URL records a call, appending took 0.075 against 0.38 µs a record as record
+frames, reading 0.12 against 0.36 (BEAST appends nearly every URL of a crawl to QF, and
+reads and appends it again at each re-split that leaves it there).
 A new segment starts when the next frame would take the current one past
 ``segment_bytes`` (a single larger record gets a segment of its own).
 
