@@ -224,6 +224,8 @@ class Manager:
         self._started = self.clock()
         self._last_checkpoint = self._started
         self._presync: asyncio.Future[None] | None = None  # see _presync_if_due
+        # A checkpoint's files being written in a thread (see _synced_checkpoint).
+        self._checkpoint_writing: asyncio.Future[Path] | None = None
         self._presynced_for = float("-inf")  # the checkpoint time it was last started for
         self._resumed_at = float("-inf")  # set by restore()
         self._last_sweep = self._started
@@ -386,11 +388,21 @@ class Manager:
                 # Results it may still bring are lost to this run, but their items are
                 # still in flight and so saved as queued: they are fetched again later.
                 self._collector.cancel()
+        if self._checkpoint_writing is not None:
+            await self._checkpoint_writing
         await self._synced_checkpoint(final=True)
         return self.stop_reason or "done"
 
     def _checkpoint_due(self, now: float) -> bool:
-        """Whether to checkpoint now: the interval has passed."""
+        """Whether to checkpoint now: the interval has passed, and the last checkpoint's
+        files have been written (a write that failed fails the crawl here, as it would
+        have in the loop)."""
+        writing = self._checkpoint_writing
+        if writing is not None:
+            if not writing.done():
+                return False
+            self._checkpoint_writing = None
+            writing.result()
         return now >= self._last_checkpoint + self.settings.checkpoint_interval_s
 
     def _presync_if_due(self, now: float) -> None:
@@ -432,6 +444,13 @@ class Manager:
         results must be on disk first. If a fetcher does not confirm, a periodic
         checkpoint waits for the next interval; the last one is written regardless
         (losing the crawl state would cost more than a few unconfirmed records).
+
+        The commits are made here, in the loop; a periodic checkpoint's files (the URLs
+        in RAM, STAR's table, the state) are then written in a thread while the crawl
+        goes on: on the polite bench that took 90-94 ms of the checkpoint's 0.21 s turn
+        (67,000 URLs in RAM). The checkpoint goes live once they are written; until then
+        the one before it is live, and its commits stay reopenable (every store keeps
+        its last two), as no other checkpoint starts before this one is written.
         """
         laps = _Laps()
         if not await self.queue.sync():
@@ -446,9 +465,11 @@ class Manager:
             # background merges fell: a crawl's pld_edges_new is its distinct edges.
             assert self.plds is not None
             self._counting_edges(self.plds.flush)
-        self.checkpoint(laps)
-        if laps.total() >= 1.0:  # the fetchers ran dry meanwhile: say where it went
-            log.info("checkpoint took %.2f s: %s", laps.total(), laps)
+        write = self._commit_checkpoint(laps)
+        if final:
+            write()
+        else:
+            self._checkpoint_writing = asyncio.get_running_loop().run_in_executor(None, write)
 
     async def _drain_in_flight(self) -> None:
         """After a stop: let in-flight fetches finish for a short grace period."""
@@ -1149,7 +1170,12 @@ class Manager:
     def checkpoint(self, laps: _Laps | None = None) -> Path:
         """Write a checkpoint of everything the manager knows; ``laps`` gets the time
         each part took."""
-        laps = laps or _Laps()
+        return self._commit_checkpoint(laps or _Laps())()
+
+    def _commit_checkpoint(self, laps: _Laps) -> Callable[[], Path]:
+        """Commit every store and take what a checkpoint holds of RAM; return the call
+        that writes the checkpoint's files and makes it live (it touches nothing the
+        crawl changes: it may run in another thread)."""
         for sync in self.durables:
             sync()
         self.crawl_log.sync()
@@ -1191,11 +1217,18 @@ class Manager:
             counters=dict(self.counters),
             time=time.time(),
         )
-        laps.lap("frontier")
-        path = self.checkpoints.write(meta, self._ram_rows(), [self.star.save])
-        laps.lap("write")
+        rows, save_star = list(self._ram_rows()), self.star.saver()
         self._last_checkpoint = self.clock()
-        return path
+        laps.lap("frontier")
+
+        def write() -> Path:
+            path = self.checkpoints.write(meta, rows, [save_star])
+            laps.lap("write")
+            if laps.total() >= 1.0:  # the fetchers may have run dry: say where it went
+                log.info("checkpoint took %.2f s: %s", laps.total(), laps)
+            return path
+
+        return write
 
     def _ram_rows(self) -> Iterable[tuple]:
         """Checkpoint rows (checkpoint.read_queue): [url, depth, via], hops appended if any."""

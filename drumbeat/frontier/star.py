@@ -74,8 +74,18 @@ class Star:
         return len(self._indegree)
 
     def save(self, directory: Path) -> None:
-        with open(directory / self.FILE, "w", encoding="utf-8") as f:
-            json.dump(self._indegree, f)
+        self.saver()(directory)
+
+    def saver(self) -> Callable[[Path], None]:
+        """A call that saves the table as it is now into a directory, whatever happens
+        to the table meanwhile (a checkpoint writes it in another thread)."""
+        table = dict(self._indegree)
+
+        def save(directory: Path) -> None:
+            with open(directory / self.FILE, "w", encoding="utf-8") as f:
+                json.dump(table, f)
+
+        return save
 
     def load(self, directory: Path) -> None:
         path = directory / self.FILE

@@ -1,0 +1,64 @@
+"""A periodic checkpoint commits in the manager's loop and writes its files in a thread
+while the crawl goes on (Manager._synced_checkpoint): it holds the moment of its
+commits, goes live once written, and no other starts before it is.
+
+A real Manager on a temp state dir with a hand-driven clock; nothing is fetched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from pathlib import Path
+
+from drumbeat.bench.offline_manager import offline_manager
+from drumbeat.frontier.star import Star
+
+
+def test_a_checkpoint_is_written_in_a_thread_as_it_was_committed(tmp_path: Path) -> None:
+    asyncio.run(_written_in_a_thread(tmp_path))
+
+
+async def _written_in_a_thread(tmp_path: Path) -> None:
+    clock = [1000.0]
+    async with offline_manager(tmp_path, clock=lambda: clock[0],
+                               checkpoint_interval_s=60.0) as manager:
+        live = manager.checkpoints.current()
+        release, writing_in = threading.Event(), []
+        write = manager.checkpoints.write
+
+        def held_write(*args):  # type: ignore[no-untyped-def]
+            writing_in.append(threading.current_thread())
+            assert release.wait(10)
+            return write(*args)
+
+        manager.checkpoints.write = held_write  # type: ignore[method-assign]
+        manager.star.observe(["before.test"], [50])
+        manager.counters["marker"] = 1
+        clock[0] += 60.0
+        assert manager._checkpoint_due(clock[0])
+        await manager._synced_checkpoint()  # returns with the files still to write
+        pending = manager._checkpoint_writing
+        assert pending is not None and not pending.done()
+        assert manager.checkpoints.current() == live
+        # The crawl goes on meanwhile; none of this is in the checkpoint being written.
+        manager.star.observe(["after.test"], [70])
+        manager.counters["marker"] = 2
+        clock[0] += 600.0
+        assert not manager._checkpoint_due(clock[0])  # not while one is being written
+
+        release.set()
+        path = await pending
+        assert writing_in and writing_in[0] is not threading.main_thread()
+        assert manager.checkpoints.current() == path != live
+        assert manager.checkpoints.read_meta(path).counters["marker"] == 1
+        table = json.loads((path / Star.FILE).read_text())
+        assert "before.test" in table and "after.test" not in table
+        assert manager._checkpoint_due(clock[0])
+        assert manager._checkpoint_writing is None
+
+        # The last one, at a stop, is written before it returns.
+        await manager._synced_checkpoint(final=True)
+        final = manager.checkpoints.current()
+        assert final != path and manager.checkpoints.read_meta(final).counters["marker"] == 2
