@@ -1217,9 +1217,10 @@ class Manager:
             counters=dict(self.counters),
             time=time.time(),
         )
+        laps.lap("frontier")
         rows, save_star = list(self._ram_rows()), self.star.saver()
         self._last_checkpoint = self.clock()
-        laps.lap("frontier")
+        laps.lap("ram")
 
         def write() -> Path:
             path = self.checkpoints.write(meta, rows, [save_star])

@@ -187,8 +187,8 @@ class DiskQueue:
                     self._rotate()
                     continue
                 j = i + 1  # a block of its own (past buffer_bytes, or a whole segment)
-            self._append_block(records[i:j] if i or j < len(records) else records,
-                               lengths[i:j])
+            whole = i == 0 and j == len(records)  # one block: no copy of the list
+            self._append_block(records if whole else records[i:j], lengths[i:j])
             i = j
 
     def _append_block(self, records: list[bytes], lengths: np.ndarray) -> None:
