@@ -1218,28 +1218,22 @@ class Manager:
             time=time.time(),
         )
         laps.lap("frontier")
-        rows, save_star = list(self._ram_rows()), self.star.saver()
+        # The objects, not rows: neither a queued URL nor an item in flight changes once
+        # made. Rows of 72,000 URLs in RAM took 49 ms to make here (the polite bench).
+        flying = [item for item, _ in self.in_flight.values()]
+        queued = list(self.scheduler.iter_queued())
+        save_star = self.star.saver()
         self._last_checkpoint = self.clock()
         laps.lap("ram")
 
         def write() -> Path:
-            path = self.checkpoints.write(meta, rows, [save_star])
+            path = self.checkpoints.write(meta, _ram_rows(flying, queued), [save_star])
             laps.lap("write")
             if laps.total() >= 1.0:  # the fetchers may have run dry: say where it went
                 log.info("checkpoint took %.2f s: %s", laps.total(), laps)
             return path
 
         return write
-
-    def _ram_rows(self) -> Iterable[tuple]:
-        """Checkpoint rows (checkpoint.read_queue): [url, depth, via], hops appended if any."""
-        # Unreported pages first: they were next in line.
-        for item, _ in self.in_flight.values():
-            if item.kind == PAGE:
-                yield (item.url, item.depth, item.via, item.hops)[:4 if item.hops else 3]
-        for q in self.scheduler.iter_queued():
-            if not q.robots:
-                yield (q.url, q.depth, q.via, q.hops)[:4 if q.hops else 3]
 
     def stats(self) -> ManagerStats:
         ram = self.scheduler.queued_urls + len(self._to_route)
@@ -1263,6 +1257,18 @@ def _presync_done(future: asyncio.Future[None]) -> None:
     if not future.cancelled() and future.exception() is not None:
         log.warning("writing out the state directory before a checkpoint failed: %s",
                     future.exception())
+
+
+def _ram_rows(flying: list[FetchItem], queued: list[QueuedURL]) -> Iterator[tuple]:
+    """Checkpoint rows (checkpoint.read_queue) of the pages in flight, then of the URLs
+    queued in RAM: [url, depth, via], hops appended if any."""
+    # Unreported pages first: they were next in line.
+    for item in flying:
+        if item.kind == PAGE:
+            yield (item.url, item.depth, item.via, item.hops)[:4 if item.hops else 3]
+    for q in queued:
+        if not q.robots:
+            yield (q.url, q.depth, q.via, q.hops)[:4 if q.hops else 3]
 
 
 class _Laps:
