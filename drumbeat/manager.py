@@ -31,6 +31,7 @@ from pathlib import Path
 from time import perf_counter, thread_time
 from typing import Callable, Iterable, Iterator, TypeVar
 
+import numpy as np
 import xxhash
 
 from drumbeat import urls
@@ -52,7 +53,7 @@ from drumbeat.frontier.robots import (
     RobotsEntry,
     RobotsStore,
 )
-from drumbeat.frontier.star import Star, irlbot_budget
+from drumbeat.frontier.star import Star, irlbot_budget, pld_hash
 from drumbeat.frontier.urlseen import (
     DrumURLSeen,
     decode_payload,
@@ -138,10 +139,6 @@ PRESYNC_LEAD_S = 3.0
 ROBOTS_FLUSH_STARVING_S = 0.05
 
 
-def pld_hash(pld: str) -> int:
-    return xxhash.xxh3_64_intdigest(pld.encode())
-
-
 def beast_host_cap(s: Settings) -> int:
     """URLs of one host per BEAST queue: B0·τh/τh_min, the most a host's delay floor lets
     it be fetched faster than a long-tail host (IRLbot couples budget and delay); 0 (no
@@ -208,6 +205,7 @@ class Manager:
         self.seeds: list[str] = []
         self.seed_hosts: frozenset[str] = frozenset()
         self.seed_plds: frozenset[str] = frozenset()
+        self._seed_pld_hashes: frozenset[int] = frozenset()
         self.pages_done = 0
         self.in_flight: dict[int, tuple[FetchItem, HostState]] = {}
         self.in_flight_pages = 0
@@ -272,7 +270,8 @@ class Manager:
                            queues=s.beast_queues, max_queues=s.beast_max_queues,
                            pld_slots=s.beast_pld_slots, host_cap=beast_host_cap(s),
                            host_slots=s.beast_host_slots, rebudget=self._places,
-                           turn_s=s.beast_turn(), clock=self.clock, admit=self._robots_admit)
+                           budgets_of=self._budgets_by_hash, turn_s=s.beast_turn(),
+                           clock=self.clock, admit=self._robots_admit)
         self.robots = RobotsStore(
             d / "robots", user_agent=s.user_agent, expiry_s=s.robots_expiry_s,
             retry_s=s.robots_retry_s, max_attempts=s.robots_max_attempts,
@@ -337,6 +336,7 @@ class Manager:
         hosts = {urls.host_of(u) for u in seeds}
         self.seed_hosts = frozenset(hosts)
         self.seed_plds = frozenset(urls.pld(h) for h in hosts)
+        self._seed_pld_hashes = frozenset(map(pld_hash, self.seed_plds))
 
     def request_stop(self, reason: str, *, force: bool = False) -> None:
         """Stop dispatching; ``force`` also skips the grace period for in-flight fetches."""
@@ -771,6 +771,16 @@ class Manager:
         budgets = self.star.budgets(plds)
         if self.settings.scope != "any":
             top, seeds = self.settings.budget_max, self.seed_plds
+            budgets = [top if pld in seeds else b for pld, b in zip(plds, budgets)]
+        return budgets
+
+    def _budgets_by_hash(self, hashes: np.ndarray) -> list[int]:
+        """:meth:`_budgets` of PLDs given by their hashes (BEAST's ``budgets_of``: a
+        re-split of QF places its URLs again by the hashes kept with them)."""
+        plds = hashes.tolist()
+        budgets = self.star.budgets_by_hash(plds)
+        if self.settings.scope != "any":
+            top, seeds = self.settings.budget_max, self._seed_pld_hashes
             budgets = [top if pld in seeds else b for pld, b in zip(plds, budgets)]
         return budgets
 

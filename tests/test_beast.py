@@ -543,3 +543,78 @@ def test_admit_refuses_a_record_its_place_in_the_ring(tmp_path: Path) -> None:
     beast.close()
     assert Beast(tmp_path / "b", state=state, queues=2, max_queues=2, fsync=False,
                  rebudget=per_record(lambda r: (7, 1))).stats().refused == 2
+
+
+@pytest.mark.parametrize("turn_s", [0.0, 5.0])
+@pytest.mark.parametrize("seed", range(3))
+def test_resplits_by_kept_hashes_change_nothing(tmp_path: Path, seed: int,
+                                                turn_s: float) -> None:
+    """With ``budgets_of``, a re-split places QF's records by the hashes kept with them
+    and asks only for budgets (the records staying in QF go back packed): the same
+    records come out in the same order, with the same counts, as when ``rebudget`` is
+    asked about every record. Budgets change between batches, small tables make PLDs
+    and hosts collide, some records are refused, and host 0 has no host hash (0)."""
+    rng = random.Random(seed)
+    budgets = {pld: rng.randint(0, 30) for pld in range(60)}
+    host_pld = {host: rng.randrange(60) for host in range(150)}
+    now = [0.0]
+
+    def rebudget(record: bytes) -> tuple[int, int, int]:
+        host = int(record.split(b":")[0])
+        return TOP + host_pld[host], budgets[host_pld[host]], host
+
+    def budgets_of(hashes: np.ndarray) -> list[int]:
+        return [budgets[h - TOP] for h in hashes.tolist()]
+
+    def admit(record: bytes) -> bool:
+        return int(record.split(b":")[1]) % 7 != 3
+
+    def make(name: str, **kept) -> Beast:
+        return Beast(tmp_path / name, queues=2, max_queues=8, pld_slots=48, host_cap=4,
+                     host_slots=96, fsync=False, rebudget=per_record(rebudget), turn_s=turn_s,
+                     clock=lambda: now[0], admit=admit, **kept)
+
+    kept, asked = make("kept", budgets_of=budgets_of), make("asked")
+
+    def both(call, *args):
+        got = call(kept, *args)
+        assert call(asked, *args) == got
+        return got
+
+    placed = out = 0
+    for _ in range(40):
+        hosts = [rng.randrange(150) for _ in range(rng.randint(0, 600))]
+        records = [b"%d:%d" % (h, placed + i) for i, h in enumerate(hosts)]
+        placed += len(records)
+        plds, budgets_now, hosts_now = [[a[k] for a in map(rebudget, records)] for k in range(3)]
+        both(Beast.place_many, records, plds, budgets_now, hosts_now)
+        out += len(both(read_up_to, rng.randint(0, 500)))
+        budgets[rng.randrange(60)] = rng.randint(0, 30)
+        now[0] += rng.choice([0.0, 1.0, 6.0])
+        assert kept.stats() == asked.stats()
+    while len(kept):
+        now[0] += 6.0
+        out += len(both(read_up_to, placed))
+    stats = kept.stats()
+    assert out + stats.refused == placed and len(asked) == 0
+    assert stats.qf_rescans > 1 and stats.refused > 0 and stats.host_deferrals > 0
+    kept.close()
+    asked.close()
+
+
+def test_records_queued_in_qf_without_hashes_are_asked_about(tmp_path: Path) -> None:
+    """QF records without kept hashes (queued by an older version) are placed again by
+    ``rebudget`` at a re-split, even with ``budgets_of``."""
+    asked: list[bytes] = []
+
+    def rebudget(records: list[bytes]):
+        asked.extend(records)
+        return [TOP + 1] * len(records), [5] * len(records), None
+
+    beast = Beast(tmp_path / "b", queues=2, max_queues=4, fsync=False, rebudget=rebudget,
+                  budgets_of=lambda hashes: [5] * len(hashes))
+    beast.place_many([b"a", b"b"], [TOP + 1] * 2, [1, 1])  # the second goes to QF
+    beast._qf.extend([b"old-1", b"old-2"])  # as an older version queued them
+    assert read_up_to(beast, 10) == [b"a", b"b", b"old-1", b"old-2"]
+    assert asked == [b"old-1", b"old-2"]
+    beast.close()

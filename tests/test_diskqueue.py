@@ -15,6 +15,7 @@ import zlib
 from collections import deque
 from pathlib import Path
 
+import numpy as np
 import pytest
 import xxhash
 from hypothesis import given, settings
@@ -25,6 +26,7 @@ from drumbeat.frontier.diskqueue import (
     HEADER_SIZE,
     DiskQueue,
     DiskQueueCorruptError,
+    PackedRecords,
 )
 
 SMALL = dict(segment_bytes=200, buffer_bytes=64, fsync=False)
@@ -32,6 +34,15 @@ SMALL = dict(segment_bytes=200, buffer_bytes=64, fsync=False)
 
 def rec(i: int) -> bytes:
     return b"record-%d-" % i + b"x" * (i % 23)
+
+
+def key(i: int) -> bytes:
+    return b"k%07d" % i  # 8 bytes
+
+
+def keys(first: int, count: int) -> np.ndarray:
+    return np.frombuffer(b"".join(key(i) for i in range(first, first + count)),
+                         np.uint8).reshape(count, 8)
 
 
 def segments(directory: Path) -> list[str]:
@@ -78,22 +89,35 @@ def test_reads_see_buffered_records_and_interleave(tmp_path: Path) -> None:
     st.tuples(st.just("reopen"), st.sampled_from([-1, -2])),
 ), max_size=40))
 def test_against_a_deque(ops: list[tuple[str, int]]) -> None:
-    """Any mix of appends, reads, commits and reopens (to the last or the previous
-    commit) behaves like a deque snapshotted at each commit."""
+    """Any mix of appends (with keys or without), reads (packed or not), commits and
+    reopens (to the last or the previous commit) behaves like a deque snapshotted at
+    each commit."""
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp) / "q"
         q = DiskQueue(directory, **SMALL)
-        model: deque[bytes] = deque()
-        commits: list[tuple[dict, list[bytes]]] = []
+        model: deque[tuple[bytes, bytes | None]] = deque()
+        commits: list[tuple[dict, list[tuple[bytes, bytes | None]]]] = []
         counter = 0
         for op, arg in ops:
             if op == "append":
                 batch = [rec(counter + i) for i in range(arg)]
+                keyed = arg % 2 == 1
+                q.extend(batch, keys(counter, arg) if keyed else None)
+                model.extend((r, key(counter + i) if keyed else None)
+                             for i, r in enumerate(batch))
                 counter += arg
-                q.extend(batch)
-                model.extend(batch)
+            elif op == "read" and arg % 3 == 1:
+                packed = q.read_packed(arg)
+                assert len(packed) >= min(1, len(model))
+                expected = [model.popleft() for _ in range(len(packed))]
+                assert packed.records() == [r for r, _ in expected]
+                assert (None if packed.keys is None else
+                        [k.tobytes() for k in packed.keys]) == (
+                    None if not expected or expected[0][1] is None
+                    else [k for _, k in expected])
             elif op == "read":
-                assert q.read(arg) == [model.popleft() for _ in range(min(arg, len(model)))]
+                assert q.read(arg) == [model.popleft()[0]
+                                       for _ in range(min(arg, len(model)))]
             elif op == "commit":
                 commits.append((q.commit(), list(model)))
                 commits = commits[-2:]
@@ -106,7 +130,7 @@ def test_against_a_deque(ops: list[tuple[str, int]]) -> None:
                 # when we reopened the last one) stays reopenable.
                 commits = commits[: len(commits) + arg + 1]
             assert len(q) == len(model)
-        assert q.read(len(model) + 5) == list(model)
+        assert q.read(len(model) + 5) == [r for r, _ in model]
         q.close()
 
 
@@ -257,6 +281,117 @@ def test_a_version_1_queue_reopens_and_goes_on_with_blocks(tmp_path: Path) -> No
     q.close()
     q = DiskQueue(d, state=state, segment_bytes=1 << 20, fsync=False)
     assert len(q) == 3 and q.read(10) == new[2:]
+    q.close()
+
+
+def test_keys_come_back_with_their_records(tmp_path: Path) -> None:
+    """Records appended with keys come back with them, packed (a block at a time), and
+    as plain records; blocks with and without keys mix; a state taken inside a keyed
+    block reopens there; every byte written is counted as read."""
+    d = tmp_path / "q"
+    q = DiskQueue(d, segment_bytes=400, buffer_bytes=150, fsync=False)
+    q.extend([rec(i) for i in range(40)], keys(0, 40))
+    q.extend([rec(i) for i in range(40, 45)])
+    q.extend([rec(i) for i in range(45, 60)], keys(45, 15).view("<u8"))  # any dtype
+    assert len(segments(d)) > 3
+    got: list[bytes] = []
+    got_keys: list[bytes | None] = []
+    state = None
+    while len(q):
+        packed = q.read_packed(3)
+        assert 1 <= len(packed) <= 3
+        got += packed.records()
+        got_keys += [None] * len(packed) if packed.keys is None else \
+            [k.tobytes() for k in packed.keys]
+        if state is None:  # commit until one falls inside a block, then no more
+            taken = q.commit()
+            if taken["read_in_block"]:
+                state, after = taken, len(got)
+    assert got == [rec(i) for i in range(60)]
+    assert got_keys == [key(i) if not 40 <= i < 45 else None for i in range(60)]
+    assert q.bytes_read == q.bytes_written - HEADER_SIZE * len(segments(d))
+    q.close()
+    assert state is not None
+    q = DiskQueue(d, state=state, segment_bytes=400, buffer_bytes=150, fsync=False)
+    packed = q.read_packed(100)
+    assert packed.records()[0] == rec(after) and packed.keys[0].tobytes() == key(after)
+    assert q.read(100)[-1] == rec(59)
+    q.close()
+
+
+def test_packed_records_are_selected_and_appended_with_their_keys(tmp_path: Path) -> None:
+    """What read_packed gives, selected by a mask, goes into another queue with
+    extend_packed: the same records and keys, in order, whatever runs the mask has."""
+    src = DiskQueue(tmp_path / "a", fsync=False)
+    src.extend([rec(i) for i in range(50)], keys(0, 50))
+    packed = src.read_packed(50)
+    assert len(packed) == 50 and packed.records(np.array([3, 1])) == [rec(3), rec(1)]
+    dst = DiskQueue(tmp_path / "b", segment_bytes=300, buffer_bytes=100, fsync=False)
+    masks = [np.arange(50) % 3 != 1, np.zeros(50, bool), np.ones(50, bool),
+             np.arange(50) >= 45]
+    for mask in masks:
+        dst.extend_packed(packed.select(mask))
+    chosen = [i for mask in masks for i in np.flatnonzero(mask).tolist()]
+    out: list[tuple[bytes, bytes]] = []
+    while len(dst):
+        part = dst.read_packed(1000)
+        out += zip(part.records(), (k.tobytes() for k in part.keys))
+    assert out == [(rec(i), key(i)) for i in chosen]
+    plain = PackedRecords.of([b"ab", b"", b"c"])
+    assert plain.records() == [b"ab", b"", b"c"] and plain.keys is None
+    assert plain.select(np.array([True, False, True])).records() == [b"ab", b"c"]
+    for q in (src, dst):
+        q.close()
+
+
+def test_keys_are_checked(tmp_path: Path) -> None:
+    """Keys must be one a record, of 1 to 127 bytes; a damaged key fails its block's
+    checksum."""
+    d = tmp_path / "q"
+    q = DiskQueue(d, fsync=False)
+    with pytest.raises(ValueError, match="2 keys for 3 records"):
+        q.extend([b"a", b"b", b"c"], keys(0, 2))
+    with pytest.raises(ValueError, match="keys of 128 bytes"):
+        q.extend([b"a"], np.zeros((1, 128), np.uint8))
+    q.extend([b"first"], keys(0, 1))
+    q.extend([b"second", b"third"], keys(1, 2))
+    state = q.commit()
+    q.close()
+    path = d / segments(d)[0]
+    data = bytearray(path.read_bytes())
+    second_at = HEADER_SIZE + BLOCK_HEAD_SIZE + 4 + 8 + len(b"first")
+    data[second_at + BLOCK_HEAD_SIZE + 8 + 3] ^= 0x01  # in the key of b"second"
+    path.write_bytes(bytes(data))
+    q = DiskQueue(d, state=state, fsync=False)
+    assert q.read_packed(5).records() == [b"first"]
+    with pytest.raises(DiskQueueCorruptError, match="checksum") as err:
+        q.read_packed(5)
+    assert err.value.offset == second_at
+    q.close()
+
+
+def test_a_version_2_queue_reopens_and_goes_on_with_keys(tmp_path: Path) -> None:
+    """Blocks of a version-2 segment (no keys; the count in 31 bits) are still read; new
+    blocks, keyed, go to a new segment."""
+    d = tmp_path / "q"
+    d.mkdir()
+    head = struct.pack("<4sHxxQ", b"DQSG", 2, 0)
+    old = [b"old-%d" % i for i in range(3)]
+    table, data = struct.pack("<3I", *map(len, old)), b"".join(old)
+    block_head = (1 << 31) | len(old)
+    check = xxhash.xxh3_64_intdigest(table + data, block_head << 32 | len(data))
+    block = struct.pack("<IIQ", block_head, len(data), check) + table + data
+    (d / "0000000000.seg").write_bytes(head + struct.pack("<I", zlib.crc32(head)) + block)
+    end = HEADER_SIZE + len(block)
+    state = {"format": 2, "write": [0, end], "read": [0, HEADER_SIZE], "read_in_block": 0,
+             "count": 3, "keep": 0, "bytes_written": end, "bytes_read": 0}
+    q = DiskQueue(d, state=state, fsync=False)
+    q.extend([b"new"], keys(7, 1))
+    assert len(segments(d)) == 2
+    first = q.read_packed(10)
+    assert first.records() == old and first.keys is None
+    second = q.read_packed(10)
+    assert second.records() == [b"new"] and second.keys[0].tobytes() == key(7)
     q.close()
 
 

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from unittest import mock
 
+import numpy as np
 import xxhash
 
 from drumbeat import urls as urls_module
@@ -393,9 +394,10 @@ async def _qf_refused(tmp_path: Path) -> None:
 
 
 def test_places_give_each_url_its_pld_hash_budget_and_host(tmp_path: Path) -> None:
-    """What BEAST places URLs by (and re-splits QF by) comes a batch at a time: each URL's
-    PLD hash, that PLD's STAR budget now (the maximum for a seed PLD in a scoped crawl)
-    and its scheme://authority's hash, whether that authority is cached or not."""
+    """What BEAST places URLs by comes a batch at a time: each URL's PLD hash, that PLD's
+    STAR budget now (the maximum for a seed PLD in a scoped crawl) and its
+    scheme://authority's hash, whether that authority is cached or not; the budgets by
+    PLD hash (a re-split of QF) are the same."""
     asyncio.run(_places(tmp_path))
 
 
@@ -407,7 +409,7 @@ async def _places(tmp_path: Path) -> None:
         async with offline_manager(tmp_path / scope, scope=scope) as manager:
             s = manager.settings
             manager.star.observe(["popular.test"], [s.budget_indegree_floor * 3])
-            manager.seed_plds = frozenset({"other.test"})
+            manager._set_seeds(["http://other.test/"])
             popular = manager.star.budget("popular.test")
             assert popular > s.budget_default
             budgets = {"example.com": s.budget_default, "popular.test": popular,
@@ -418,6 +420,7 @@ async def _places(tmp_path: Path) -> None:
                 assert got_budgets == [budgets[u_pld(u)] for u in urls]
                 assert hosts == [xxhash.xxh3_64_intdigest(u[:u.index("/", 8)].encode())
                                  for u in urls]
+                assert manager._budgets_by_hash(np.array(hashes, np.uint64)) == got_budgets
 
 
 def u_pld(url: str) -> str:

@@ -1,7 +1,7 @@
 """STAR: budgets follow PLD in-degree, RAM holds only the best-linked PLDs."""
 
 from drumbeat.frontier.pldgraph import PLDIndegree
-from drumbeat.frontier.star import Star, irlbot_budget
+from drumbeat.frontier.star import Star, irlbot_budget, pld_hash
 
 
 def make_star(table_size: int = 100) -> Star:
@@ -30,6 +30,7 @@ def test_budgets_follow_indegree_from_the_pld_graph(tmp_path):
     assert star.budget("hub.test") == 100  # refreshed as the in-degree grows
     plds = ["hub.test", "spam1.spam", "never-seen.test", "hub.test"]
     assert star.budgets(plds) == [star.budget(p) for p in plds] == [100, 10, 10, 100]
+    assert star.budgets_by_hash(map(pld_hash, plds)) == [100, 10, 10, 100]
 
 
 def test_table_keeps_the_best_linked_plds():
@@ -38,8 +39,10 @@ def test_table_keeps_the_best_linked_plds():
     assert len(star) == 3
     assert star.indegree("a") == 0 and star.budget("a") == 10  # evicted: smallest
     assert star.indegree("b") == 50
+    assert star.budgets_by_hash(map(pld_hash, "abcd")) == [10, 100, 14, 18]
     star.observe(["a"], [60])  # a new edge brings its exact count back
     assert star.indegree("a") == 60 and len(star) == 3
+    assert star.budgets_by_hash(map(pld_hash, "abcd")) == [120, 100, 10, 18]
 
 
 def test_save_and_load(tmp_path):
@@ -49,3 +52,4 @@ def test_save_and_load(tmp_path):
     again = make_star()
     again.load(tmp_path)
     assert again.budget("b") == star.budget("b") == 140
+    assert again.budgets_by_hash([pld_hash("a"), pld_hash("b")]) == [12, 140]

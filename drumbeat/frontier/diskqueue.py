@@ -9,7 +9,8 @@ A segment is ``header frame*``; all integers little-endian.
 header (20 bytes)::
 
     magic    4s   b"DQSG"
-    version  u16  FORMAT_VERSION (2; version 1 wrote record frames only)
+    version  u16  FORMAT_VERSION (3; version 2 wrote blocks without keys, version 1
+                  record frames only)
     pad      u16  0
     segment  u64  the segment number, as in the file name
     crc      u32  zlib.crc32 of the 16 bytes above
@@ -19,10 +20,14 @@ frame, of one of two kinds told apart by the top bit of its first word:
 block frame (what :meth:`DiskQueue.extend` writes: the records of one call, or of
 one part of it that fits the segment and about ``buffer_bytes``)::
 
-    head     u32  BLOCK (2**31) | count, the number of records (at least 1)
+    head     u32  BLOCK (2**31) | width << 24 | count: the bytes of each record's key
+                  (0 to 127; in a version-2 segment always 0, and count takes the 31
+                  bits) and the number of records (at least 1)
     size     u32  bytes of ``data``
-    check    u64  XXH3-64 of ``lengths`` and ``data``, seeded with ``head << 32 | size``
+    check    u64  XXH3-64 of ``lengths``, ``keys`` and ``data``, seeded with
+                  ``head << 32 | size``
     lengths  count x u32, one a record
+    keys     count x width bytes, one key a record (none when width is 0)
     data     the records back to back
 
 record frame (version 1; still read, no longer written)::
@@ -38,6 +43,12 @@ frames, reading 0.12 against 0.36 (BEAST appends nearly every URL of a crawl to 
 reads and appends it again at each re-split that leaves it there).
 A new segment starts when the next frame would take the current one past
 ``segment_bytes`` (a single larger record gets a segment of its own).
+
+Keys: :meth:`DiskQueue.extend` may give each record a key of a fixed width (BEAST: the
+hashes QF's URLs are placed by), stored apart from the records in its block.
+:meth:`DiskQueue.read_packed` and :meth:`DiskQueue.extend_packed` move records with
+their keys as :class:`PackedRecords` (numpy arrays and one buffer), so that a caller
+can choose records by their keys and pass them on without a Python object a record.
 
 Crash consistency: :meth:`DiskQueue.commit` writes the buffer, fsyncs the write
 segment (earlier segments were fsynced when they were closed) and the directory, and
@@ -61,7 +72,7 @@ import os
 import shutil
 import struct
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -70,8 +81,8 @@ import xxhash
 
 from drumbeat.store.durable import fsync_dir
 
-FORMAT_VERSION = 2
-_READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+_READABLE_VERSIONS = (1, 2, 3)
 MAGIC = b"DQSG"
 _HEADER = struct.Struct("<4sHxxQ")
 HEADER_SIZE = _HEADER.size + 4
@@ -81,6 +92,9 @@ _BLOCK_HEAD = struct.Struct("<IIQ")
 BLOCK_HEAD_SIZE = _BLOCK_HEAD.size
 BLOCK = 1 << 31  # the top bit of a frame's first word: a block frame
 MAX_RECORD = BLOCK - 1
+_WIDTH_SHIFT = 24  # a block head's key width, in a version-3 segment
+MAX_KEY_BYTES = 127
+MAX_BLOCK_RECORDS = (1 << _WIDTH_SHIFT) - 1
 
 
 class DiskQueueCorruptError(Exception):
@@ -102,7 +116,8 @@ def _encode_header(seg: int) -> bytes:
     return body + struct.pack("<I", zlib.crc32(body))
 
 
-def _check_header(path: Path, raw: bytes, seg: int) -> None:
+def _check_header(path: Path, raw: bytes, seg: int) -> int:
+    """The segment's format version, once its header is checked."""
     if len(raw) < HEADER_SIZE:
         raise DiskQueueCorruptError(path, 0, "shorter than its header")
     body = raw[: _HEADER.size]
@@ -116,6 +131,60 @@ def _check_header(path: Path, raw: bytes, seg: int) -> None:
         raise DiskQueueCorruptError(path, 0, "header checksum mismatch")
     if number != seg:
         raise DiskQueueCorruptError(path, 0, f"header names segment {number}")
+    return version
+
+
+class PackedRecords:
+    """Records back to back in one buffer: record i is ``data[offsets[i]:offsets[i + 1]]``
+    and ``keys[i]`` its key (``keys``: a (records, key bytes) uint8 array, or None when
+    they have none). What :meth:`DiskQueue.read_packed` returns and
+    :meth:`DiskQueue.extend_packed` appends: no Python object a record."""
+
+    __slots__ = ("offsets", "data", "keys")
+
+    def __init__(self, offsets: np.ndarray, data: bytes | memoryview,
+                 keys: np.ndarray | None = None) -> None:
+        self.offsets = offsets  # int64, one more than the records, the first 0
+        self.data = data
+        self.keys = keys
+
+    @classmethod
+    def of(cls, records: list[bytes], keys: np.ndarray | None = None) -> PackedRecords:
+        offsets = np.zeros(len(records) + 1, np.int64)
+        np.cumsum(np.fromiter(map(len, records), np.int64, len(records)), out=offsets[1:])
+        return cls(offsets, b"".join(records), keys)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def records(self, index: np.ndarray | None = None) -> list[bytes]:
+        """The records (those at ``index``, in its order) as bytes objects."""
+        if index is None:
+            starts, ends = self.offsets[:-1], self.offsets[1:]
+        else:
+            starts, ends = self.offsets[index], self.offsets[index + 1]
+        data = self.data
+        return [bytes(data[a:b]) for a, b in zip(starts.tolist(), ends.tolist())]
+
+    def select(self, mask: np.ndarray) -> PackedRecords:
+        """The records where ``mask`` is true, in order, with their keys: their data is
+        copied a run of consecutive records at a time."""
+        index = np.flatnonzero(mask)
+        if not len(index):
+            return PackedRecords(np.zeros(1, np.int64), b"",
+                                 None if self.keys is None else self.keys[:0])
+        breaks = np.flatnonzero(np.diff(index) != 1) + 1
+        firsts = index[np.concatenate(([0], breaks))]
+        lasts = index[np.concatenate((breaks - 1, [len(index) - 1]))] + 1
+        data = memoryview(self.data)
+        joined = b"".join([data[a:b] for a, b in zip(self.offsets[firsts].tolist(),
+                                                      self.offsets[lasts].tolist())])
+        offsets = np.zeros(len(index) + 1, np.int64)
+        np.cumsum(self.lengths()[index], out=offsets[1:])
+        return PackedRecords(offsets, joined, None if self.keys is None else self.keys[index])
 
 
 class DiskQueue:
@@ -140,8 +209,10 @@ class DiskQueue:
         self._rbuf = b""
         self._rpos = 0  # index in _rbuf of the frame at _roff, the next one to read from
         self._rin = 0  # records of the block frame at _roff already read
-        # The block at _roff once checked: its offset and its records' offsets in it.
-        self._block: tuple[int, list[int]] | None = None
+        # The block at _roff once checked: its offset, its records' offsets in it (a list,
+        # and an array) and where its keys start, with their width.
+        self._block: tuple[int, list[int], np.ndarray, int, int] | None = None
+        self._rversion = FORMAT_VERSION  # the read segment's format, once it is open
         self._rsize: int | None = None  # size of the read segment once it is complete
         self._closed = False
         if state is None:
@@ -165,8 +236,10 @@ class DiskQueue:
         """Queue one record (it is readable at once, durable at the next commit)."""
         self.extend((record,))
 
-    def extend(self, records: Iterable[bytes]) -> None:
-        """Queue records in order, as block frames.
+    def extend(self, records: Iterable[bytes], keys: np.ndarray | None = None) -> None:
+        """Queue records in order, as block frames, each with its key if ``keys`` is
+        given: an array of one row a record, of 1 to MAX_KEY_BYTES bytes each (its bytes
+        are stored as they are; :meth:`read_packed` gives them back).
 
         The records that fit in the write segment (and in about ``buffer_bytes``) make
         one block; a new segment starts where the next record does not fit, and a
@@ -174,37 +247,70 @@ class DiskQueue:
         self._usable()
         records = records if isinstance(records, list) else list(records)
         lengths = np.fromiter(map(len, records), np.int64, len(records))
-        if len(lengths) and lengths.max() > MAX_RECORD:
+
+        def data(i: int, j: int) -> bytes:
+            return b"".join(records if i == 0 and j == len(records) else records[i:j])
+
+        self._append_blocks(lengths, data, keys)
+
+    def extend_packed(self, packed: PackedRecords) -> None:
+        """Queue the records of ``packed`` in order, with their keys if it has them (as
+        :meth:`extend` would)."""
+        self._usable()
+        offsets, data = packed.offsets.tolist(), memoryview(packed.data)
+        self._append_blocks(packed.lengths(), lambda i, j: data[offsets[i]:offsets[j]],
+                            packed.keys)
+
+    def _append_blocks(self, lengths: np.ndarray, data: Callable[[int, int], bytes | memoryview],
+                       keys: np.ndarray | None) -> None:
+        """Append records of ``lengths`` as block frames; ``data(i, j)`` gives records i
+        to j - 1 back to back."""
+        count = len(lengths)
+        if count and lengths.max() > MAX_RECORD:
             raise ValueError(f"record of {lengths.max()} bytes is too long for a disk queue")
-        ends = np.cumsum(lengths + 4)  # block bytes up to each record, inclusive
+        width, table = 0, b""
+        if keys is not None:
+            if len(keys) != count:
+                raise ValueError(f"{len(keys)} keys for {count} records")
+            if count:
+                width = keys.nbytes // count
+                if not 1 <= width <= MAX_KEY_BYTES:
+                    raise ValueError(f"keys of {width} bytes: 1 to {MAX_KEY_BYTES} allowed")
+                table = np.ascontiguousarray(keys).tobytes()
+        ends = np.cumsum(lengths + (4 + width))  # block bytes up to each record, inclusive
         i = 0
-        while i < len(records):
+        while i < count:
             done = int(ends[i - 1]) if i else 0
             room = self.segment_bytes - self._wlen - BLOCK_HEAD_SIZE
             j = int(np.searchsorted(ends, done + min(room, self.buffer_bytes), "right"))
+            j = min(j, i + MAX_BLOCK_RECORDS)
             if j <= i:  # the next record does not fit where a block may go
                 if ends[i] - done > room and self._wlen > HEADER_SIZE:
                     self._rotate()
                     continue
                 j = i + 1  # a block of its own (past buffer_bytes, or a whole segment)
-            whole = i == 0 and j == len(records)  # one block: no copy of the list
-            self._append_block(records if whole else records[i:j], lengths[i:j])
+            self._append_block(lengths[i:j], table[i * width:j * width], data(i, j), width)
             i = j
 
-    def _append_block(self, records: list[bytes], lengths: np.ndarray) -> None:
-        """Append one block frame of ``records`` (of ``lengths``) to the write segment."""
+    def _append_block(self, lengths: np.ndarray, keys: bytes, data: bytes | memoryview,
+                      width: int) -> None:
+        """Append one block frame of records of ``lengths`` (``data`` back to back, with
+        ``keys`` of ``width`` bytes each) to the write segment."""
         table = lengths.astype("<u4").tobytes()
-        data = b"".join(records)
-        head = BLOCK | len(records)
-        check = xxhash.xxh3_64(table, seed=head << 32 | len(data))
+        count = len(lengths)
+        head = BLOCK | width << _WIDTH_SHIFT | count
+        size = len(data)
+        check = xxhash.xxh3_64(table, seed=head << 32 | size)
+        check.update(keys)
         check.update(data)
         wbuf = self._wbuf
-        wbuf += _BLOCK_HEAD.pack(head, len(data), check.intdigest())
+        wbuf += _BLOCK_HEAD.pack(head, size, check.intdigest())
         wbuf += table
+        wbuf += keys
         wbuf += data
-        total = BLOCK_HEAD_SIZE + len(table) + len(data)
+        total = BLOCK_HEAD_SIZE + len(table) + len(keys) + size
         self._wlen += total
-        self._count += len(records)
+        self._count += count
         self.bytes_written += total
         if len(wbuf) >= self.buffer_bytes:
             self._flush()
@@ -285,36 +391,73 @@ class DiskQueue:
             self._rbuf, self._rpos = b"", 0
         return out
 
+    def read_packed(self, n: int) -> PackedRecords:
+        """Up to ``n`` records in FIFO order as :meth:`read` gives them, with their keys
+        (None if they have none), packed. The records come from one block, so there may
+        be fewer than ``n`` (none only when the queue is empty)."""
+        self._usable()
+        while self._count and n > 0:
+            if self._rs < self._ws and self._roff >= self._read_end():
+                self._next_segment()
+                continue
+            if self._rfile is None:
+                self._open_read()
+            self._ensure(FRAME_SIZE)
+            if not _FRAME.unpack_from(self._rbuf, self._rpos)[0] & BLOCK:
+                return PackedRecords.of(self.read(1))  # a record frame (version 1)
+            _, offsets, array, keys_at, width = self._checked_block()
+            base, first = self._rpos, self._rin
+            last = self._take_from_block(offsets, n)
+            data = memoryview(self._rbuf)[base + offsets[first]:base + offsets[last]]
+            keys = None
+            if width:
+                at = base + keys_at + first * width
+                keys = np.frombuffer(self._rbuf, np.uint8, (last - first) * width,
+                                     at).reshape(last - first, width)
+            return PackedRecords(array[first:last + 1] - offsets[first], data, keys)
+        return PackedRecords.of([])
+
     def _read_block(self, out: list[bytes], n: int) -> None:
         """Append to ``out`` (up to ``n`` records in all) the next records of the block
-        frame at the read position, checking it whole first; move past it once it has
-        been read to its end."""
-        offsets = self._checked_block()
-        first = self._rin
-        last = min(len(offsets) - 1, first + n - len(out), first + self._count)
-        rbuf, base = self._rbuf, self._rpos
+        frame at the read position, checking it whole first."""
+        offsets = self._checked_block()[1]
+        first, base, rbuf = self._rin, self._rpos, self._rbuf
+        last = self._take_from_block(offsets, n - len(out))
         bounds = offsets[first:last + 1]
         out += [rbuf[base + a:base + b] for a, b in zip(bounds, bounds[1:])]
+
+    def _take_from_block(self, offsets: list[int], n: int) -> int:
+        """Count up to ``n`` more records of the checked block at the read position as
+        read (moving past it once it has been read to its end); return the index of
+        the one after the last taken."""
+        first = self._rin
+        last = min(len(offsets) - 1, first + n, first + self._count)
         taken = last - first
         self._count -= taken
-        self.bytes_read += offsets[last] - offsets[first] + 4 * taken
+        assert self._block is not None
+        width = self._block[4]
+        self.bytes_read += offsets[last] - offsets[first] + (4 + width) * taken
         if last < len(offsets) - 1:
             self._rin = last
-            return
+            return last
         self.bytes_read += BLOCK_HEAD_SIZE
         self._rpos += offsets[-1]
         self._roff += offsets[-1]
         self._rin, self._block = 0, None
+        return last
 
-    def _checked_block(self) -> list[int]:
-        """The offsets (from the frame's start) of the records of the block frame at the
-        read position, and of its end; it is read into the buffer and checked whole."""
+    def _checked_block(self) -> tuple[int, list[int], np.ndarray, int, int]:
+        """The block frame at the read position, read into the buffer and checked whole:
+        its offset, the offsets (from the frame's start) of its records and of its end,
+        as a list and as an array, the offset of its keys and their width."""
         if self._block is not None and self._block[0] == self._roff:
-            return self._block[1]
+            return self._block
         self._ensure(BLOCK_HEAD_SIZE)
         head, size, check = _BLOCK_HEAD.unpack_from(self._rbuf, self._rpos)
-        count = head & MAX_RECORD
-        total = BLOCK_HEAD_SIZE + 4 * count + size
+        count, width = head & MAX_RECORD, 0
+        if self._rversion >= 3:
+            count, width = head & MAX_BLOCK_RECORDS, head >> _WIDTH_SHIFT & MAX_KEY_BYTES
+        total = BLOCK_HEAD_SIZE + (4 + width) * count + size
         if not count or self._roff + total > self._read_end():
             raise DiskQueueCorruptError(self._read_path(), self._roff,
                                         f"block of {total} bytes runs past the segment end"
@@ -324,7 +467,8 @@ class DiskQueue:
         if xxhash.xxh3_64_intdigest(frame[BLOCK_HEAD_SIZE:], head << 32 | size) != check:
             raise DiskQueueCorruptError(self._read_path(), self._roff, "block checksum mismatch")
         lengths = np.frombuffer(frame, "<u4", count, BLOCK_HEAD_SIZE)
-        data_start = BLOCK_HEAD_SIZE + 4 * count
+        keys_at = BLOCK_HEAD_SIZE + 4 * count
+        data_start = keys_at + width * count
         offsets = np.empty(count + 1, np.int64)
         offsets[0] = data_start
         np.cumsum(lengths, out=offsets[1:])
@@ -332,8 +476,8 @@ class DiskQueue:
         if offsets[-1] != total:
             raise DiskQueueCorruptError(self._read_path(), self._roff,
                                         "block lengths do not add up to its size")
-        self._block = (self._roff, offsets.tolist())
-        return self._block[1]
+        self._block = (self._roff, offsets.tolist(), offsets, keys_at, width)
+        return self._block
 
     def _read_buffered(self, out: list[bytes], n: int) -> None:
         """Append to ``out`` (up to ``n`` records in all) the records that lie whole in
@@ -384,7 +528,8 @@ class DiskQueue:
             self._rfile = open(path, "rb", buffering=0)
         except FileNotFoundError:
             raise DiskQueueCorruptError(path, None, "segment file missing") from None
-        _check_header(path, os.pread(self._rfile.fileno(), HEADER_SIZE, 0), self._rs)
+        self._rversion = _check_header(path, os.pread(self._rfile.fileno(), HEADER_SIZE, 0),
+                                       self._rs)
 
     def _next_segment(self) -> None:
         if self._rfile is not None:
@@ -472,11 +617,11 @@ class DiskQueue:
             if path.suffix == ".seg" and stem.isdigit() and \
                     not self._floor <= int(stem) <= self._ws:
                 path.unlink()
-        for seg in range(self._rs, self._ws + 1):
+        for seg in range(self._rs, self._ws + 1):  # the write segment's version last
             path = self.directory / _seg_name(seg)
             try:
                 with open(path, "rb") as f:
-                    _check_header(path, f.read(HEADER_SIZE), seg)
+                    version = _check_header(path, f.read(HEADER_SIZE), seg)
             except FileNotFoundError:
                 raise DiskQueueCorruptError(path, None, "segment file missing") from None
         path = self.directory / _seg_name(self._ws)
@@ -487,6 +632,9 @@ class DiskQueue:
         self._wfile = open(path, "r+b", buffering=0)
         self._wfile.truncate(self._wlen)
         self._wfile.seek(self._wlen)
+        if version < FORMAT_VERSION:
+            # Its blocks are read by its version's rules: new ones go to a new segment.
+            self._rotate()
 
     def close(self) -> None:
         """Write the buffer (without fsync) and close the files. Idempotent."""
