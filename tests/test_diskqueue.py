@@ -319,6 +319,25 @@ def test_keys_come_back_with_their_records(tmp_path: Path) -> None:
     q.close()
 
 
+def test_a_packed_read_spans_blocks_of_one_key_width(tmp_path: Path) -> None:
+    """read_packed takes records from consecutive blocks, up to where their keys change
+    width (or from keys to none)."""
+    q = DiskQueue(tmp_path / "q", fsync=False)
+    for first in (0, 5, 10):
+        q.extend([rec(i) for i in range(first, first + 5)], keys(first, 5))
+    q.extend([rec(15), rec(16)])
+    q.extend([rec(17)], keys(17, 1))
+    packed = q.read_packed(12)
+    assert packed.records() == [rec(i) for i in range(12)]
+    assert [k.tobytes() for k in packed.keys] == [key(i) for i in range(12)]
+    packed = q.read_packed(100)
+    assert packed.records() == [rec(i) for i in range(12, 15)] and len(packed.keys) == 3
+    packed = q.read_packed(100)
+    assert packed.records() == [rec(15), rec(16)] and packed.keys is None
+    assert q.read_packed(100).keys[0].tobytes() == key(17) and not len(q)
+    q.close()
+
+
 def test_packed_records_are_selected_and_appended_with_their_keys(tmp_path: Path) -> None:
     """What read_packed gives, selected by a mask, goes into another queue with
     extend_packed: the same records and keys, in order, whatever runs the mask has."""
@@ -363,7 +382,7 @@ def test_keys_are_checked(tmp_path: Path) -> None:
     data[second_at + BLOCK_HEAD_SIZE + 8 + 3] ^= 0x01  # in the key of b"second"
     path.write_bytes(bytes(data))
     q = DiskQueue(d, state=state, fsync=False)
-    assert q.read_packed(5).records() == [b"first"]
+    assert q.read_packed(1).records() == [b"first"]
     with pytest.raises(DiskQueueCorruptError, match="checksum") as err:
         q.read_packed(5)
     assert err.value.offset == second_at

@@ -457,10 +457,10 @@ class Beast:
         self._resplit_left = len(self._qf)  # what is appended from now on waits a pass
 
     def resplit_step(self) -> None:
-        """Place the next QF records (up to RESPLIT_BATCH, from one block) the re-split
-        under way has still to place (nothing when none is under way). :meth:`read`
-        calls it; a caller that places new records can call it first, so that QF's come
-        before them."""
+        """Place the next RESPLIT_BATCH of the QF records the re-split under way has still
+        to place (fewer where QF's records change from kept hashes to none; nothing when
+        no re-split is under way). :meth:`read` calls it; a caller that places new
+        records can call it first, so that QF's come before them."""
         if not self._resplit_left:
             return
         packed = self._qf.read_packed(min(self._resplit_left, RESPLIT_BATCH))

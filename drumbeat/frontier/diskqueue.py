@@ -154,6 +154,18 @@ class PackedRecords:
         np.cumsum(np.fromiter(map(len, records), np.int64, len(records)), out=offsets[1:])
         return cls(offsets, b"".join(records), keys)
 
+    @classmethod
+    def joined(cls, parts: list[PackedRecords]) -> PackedRecords:
+        """The records of ``parts`` (all with keys of one width, or all without) in order."""
+        if len(parts) == 1:
+            return parts[0]
+        if not parts:
+            return cls.of([])
+        offsets = np.zeros(sum(map(len, parts)) + 1, np.int64)
+        np.cumsum(np.concatenate([part.lengths() for part in parts]), out=offsets[1:])
+        keys = None if parts[0].keys is None else np.concatenate([p.keys for p in parts])
+        return cls(offsets, b"".join([part.data for part in parts]), keys)
+
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
@@ -393,9 +405,12 @@ class DiskQueue:
 
     def read_packed(self, n: int) -> PackedRecords:
         """Up to ``n`` records in FIFO order as :meth:`read` gives them, with their keys
-        (None if they have none), packed. The records come from one block, so there may
-        be fewer than ``n`` (none only when the queue is empty)."""
+        (None if they have none), packed. They come from consecutive blocks whose keys
+        have one width (or that have none), so there may be fewer than ``n`` (none only
+        when the queue is empty)."""
         self._usable()
+        parts: list[PackedRecords] = []
+        widths: set[int] = set()
         while self._count and n > 0:
             if self._rs < self._ws and self._roff >= self._read_end():
                 self._next_segment()
@@ -404,8 +419,13 @@ class DiskQueue:
                 self._open_read()
             self._ensure(FRAME_SIZE)
             if not _FRAME.unpack_from(self._rbuf, self._rpos)[0] & BLOCK:
+                if parts:
+                    break
                 return PackedRecords.of(self.read(1))  # a record frame (version 1)
             _, offsets, array, keys_at, width = self._checked_block()
+            if widths and width not in widths:
+                break
+            widths.add(width)
             base, first = self._rpos, self._rin
             last = self._take_from_block(offsets, n)
             data = memoryview(self._rbuf)[base + offsets[first]:base + offsets[last]]
@@ -414,8 +434,9 @@ class DiskQueue:
                 at = base + keys_at + first * width
                 keys = np.frombuffer(self._rbuf, np.uint8, (last - first) * width,
                                      at).reshape(last - first, width)
-            return PackedRecords(array[first:last + 1] - offsets[first], data, keys)
-        return PackedRecords.of([])
+            parts.append(PackedRecords(array[first:last + 1] - offsets[first], data, keys))
+            n -= last - first
+        return PackedRecords.joined(parts)
 
     def _read_block(self, out: list[bytes], n: int) -> None:
         """Append to ``out`` (up to ``n`` records in all) the next records of the block
