@@ -456,6 +456,48 @@ def table_arrays(beast: Beast) -> dict[str, np.ndarray]:
             "host_count": beast._hcount.copy()}
 
 
+class _Workload:
+    """Random batches of records of 150 hosts on 60 PLDs, whose budgets change between
+    batches, for two Beasts that must place and read them alike."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.budgets = {pld: self.rng.randint(0, 30) for pld in range(60)}
+        self.host_pld = {host: self.rng.randrange(60) for host in range(150)}
+        self.now = 0.0
+
+    def rebudget(self, record: bytes) -> tuple[int, int, int]:
+        host = int(record.split(b":")[0])
+        return TOP + self.host_pld[host], self.budgets[self.host_pld[host]], host
+
+    def budgets_of(self, hashes: np.ndarray) -> list[int]:
+        return [self.budgets[h - TOP] for h in hashes.tolist()]
+
+    def run(self, first: Beast, second: Beast, both) -> tuple[int, int]:
+        """40 batches placed through ``both(call, *args)`` (a call on either Beast, its
+        results compared), each followed by a read, a budget change and a step of the
+        clock, with their stats compared; then everything read. Returns the records
+        placed and read."""
+        rng = self.rng
+        placed = out = 0
+        for _ in range(40):
+            hosts = [rng.randrange(150) for _ in range(rng.randint(0, 600))]
+            records = [b"%d:%d" % (h, placed + i) for i, h in enumerate(hosts)]
+            placed += len(records)
+            plds, budgets, host_hashes = [[a[k] for a in map(self.rebudget, records)]
+                                          for k in range(3)]
+            both(Beast.place_many, records, plds, budgets, host_hashes)
+            out += len(both(read_up_to, rng.randint(0, 500)))
+            self.budgets[rng.randrange(60)] = rng.randint(0, 30)
+            self.now += rng.choice([0.0, 1.0, 6.0])
+            assert first.stats() == second.stats()
+        while len(first):
+            self.now += 6.0  # paced turns hold the next queue until their time is up
+            out += len(both(read_up_to, placed))
+        assert len(second) == 0
+        return placed, out
+
+
 @pytest.mark.parametrize("turn_s", [0.0, 5.0])
 @pytest.mark.parametrize("seed", range(4))
 def test_full_places_skipped_in_batches_change_nothing(tmp_path: Path, seed: int,
@@ -464,19 +506,12 @@ def test_full_places_skipped_in_batches_change_nothing(tmp_path: Path, seed: int
     the same records come out in the same order, with the same counts, as with the loop
     for every record. Small tables make PLDs and hosts collide; several hosts share a PLD
     and budgets change between batches, so PLD and host places fill in every order."""
-    rng = random.Random(seed)
-    budgets = {pld: rng.randint(0, 30) for pld in range(60)}
-    host_pld = {host: rng.randrange(60) for host in range(150)}
-    now = [0.0]
-
-    def rebudget(record: bytes) -> tuple[int, int, int]:
-        host = int(record.split(b":")[0])
-        return TOP + host_pld[host], budgets[host_pld[host]], host
+    work = _Workload(seed)
 
     def make(name: str) -> Beast:
         return Beast(tmp_path / name, queues=2, max_queues=8, pld_slots=48, host_cap=4,
-                     host_slots=96, fsync=False, rebudget=per_record(rebudget), turn_s=turn_s,
-                     clock=lambda: now[0])
+                     host_slots=96, fsync=False, rebudget=per_record(work.rebudget),
+                     turn_s=turn_s, clock=lambda: work.now)
 
     fast, loop = make("fast"), make("loop")
     skipped = [0]
@@ -495,22 +530,8 @@ def test_full_places_skipped_in_batches_change_nothing(tmp_path: Path, seed: int
             assert call(loop, *args) == got
         return got
 
-    placed = out = 0
-    for _ in range(40):
-        hosts = [rng.randrange(150) for _ in range(rng.randint(0, 600))]
-        records = [b"%d:%d" % (h, placed + i) for i, h in enumerate(hosts)]
-        placed += len(records)
-        plds, budgets_now, hosts_now = [[a[k] for a in map(rebudget, records)] for k in range(3)]
-        both(Beast.place_many, records, plds, budgets_now, hosts_now)
-        out += len(both(read_up_to, rng.randint(0, 500)))
-        budgets[rng.randrange(60)] = rng.randint(0, 30)
-        now[0] += rng.choice([0.0, 1.0, 6.0])
-        s_fast, s_loop = fast.stats(), loop.stats()
-        assert s_fast == s_loop
-    while len(fast):
-        now[0] += 6.0  # paced turns hold the next queue until their time is up
-        out += len(both(read_up_to, placed))
-    assert out == placed and len(loop) == 0
+    placed, out = work.run(fast, loop, both)
+    assert out == placed
     stats = fast.stats()
     # The batches did skip records, and collisions, deferrals and re-splits were met.
     assert skipped[0] > 100
@@ -554,49 +575,26 @@ def test_resplits_by_kept_hashes_change_nothing(tmp_path: Path, seed: int,
     records come out in the same order, with the same counts, as when ``rebudget`` is
     asked about every record. Budgets change between batches, small tables make PLDs
     and hosts collide, some records are refused, and host 0 has no host hash (0)."""
-    rng = random.Random(seed)
-    budgets = {pld: rng.randint(0, 30) for pld in range(60)}
-    host_pld = {host: rng.randrange(60) for host in range(150)}
-    now = [0.0]
-
-    def rebudget(record: bytes) -> tuple[int, int, int]:
-        host = int(record.split(b":")[0])
-        return TOP + host_pld[host], budgets[host_pld[host]], host
-
-    def budgets_of(hashes: np.ndarray) -> list[int]:
-        return [budgets[h - TOP] for h in hashes.tolist()]
+    work = _Workload(seed)
 
     def admit(record: bytes) -> bool:
         return int(record.split(b":")[1]) % 7 != 3
 
     def make(name: str, **kept) -> Beast:
         return Beast(tmp_path / name, queues=2, max_queues=8, pld_slots=48, host_cap=4,
-                     host_slots=96, fsync=False, rebudget=per_record(rebudget), turn_s=turn_s,
-                     clock=lambda: now[0], admit=admit, **kept)
+                     host_slots=96, fsync=False, rebudget=per_record(work.rebudget),
+                     turn_s=turn_s, clock=lambda: work.now, admit=admit, **kept)
 
-    kept, asked = make("kept", budgets_of=budgets_of), make("asked")
+    kept, asked = make("kept", budgets_of=work.budgets_of), make("asked")
 
     def both(call, *args):
         got = call(kept, *args)
         assert call(asked, *args) == got
         return got
 
-    placed = out = 0
-    for _ in range(40):
-        hosts = [rng.randrange(150) for _ in range(rng.randint(0, 600))]
-        records = [b"%d:%d" % (h, placed + i) for i, h in enumerate(hosts)]
-        placed += len(records)
-        plds, budgets_now, hosts_now = [[a[k] for a in map(rebudget, records)] for k in range(3)]
-        both(Beast.place_many, records, plds, budgets_now, hosts_now)
-        out += len(both(read_up_to, rng.randint(0, 500)))
-        budgets[rng.randrange(60)] = rng.randint(0, 30)
-        now[0] += rng.choice([0.0, 1.0, 6.0])
-        assert kept.stats() == asked.stats()
-    while len(kept):
-        now[0] += 6.0
-        out += len(both(read_up_to, placed))
+    placed, out = work.run(kept, asked, both)
     stats = kept.stats()
-    assert out + stats.refused == placed and len(asked) == 0
+    assert out + stats.refused == placed
     assert stats.qf_rescans > 1 and stats.refused > 0 and stats.host_deferrals > 0
     kept.close()
     asked.close()

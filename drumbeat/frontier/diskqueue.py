@@ -373,15 +373,9 @@ class DiskQueue:
         """
         self._usable()
         out: list[bytes] = []
-        unpack, digest = _FRAME.unpack_from, xxhash.xxh32_intdigest
+        digest = xxhash.xxh32_intdigest
         while len(out) < n and self._count:
-            if self._rs < self._ws and self._roff >= self._read_end():
-                self._next_segment()
-                continue
-            if self._rfile is None:
-                self._open_read()
-            self._ensure(FRAME_SIZE)
-            length, check = unpack(self._rbuf, self._rpos)
+            length, check = self._frame_head()
             if length & BLOCK:
                 self._read_block(out, n)
                 continue
@@ -412,13 +406,7 @@ class DiskQueue:
         parts: list[PackedRecords] = []
         widths: set[int] = set()
         while self._count and n > 0:
-            if self._rs < self._ws and self._roff >= self._read_end():
-                self._next_segment()
-                continue
-            if self._rfile is None:
-                self._open_read()
-            self._ensure(FRAME_SIZE)
-            if not _FRAME.unpack_from(self._rbuf, self._rpos)[0] & BLOCK:
+            if not self._frame_head()[0] & BLOCK:
                 if parts:
                     break
                 return PackedRecords.of(self.read(1))  # a record frame (version 1)
@@ -437,6 +425,16 @@ class DiskQueue:
             parts.append(PackedRecords(array[first:last + 1] - offsets[first], data, keys))
             n -= last - first
         return PackedRecords.joined(parts)
+
+    def _frame_head(self) -> tuple[int, int]:
+        """The first two words of the frame at the read position (there must be a record
+        to read), once past segments read to their end."""
+        while self._rs < self._ws and self._roff >= self._read_end():
+            self._next_segment()
+        if self._rfile is None:
+            self._open_read()
+        self._ensure(FRAME_SIZE)
+        return _FRAME.unpack_from(self._rbuf, self._rpos)
 
     def _read_block(self, out: list[bytes], n: int) -> None:
         """Append to ``out`` (up to ``n`` records in all) the next records of the block
