@@ -768,21 +768,21 @@ class Manager:
     def _budgets(self, plds: list[str]) -> list[int]:
         """STAR's budgets; in a crawl scoped to the seeds' hosts or PLDs, which the operator
         chose, those PLDs get the maximum (spam cannot enter through the scope anyway)."""
-        budgets = self.star.budgets(plds)
-        if self.settings.scope != "any":
-            top, seeds = self.settings.budget_max, self.seed_plds
-            budgets = [top if pld in seeds else b for pld, b in zip(plds, budgets)]
-        return budgets
+        return self._seeds_at_max(plds, self.star.budgets(plds), self.seed_plds)
 
     def _budgets_by_hash(self, hashes: np.ndarray) -> list[int]:
         """:meth:`_budgets` of PLDs given by their hashes (BEAST's ``budgets_of``: a
         re-split of QF places its URLs again by the hashes kept with them)."""
         plds = hashes.tolist()
-        budgets = self.star.budgets_by_hash(plds)
-        if self.settings.scope != "any":
-            top, seeds = self.settings.budget_max, self._seed_pld_hashes
-            budgets = [top if pld in seeds else b for pld, b in zip(plds, budgets)]
-        return budgets
+        return self._seeds_at_max(plds, self.star.budgets_by_hash(plds),
+                                  self._seed_pld_hashes)
+
+    def _seeds_at_max(self, plds: list, budgets: list[int], seeds: frozenset) -> list[int]:
+        """``budgets``, with the maximum for the PLDs in ``seeds`` in a scoped crawl."""
+        if self.settings.scope == "any":
+            return budgets
+        top = self.settings.budget_max
+        return [top if pld in seeds else b for pld, b in zip(plds, budgets)]
 
     # -- the robots loop -------------------------------------------------------------------
 

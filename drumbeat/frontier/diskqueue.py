@@ -404,16 +404,16 @@ class DiskQueue:
         when the queue is empty)."""
         self._usable()
         parts: list[PackedRecords] = []
-        widths: set[int] = set()
+        parts_width = 0  # the key width of the blocks taken
         while self._count and n > 0:
             if not self._frame_head()[0] & BLOCK:
                 if parts:
                     break
                 return PackedRecords.of(self.read(1))  # a record frame (version 1)
             _, offsets, array, keys_at, width = self._checked_block()
-            if widths and width not in widths:
+            if parts and width != parts_width:
                 break
-            widths.add(width)
+            parts_width = width
             base, first = self._rpos, self._rin
             last = self._take_from_block(offsets, n)
             data = memoryview(self._rbuf)[base + offsets[first]:base + offsets[last]]
