@@ -46,6 +46,7 @@ __all__ = [
     "normalize_links",
     "origin_of",
     "pld",
+    "pld_targets",
     "robots_url",
     "xxh3_64_array",
 ]
@@ -424,6 +425,49 @@ def pld(host: str) -> str:
     if host.startswith("[") or host.rpartition(".")[2].isdigit():
         return host
     return _PSL.privatesuffix(host) or host
+
+
+# scheme://authority -> its PLD, for pld_targets: the same sites are linked from page
+# after page, and a dict hit costs less than the authority's parse and the public-suffix
+# lookup. Cleared when full, so it costs at most a few MiB whatever the crawl's size.
+_ORIGIN_PLDS: dict[str, str] = {}
+_ORIGIN_PLDS_MAX = 1 << 16
+
+
+def _origin_pld(origin: str) -> str:
+    """The PLD of ``scheme://authority`` (remembered in _ORIGIN_PLDS)."""
+    known = _ORIGIN_PLDS.get(origin)
+    if known is None:
+        if len(_ORIGIN_PLDS) >= _ORIGIN_PLDS_MAX:
+            _ORIGIN_PLDS.clear()
+        known = _ORIGIN_PLDS[origin] = pld(host_of(origin + "/"))
+    return known
+
+
+def pld_targets(source_url: str, links: list[str]) -> tuple[str, list[str]]:
+    """The PLD of ``source_url`` and the distinct other PLDs ``links`` point to, sorted.
+
+    ``source_url`` and ``links`` are normalized URLs; each distinct origin is reduced to
+    its PLD once. Here rather than in drumbeat.parse.links because this module is
+    compiled (setup.py): it runs over every link of every page a fetcher parses, and
+    took 16 µs a bench page as Python.
+    """
+    origin = origin_of(source_url)
+    source = _origin_pld(origin)
+    # Links within the source's origin (most of a page's) share its PLD: skip them. A
+    # normalized http(s) URL always has a path, so the origin ends at the first "/"
+    # after "scheme://" (index 7 or 8; the host has at least one character).
+    own = origin + "/"
+    origins: set[str] = set()
+    targets: set[str] = set()
+    for link in links:
+        if not link.startswith(own):
+            other = link[:link.find("/", 8)]
+            if other not in origins:
+                origins.add(other)
+                targets.add(_origin_pld(other))
+    targets.discard(source)
+    return source, sorted(targets)
 
 
 def in_scope(url_host: str, scope: str, seed_hosts: frozenset[str], seed_plds: frozenset[str]) -> bool:

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from xxhash import xxh3_64_intdigest
 
+from drumbeat import urls
 from drumbeat.urls import (
     _NORMAL_ABSOLUTE_RE,
     DEFAULT_MAX_URL_BYTES,
@@ -23,6 +24,7 @@ from drumbeat.urls import (
     normalize_links,
     origin_of,
     pld,
+    pld_targets,
     robots_url,
 )
 
@@ -232,6 +234,35 @@ def test_host_origin_robots(url: str, host: str, origin: str) -> None:
     assert host_of(url) == host
     assert origin_of(url) == origin
     assert robots_url(url) == origin + "/robots.txt"
+
+
+_SITES = ["http://www.site1.test", "http://img.site1.test", "https://site2.test:8443",
+          "http://a.example.co.uk", "http://127.0.0.1:8080", "http://[::1]", "https://b"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(_SITES), st.lists(st.tuples(st.sampled_from(_SITES),
+                                                   st.sampled_from(["/", "/x/y", "/p?q"]))),
+       st.booleans())
+def test_pld_targets_are_the_other_plds_linked(source: str, links: list[tuple[str, str]],
+                                               forget: bool) -> None:
+    """pld_targets gives what the PLDs of the links' hosts give, sorted, without the
+    source's own, whatever its cache of origins holds (cleared when full)."""
+    if forget:
+        urls._ORIGIN_PLDS.clear()
+    hrefs = [site + path for site, path in links]
+    own = pld(host_of(source + "/"))
+    assert pld_targets(source + "/page", hrefs) == (
+        own, sorted({pld(host_of(h)) for h in hrefs} - {own}))
+
+
+def test_pld_targets_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(urls, "_ORIGIN_PLDS_MAX", 3)
+    urls._ORIGIN_PLDS.clear()
+    hrefs = [f"http://h{i}.site{i}.test/" for i in range(10)]
+    assert pld_targets("http://a.test/", hrefs) == ("a.test", sorted(f"site{i}.test"
+                                                                    for i in range(10)))
+    assert len(urls._ORIGIN_PLDS) <= 3
 
 
 def test_host_of_normalized_input() -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import lru_cache
 from operator import attrgetter
 from time import thread_time
 
@@ -19,11 +18,9 @@ from selectolax.lexbor import LexborHTMLParser
 from drumbeat.urls import (
     DEFAULT_MAX_URL_BYTES,
     URLRejected,
-    host_of,
     normalize,
     normalize_links,
-    origin_of,
-    pld,
+    pld_targets,
 )
 
 __all__ = [
@@ -311,33 +308,7 @@ def _normalize_or_none(ref: str | None, base: str | None, max_bytes: int) -> str
         return None
 
 
-def pld_targets(source_url: str, links: list[str]) -> tuple[str, list[str]]:
-    """The PLD of ``source_url`` and the distinct other PLDs ``links`` point to, sorted.
-
-    ``source_url`` and ``links`` are normalized URLs; each distinct origin is reduced to
-    its PLD once (and remembered: see :func:`_origin_pld`).
-    """
-    origin = origin_of(source_url)
-    source = _origin_pld(origin)
-    # Links within the source's origin (most of a page's) share its PLD: skip them. A
-    # normalized http(s) URL always has a path, so the origin ends at the first "/"
-    # after "scheme://" (index 7 or 8; the host has at least one character).
-    own = origin + "/"
-    origins = {link[:link.find("/", 8)] for link in links if not link.startswith(own)}
-    targets = set(map(_origin_pld, origins))
-    targets.discard(source)
-    return source, sorted(targets)
-
-
 def pld_edges(source_url: str, links: list[str]) -> set[tuple[str, str]]:
     """Unique (source PLD, target PLD) pairs between different PLDs (see :func:`pld_targets`)."""
     source, targets = pld_targets(source_url, links)
     return {(source, target) for target in targets}
-
-
-@lru_cache(maxsize=1 << 16)
-def _origin_pld(origin: str) -> str:
-    """The PLD of ``scheme://authority``. Cached because the same sites are linked from
-    page after page: the public-suffix lookup and the authority's parse cost more than
-    a dict hit. Bounded, so it costs at most a few MiB whatever the crawl's size."""
-    return pld(host_of(origin + "/"))
