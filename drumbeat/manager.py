@@ -128,7 +128,9 @@ ROUTE_BUDGET_S = 0.010
 PUMP_BUDGET_S = 0.010
 # Paced BEAST turns one feed may end while each turn's URLs are dropped at once.
 MAX_TURNS_PER_FEED = 256
-PLD_CACHE = 65_536  # scheme://authority -> (PLD, hash) entries kept for _place
+# scheme://authority -> (PLD, hashes) entries kept for _place, and -> (origin, host)
+# entries kept for _route: at most this many of each.
+PLD_CACHE = 65_536
 # A checkpoint fsyncs some 80 files (URL-seen's buckets and arrival log, BEAST's queues,
 # the crawl log ...) while the loop waits. This long before one falls due, a sync of the
 # state directory's filesystem starts in a thread and writes out what they hold dirty, so
@@ -246,6 +248,7 @@ class Manager:
         self._merge_busy_s = 0.0  # wall time of _take_new_urls's DRUM merges, last call
         self._collector: asyncio.Future[list[ItemResult]] | None = None
         self._plds_by_authority: dict[bytes, tuple[str, int, int]] = {}
+        self._origins_by_authority: dict[bytes, tuple[str, str]] = {}
         self._placing = Pace(PLACE_SHARE, PLACE_BUDGET_S)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -955,8 +958,9 @@ class Manager:
         robots, qr = self.robots, self.qr
         assert robots is not None and qr is not None
         url, depth, via, hops = decode_payload(payload)
+        host_name = None
         if origin is None:
-            origin = urls.origin_of(url)
+            origin, host_name = self._origin_and_host(payload)
             entry = robots.get(origin)
         if entry is None:
             if qr.is_working(origin):
@@ -977,7 +981,8 @@ class Manager:
         state = entry.state
         if state in (RULES, ALLOW_ALL):
             if entry.allows(url, self.settings.user_agent):
-                self._push_page(url, depth, via, entry, hops)
+                self._push_page(url, depth, via, entry, hops,
+                                urls.host_of(url) if host_name is None else host_name)
             else:
                 self._log_drop(url, depth, via, "robots_disallowed")
         elif state == UNAVAILABLE:
@@ -994,9 +999,23 @@ class Manager:
         waiting.add(payload)
         self.counters["qr_retry_waited" if retry else "qr_waited"] += 1
 
+    def _origin_and_host(self, payload: bytes) -> tuple[str, str]:
+        """The origin and host of a URL-seen payload's URL, remembered by its
+        scheme://authority (a BEAST read brings many URLs of each) in at most PLD_CACHE
+        entries: 0.35 against 1.35 µs a URL routed (bench-like URLs)."""
+        authority = payload[:payload.index(b"/", 8)]  # normalized: a path follows it
+        known = self._origins_by_authority.get(authority)
+        if known is None:
+            if len(self._origins_by_authority) >= PLD_CACHE:
+                self._origins_by_authority.clear()
+            url = authority.decode() + "/"
+            known = self._origins_by_authority[authority] = (urls.origin_of(url),
+                                                             urls.host_of(url))
+        return known
+
     def _push_page(self, url: str, depth: int, via: str | None, entry: RobotsEntry,
-                   hops: int) -> None:
-        host = self._host(urls.host_of(url))
+                   hops: int, host_name: str) -> None:
+        host = self._host(host_name)
         self._raise_host_delay(host, entry)
         self.scheduler.push(host, QueuedURL(url, depth, via, hops=hops))
 

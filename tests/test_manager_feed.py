@@ -15,6 +15,7 @@ from unittest import mock
 import numpy as np
 import xxhash
 
+from drumbeat import manager as manager_module
 from drumbeat import urls as urls_module
 from drumbeat.bench.offline_manager import offline_manager
 from drumbeat.frontier import beast as beast_module
@@ -425,3 +426,36 @@ async def _places(tmp_path: Path) -> None:
 
 def u_pld(url: str) -> str:
     return urls_module.pld(urls_module.host_of(url))
+
+
+def test_urls_are_routed_by_the_origin_and_host_of_their_authority(tmp_path: Path) -> None:
+    """Routing finds a URL's origin and host by its scheme://authority (remembered, in a
+    bounded cache): userinfo is not part of either, a port is part of the origin only.
+    BEAST's robots admit takes the authority as it is, so a URL with userinfo is
+    decided at routing."""
+    asyncio.run(_routed_by_authority(tmp_path))
+
+
+async def _routed_by_authority(tmp_path: Path) -> None:
+    rules = "User-agent: *\nDisallow: /private/\n"
+    found = ["http://a.test/ok", "http://user@a.test/x", "http://a.test:8080/private/1",
+             "http://user:pw@a.test/private/2", "http://[::1]:8080/y"]
+    payloads = [encode_payload(u, 1, None) for u in found]
+    async with offline_manager(tmp_path) as manager:
+        assert manager.robots is not None
+        manager.robots.record("http://a.test", 200, rules)
+        manager.robots.record("http://a.test:8080", 404, None)  # no robots.txt: all allowed
+        with mock.patch.object(manager_module, "PLD_CACHE", 3):
+            for _ in range(2):  # the cache empty, then filled (and cleared when full)
+                assert [manager._origin_and_host(p) for p in payloads] == [
+                    (urls_module.origin_of(u), urls_module.host_of(u)) for u in found]
+                assert len(manager._origins_by_authority) <= 3
+        assert [manager._robots_admit(p) for p in payloads] == [True] * 5
+        for payload in payloads:
+            manager._route(payload)
+        queued = {h.name: [q.url for q in h.queue]
+                  for h in manager.scheduler.hosts.values() if h.queue}
+        # [::1]'s rules are not known: its URL waits for a robots check.
+        assert queued == {"a.test": found[:3]}
+        assert [origin for origin, _ in manager._to_check] == ["http://[::1]:8080"]
+        assert manager.counters["dropped.robots_disallowed"] == 1
