@@ -447,9 +447,9 @@ async def _routed_by_authority(tmp_path: Path) -> None:
         manager.robots.record("http://a.test:8080", 404, None)  # no robots.txt: all allowed
         with mock.patch.object(manager_module, "PLD_CACHE", 3):
             for _ in range(2):  # the cache empty, then filled (and cleared when full)
-                assert [manager._origin_and_host(p) for p in payloads] == [
+                assert [manager._authority(p)[3:] for p in payloads] == [
                     (urls_module.origin_of(u), urls_module.host_of(u)) for u in found]
-                assert len(manager._origins_by_authority) <= 3
+                assert len(manager._authorities) <= 3
         assert [manager._robots_admit(p) for p in payloads] == [True] * 5
         for payload in payloads:
             manager._route(payload)
