@@ -727,7 +727,10 @@ class Manager:
         """
         robots = self.robots
         assert robots is not None
-        entry = robots.peek(payload[:payload.index(b"/", 8)].decode())  # its origin
+        # Its origin: the authority as written, userinfo and all (a URL with userinfo is
+        # then decided at routing). Decoding it cost less than a lookup in _authority:
+        # 2.5-2.8 against 3.0-3.2 µs a URL admitted.
+        entry = robots.peek(payload[:payload.index(b"/", 8)].decode())
         if (entry is None or entry.state != RULES or not robots.is_fresh(entry)
                 or entry.allows(payload_url(payload), self.settings.user_agent)):
             return True  # allowed, or decided at routing
@@ -961,9 +964,9 @@ class Manager:
         robots, qr = self.robots, self.qr
         assert robots is not None and qr is not None
         url, depth, via, hops = decode_payload(payload)
-        host_name = None
+        _, _, _, own_origin, host_name = self._authority(payload)
         if origin is None:
-            _, _, _, origin, host_name = self._authority(payload)
+            origin = own_origin
             entry = robots.get(origin)
         if entry is None:
             if qr.is_working(origin):
@@ -984,8 +987,7 @@ class Manager:
         state = entry.state
         if state in (RULES, ALLOW_ALL):
             if entry.allows(url, self.settings.user_agent):
-                self._push_page(url, depth, via, entry, hops,
-                                urls.host_of(url) if host_name is None else host_name)
+                self._push_page(url, depth, via, entry, hops, host_name)
             else:
                 self._log_drop(url, depth, via, "robots_disallowed")
         elif state == UNAVAILABLE:
