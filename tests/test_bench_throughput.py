@@ -4,6 +4,7 @@ end to end (real nginx on loopback, the real SimDNS, a real ``drumbeat crawl``).
 from __future__ import annotations
 
 import json
+import platform
 import re
 import subprocess
 import sys
@@ -105,3 +106,10 @@ def test_tiny_polite_drumbeat_run_end_to_end(tmp_path):
     assert server["errors"] == 0 and set(server["statuses"]) == {"200"}
     assert run["warc_bytes"] > 0
     assert list(Path(tmp_path).iterdir()) == [], "the work directory is cleaned up"
+    # The interpreter both crawlers ran on is named, with where its libpython comes from.
+    python = report["python"]
+    assert python["version"] == platform.python_version()
+    assert python["executable"] == sys.executable
+    assert python["libpython"] == "static" or (
+        Path(python["libpython"]).name.startswith("libpython")
+        and Path(python["libpython"]).is_file())

@@ -40,6 +40,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import platform
 import random
 import shutil
 import subprocess
@@ -350,6 +351,31 @@ def _top_frames(path: Path, top: int = 15) -> dict[str, Any]:
 # ------------------------------------------------------------------ report
 
 
+def interpreter() -> dict[str, Any]:
+    """The Python that ran both crawlers (``sys.executable``): its version, path, and
+    where its libpython comes from: ``"static"`` when no libpython shared library is
+    mapped into this process (it is linked into the executable), else that library.
+
+    Both crawlers are CPU-bound Python, so the build matters. On this project's
+    machines a default pyenv build (libpython shared, no ``--enable-optimizations``)
+    took 1.3-1.7 times as long over pure-Python loops as Debian's ``/usr/bin/python3.11``
+    (built with PGO and LTO, libpython static), the same minor version.
+    """
+    libpython = "static"
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            for line in maps:
+                path = "/" + line.partition("/")[2].rstrip("\n")  # a mapped file's path
+                if "/libpython" in path:
+                    libpython = path
+                    break
+    except OSError:
+        libpython = "unknown"
+    return {"version": platform.python_version(),
+            "implementation": platform.python_implementation(),
+            "executable": sys.executable, "libpython": libpython}
+
+
 def report(plan: Plan, bench: Bench, runs: list[CrawlRun], elapsed_s: float) -> dict[str, Any]:
     out: dict[str, Any] = {
         "mode": plan.mode, "seconds": plan.seconds, "warmup_s": plan.warmup_s,
@@ -358,6 +384,7 @@ def report(plan: Plan, bench: Bench, runs: list[CrawlRun], elapsed_s: float) -> 
                 "seeds": bench.shape.seeds, "port": bench.port,
                 "nginx_workers": plan.nginx_workers},
         "cpus": len(os.sched_getaffinity(0)),
+        "python": interpreter(),
         "runs": {f"{r.crawler}-{'polite' if r.polite else 'off'}": _run_dict(r) for r in runs},
         "elapsed_s": elapsed_s,
     }
@@ -429,6 +456,9 @@ def print_report(rep: dict[str, Any]) -> None:
             str(r["server"]["errors"]),
             str(r["exit_code"]))
     console.print(table)
+    python = rep["python"]
+    console.print(f"Both crawlers ran on {python['implementation']} {python['version']} "
+                  f"({python['executable']}; libpython {python['libpython']})")
     for mode, ratio in rep["ratio_drumbeat_to_scrapy"].items():
         console.print(f"drumbeat / Scrapy, politeness {'on' if mode == 'polite' else 'off'}: "
                       f"{ratio:.1f}x")
