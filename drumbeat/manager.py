@@ -262,7 +262,8 @@ class Manager:
         # never at a later round, and each round's fsyncs (files, state, directory) held
         # the loop up for 0.1-0.3 s behind the WARC writes when the round was ended.
         self.seen = DrumURLSeen(d / "urlseen", ram_bytes=s.urlseen_ram_bytes, manifest=urlseen,
-                                background=True, fsync="commit")
+                                background=True, fsync="commit",
+                                cache_bytes=s.urlseen_cache_bytes)
         self.plds = PLDIndegree(d / "pldgraph", ram_bytes=s.pld_ram_bytes, manifest=pld,
                                 on_indegree=self.star.observe, background=True,
                                 fsync="commit")
@@ -570,8 +571,9 @@ class Manager:
         assert self.seen is not None
         started = thread_time()
         n = len(candidates)
-        self.seen.submit([urls.fingerprint(u) for u in candidates],
-                         encode_payloads(candidates, [depth] * n, [via] * n))
+        self.counters["urlseen_cache_hits"] += self.seen.submit(
+            [urls.fingerprint(u) for u in candidates],
+            encode_payloads(candidates, [depth] * n, [via] * n))
         self.stage_s["urlseen"] += thread_time() - started
         return len(candidates)
 
@@ -594,11 +596,11 @@ class Manager:
                     if self._in_scope(decode_payload(payload)[0]):
                         fingerprints.append(fp)
                         payloads.append(payload)
-            self.seen.submit(fingerprints, payloads)
+            self.counters["urlseen_cache_hits"] += self.seen.submit(fingerprints, payloads)
             return
-        self.seen.submit_packed(b"".join(f.fingerprints for f in found),
-                                b"".join(f.payloads for f in found),
-                                b"".join(f.lengths for f in found))
+        self.counters["urlseen_cache_hits"] += self.seen.submit_packed(
+            b"".join(f.fingerprints for f in found), b"".join(f.payloads for f in found),
+            b"".join(f.lengths for f in found))
 
     def _frontier_short(self) -> bool:
         """Fetch slots are idle because no host in RAM is ready (Polybot: load more when

@@ -97,6 +97,9 @@ class Settings:
 
     # URL-seen (DRUM): RAM is fixed by this, not by the number of URLs seen.
     urlseen_ram_bytes: int = 64 * 1024 * 1024
+    # RAM for the fingerprints of URLs sent to URL-seen lately, whose later copies are then
+    # dropped before DRUM (drumbeat.frontier.seencache); 0 = none.
+    urlseen_cache_bytes: int = 64 * 1024 * 1024
     urlseen_flush_interval_s: float = 0.5  # min gap between merges forced by a short or low frontier
     pld_ram_bytes: int = 16 * 1024 * 1024  # PLD in-degree (two DRUMs, half each)
 
@@ -230,6 +233,8 @@ def validate(s: Settings) -> Settings:
     need(s.fetchers is None or 0 <= s.fetchers <= 256, "fetchers", "must be 0..256")
     need(s.max_url_bytes >= 16, "max_url_bytes", "must be >= 16")
     need(s.max_redirects >= 0, "max_redirects", "must be >= 0")
+    need(s.urlseen_cache_bytes == 0 or s.urlseen_cache_bytes >= 8, "urlseen_cache_bytes",
+         "must be 0 (none) or >= 8")
     need(0 <= s.warc_gzip_level <= 9, "warc_gzip_level", "must be 0..9")
     need(s.scope in SCOPES, "scope", f"must be one of {', '.join(SCOPES)}")
     need(s.http_client in HTTP_CLIENTS, "http_client", f"must be one of {', '.join(HTTP_CLIENTS)}")

@@ -87,19 +87,18 @@ class AuxArray:
                                            self.offsets[idx + 1].tolist())]
 
     def take(self, indices: np.ndarray) -> AuxArray:
-        """The items at ``indices``, in that order, as a new AuxArray (one gather, no
-        per-item Python). Scratch RAM: 8 bytes per byte of the items taken."""
+        """The items at ``indices``, in that order, as a new AuxArray.
+
+        One slice an item, joined: 94 against 484 ns an item for a byte-index gather in
+        numpy (payloads of ~170 bytes, 38 % of 4,000 taken), which also needed 8 bytes
+        of scratch a byte taken."""
         idx = np.asarray(indices, np.intp)
-        starts = self.offsets[idx]
-        lengths = self.offsets[idx + 1] - starts
+        starts, ends = self.offsets[idx], self.offsets[idx + 1]
         offsets = np.zeros(len(idx) + 1, np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        if not offsets[-1]:
-            return AuxArray(b"", offsets)
-        # Byte j of the result comes from byte j + (start of its item - its new start).
-        shift = np.repeat(starts - offsets[:-1], lengths)
-        shift += np.arange(int(offsets[-1]))
-        return AuxArray(np.frombuffer(self.blob, np.uint8)[shift].tobytes(), offsets)
+        np.cumsum(ends - starts, out=offsets[1:])
+        blob = self.blob
+        return AuxArray(b"".join([blob[s:e] for s, e in zip(starts.tolist(), ends.tolist())]),
+                        offsets)
 
     @classmethod
     def from_strs(cls, items: Sequence[str]) -> AuxArray:

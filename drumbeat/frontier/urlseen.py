@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from drumbeat.drum import AuxArray, Drum, DrumStats
+from drumbeat.frontier.seencache import RecentFingerprints
 
 
 def payload_tail(depth: int, via: str | None, hops: int = 0) -> str:
@@ -64,14 +65,18 @@ class DrumURLSeen:
     """URL-seen for one crawl, stored in ``directory``."""
 
     def __init__(self, directory: Path, *, ram_bytes: int, manifest: dict | None = None,
-                 fsync: bool | str = True, background: bool = False) -> None:
-        """``background``: DRUM's merge rounds run in a thread (see Drum)."""
+                 fsync: bool | str = True, background: bool = False,
+                 cache_bytes: int = 0) -> None:
+        """``background``: DRUM's merge rounds run in a thread (see Drum). ``cache_bytes``
+        (0: none): a :class:`RecentFingerprints` of that size drops the copies of URLs
+        sent lately before they reach DRUM."""
         if manifest is None and directory.exists():
             # No checkpoint names this state: it belongs to a run that died before its
             # first checkpoint, whose URLs will all be discovered again.
             shutil.rmtree(directory)
         self.drum = Drum(directory, ram_bytes=ram_bytes, manifest=manifest, fsync=fsync,
                          background=background)
+        self._cache = RecentFingerprints(cache_bytes) if cache_bytes else None
         self._submitted_since_flush = 0
         # [epoch, new URLs] of a round taken that far before the commit reopened here.
         self._taken_before: list[int] = (manifest or {}).get(_TAKEN) or [-1, 0]
@@ -81,25 +86,44 @@ class DrumURLSeen:
         self._epoch, self._done, self._chunk, self._chunk_n = -1, 0, iter(()), 0
 
     def submit(self, fingerprints: Sequence[int],
-               payloads: Sequence[bytes] | AuxArray) -> None:
+               payloads: Sequence[bytes] | AuxArray) -> int:
         """Queue URLs for the check; new ones come out of :meth:`take_new` after a merge.
+        Returns how many of them the cache dropped as sent before.
 
         ``payloads`` (from :func:`encode_payload`) may come as an AuxArray, e.g. from
         :func:`encode_payloads`, which DRUM takes without converting.
         """
-        if len(fingerprints):
-            self.drum.check_update(np.fromiter(fingerprints, np.uint64, len(fingerprints)),
-                                   aux=payloads)
-            self._submitted_since_flush += len(fingerprints)
+        if not len(fingerprints):
+            return 0
+        return self._check(np.fromiter(fingerprints, np.uint64, len(fingerprints)), payloads)
 
-    def submit_packed(self, fingerprints: bytes, payloads: bytes, lengths: bytes) -> None:
+    def submit_packed(self, fingerprints: bytes, payloads: bytes, lengths: bytes) -> int:
         """:meth:`submit` for URLs packed by fetchers (see queue.base.FoundURLs): ``n``
         uint64 fingerprints, payloads back to back, ``n`` uint32 payload lengths."""
         fps = np.frombuffer(fingerprints, np.uint64)
         if not len(fps):
-            return
-        self.drum.check_update(fps, aux=AuxArray.from_lengths(payloads, lengths))
+            return 0
+        return self._check(fps, AuxArray.from_lengths(payloads, lengths))
+
+    def _check(self, fps: np.ndarray, aux: Sequence[bytes] | AuxArray) -> int:
+        """Send the URLs to DRUM, less those the cache knows were sent already; return
+        how many those were."""
+        cache = self._cache
+        dropped = 0
+        if cache is not None:
+            if len(aux) != len(fps):
+                raise ValueError(f"{len(aux)} payloads for {len(fps)} fingerprints")
+            kept = np.flatnonzero(cache.unseen(fps))
+            dropped = len(fps) - len(kept)
+            if dropped:
+                fps, aux = fps[kept], AuxArray.of(aux).take(kept)
+                if not len(fps):
+                    return dropped
+        self.drum.check_update(fps, aux=aux)
         self._submitted_since_flush += len(fps)
+        if cache is not None:
+            cache.remember(fps)  # only now: DRUM has them
+        return dropped
 
     @property
     def pending(self) -> int:
