@@ -123,6 +123,16 @@ EARLY_SEEN_MERGE_SHARE = 0.05
 # PLACE_BUDGET_S for the budget's length).
 ROUTE_BATCH = 256
 ROUTE_BUDGET_S = 0.010
+# And at most this share of the loop's time while the scheduler holds at least
+# ROUTE_FULL_SPEED_BELOW of frontier_ram_urls and no fetch slot idles (below that, or
+# with slots idle, the crawl waits for these URLs: routing goes at full speed). A paced
+# BEAST turn brings half of RAM at once, 45,000-48,000 URLs on the polite bench, about
+# 0.25 s of routing, which the crawl needs over the turn's 10 s: routed at once, it held
+# the manager at 0.6-0.85 of a core for 0.8 s after each turn began, the fetchers fell
+# to 0.8-1.0 of a core between them, and pages/s to about 2,000 (half-second samples).
+# The crawl uses routed URLs at ~0.02 of a core (5.6 µs a URL at 3,500 pages/s).
+ROUTE_SHARE = 0.1
+ROUTE_FULL_SPEED_BELOW = 0.25
 # The PLD graph's new edges are counted for at most this long a turn (the rest in the
 # next turns): taking a finished edges round at once took 22-76 ms on the bench.
 PUMP_BUDGET_S = 0.010
@@ -247,6 +257,7 @@ class Manager:
         self._collector: asyncio.Future[list[ItemResult]] | None = None
         self._authorities: dict[bytes, tuple[str, int, int, str, str]] = {}
         self._placing = Pace(PLACE_SHARE, PLACE_BUDGET_S)
+        self._routing = Pace(ROUTE_SHARE, ROUTE_BUDGET_S)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -825,7 +836,8 @@ class Manager:
             self._take_robots_answers()
         self._load_robots_work()
         stop = None if budget_s is None else time.perf_counter() + budget_s
-        self._route_read(stop)
+        route_stop = self._route_slice(budget_s, starving)
+        routed_s = self._route_read(route_stop)
         room = self._ram_room()
         for name, waiting in (("qr", qr), ("qr_retry", self.qr_retry)):
             if room > 0 and waiting is not None and len(waiting):
@@ -851,7 +863,7 @@ class Manager:
                     payloads = beast.read(room, drained=drained,
                                           resplit=resplit_stop is not None)
                     self._to_route.extend(payloads)
-                    self._route_read(stop)
+                    routed_s += self._route_read(route_stop)
                     room = self._ram_room()
                     if (resplit_stop is not None and beast.resplitting and room > 0
                             and time.perf_counter() < resplit_stop):
@@ -861,7 +873,24 @@ class Manager:
             finally:
                 if stop is not None and resplit_stop is not None:
                     self._placing.spent()
+        if budget_s is not None and route_stop is not None:
+            self._routing.spent(routed_s)
         self._submit_checks()
+
+    def _route_slice(self, budget_s: float | None, starving: bool) -> float | None:
+        """Until when (a perf_counter time) this feed may route URLs read from BEAST;
+        ``inf``: no limit (no ``budget_s``: a checkpoint's feed); None: not in this feed.
+
+        With a budget, routing takes ROUTE_SHARE of the time while the scheduler holds
+        enough URLs (see there), else the whole budget (still counted). With a slice
+        granted, call ``self._routing.spent(seconds routed)`` once the feed is done.
+        """
+        if budget_s is None:
+            return float("inf")
+        full = (starving or self.scheduler.queued_urls
+                < self.settings.frontier_ram_urls * ROUTE_FULL_SPEED_BELOW)
+        granted = self._routing.allowance(budget_s, full_speed=full)
+        return None if granted is None else time.perf_counter() + granted
 
     def _resplit_slice(self, stop: float | None, starving: bool) -> float | None:
         """Until when (a perf_counter time) this feed's BEAST reads may place steps of a
@@ -895,15 +924,20 @@ class Manager:
         return (self.settings.frontier_ram_urls - self.scheduler.queued_urls - self._checking
                 - len(self._to_route))
 
-    def _route_read(self, stop: float | None) -> None:
-        """Route URLs read from BEAST, in batches, until ``stop`` (a perf_counter time;
-        None: all of them)."""
+    def _route_read(self, stop: float | None) -> float:
+        """Route URLs read from BEAST, in batches, until ``stop`` (a perf_counter time,
+        checked after each batch; ``inf``: all of them; None: none); the seconds it took."""
         pending = self._to_route
+        if not pending or stop is None:
+            return 0.0
+        started = now = time.perf_counter()
         while pending:
             for _ in range(min(ROUTE_BATCH, len(pending))):
                 self._route(pending.popleft())
-            if stop is not None and time.perf_counter() >= stop:
-                return
+            now = time.perf_counter()
+            if now >= stop:
+                break
+        return now - started
 
     def _submit_checks(self) -> None:
         if self._to_check:
@@ -1208,8 +1242,9 @@ class Manager:
         assert robots is not None and qr is not None and todo is not None
         # Answers already merged go to their next stage first, so that the commits and the
         # RAM rows below describe one moment. URL-seen's new URLs need not: its commit
-        # notes how far their placing got (DrumURLSeen.take_new).
-        self._route_read(None)
+        # notes how far their placing got (DrumURLSeen.take_new). Nor do the URLs read
+        # from BEAST and not yet routed: they are saved with the RAM rows (routing up to
+        # half of RAM here held the checkpoint's turn for a quarter of a second).
         self._submit_checks()
         robots.flush()
         self._take_robots_answers()
@@ -1244,12 +1279,14 @@ class Manager:
         # made. Rows of 72,000 URLs in RAM took 49 ms to make here (the polite bench).
         flying = [item for item, _ in self.in_flight.values()]
         queued = list(self.scheduler.iter_queued())
+        unrouted = list(self._to_route)
         save_star = self.star.saver()
         self._last_checkpoint = self.clock()
         laps.lap("ram")
 
         def write() -> Path:
-            path = self.checkpoints.write(meta, _ram_rows(flying, queued), [save_star])
+            path = self.checkpoints.write(meta, _ram_rows(flying, queued, unrouted),
+                                          [save_star])
             laps.lap("write")
             if laps.total() >= 1.0:  # the fetchers may have run dry: say where it went
                 log.info("checkpoint took %.2f s: %s", laps.total(), laps)
@@ -1281,9 +1318,11 @@ def _presync_done(future: asyncio.Future[None]) -> None:
                     future.exception())
 
 
-def _ram_rows(flying: list[FetchItem], queued: list[QueuedURL]) -> Iterator[tuple]:
+def _ram_rows(flying: list[FetchItem], queued: list[QueuedURL],
+              unrouted: list[bytes]) -> Iterator[tuple]:
     """Checkpoint rows (checkpoint.read_queue) of the pages in flight, then of the URLs
-    queued in RAM: [url, depth, via], hops appended if any."""
+    queued in RAM, then of those read from BEAST and not yet routed (payloads):
+    [url, depth, via], hops appended if any."""
     # Unreported pages first: they were next in line.
     for item in flying:
         if item.kind == PAGE:
@@ -1291,6 +1330,9 @@ def _ram_rows(flying: list[FetchItem], queued: list[QueuedURL]) -> Iterator[tupl
     for q in queued:
         if not q.robots:
             yield (q.url, q.depth, q.via, q.hops)[:4 if q.hops else 3]
+    for payload in unrouted:
+        url, depth, via, hops = decode_payload(payload)
+        yield (url, depth, via, hops)[:4 if hops else 3]
 
 
 class _Laps:

@@ -43,14 +43,16 @@ class Pace:
             return None
         return want if full_speed else min(want, self._saved)
 
-    def spent(self) -> None:
-        """The slice granted by the last :meth:`allowance` is over: its time is used up."""
+    def spent(self, used: float | None = None) -> None:
+        """The slice granted by the last :meth:`allowance` is over: its time is used up,
+        or only ``used`` seconds of it (the work ran in parts, with other work between)."""
         if not self._granted:
             return
         now = self._clock()
-        # Saved at ``share`` of the time all along, used all through the slice; a slice
-        # that overran leaves a debt, of at most one burst.
-        saved = self._saved + (now - self._at) * (self.share - 1)
+        elapsed = now - self._at
+        # Saved at ``share`` of the time all along, used all through the slice (or for
+        # ``used`` of it); a slice that overran leaves a debt, of at most one burst.
+        saved = self._saved + elapsed * self.share - (elapsed if used is None else used)
         self._saved = min(self.burst, max(saved, -self.burst))
         self._at = now
         self._granted = False

@@ -26,6 +26,9 @@ from drumbeat.manager import (
     PLACE_BUDGET_S,
     PLACE_SHARE,
     ROUTE_BATCH,
+    ROUTE_BUDGET_S,
+    ROUTE_FULL_SPEED_BELOW,
+    ROUTE_SHARE,
     Manager,
     beast_host_cap,
     pld_hash,
@@ -130,7 +133,7 @@ async def _placed_in_parts(tmp_path: Path) -> None:
         assert sorted(decode_payload(p)[0] for p in out) == sorted(found)
 
 
-def test_urls_read_from_beast_are_routed_a_batch_at_a_time_and_all_before_a_checkpoint(
+def test_urls_read_from_beast_are_routed_a_batch_at_a_time_and_a_checkpoint_keeps_all(
         tmp_path: Path) -> None:
     asyncio.run(_routed_in_parts(tmp_path))
 
@@ -157,11 +160,66 @@ async def _routed_in_parts(tmp_path: Path) -> None:
         routed = manager.scheduler.queued_urls
         manager._feed(manager.clock(), budget_s=0.0)  # the next turn goes on first thing
         assert manager.scheduler.queued_urls == routed + ROUTE_BATCH
-        manager.checkpoint()  # routes the rest first: its RAM rows hold every URL
-        assert manager.scheduler.queued_urls == 4_000 and not manager._to_route
+        unrouted = len(manager._to_route)
+        manager.checkpoint()  # its RAM rows hold every URL, routed or not
+        assert len(manager._to_route) == unrouted > 0
         await asyncio.sleep(0)
     async with offline_manager(tmp_path, **changes) as restored:
         assert restored.stats().queued == 4_000  # restored from RAM rows: none lost
+
+
+def test_routing_takes_its_share_of_the_time_while_the_scheduler_holds_enough(
+        tmp_path: Path) -> None:
+    asyncio.run(_routing_paced(tmp_path))
+
+
+async def _routing_paced(tmp_path: Path) -> None:
+    # A BEAST read brings half of RAM at once, which the crawl needs over a whole turn:
+    # once the scheduler holds ROUTE_FULL_SPEED_BELOW of RAM, routing takes ROUTE_SHARE
+    # of the time; below that, or with fetch slots idle, it goes at full speed.
+    clock = [0.0]
+    changes = {"frontier_ram_urls": 10_000, "beast_turn_s": 0, "budget_max": 10_000,
+               "host_delay_s": 1.0, "host_delay_min_s": 1.0}
+    hosts = [f"http://r{i}.test" for i in range(20)]
+    async with offline_manager(tmp_path, **changes) as manager:
+        manager._routing = pace = Pace(ROUTE_SHARE, ROUTE_BUDGET_S, clock=lambda: clock[0])
+        manager._placing = Pace(1.0, 1.0)  # BEAST's re-splits are not what is paced here
+        manager._slots_idle = False
+        _admit(manager, hosts, 300)
+        floor = int(10_000 * ROUTE_FULL_SPEED_BELOW)
+
+        def feed_routed() -> int:
+            """URLs one feed routed (a turn's, with its budget spent at once)."""
+            before = manager.scheduler.queued_urls
+            manager._feed(manager.clock(), budget_s=0.0)
+            return manager.scheduler.queued_urls - before
+
+        def in_debt() -> None:
+            """Spend more than the pace has saved up: alone, it would grant nothing."""
+            pace.allowance(0.0)
+            clock[0] += 1.0
+            pace.spent()
+
+        # Below the floor the feeds route at full speed, whatever the pace has saved up.
+        for _ in range(100):
+            in_debt()
+            feed_routed()
+            if not len(manager.beast) and manager.scheduler.queued_urls >= floor:
+                break
+        assert floor <= manager.scheduler.queued_urls < floor + 2 * ROUTE_BATCH
+        assert len(manager._to_route) == 6_000 - manager.scheduler.queued_urls
+        # At the floor, a pace in debt holds routing back until time is saved up again.
+        in_debt()
+        assert feed_routed() == 0
+        manager._slots_idle = True  # unless slots idle: the crawl waits for these URLs
+        assert feed_routed() == ROUTE_BATCH
+        manager._slots_idle = False
+        assert feed_routed() == 0  # the full-speed batch counted against the pace
+        clock[0] += 2 * ROUTE_BUDGET_S / ROUTE_SHARE
+        assert feed_routed() == ROUTE_BATCH
+        manager._feed(manager.clock())  # no budget (a checkpoint's): every URL
+        assert not manager._to_route and manager.scheduler.queued_urls == 6_000
+        await asyncio.sleep(0)
 
 
 def test_forced_pld_merges_take_a_bounded_share_of_the_time(tmp_path: Path) -> None:

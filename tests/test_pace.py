@@ -90,3 +90,20 @@ def test_full_speed_grants_what_is_asked_and_counts_it() -> None:
 def test_bad_arguments_are_refused(share: float, burst: float) -> None:
     with pytest.raises(ValueError):
         Pace(share, burst)
+
+
+def test_a_slice_worked_in_parts_counts_only_the_seconds_used() -> None:
+    # A slice whose work ran in parts, with other work between (the manager's routing
+    # around BEAST's reads), is charged the seconds it says it used.
+    clock = Clock()
+    pace = Pace(0.1, 0.010, clock=clock)
+    assert pace.allowance(0.010) == 0.010
+    clock.now += 0.050  # 50 ms went by, 2 ms of them routing
+    pace.spent(0.002)
+    assert pace.allowance(0.010) == 0.010  # 10 - 2 + 5 ms saved: capped at the burst
+    clock.now += 0.050
+    pace.spent(0.050)  # all of it: a debt of 45 ms, cut to one burst
+    clock.now += 0.100  # 10 ms saved pays the debt back, and nothing more
+    assert pace.allowance(0.010) is None
+    clock.now += 0.001
+    assert pace.allowance(0.010) == pytest.approx(0.0001)
