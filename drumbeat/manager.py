@@ -382,6 +382,9 @@ class Manager:
                 await self._collect(self._wait_time(now, deadline))
                 w4 = perf_counter()
                 if self._checkpoint_due(now):
+                    # The fetchers live on what is in flight while the checkpoint's turn
+                    # runs: the slots the collect just freed are filled first.
+                    self._dispatch_and_submit(self.clock())
                     await self._synced_checkpoint()
                 else:
                     self._presync_if_due(now)

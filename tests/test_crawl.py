@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
+from drumbeat.embedded import MANAGER_SWITCH_INTERVAL_S
 from drumbeat.simweb.model import SimWebConfig
 from drumbeat.simweb.server import run_in_thread
 
@@ -218,6 +219,8 @@ def test_one_process_and_several_fetcher_processes_find_the_same(web, tmp_path):
                 or k in ("urls_admitted", "fetches", "pld_edges_new")}
         stages = json.loads((state / "stages.json").read_text())
         assert stages["fetchers"] == int(fetchers) and stages["pages"] > 0
+        # The manager's loop waits at most this long for the GIL (MANAGER_SWITCH_...).
+        assert stages["switch_interval_s"] == pytest.approx(MANAGER_SWITCH_INTERVAL_S)
         stalls = stages["stalls"]  # the manager's long loop turns, the worst 8 kept
         assert len(stalls["worst"]) == min(stalls["turns"], 8)
         # The default allocator ("auto"): the best one installed, in every process.
