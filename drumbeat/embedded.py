@@ -46,7 +46,7 @@ STAGES_NAME = "stages.json"
 # run Python for tenths of a second. Each wake then waits for the GIL up to the switch
 # interval, 5 ms by default: a loop answering small pipe messages handled 152 a second
 # beside a thread building checkpoint-like rows, against 13,700 alone; with 0.5 ms,
-# 2,700 (the thread ran 12 % slower). During a polite bench's checkpoint, while its
+# 2,700 (the thread ran 12 % slower; ``drumbeat bench gil``). During a polite bench's checkpoint, while its
 # writer thread ran, the fetchers used no CPU for 0.3 s and half their usual for 0.4 s
 # more (0.1 s samples); with 0.5 ms, they were back to full speed after 0.3 s.
 MANAGER_SWITCH_INTERVAL_S = 0.0005
