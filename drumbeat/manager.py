@@ -704,14 +704,14 @@ class Manager:
                 self._placing.spent()
 
     def _step_pld_graph(self, now: float) -> None:
-        """Merge the PLD graph when a budget refresh is due (the edges in the background:
-        budgets follow the in-degrees found so far), and move the new edges of the rounds
-        that ended into the in-degrees."""
+        """Refresh the budgets when due (the edges merge in the background: budgets
+        follow the in-degrees pumped so far), and move the new edges of the rounds that
+        ended into the in-degrees, PUMP_BUDGET_S at a time."""
         plds = self.plds
         assert plds is not None
         if now - self._last_pld_flush >= max(self.settings.budget_refresh_s,
                                              plds.last_round_s / FORCED_PLD_MERGE_SHARE):
-            plds.flush(wait=False)
+            plds.refresh()
             self._last_pld_flush = now
         plds.pump(budget_s=PUMP_BUDGET_S)
 
