@@ -62,3 +62,52 @@ async def _written_in_a_thread(tmp_path: Path) -> None:
         await manager._synced_checkpoint(final=True)
         final = manager.checkpoints.current()
         assert final != path and manager.checkpoints.read_meta(final).counters["marker"] == 2
+
+
+def test_a_checkpoints_commits_leave_their_fsyncs_to_its_writer_thread(
+        tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The commits in the loop fsync nothing; the writer thread syncs their filesystem
+    before the checkpoint goes live, and the checkpoint reopens with what was queued."""
+    asyncio.run(_fsyncs_in_the_writer(tmp_path, monkeypatch))
+
+
+async def _fsyncs_in_the_writer(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import os
+
+    from drumbeat.store import durable
+
+    fsynced_in: list[threading.Thread] = []
+    synced_in: list[threading.Thread] = []
+    fsync, sync = os.fsync, durable.DeferredSyncs.sync
+
+    def recorded_fsync(fd: int) -> None:
+        fsynced_in.append(threading.current_thread())
+        fsync(fd)
+
+    def recorded_sync(self):  # type: ignore[no-untyped-def]
+        synced_in.append(threading.current_thread())
+        assert len(self) >= 1  # the state directory's filesystem
+        sync(self)
+
+    monkeypatch.setattr(os, "fsync", recorded_fsync)
+    monkeypatch.setattr(durable.DeferredSyncs, "sync", recorded_sync)
+    clock = [1000.0]
+    async with offline_manager(tmp_path, clock=lambda: clock[0],
+                               checkpoint_interval_s=60.0) as manager:
+        manager._admit([f"http://site{i}.test/p/{j}" for i in range(20) for j in range(50)],
+                       1, None)
+        assert manager.seen is not None
+        manager.seen.flush()
+        manager._take_new_urls(clock[0])  # into BEAST's queues
+        manager.crawl_log.append_drop(clock[0], "http://dropped.test/", 1, None, "marker")
+        live = manager.checkpoints.current()
+        clock[0] += 60.0
+        fsynced_in.clear()
+        await manager._synced_checkpoint()  # the commits, in the loop
+        assert threading.main_thread() not in fsynced_in
+        path = await manager._checkpoint_writing  # type: ignore[misc]
+        assert synced_in and synced_in[0] is not threading.main_thread()
+        assert manager.checkpoints.current() == path != live
+        assert manager.stats().queued == 1_000
+    async with offline_manager(tmp_path, checkpoint_interval_s=60.0) as again:
+        assert again.stats().queued == 1_000

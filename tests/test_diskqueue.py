@@ -492,3 +492,32 @@ def test_sigkill_while_appending_then_reopen_in_a_fresh_process(tmp_path: Path) 
     out = q.read(committed["appended"])
     assert out == [b"%d" % i for i in range(committed["read"], committed["appended"])]
     q.close()
+
+
+def test_segments_closed_between_commits_are_fsynced_by_the_next_commit(
+        tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Not when they close (that held the crawl's loop): the commit fsyncs each of them,
+    the open one and the directory, so a checkpoint can defer them all."""
+    synced: list[int] = []
+    fsync = os.fsync
+
+    def recorded(fd: int) -> None:
+        synced.append(os.fstat(fd).st_ino)
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recorded)
+    q = DiskQueue(tmp_path / "q", segment_bytes=200, buffer_bytes=64)
+    q.extend([b"x" * 40 for _ in range(20)])
+    segments = sorted((tmp_path / "q").glob("*.seg"))
+    assert len(segments) >= 3 and synced == []
+    state = q.commit()
+    inodes = {p.stat().st_ino for p in segments} | {(tmp_path / "q").stat().st_ino}
+    assert inodes <= set(synced)
+    synced.clear()
+    q.extend([b"y"])
+    q.commit()
+    assert len(synced) == 1  # only the open segment now
+    q.close()
+    again = DiskQueue(tmp_path / "q", state=state, segment_bytes=200, buffer_bytes=64)
+    assert again.read(100) == [b"x" * 40] * 20
+    again.close()

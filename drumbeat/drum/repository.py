@@ -99,6 +99,7 @@ from drumbeat.drum.format import (
 from drumbeat.drum.merge import CHECK, CHECK_UPDATE, UPDATE, MergeFn, Merger, merge_bucket
 from drumbeat.drum.runs import Chunk, fold_start, merge_runs
 from drumbeat.drum.sizing import UNIT_RECORDS, Sizing, plan
+from drumbeat.store import durable
 
 STATE = "STATE.json"
 _SPARE_KINDS = ("a", "c")  # obsolete files of these kinds are kept to be overwritten
@@ -644,11 +645,7 @@ class Drum:
     def _sync_dirty(self) -> None:
         if self._fsync:
             for path in sorted(self._dirty):
-                fd = os.open(path, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                durable.fsync_path(path)
         self._dirty.clear()
 
     # ------------------------------------------------------------------ merge rounds
@@ -1257,20 +1254,13 @@ def _write_state_file(path: Path, state: dict, fsync: bool) -> None:
         f.write(body + b"\n" + f"{zlib.crc32(body):08x}\n".encode())
         if fsync:
             f.flush()
-            os.fsync(f.fileno())
+            durable.fsync(f.fileno())
     if fsync:
-        _fsync_dir(path.parent)  # new data files must be reachable before the state names them
+        # New data files must be reachable before the state names them.
+        durable.fsync_dir(path.parent)
     os.replace(tmp, path)
     if fsync:
-        _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        durable.fsync_dir(path.parent)
 
 
 def _descr(d: Any) -> Any:
@@ -1395,7 +1385,7 @@ class _CacheWriter:
         self.f.truncate()
         self.f.flush()
         if fsync:
-            os.fsync(self.f.fileno())
+            durable.fsync(self.f.fileno())
         size = self.f.tell()
         self.f.close()
         return size

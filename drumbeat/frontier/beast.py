@@ -93,6 +93,7 @@ from pathlib import Path
 import numpy as np
 
 from drumbeat.frontier.diskqueue import DiskQueue, PackedRecords
+from drumbeat.store import durable
 
 FORMAT_VERSION = 1
 _MASK64 = (1 << 64) - 1
@@ -505,14 +506,10 @@ class Beast:
             np.savez(f, **self._tables())
             if self._fsync:
                 f.flush()
-                os.fsync(f.fileno())
+                durable.fsync(f.fileno())
         os.replace(tmp, self.directory / name)
         if self._fsync:
-            fd = os.open(self.directory, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            durable.fsync_dir(self.directory)
         self._drop_tables()
         return {
             "format": FORMAT_VERSION, "commit": self._commits, "table": name,

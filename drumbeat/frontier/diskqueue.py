@@ -50,11 +50,11 @@ hashes QF's URLs are placed by), stored apart from the records in its block.
 their keys as :class:`PackedRecords` (numpy arrays and one buffer), so that a caller
 can choose records by their keys and pass them on without a Python object a record.
 
-Crash consistency: :meth:`DiskQueue.commit` writes the buffer, fsyncs the write
-segment (earlier segments were fsynced when they were closed) and the directory, and
-returns a JSON-able state: the write position, the read position (a frame's offset and
-the records of it already read), the unread count,
-the counters and ``keep``, the oldest segment a state still reopenable may need.
+Crash consistency: :meth:`DiskQueue.commit` writes the buffer, fsyncs the segments
+written since the last commit and the directory (:mod:`drumbeat.store.durable`'s fsyncs,
+which a checkpoint defers), and returns a JSON-able state: the write position, the read
+position (a frame's offset and the records of it already read), the unread count, the
+counters and ``keep``, the oldest segment a state still reopenable may need.
 Reopening with a state cuts what was appended after it (truncate/delete) and rereads
 what was read after it. Fully read segments are deleted at a commit, and only those
 that neither this commit nor the previous one needs, so either of the last two states
@@ -79,7 +79,7 @@ from typing import BinaryIO
 import numpy as np
 import xxhash
 
-from drumbeat.store.durable import fsync_dir
+from drumbeat.store import durable
 
 FORMAT_VERSION = 3
 _READABLE_VERSIONS = (1, 2, 3)
@@ -227,6 +227,8 @@ class DiskQueue:
         self._rversion = FORMAT_VERSION  # the read segment's format, once it is open
         self._rsize: int | None = None  # size of the read segment once it is complete
         self._closed = False
+        # Segments closed since the last commit, which it must fsync (with fsync on).
+        self._unsynced: list[int] = []
         if state is None:
             if self.directory.exists():
                 shutil.rmtree(self.directory)
@@ -350,9 +352,9 @@ class DiskQueue:
         self._flush()
         assert self._wfile is not None
         if self._fsync:
-            # Earlier segments are never written again: make them durable now, so a
-            # commit only has to fsync the one open segment.
-            os.fsync(self._wfile.fileno())
+            # Made durable by the next commit: fsynced here, a 64 MB segment of QF held
+            # the crawl's loop for 10-50 ms, and a checkpoint defers its commits' fsyncs.
+            self._unsynced.append(self._ws)
         self._wfile.close()
         self._ws += 1
         self._wlen = HEADER_SIZE
@@ -595,9 +597,12 @@ class DiskQueue:
         self._flush()
         assert self._wfile is not None
         if self._fsync:
-            os.fsync(self._wfile.fileno())
+            for seg in self._unsynced:
+                durable.fsync_path(self.directory / _seg_name(seg))
+            durable.fsync(self._wfile.fileno())
             if self._dir_dirty:
-                fsync_dir(self.directory)
+                durable.fsync_dir(self.directory)
+        self._unsynced.clear()
         self._dir_dirty = False
         keep = self._rs if self._last_commit_rs is None else self._last_commit_rs
         state = {

@@ -43,7 +43,7 @@ import xxhash
 from protego import Protego
 
 from drumbeat.drum import CHECK, AuxArray, Drum, DrumCorruptError, DrumError
-from drumbeat.store.durable import fsync_dir
+from drumbeat.store import durable
 
 ALLOW_ALL = "allow_all"
 RULES = "rules"
@@ -180,7 +180,7 @@ class RulesLog:
 
     def sync(self) -> None:
         if self._fsync:
-            os.fsync(self._fd)
+            durable.fsync(self._fd)
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -448,7 +448,7 @@ class RobotsStore:
         # at a commit, so bytes written after it are cut off anyway.
         self.log.sync()
         if self._fsync and not self._dir_synced:
-            fsync_dir(self.directory)  # rules.log's directory entry
+            durable.fsync_dir(self.directory)  # rules.log's directory entry
             self._dir_synced = True
         return {
             "format": MANIFEST_FORMAT,

@@ -38,6 +38,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from drumbeat.store import durable
+
 _FLUSH_BYTES = 1 << 16
 # One encoder for every line: json.dumps with options builds a new one per call.
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
@@ -99,9 +101,10 @@ class CrawlLog:
         self._pending_bytes = 0
 
     def sync(self) -> None:
-        """Flush and fsync: every appended entry is durable."""
+        """Flush and fsync: every appended entry is durable (once the thread's deferred
+        fsyncs are synced, if it defers them: store.durable)."""
         self.flush()
-        os.fsync(self._file.fileno())
+        durable.fsync(self._file.fileno())
 
     def close(self) -> None:
         """Sync and close. Idempotent."""

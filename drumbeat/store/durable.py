@@ -1,19 +1,103 @@
-"""Small helpers for crash-safe files."""
+"""Small helpers for crash-safe files.
+
+Stores make their files durable with :func:`fsync` and :func:`fsync_dir`. A thread may
+defer those calls (:func:`deferring_fsyncs`): each then only notes its file's filesystem,
+and one ``syncfs`` of each such filesystem later (:meth:`DeferredSyncs.sync`, in any
+thread) makes everything durable that the deferred calls would have. A checkpoint
+commits its stores in the crawl's loop this way, and syncs in its writer thread before
+the checkpoint goes live.
+"""
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
 import os
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+_deferral = threading.local()  # .pending: the DeferredSyncs of this thread, if any
+
+
+class DeferredSyncs:
+    """The filesystems of the fsyncs deferred in one :func:`deferring_fsyncs` block, each
+    held by a descriptor of one of its files."""
+
+    def __init__(self) -> None:
+        self._fds: dict[int, int] = {}  # st_dev -> a descriptor on that filesystem
+
+    def note(self, fd: int) -> None:
+        """Remember the filesystem of ``fd`` (a duplicate descriptor keeps it reachable
+        after the caller closes ``fd``)."""
+        device = os.fstat(fd).st_dev
+        if device not in self._fds:
+            self._fds[device] = os.dup(fd)
+
+    def __len__(self) -> int:
+        return len(self._fds)
+
+    def sync(self) -> None:
+        """Write out and wait for every filesystem noted: what each deferred fsync would
+        have made durable is durable. Raises OSError if a sync fails. Done only once."""
+        try:
+            for fd in self._fds.values():
+                _sync_filesystem_of(fd, "a deferred fsync's filesystem")
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Drop the descriptors without syncing."""
+        fds, self._fds = list(self._fds.values()), {}
+        for fd in fds:
+            os.close(fd)
+
+
+@contextmanager
+def deferring_fsyncs() -> Iterator[DeferredSyncs]:
+    """Within the block, :func:`fsync` and :func:`fsync_dir` in this thread (only) write
+    nothing out: they note their filesystem in the yielded :class:`DeferredSyncs`, whose
+    ``sync()`` the caller must run before relying on any of it being durable. Other
+    threads (e.g. DRUM's background merges) still fsync. On an exception the notes are
+    dropped."""
+    if getattr(_deferral, "pending", None) is not None:
+        raise RuntimeError("fsyncs are already deferred in this thread")
+    pending = DeferredSyncs()
+    _deferral.pending = pending
+    try:
+        yield pending
+    except BaseException:
+        pending.close()
+        raise
+    finally:
+        _deferral.pending = None
+
+
+def fsync(fd: int) -> None:
+    """``os.fsync(fd)``, or, while this thread defers fsyncs, a note of its filesystem."""
+    pending = getattr(_deferral, "pending", None)
+    if pending is None:
+        os.fsync(fd)
+    else:
+        pending.note(fd)
 
 
 def fsync_dir(directory: Path) -> None:
-    """Make creates and renames in ``directory`` durable (they live in the directory entry)."""
+    """Make creates and renames in ``directory`` durable (they live in the directory entry);
+    deferred like :func:`fsync`."""
     fd = os.open(directory, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_path(path: Path) -> None:
+    """:func:`fsync` of the file at ``path``."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fsync(fd)
     finally:
         os.close(fd)
 
@@ -33,18 +117,22 @@ def _libc_syncfs() -> Callable[[int], int] | None:
 _SYNCFS = _libc_syncfs()
 
 
+def _sync_filesystem_of(fd: int, name: str) -> None:
+    """``syncfs(fd)``; where libc has none, ``os.sync()`` (every filesystem)."""
+    if _SYNCFS is None:
+        os.sync()
+    elif _SYNCFS(fd) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"syncfs: {os.strerror(err)}", name)
+
+
 def sync_filesystem(path: Path) -> None:
     """Write out the dirty data of every file on the filesystem that holds ``path``
     (Linux ``syncfs``; where libc has none, ``os.sync``: every filesystem), waiting for
-    it. It makes nothing durable that callers rely on (they fsync their own files);
-    done ahead of a batch of fsyncs, it leaves them little to write. Raises OSError
+    it. Done ahead of a batch of fsyncs, it leaves them little to write. Raises OSError
     when ``path`` cannot be opened or the sync fails."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        if _SYNCFS is None:
-            os.sync()
-        elif _SYNCFS(fd) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"syncfs: {os.strerror(err)}", str(path))
+        _sync_filesystem_of(fd, str(path))
     finally:
         os.close(fd)

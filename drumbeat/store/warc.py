@@ -56,7 +56,7 @@ from warcio.statusandheaders import (
 )
 from warcio.timeutils import datetime_to_iso_date
 
-from drumbeat.store.durable import fsync_dir
+from drumbeat.store import durable
 
 OPEN_SUFFIX = ".open"
 WARC_SUFFIX = ".warc.gz"
@@ -322,10 +322,11 @@ class WarcWriter:
             self._file.flush()
 
     def sync(self) -> None:
-        """Flush and fsync the current file: everything written so far is durable."""
+        """Flush and fsync the current file: everything written so far is durable (once
+        the thread's deferred fsyncs are synced, if it defers them: store.durable)."""
         if self._file is not None:
             self._file.flush()
-            os.fsync(self._file.fileno())
+            durable.fsync(self._file.fileno())
 
     async def sync_off_loop(self) -> None:
         """:meth:`sync`, with the fsync run on a worker thread: the event loop (and this
@@ -410,7 +411,7 @@ class WarcWriter:
             except FileNotFoundError:
                 pass
             f.close()
-        fsync_dir(self._dir)
+        durable.fsync_dir(self._dir)
         self._file, self._name, self._size = f, name, 0
         info = {
             "software": self._software,
@@ -434,7 +435,7 @@ class WarcWriter:
         self._file.close()
         self._file = None
         os.rename(self._dir / (self._name + OPEN_SUFFIX), self._dir / self._name)
-        fsync_dir(self._dir)
+        durable.fsync_dir(self._dir)
         self._files_finished += 1
 
 
@@ -463,7 +464,7 @@ def recover_directory(directory: Path) -> list[RecoveredFile]:
         if recovered is not None:
             results.append(recovered)
     if results:
-        fsync_dir(directory)
+        durable.fsync_dir(directory)
     return results
 
 
