@@ -111,3 +111,18 @@ async def _fsyncs_in_the_writer(tmp_path: Path, monkeypatch) -> None:  # type: i
         assert manager.stats().queued == 1_000
     async with offline_manager(tmp_path, checkpoint_interval_s=60.0) as again:
         assert again.stats().queued == 1_000
+
+
+def test_the_writer_naps_between_chunks_of_rows_and_writes_every_one() -> None:
+    """The writer thread lets the loop have the GIL (CHECKPOINT_ROWS_AWAKE): a nap after
+    each whole chunk of rows, none after a part chunk, no row lost or reordered."""
+    from drumbeat.manager import _napping
+
+    naps: list[float] = []
+    assert list(_napping(range(2_500), 1_000, 0.001, sleep=naps.append)) == list(range(2_500))
+    assert naps == [0.001, 0.001]
+    naps.clear()
+    assert list(_napping(iter(range(2_000)), 1_000, 0.002, sleep=naps.append)) == list(
+        range(2_000))
+    assert naps == [0.002, 0.002]
+    assert list(_napping([], 1_000, 0.001, sleep=naps.append)) == []
