@@ -4,7 +4,13 @@ import numpy as np
 import pytest
 
 from drumbeat.fetcher import pack_edges
-from drumbeat.frontier.pldgraph import INDEGREE_DTYPE, PLDIndegree, edge_key, pld_key
+from drumbeat.frontier.pldgraph import (
+    INDEGREE_DTYPE,
+    PLDIndegree,
+    _counted,
+    edge_key,
+    pld_key,
+)
 
 
 def test_each_edge_counts_once(tmp_path):
@@ -114,6 +120,21 @@ def test_a_refresh_reports_what_pumps_queued_and_leaves_the_rest_to_them(tmp_pat
         pass
     g.refresh()
     assert heard[1:] == [("hub.test", 20_003)] and g.new_edges == 20_003
+
+
+def test_a_target_of_several_rounds_is_reported_once_with_its_last_count(tmp_path):
+    """Rounds of the in-degree repository not yet reported are reported together: a
+    target in several of them is heard once, with the in-degree after the last."""
+    heard: list[tuple[str, int]] = []
+    g = PLDIndegree(tmp_path / "g", ram_bytes=2 << 20, fsync=False,
+                    on_indegree=lambda plds, counts: heard.extend(zip(plds, counts)))
+    for target, count in (("hub.test", 2), ("x.test", 1), ("hub.test", 1)):
+        g.indegree.check_update(np.array([pld_key(target)], np.uint64),
+                                np.array([(count,)], INDEGREE_DTYPE),
+                                aux=[_counted((target.encode(), count))])
+        g.indegree.flush()  # a round each, none taken yet
+    g.refresh()
+    assert heard == [("x.test", 1), ("hub.test", 3)]
 
 
 @pytest.mark.parametrize("first", ["pump", "refresh"])

@@ -9,8 +9,8 @@ Two DRUM repositories, both with RAM fixed by configuration:
   counted per target first, so a target gets one tuple per pump however many pages link
   to it; the count and the target PLD's name ride along as aux. Each answer carries the
   in-degree before the tuple, so every target of new edges reports its exact new
-  in-degree to ``on_indegree``, once per merge round of ``indegree`` (the last of its
-  tuples there: the others would only be overwritten).
+  in-degree to ``on_indegree``, once per report of the rounds ``indegree`` merged (its
+  last tuple's: the others would only be overwritten).
 
 STAR (``star.py``) takes those counts to give each PLD its budget. Like URL-seen, both roll back
 to the checkpoint's manifests after a crash, so an edge is never counted twice.
@@ -146,25 +146,34 @@ class PLDIndegree:
             self._format_1_pending = False
 
     def _report_indegrees(self, counted: bool = True) -> None:
-        """Report the in-degrees the in-degree repository's finished rounds found, one
-        for each target of a round: its last tuple's (each pump queues one a target, and
-        a round held 3-4 pumps' worth on the bench, about 20,000 tuples for 5,000 PLDs:
-        reporting each one took 16-48 ms of the manager's turn)."""
+        """Report the in-degrees that the in-degree repository's finished rounds found,
+        one for each target: its last tuple's. Each pump queues one tuple a target, and
+        a refresh on the bench took 2-3 rounds of about 5,000 targets each; reporting
+        every tuple took 16-48 ms of the manager's turn, each round's last ones 15-40."""
+        keys: list[np.ndarray] = []
+        before: list[np.ndarray] = []
+        items: list[bytes] = []
         # DRUM keeps every round's results on disk until they are taken, so take them even
         # when nobody listens.
         for result in self.indegree.take_results():
             if self.on_indegree is None or not len(result.unique):
                 continue
-            last = _last_of_each(result.keys)
-            before = np.where(result.unique, 0, result.values["indegree"])[last].tolist()
-            items = result.aux.select(last)
-            if counted:
-                self.on_indegree(
-                    [item[_COUNT_BYTES:].decode() for item in items],
-                    [b + int.from_bytes(item[:_COUNT_BYTES], "little")
-                     for b, item in zip(before, items)])
-            else:
-                self.on_indegree([item.decode() for item in items], [b + 1 for b in before])
+            last = _last_of_each(result.keys)  # fewer items to make: one a target
+            keys.append(result.keys[last])
+            before.append(np.where(result.unique, 0, result.values["indegree"])[last])
+            items += result.aux.select(last)
+        if not keys or self.on_indegree is None:
+            return
+        last = _last_of_each(np.concatenate(keys))  # a later round's tuple comes later
+        counts = np.concatenate(before)[last].tolist()
+        items = [items[i] for i in last.tolist()]
+        if counted:
+            self.on_indegree(
+                [item[_COUNT_BYTES:].decode() for item in items],
+                [b + int.from_bytes(item[:_COUNT_BYTES], "little")
+                 for b, item in zip(counts, items)])
+        else:
+            self.on_indegree([item.decode() for item in items], [b + 1 for b in counts])
 
     @property
     def last_round_s(self) -> float:
