@@ -1239,6 +1239,52 @@ class Manager:
         each part took."""
         return self._commit_checkpoint(laps or _Laps())()
 
+    def _commit_stores(self, laps: _Laps) -> CheckpointMeta:
+        """Commit the crawl log and every store; return the checkpoint's state naming
+        their commits."""
+        for sync in self.durables:
+            sync()
+        self.crawl_log.sync()
+        laps.lap("logs")
+        seen, plds, beast, robots, qr, todo = (self.seen, self.plds, self.beast, self.robots,
+                                               self.qr, self.robots_todo)
+        assert seen is not None and plds is not None and beast is not None
+        assert robots is not None and qr is not None and todo is not None
+        # Answers already merged go to their next stage first, so that the commits and the
+        # RAM rows below describe one moment. URL-seen's new URLs need not: its commit
+        # notes how far their placing got (DrumURLSeen.take_new). Nor do the URLs read
+        # from BEAST and not yet routed: they are saved with the RAM rows (routing up to
+        # half of RAM here held the checkpoint's turn for a quarter of a second).
+        self._submit_checks()
+        robots.flush()
+        self._take_robots_answers()
+        robots.flush()
+        self._take_robots_answers()
+        assert self._checking == 0, self._checking
+        laps.lap("answers")
+        urlseen_manifest = seen.commit()
+        laps.lap("urlseen")
+        pld_manifest = self._counting_edges(plds.commit)  # moves every round's new edges
+        laps.lap("plds")
+        return CheckpointMeta(
+            urlseen_manifest=urlseen_manifest,
+            pld_manifest=pld_manifest,
+            frontier={
+                "beast": beast.commit(),
+                "robots": robots.commit(),
+                "qr": qr.commit(),
+                "qr_retry": self.qr_retry.commit(),  # type: ignore[union-attr]
+                "robots_todo": todo.commit(),
+                "robots_working": qr.working_origins(),
+                "robots_failures": self._robots_failures,
+            },
+            seeds=self.seeds,
+            pages_done=self.pages_done,
+            next_item_id=self._next_item_id,
+            counters=dict(self.counters),
+            time=time.time(),
+        )
+
     def _commit_checkpoint(self, laps: _Laps) -> Callable[[], Path]:
         """Commit every store and take what a checkpoint holds of RAM; return the call
         that writes the checkpoint's files and makes it live (it touches nothing the
@@ -1250,48 +1296,7 @@ class Manager:
         alone) behind the WARC writes of the fetchers.
         """
         with deferring_fsyncs() as pending:
-            for sync in self.durables:
-                sync()
-            self.crawl_log.sync()
-            laps.lap("logs")
-            seen, plds, beast, robots, qr, todo = (self.seen, self.plds, self.beast, self.robots,
-                                                   self.qr, self.robots_todo)
-            assert seen is not None and plds is not None and beast is not None
-            assert robots is not None and qr is not None and todo is not None
-            # Answers already merged go to their next stage first, so that the commits and the
-            # RAM rows below describe one moment. URL-seen's new URLs need not: its commit
-            # notes how far their placing got (DrumURLSeen.take_new). Nor do the URLs read
-            # from BEAST and not yet routed: they are saved with the RAM rows (routing up to
-            # half of RAM here held the checkpoint's turn for a quarter of a second).
-            self._submit_checks()
-            robots.flush()
-            self._take_robots_answers()
-            robots.flush()
-            self._take_robots_answers()
-            assert self._checking == 0, self._checking
-            laps.lap("answers")
-            urlseen_manifest = seen.commit()
-            laps.lap("urlseen")
-            pld_manifest = self._counting_edges(plds.commit)  # moves every round's new edges
-            laps.lap("plds")
-            meta = CheckpointMeta(
-                urlseen_manifest=urlseen_manifest,
-                pld_manifest=pld_manifest,
-                frontier={
-                    "beast": beast.commit(),
-                    "robots": robots.commit(),
-                    "qr": qr.commit(),
-                    "qr_retry": self.qr_retry.commit(),  # type: ignore[union-attr]
-                    "robots_todo": todo.commit(),
-                    "robots_working": qr.working_origins(),
-                    "robots_failures": self._robots_failures,
-                },
-                seeds=self.seeds,
-                pages_done=self.pages_done,
-                next_item_id=self._next_item_id,
-                counters=dict(self.counters),
-                time=time.time(),
-            )
+            meta = self._commit_stores(laps)
         laps.lap("frontier")
         # The objects, not rows: neither a queued URL nor an item in flight changes once
         # made. Rows of 72,000 URLs in RAM took 49 ms to make here (the polite bench).
