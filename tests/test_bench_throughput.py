@@ -106,6 +106,12 @@ def test_tiny_polite_drumbeat_run_end_to_end(tmp_path):
     assert server["errors"] == 0 and set(server["statuses"]) == {"200"}
     assert run["warc_bytes"] > 0
     assert list(Path(tmp_path).iterdir()) == [], "the work directory is cleaned up"
+    # The CPU is named, as /proc/cpuinfo names its first processor (x86 has "model name").
+    with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+        model = next((line.partition(":")[2].strip() for line in cpuinfo
+                      if line.startswith("model name")), "")
+    assert report["cpu_model"] and report["cpu_model"] != "unknown"
+    assert report["cpu_model"].startswith(model)
     # The interpreter both crawlers ran on is named, with where its libpython comes from.
     python = report["python"]
     assert python["version"] == platform.python_version()

@@ -376,6 +376,32 @@ def interpreter() -> dict[str, Any]:
             "executable": sys.executable, "libpython": libpython}
 
 
+def processor() -> str:
+    """The CPU that ran the benchmark, from the first processor in ``/proc/cpuinfo``: its
+    model name, family and model numbers and clock ("unknown" where there is no such file).
+
+    Figures are comparable only on one CPU. A virtual machine's model name can be as bare
+    as "AMD EPYC", so the family and model numbers are given too (they tell the
+    generation): the fetchers used 309-362 µs a page on an AMD EPYC of family 26, against
+    473-599 on the machine of an earlier session, for the same code.
+    """
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
+            for line in cpuinfo:
+                if not line.strip():
+                    break  # the end of the first processor's block
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
+    except OSError:
+        return "unknown"
+    name = fields.get("model name") or fields.get("vendor_id") or platform.machine() or "unknown"
+    numbers = [f"{k} {fields[k]}" for k in ("cpu family", "model") if k in fields]
+    if "cpu MHz" in fields:
+        numbers.append(f"{float(fields['cpu MHz']):,.0f} MHz")
+    return f"{name} ({', '.join(numbers)})" if numbers else name
+
+
 def report(plan: Plan, bench: Bench, runs: list[CrawlRun], elapsed_s: float) -> dict[str, Any]:
     out: dict[str, Any] = {
         "mode": plan.mode, "seconds": plan.seconds, "warmup_s": plan.warmup_s,
@@ -384,6 +410,7 @@ def report(plan: Plan, bench: Bench, runs: list[CrawlRun], elapsed_s: float) -> 
                 "seeds": bench.shape.seeds, "port": bench.port,
                 "nginx_workers": plan.nginx_workers},
         "cpus": len(os.sched_getaffinity(0)),
+        "cpu_model": processor(),
         "python": interpreter(),
         "runs": {f"{r.crawler}-{'polite' if r.polite else 'off'}": _run_dict(r) for r in runs},
         "elapsed_s": elapsed_s,
@@ -437,7 +464,8 @@ def print_report(rep: dict[str, Any]) -> None:
     web = rep["web"]
     table = Table(title=f"Throughput on {web['hosts']:,} hosts x {web['pages_per_host']} pages "
                         f"(nginx, {web['ips']} loopback IPs), {rep['seconds']:.0f} s measured "
-                        f"after {rep['warmup_s']:.0f} s warm-up, {rep['cpus']} CPUs")
+                        f"after {rep['warmup_s']:.0f} s warm-up, {rep['cpus']} CPUs "
+                        f"({rep['cpu_model']})")
     for col in ("run", "pages/s", "slowest 5 s", "pages", "CPU ms/page", "peak RSS MB",
                 "procs", "req/conn", "min gap/host", "hosts < delay", "robots viol.", "HTTP errors", "exit"):
         table.add_column(col, justify="left" if col == "run" else "right")
