@@ -382,7 +382,7 @@ def processor() -> str:
 
     Figures are comparable only on one CPU. A virtual machine's model name can be as bare
     as "AMD EPYC", so the family and model numbers are given too (they tell the
-    generation): the fetchers used 309-362 µs a page on an AMD EPYC of family 26, against
+    generation): the fetchers used 303-362 µs a page on an AMD EPYC of family 26, against
     473-599 on the machine of an earlier session, for the same code.
     """
     fields: dict[str, str] = {}
