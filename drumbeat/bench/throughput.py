@@ -397,8 +397,8 @@ def processor() -> str:
         return "unknown"
     name = fields.get("model name") or fields.get("vendor_id") or platform.machine() or "unknown"
     numbers = [f"{k} {fields[k]}" for k in ("cpu family", "model") if k in fields]
-    if "cpu MHz" in fields:
-        numbers.append(f"{float(fields['cpu MHz']):,.0f} MHz")
+    if "cpu MHz" in fields:  # whole MHz as the kernel wrote them: no parse to fail
+        numbers.append(f"{fields['cpu MHz'].partition('.')[0]} MHz")
     return f"{name} ({', '.join(numbers)})" if numbers else name
 
 
