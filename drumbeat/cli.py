@@ -136,6 +136,8 @@ def _add_crawl_args(p: argparse.ArgumentParser) -> None:
                    help="allow private, loopback and link-local addresses (intranet crawls)")
     p.add_argument("--user-agent", metavar="UA", default=S,
                    help="User-Agent header; name your crawler and a contact URL")
+    p.add_argument("--from", dest="from_header", metavar="EMAIL", default=S,
+                   help="From header: an e-mail address where site operators reach you")
     p.add_argument("--scope", choices=SCOPES, default=S,
                    help="follow links to any host (default), only the seeds' hosts, "
                         "or only the seeds' pay-level domains")

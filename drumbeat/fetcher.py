@@ -19,9 +19,10 @@ from time import thread_time
 from typing import Any, TypeVar
 
 from drumbeat import urls
+from drumbeat.fetch.client import ClientOptions, HttpClient, client_class
 from drumbeat.fetch.dns import DnsCache
 from drumbeat.fetch.guard import AddressPolicy
-from drumbeat.fetch.http import FetchResponse, HttpClient
+from drumbeat.fetch.response import FetchResponse
 from drumbeat.frontier.pldgraph import edge_keys
 from drumbeat.frontier.urlseen import payload_tail
 from drumbeat.parse.links import (
@@ -60,29 +61,17 @@ class FetcherStats:
 def open_http(settings: Settings) -> tuple[HttpClient, DnsCache]:
     """The HTTP client a fetcher uses, with its own resolver (close both when done).
 
-    ``settings.http_client`` picks the backend: HttpClient (aiohttp) or CurlHttpClient
-    (libcurl), which has the same interface and contract. The resolver serves robots.txt
-    redirects to other hosts only; page fetches go to the IP the manager resolved.
+    ``settings.http_client`` picks the class (CurlHttpClient or AiohttpClient: one
+    contract, drumbeat.fetch.client). The resolver serves robots.txt redirects to other
+    hosts only; page fetches go to the IP the manager resolved.
     """
     dns = DnsCache(nameserver=settings.dns_server, timeout_s=settings.dns_timeout_s,
                    negative_ttl_s=settings.dns_negative_ttl_s)
-    client_class: type[HttpClient] = HttpClient
-    if settings.http_client == "curl":
-        from drumbeat.fetch.curl import CurlHttpClient
-
-        client_class = CurlHttpClient  # type: ignore[assignment]  # same interface
-    http = client_class(
-        user_agent=settings.user_agent,
+    http = client_class(settings.http_client)(
+        ClientOptions.from_settings(settings),
         policy=AddressPolicy(allow_loopback=settings.allow_loopback,
                              allow_private=settings.allow_private),
         resolver=dns,
-        max_connections=settings.concurrency,
-        connect_timeout_s=settings.connect_timeout_s,
-        read_timeout_s=settings.read_timeout_s,
-        total_timeout_s=settings.total_timeout_s,
-        max_body_bytes=settings.max_body_bytes,
-        max_decoded_bytes=settings.max_decoded_bytes,
-        verify_tls=settings.tls_verify,
     )
     return http, dns
 

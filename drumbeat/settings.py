@@ -53,6 +53,9 @@ class Settings:
     ip_delay_min_s: float = 0.1
     crawl_delay_max_s: float = 60.0  # robots Crawl-delay is honoured up to this cap
     user_agent: str = DEFAULT_USER_AGENT
+    # The From header of every request (robots.txt included): an e-mail address where the
+    # crawler's operator can be reached, as Heritrix sends; "" = no From header.
+    from_header: str = ""
     robots_expiry_s: float = 86400.0
     # Back-off (429, 503, connect/timeout/reset): doubling from 2 x host delay, Retry-After
     # honoured, capped; forgiven after a quiet period; a failed URL gets this many fetches.
@@ -76,8 +79,8 @@ class Settings:
     max_body_bytes: int = 10 * 1024 * 1024  # longer bodies are kept truncated
     max_decoded_bytes: int = 50 * 1024 * 1024  # cap after Content-Encoding (bombs)
     # The fetchers' HTTP client: "curl" (libcurl through pycurl, drumbeat.fetch.curl) or
-    # "aiohttp" (drumbeat.fetch.http): the same contract; curl costs less CPU a page (the
-    # quick polite throughput bench: 7-15 % less in all).
+    # "aiohttp" (drumbeat.fetch.http): the same contract (drumbeat.fetch.client); curl
+    # costs less CPU a page.
     http_client: str = "curl"
     # HTTPS: check the server's certificate against the system CAs. A failure is the
     # fetch error tls:certificate (other TLS failures: tls:error); false archives such
@@ -243,6 +246,9 @@ def validate(s: Settings) -> Settings:
     need(s.max_time_s is None or s.max_time_s > 0, "max_time_s", "must be > 0 seconds")
     need(bool(s.user_agent.strip()) and "\n" not in s.user_agent, "user_agent",
          "must be a non-empty single line")
+    need(s.from_header == "" or ("@" in s.from_header and s.from_header.isascii()
+                                 and s.from_header.isprintable()), "from_header",
+         "must be empty or one line of printable ASCII with an e-mail address")
     if s.dns_server is not None:
         parse_hostport(s.dns_server)
     return s

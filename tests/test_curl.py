@@ -22,7 +22,8 @@ from drumbeat.fetch.curl import (
     parse_url,
 )
 from drumbeat.fetch.dns import DnsCache
-from drumbeat.fetch.http import FetchResponse, HttpClient
+from drumbeat.fetch.http import AiohttpClient
+from drumbeat.fetch.response import FetchResponse
 from tests.test_http import LOOPBACK_OK, UA, raw_server, run
 
 REPLY = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
@@ -67,15 +68,17 @@ def test_the_recorded_request_head_is_what_the_server_received(
     assert ("Authorization: Basic dXNlcjpwdw==" in lines) == ("user:pw@" in url)
 
 
-def test_aiohttp_sends_the_same_request_head() -> None:
+@pytest.mark.parametrize("from_header", ["", "ops@example.org"])
+def test_aiohttp_sends_the_same_request_head(from_header: str) -> None:
     """Same URL, same headers: the two backends' WARC request records agree."""
 
     async def both() -> tuple[FetchResponse, FetchResponse]:
         out = []
-        for cls in (HttpClient, CurlHttpClient):
+        for cls in (AiohttpClient, CurlHttpClient):
             async with raw_server(REPLY) as raw:
                 dns = DnsCache(nameserver="127.0.0.1:9", timeout_s=0.2, tries=1)
-                http = cls(user_agent=UA, policy=LOOPBACK_OK, resolver=dns)
+                http = cls(user_agent=UA, policy=LOOPBACK_OK, resolver=dns,
+                           from_header=from_header)
                 try:
                     r = await http.fetch(f"http://same.test:{raw.port}/p?q=1", "127.0.0.1")
                 finally:
@@ -87,6 +90,7 @@ def test_aiohttp_sends_the_same_request_head() -> None:
 
     a, c = run(both)
     assert a.request_head == c.request_head
+    assert (f"\r\nFrom: {from_header}\r\n".encode() in a.request_head) == bool(from_header)
 
 
 def test_interim_heads_and_trailers_are_not_the_response_head() -> None:

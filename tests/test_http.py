@@ -1,7 +1,7 @@
-"""HttpClient and CurlHttpClient against real servers on loopback: aiohttp.web, raw asyncio
-sockets, dnslib.
+"""AiohttpClient and CurlHttpClient against real servers on loopback: aiohttp.web, raw
+asyncio sockets, dnslib.
 
-Every test runs once per backend (the ``backend`` fixture: "aiohttp" is HttpClient,
+Every test runs once per backend (the ``backend`` fixture: "aiohttp" is AiohttpClient,
 "curl" is CurlHttpClient); where libcurl legitimately differs the test says so.
 """
 
@@ -23,10 +23,14 @@ from aiohttp import web
 from dnslib import QTYPE, RCODE, RR, A, DNSRecord
 from dnslib.server import BaseResolver, DNSHandler
 
+from drumbeat.fetch.client import HttpClient
 from drumbeat.fetch.curl import CurlHttpClient
 from drumbeat.fetch.dns import DnsCache
 from drumbeat.fetch.guard import AddressPolicy
-from drumbeat.fetch.http import FetchResponse, HttpClient
+from drumbeat.fetch.http import AiohttpClient
+from drumbeat.fetch.response import FetchResponse
+from drumbeat.fetcher import open_http
+from drumbeat.settings import Settings
 from tests.dnsserver import serve_dns
 
 UA = "drumbeat-test/1.0 (+http://example.invalid/bot)"
@@ -35,8 +39,8 @@ HTML = b"<html><body><a href='/x'>hello</a></body></html>" * 20
 ROBOTS = b"User-agent: *\nDisallow: /private\n"
 
 
-CLIENTS: dict[str, Any] = {"aiohttp": HttpClient, "curl": CurlHttpClient}
-_client_class: list[Any] = [HttpClient]
+CLIENTS: dict[str, Any] = {"aiohttp": AiohttpClient, "curl": CurlHttpClient}
+_client_class: list[Any] = [AiohttpClient]
 
 
 @pytest.fixture(autouse=True, params=sorted(CLIENTS))
@@ -46,7 +50,7 @@ def backend(request: pytest.FixtureRequest) -> Iterator[str]:
     try:
         yield request.param
     finally:
-        _client_class[0] = HttpClient
+        _client_class[0] = AiohttpClient
 
 
 # -- a DNS responder: *.test -> 127.0.0.1, everything else NXDOMAIN -----------------------
@@ -627,3 +631,53 @@ def test_robots_body_is_capped(dns: tuple[Zone, str]) -> None:
 
     r = run(main)
     assert r.truncated and len(r.body) == 1000 and r.decoded is not None and len(r.decoded) == 1000
+
+
+# -- the From header ----------------------------------------------------------------------
+
+FROM = "crawler-ops@example.org"
+# Every answer a redirect back to robots.txt, and no keep-alive: one request a connection.
+LOOP = b"HTTP/1.1 301 Moved\r\nLocation: /robots.txt\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+
+
+@pytest.mark.parametrize("from_header", ["", FROM])
+def test_from_header_goes_with_every_request_robots_hops_included(
+    dns: tuple[Zone, str], from_header: str
+) -> None:
+    async def main() -> tuple[FetchResponse, FetchResponse, RawServer]:
+        async with raw_server(LOOP) as raw, client(dns[1], from_header=from_header) as http:
+            page = await http.fetch(f"http://127.0.0.1:{raw.port}/page", None)
+            robots = await http.fetch_robots(f"http://127.0.0.1:{raw.port}/robots.txt", None)
+        return page, robots, raw
+
+    page, robots, raw = run(main)
+    assert (page.status, page.error) == (301, None)
+    assert (robots.error, len(robots.redirects)) == ("too_many_redirects", 5)
+    assert len(raw.requests) == 7  # the page, robots.txt and its five redirects
+    expected = [f"From: {from_header}".encode()] if from_header else []
+    for request in raw.requests:
+        assert [line for line in request.split(b"\r\n") if line.lower().startswith(b"from:")
+                ] == expected
+    assert page.request_head == raw.requests[0]  # the WARC request record has it too
+
+
+def test_the_from_setting_reaches_the_client_open_http_makes(backend: str) -> None:
+    settings = Settings(from_header=FROM, user_agent=UA, http_client=backend,
+                        allow_loopback=True, dns_server="127.0.0.1:9", dns_timeout_s=0.2)
+
+    async def main() -> tuple[object, FetchResponse, RawServer]:
+        async with raw_server(LOOP) as raw:
+            http, resolver = open_http(settings)
+            try:
+                r = await http.fetch(f"http://127.0.0.1:{raw.port}/", None)
+            finally:
+                await http.close()
+                await resolver.close()
+        return http, r, raw
+
+    http, r, raw = run(main)
+    assert type(http) is CLIENTS[backend]
+    assert r.status == 301
+    lines = raw.requests[0].split(b"\r\n")
+    assert f"From: {FROM}".encode() in lines
+    assert f"User-Agent: {UA}".encode() in lines

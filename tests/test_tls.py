@@ -17,11 +17,11 @@ import trustme
 
 from drumbeat.fetch.curl import CurlHttpClient
 from drumbeat.fetch.guard import AddressPolicy
-from drumbeat.fetch.http import HttpClient
+from drumbeat.fetch.http import AiohttpClient
 from drumbeat.settings import Settings
 
 BODY = b"<html><body><a href='/next'>next</a></body></html>"
-CLIENTS = [HttpClient, CurlHttpClient]
+CLIENTS = [AiohttpClient, CurlHttpClient]
 
 
 async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -1,25 +1,22 @@
-"""A libcurl (pycurl) backend for the fetchers: a drop-in for :class:`HttpClient`.
+"""A libcurl (pycurl) client for the fetchers, the default one.
 
-:class:`CurlHttpClient` has HttpClient's constructor, methods and
-:class:`~drumbeat.fetch.http.FetchResponse` contents, with the same stable error
-reasons; it is the default (``http_client = "aiohttp"`` chooses HttpClient). Transfers
-run on one ``pycurl.CurlMulti`` driven by the running asyncio loop (no threads), through
-one ``select.epoll`` of curl's own: curl's socket callback registers its sockets there,
-and that epoll's descriptor is the loop's only reader for them, so one wake-up serves
-every socket that is ready (see ``_run``); curl's timer callback records a deadline,
-and one loop timer is moved only when the deadline comes earlier. Registering each
-socket with ``add_reader``/``add_writer`` and each timeout with ``call_later`` instead
-cost about 45 µs more CPU a request (scripts/bench_http_clients.py, bare pycurl,
-``pycurl-asyncio`` 188 against ``pycurl-epoll`` 143; the perform/select loop without
-asyncio, 90). With everything this client adds (URL parsing, guard, response fields,
-decoding and the head parsing done here in Python) it cost 162-207 µs a request there,
-alternated with the reader-per-socket driver at 237-289 (HttpClient, on aiohttp, cost
-259 when the latter cost 192: the machine's speed varies from day to day).
+:class:`CurlHttpClient` implements :class:`drumbeat.fetch.client.HttpClient`, as
+:class:`drumbeat.fetch.http.AiohttpClient` does, with the same
+:class:`~drumbeat.fetch.response.FetchResponse` contents and stable error reasons
+(``http_client = "aiohttp"`` chooses the other). Transfers run on one
+``pycurl.CurlMulti`` driven by the running asyncio loop (no threads), through one
+``select.epoll`` of curl's own: curl's socket callback registers its sockets there, and
+that epoll's descriptor is the loop's only reader for them, so one wake-up serves every
+socket that is ready (see ``_run``); curl's timer callback records a deadline, and one
+loop timer is moved only when the deadline comes earlier. Registering each socket with
+``add_reader``/``add_writer`` and each timeout with ``call_later`` instead costs more CPU
+a request: a loop wake-up and a handle per socket event (scripts/bench_http_clients.py
+compares the two drivers, ``pycurl-asyncio`` and ``pycurl-epoll``).
 
-What is shared with HttpClient (drumbeat.fetch.http): URL parsing (yarl's parts; plain
-URLs are split here without yarl, see :func:`parse_url`), the address choice and guard
-check before anything is sent, the robots.txt redirect loop, body decoding and its caps,
-Retry-After, Location resolution. What curl does here:
+What is shared with AiohttpClient (drumbeat.fetch.response): URL parts as yarl gives
+them (plain URLs are split here without yarl, see :func:`parse_url`), the address choice
+and guard check before anything is sent, the robots.txt redirect loop, body decoding and
+its caps, Retry-After, Location resolution. What curl does here:
 
 * connects only to the chosen IP (``CONNECT_TO`` host:port -> ip:port; curl resolves
   nothing itself) and reuses keep-alive connections only to that same IP;
@@ -28,16 +25,16 @@ Retry-After, Location resolution. What curl does here:
 * no content decoding (``Accept-Encoding`` is sent as a plain header), no redirects,
   no proxies from the environment, HTTP/0.9 replies refused (``http:bad_status_line``);
 * the response head is kept as the bytes received (``HEADERFUNCTION``), with
-  ``Transfer-Encoding`` renamed to ``X-Crawler-Transfer-Encoding`` as HttpClient does
+  ``Transfer-Encoding`` renamed to ``X-Crawler-Transfer-Encoding`` as AiohttpClient does
   (the body is kept de-chunked); header limits as aiohttp's: a status or header line
   longer than ``max_header_bytes`` or more than 128 header lines is
   ``http:header_too_large``; a header line without a colon or with NUL/CR bytes is
   ``http:bad_header``;
-* the request head: every header is ours (``Host`` included, in HttpClient's order),
-  so curl sends exactly ``GET <path?query> HTTP/1.1``, those lines and CRLF, and that
-  is what is recorded. Tracing curl's output instead (``VERBOSE`` + ``DEBUGFUNCTION``)
-  gives the same bytes but made every request cost ~80 µs more CPU (curl formats and
-  hands over all its debug text and data); ``trace_request_head=True`` turns it on,
+* the request head: every header is ours (``Host`` included, in AiohttpClient's
+  order), so curl sends exactly ``GET <path?query> HTTP/1.1``, those lines and CRLF, and
+  that is what is recorded. Tracing curl's output instead (``VERBOSE`` +
+  ``DEBUGFUNCTION``) gives the same bytes but costs CPU on every request (curl formats
+  and hands over all its debug text and data); ``trace_request_head=True`` turns it on,
   which tests use to check the two agree;
 * the body cap: the write callback keeps ``body_cap`` bytes and stops the transfer
   (the connection is closed, not reused);
@@ -49,7 +46,7 @@ Retry-After, Location resolution. What curl does here:
   low-speed limit is no substitute: it averages over seconds, so a trickle that
   stops is not caught).
 
-Differences from HttpClient that a caller can see: a chunked body with bad framing is
+Differences from AiohttpClient that a caller can see: a chunked body with bad framing is
 ``http:bad_chunking`` (aiohttp says ``http:bad_message``); a connection reset after
 the head is ``http:incomplete_body`` (aiohttp: the same or ``http:disconnected``);
 how many bytes arrived before a timeout or reset depends on the client's reads.
@@ -64,19 +61,21 @@ import resource
 import select
 import ssl
 import time
-from typing import Final
+from typing import Any, Final
 
 import pycurl
 from yarl import URL
 
+from drumbeat.fetch.client import ROBOTS_MAX_BYTES, ClientOptions, with_changes
 from drumbeat.fetch.dns import DnsCache, Resolver
 from drumbeat.fetch.guard import AddressPolicy
-from drumbeat.fetch.http import (
+from drumbeat.fetch.response import (
+    URL_ERRORS,
     FetchResponse,
-    _head_name,
     choose_address,
     finish_response,
     follow_robots,
+    head_name,
     media_type,
     resolve_location,
 )
@@ -129,8 +128,8 @@ _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 
 class _PlainURL:
     """The parts of a plain URL (see ``_PLAIN_URL_RE``) that a fetch uses, named as
-    yarl's. Parsing a bench URL and reading its parts this way costs 4-5 µs, with yarl
-    14-15 (1,000 URLs, interleaved)."""
+    yarl's: a regular expression and a few slots cost a fraction of what building a
+    yarl URL and reading its parts does."""
 
     __slots__ = ("url", "scheme", "raw_host", "port", "host_port_subcomponent",
                  "raw_path_qs")
@@ -206,8 +205,7 @@ class _Handle:
         c.setopt(pycurl.PATH_AS_IS, 1)  # sent as yarl (so aiohttp) would send it
         # No DNS cache. curl resolves no name here (CONNECT_TO gives it the IP), but it
         # still caches an entry per host name and port, and sweeps the whole cache for
-        # stale ones as transfers start: with thousands of hosts that cost 40-80 µs of
-        # CPU a request (scripts/bench_http_clients.py, 2,000 hosts: 233-272 -> 191-199).
+        # stale ones as transfers start: a cost per request that grows with the hosts.
         c.setopt(pycurl.DNS_CACHE_TIMEOUT, 0)
         c.setopt(pycurl.CONNECTTIMEOUT_MS, max(1, int(client._connect_timeout_s * 1000)))
         c.setopt(pycurl.TIMEOUT_MS, max(1, int(client._total_timeout_s * 1000)))
@@ -228,8 +226,7 @@ class _Handle:
         # When bytes last arrived (the loop's clock); None until the request goes out.
         self.last: float | None = None
         # The body as curl hands it over, joined once at the end: a bytearray grown
-        # chunk by chunk and then copied out cost 10.0 µs for 20 KB in two chunks
-        # (16 KiB and the rest), the list and join 0.7.
+        # chunk by chunk would be copied at every growth and once more at the end.
         self.chunks: list[bytes] = []
         self.size = 0
         self.head = b""
@@ -328,7 +325,7 @@ class _Handle:
 
 def parse_fields(lines: list[bytes]) -> tuple[bytes, list[tuple[str, str]]] | None:
     """A head's field lines (each as received, with its line end) as kept: the lines with
-    CRLF ends and Transfer-Encoding renamed (see http._head_name), and the (name, value)
+    CRLF ends and Transfer-Encoding renamed (see response.head_name), and the (name, value)
     pairs, values trimmed, obsolete folding joined. None when a line is malformed: no
     colon, an empty name or one ending in a space or tab, a NUL or a stray CR.
     """
@@ -343,7 +340,7 @@ def parse_fields(lines: list[bytes]) -> tuple[bytes, list[tuple[str, str]]] | No
 
 
 def _parse_fields_by_line(lines: list[bytes]) -> tuple[bytes, list[tuple[str, str]]] | None:
-    """:func:`parse_fields` one line at a time: every case, at about three times the cost."""
+    """:func:`parse_fields` one line at a time: every case, but slower."""
     head: list[bytes] = []
     headers: list[tuple[str, str]] = []
     for raw in lines:
@@ -358,53 +355,51 @@ def _parse_fields_by_line(lines: list[bytes]) -> tuple[bytes, list[tuple[str, st
         if not colon or not name or name[-1:] in (b" ", b"\t") or b"\0" in line \
                 or b"\r" in line:
             return None
-        head.append(_head_name(name) + b":" + value + b"\r\n")
+        head.append(head_name(name) + b":" + value + b"\r\n")
         headers.append((name.decode("utf-8", "surrogateescape"),
                         value.strip(b" \t").decode("utf-8", "surrogateescape")))
     return b"".join(head), headers
 
 
 class CurlHttpClient:
-    """HttpClient's interface and contract (see :class:`drumbeat.fetch.http.HttpClient`)
-    on libcurl; see the module docstring for how and where it differs."""
+    """:class:`drumbeat.fetch.client.HttpClient` on libcurl; see the module docstring for
+    how and where it differs from AiohttpClient.
+
+    Built as AiohttpClient is (``options``, any of its fields as keywords, ``policy``,
+    ``resolver``); ``trace_request_head``: record the request head from curl's trace
+    (tests compare it with the head built here).
+    """
 
     def __init__(
         self,
+        options: ClientOptions | None = None,
         *,
-        user_agent: str,
         policy: AddressPolicy,
         resolver: Resolver | None,
-        max_connections: int = 100,
-        connect_timeout_s: float = 10,
-        read_timeout_s: float = 30,
-        total_timeout_s: float = 60,
-        max_body_bytes: int = 10 << 20,
-        max_decoded_bytes: int = 50 << 20,
-        max_header_bytes: int = 64 << 10,
-        accept_encoding: str = "gzip, deflate, br",
-        max_retry_after_s: float = 86_400,
         trace_request_head: bool = False,
-        verify_tls: bool = True,
+        **changes: Any,
     ) -> None:
+        options = with_changes(options, changes)
         self._policy = policy
-        self._verify_tls = verify_tls
+        self._verify_tls = options.verify_tls
         self._trace_request_head = trace_request_head
         self._own_dns: DnsCache | None = None
         if resolver is None:
             resolver = self._own_dns = DnsCache()
         self._dns: Resolver = resolver
-        self._max_connections = max_connections
-        self._transfers = asyncio.Semaphore(max_connections)
-        self._connect_timeout_s = connect_timeout_s
-        self._read_timeout_s = read_timeout_s
-        self._total_timeout_s = total_timeout_s
-        self._max_body_bytes = max_body_bytes
-        self._max_decoded_bytes = max_decoded_bytes
-        self._max_header_bytes = max_header_bytes
-        self._max_retry_after_s = max_retry_after_s
-        # As aiohttp sends them, after Host: User-Agent, Accept-Encoding, Accept.
-        self._request_headers = [f"User-Agent: {user_agent}",
-                                 f"Accept-Encoding: {accept_encoding}", "Accept: */*"]
+        self._max_connections = options.max_connections
+        self._transfers = asyncio.Semaphore(options.max_connections)
+        self._connect_timeout_s = options.connect_timeout_s
+        self._read_timeout_s = options.read_timeout_s
+        self._total_timeout_s = options.total_timeout_s
+        self._max_body_bytes = options.max_body_bytes
+        self._max_decoded_bytes = options.max_decoded_bytes
+        self._max_header_bytes = options.max_header_bytes
+        self._max_retry_after_s = options.max_retry_after_s
+        # As aiohttp sends them: after Host, these, then Accept.
+        self._request_headers = [f"{name}: {value}"
+                                 for name, value in options.request_headers()]
+        self._request_headers.append("Accept: */*")
         self._ca_file = _ca_file()
         self._free: list[_Handle] = []
         self._active: set[_Handle] = set()
@@ -418,16 +413,16 @@ class CurlHttpClient:
         self._timer: asyncio.TimerHandle | None = None  # the loop timer for it
         self._timer_at = 0.0
         self._sweeper: asyncio.TimerHandle | None = None
-        self._sweep_s = min(max(read_timeout_s / 4, 0.05), 5.0)
+        self._sweep_s = min(max(options.read_timeout_s / 4, 0.05), 5.0)
 
     async def fetch(self, url: str, ip: str | None) -> FetchResponse:
         """GET ``url`` from ``ip``; a redirect is returned, not followed."""
         return await self._fetch(url, ip, self._max_body_bytes, self._max_decoded_bytes)
 
     async def fetch_robots(
-        self, url: str, ip: str | None, max_bytes: int = 512 << 10
+        self, url: str, ip: str | None, max_bytes: int = ROBOTS_MAX_BYTES
     ) -> FetchResponse:
-        """GET a robots.txt, following up to five redirects (as HttpClient.fetch_robots)."""
+        """GET a robots.txt, following up to five redirects (see HttpClient.fetch_robots)."""
         return await follow_robots(
             lambda hop_url, hop_ip: self._fetch(hop_url, hop_ip, max_bytes, max_bytes), url, ip
         )
@@ -463,13 +458,16 @@ class CurlHttpClient:
     ) -> FetchResponse:
         started = time.perf_counter()
         response = FetchResponse(url=url, ip=ip, fetch_time=time.time())
-        target, refusal = await choose_address(response, self._dns, self._policy, parse_url)
-        if refusal is not None:
-            response.error = refusal
+        try:
+            target = parse_url(url)
+        except URL_ERRORS:
+            response.error = "url:invalid"
         else:
-            assert target is not None and response.ip is not None
-            async with self._transfers:  # at most max_connections in flight
-                response.error = await self._exchange(response, target, body_cap)
+            response.error = await choose_address(
+                response, target.scheme, target.raw_host, self._dns, self._policy)
+            if response.error is None:
+                async with self._transfers:  # at most max_connections in flight
+                    response.error = await self._exchange(response, target, body_cap)
         finish_response(response, started, decoded_cap, self._max_retry_after_s)
         return response
 
@@ -608,9 +606,9 @@ class CurlHttpClient:
             multi.setopt(pycurl.M_PIPELINING, 0)
             # No M_MAX_HOST_CONNECTIONS: libcurl 8.23 applies it per connected address
             # (CONNECT_TO's IP), and closes idle connections of other host names on the
-            # same IP to honour it, so hosts sharing an address never reused a connection
-            # (measured: 10 names on 3 IPs, 0 reuses with it, all reused without it). The
-            # politeness scheduler keeps one request per host in flight anyway.
+            # same IP to honour it, so hosts sharing an address never reused a
+            # connection. The politeness scheduler keeps one request per host in flight
+            # anyway.
             # max_connections caps transfers in flight (as aiohttp's limit does, which
             # counts only connections in use); curl's own total cap counts idle ones too
             # and closed them early, so it is set to the idle pool's size instead.
@@ -629,8 +627,8 @@ class CurlHttpClient:
     def _on_socket(self, what: int, fd: int, _multi: object, _data: object) -> None:
         # A curl callback: it must not raise. A socket curl lets go of stays in the epoll,
         # parked (mask 0 here): curl takes most back for the next request on that
-        # keep-alive connection, and one epoll_ctl MOD then costs about a quarter of an
-        # ADD and a DEL. A parked socket that reports an event is taken out then (_run).
+        # keep-alive connection, and one epoll_ctl MOD then costs less than a DEL and an
+        # ADD. A parked socket that reports an event is taken out then (_run).
         watched = self._watched
         mask = _EPOLL_MASK.get(what, 0)
         if not mask:

@@ -218,8 +218,7 @@ class DnsCache:
         try:
             result = await self._resolver().query_dns(name, qtype)
         except ares.DNSError as exc:
-            code = exc.args[0] if exc.args else None
-            return None, 0.0, _ARES_REASONS.get(code, ERROR)
+            return None, 0.0, _ARES_REASONS.get(exc.args[0], ERROR) if exc.args else ERROR
         wanted = pycares.QUERY_TYPE_A if qtype == "A" else pycares.QUERY_TYPE_AAAA
         addresses = [r for r in result.answer if r.type == wanted]
         if not addresses:
@@ -228,7 +227,9 @@ class DnsCache:
         # The whole chain (CNAMEs included) is only valid as long as its
         # shortest-lived record.
         ttl = min(record.ttl for record in result.answer)
-        return str(addresses[0].data.addr), float(ttl), None
+        data = addresses[0].data
+        assert isinstance(data, (pycares.ARecordData, pycares.AAAARecordData))
+        return str(data.addr), float(ttl), None
 
     def _resolver(self) -> aiodns.DNSResolver:
         if self._channel is None:
