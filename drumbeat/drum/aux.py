@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any, Union, overload
 
 import numpy as np
 
@@ -32,6 +32,12 @@ class AuxArray:
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
+
+    @overload
+    def __getitem__(self, i: int) -> bytes: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> AuxArray: ...
 
     def __getitem__(self, i: int | slice) -> bytes | AuxArray:
         if isinstance(i, slice):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -45,10 +46,10 @@ class Merger:
         if self.merge in ("add", "max"):
             op = np.add if self.merge == "add" else np.maximum
             out = np.empty(len(stored), self.dtype)
-            for name in self.dtype.names:
+            for name in self.dtype.names or ():
                 out[name] = op(stored[name], incoming[name])
             return out
-        out = np.asarray(self.merge(stored, incoming))
+        out = np.asarray(cast(MergeFn, self.merge)(stored, incoming))
         if out.dtype != self.dtype or out.shape != stored.shape:
             raise TypeError(
                 f"merge function returned {out.dtype} {out.shape}, "
@@ -62,7 +63,7 @@ class Merger:
             return values
         if self.merge == "add":
             out = np.empty_like(values)
-            for name in self.dtype.names:
+            for name in self.dtype.names or ():
                 col = values[name]
                 c = np.cumsum(col, axis=0, dtype=col.dtype)
                 out[name] = c - (c - col)[starts][seg]

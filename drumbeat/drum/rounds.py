@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -252,7 +252,7 @@ class MergeRounds:
         self._read += end
         return parts
 
-    def _run_chunks(self, run: Run, unit: list[int]) -> Iterator[Chunk]:
+    def _run_chunks(self, run: Run, unit: list[int]) -> Generator[Chunk, None, None]:
         """The sections of ``run`` for the consecutive buckets ``unit``: one sorted stream."""
         for b in unit:
             if run["sizes"][b]:

@@ -104,6 +104,6 @@ def predicted_alpha(
     growth = 2 * stored * H + p * H * checked
     tail = 2 + p + 2 * H / b
     lam = None if disk_bytes is None else 8 * M * disk_bytes * (H + P) / (H + b)
-    if lam is None or R * R < lam:
+    if lam is None or disk_bytes is None or R * R < lam:
         return 8 * M * (H + P) * growth / (b * R * R) + tail
     return (H + b) * growth / (b * disk_bytes) + tail
