@@ -76,7 +76,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for_futures
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -88,6 +88,7 @@ from drumbeat.drum.merge import CHECK, CHECK_UPDATE, UPDATE, MergeFn, Merger
 from drumbeat.drum.rounds import MergeRounds, Round
 from drumbeat.drum.sizing import Sizing
 from drumbeat.drum.state import STATE, STATE_VERSION, DrumState, Snapshot
+from drumbeat.store.durable import Durable
 
 __all__ = ["HELD_SHARE", "STATE", "STATE_VERSION", "Drum", "DrumIOError", "DrumResult",
            "DrumStats"]
@@ -432,3 +433,8 @@ class Drum:
         except BaseException as exc:
             self._broken = repr(exc)
             raise
+
+
+if TYPE_CHECKING:
+    def _durable(drum: Drum) -> Durable[Snapshot]:
+        return drum  # Drum keeps the store contract: commit() -> its Snapshot
