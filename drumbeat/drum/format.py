@@ -18,8 +18,8 @@ block::
 
     count    u32  records in the block
     length   u32  payload bytes
-    crc      u32  low 32 bits of the payload's XXH3-64 (xxhash; ~7 GB/s here,
-                  zlib.crc32 ~2 GB/s was a third of a merge round)
+    crc      u32  low 32 bits of the payload's XXH3-64 (xxhash: several times
+                  faster than zlib.crc32, which was a large share of a merge round)
     payload  length bytes
 
 Payloads per kind:
@@ -33,8 +33,7 @@ Payloads per kind:
   ``rawlen`` bytes (codec 1, :data:`LOG_LEVEL`; ISA-L's deflate via ``isal``,
   zlib when it is missing: both read either). The keys are random and stay
   raw; URL text, lengths and ops compress several-fold, and the arrival log was
-  most of the bytes a merge round writes (~91 of ~100 bytes per URL with 78-byte
-  URLs). A block is compressed only when that makes it smaller. The checksum
+  most of the bytes a merge round writes with URL aux. A block is compressed only when that makes it smaller. The checksum
   covers the stored bytes, so a damaged block fails it before inflating.
 - ``c``: a sorted run (a base or a delta, see ``repository``): one *section*
   per bucket it holds records of, in bucket order, each a sequence of blocks of
@@ -71,7 +70,7 @@ import xxhash
 
 _deflate: ModuleType
 try:
-    from isal import isal_zlib as _deflate  # ISA-L deflate, ~1 GB/s at level 1 here
+    from isal import isal_zlib as _deflate  # ISA-L deflate, faster than zlib
 except ImportError:  # pragma: no cover - isal is a dependency; zlib writes the same streams
     _deflate = zlib
 
@@ -83,7 +82,7 @@ _BLOCK = struct.Struct("<III")
 BLOCK_HEADER_SIZE = _BLOCK.size
 FOOTER_COUNT = 0xFFFFFFFF
 RAW, DEFLATE = 0, 1  # arrival-log block codecs
-LOG_LEVEL = 1  # deflate level of the arrival log: 0..3 for isal (1: ~0.9 GB/s, 7x on URLs)
+LOG_LEVEL = 1  # deflate level of the arrival log: 0..3 for isal (1: fast, URLs deflate well)
 _ARRIVAL_REST = struct.Struct("<QB")  # after an arrival block's keys: rawlen, codec
 
 
