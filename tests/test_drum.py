@@ -250,7 +250,7 @@ def _filled(tmp_path: Path) -> tuple[Drum, dict]:
     # ones to q files; the rest are only in the arrival log.
     pending = np.concatenate([keys[:350] + np.uint64(1), keys[:350] + np.uint64(1 << 63)])
     drum.check_update(pending, aux=[b"x"] * len(pending))
-    assert drum._live["sn"] and drum._ram_n
+    assert drum.state.live["sn"] and drum.buffer.ram_n
     manifest = drum.commit()
     drum.close()
     return drum, manifest
@@ -551,10 +551,13 @@ class _GatedDrum(Drum):
     def __init__(self, *args, **kwargs) -> None:
         self.gate = threading.Event()
         super().__init__(*args, **kwargs)
+        body = self.rounds.body
 
-    def _round_body(self, rnd):
-        assert self.gate.wait(30), "the test never opened the gate"
-        return super()._round_body(rnd)
+        def gated(rnd):
+            assert self.gate.wait(30), "the test never opened the gate"
+            return body(rnd)
+
+        self.rounds.body = gated
 
 
 def _keys(lo: int, hi: int) -> np.ndarray:
@@ -607,9 +610,9 @@ def test_held_tuples_past_their_share_are_written_ahead_and_begin_the_next_epoch
         for lo in range(200, 1800, 100):
             drum.check_update(_keys(lo, lo + 100), aux=_long_aux(lo, lo + 100))
     assert not gated.gate.is_set()  # no submit waited for the round
-    epoch = gated._snap["epoch"]
+    epoch = gated.state.snap["epoch"]
     assert (tmp_path / "gated" / f"a-{epoch + 1:08d}.drum").exists()
-    assert 0 < gated._next["an"] <= 1600 and gated._held_n < 1600
+    assert 0 < gated.buffer.next["an"] <= 1600 and gated.buffer.held_n < 1600
     assert gated.stats().pending == 300 + 1600
     gated.gate.set()
     opener.cancel()
@@ -643,7 +646,7 @@ def test_a_submit_waits_for_the_round_when_the_next_epoch_cannot_take_what_is_he
     keys = np.arange(1000, 2000, dtype=np.uint64)
     drum.check_update(keys, aux=_long_aux(100, 1100))
     assert drum.gate.is_set()  # it returned once the round could end, not before
-    assert drum._next is None  # nothing was written ahead
+    assert drum.buffer.next is None  # nothing was written ahead
     opener.join()
     drum.flush()
     assert [a for *_, a in drain(drum)] == _long_aux(0, 1100)
@@ -658,8 +661,8 @@ def test_tuples_written_ahead_of_a_round_that_never_ended_are_gone_on_reopening(
     drum.flush(wait=False)
     for lo in range(300, 1500, 100):
         drum.check_update(_keys(lo, lo + 100), aux=_long_aux(lo, lo + 100))
-    epoch = drum._snap["epoch"]
-    assert drum._next is not None
+    epoch = drum.state.snap["epoch"]
+    assert drum.buffer.next is not None
     ahead = sorted(p.name for p in tmp_path.glob(f"[aq]-{epoch + 1:08d}*.drum"))
     assert ahead and f"a-{epoch + 1:08d}.drum" in ahead
     drum.gate.set()
@@ -678,14 +681,21 @@ def test_background_rounds_with_tuples_written_ahead_give_the_results_of_sync_on
     class SlowDrum(Drum):  # rounds last while a few batches come
         ahead = 0
 
-        def _round_body(self, rnd):
-            time.sleep(0.003)
-            return super()._round_body(rnd)
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            body, write_ahead = self.rounds.body, self.buffer.write_ahead
 
-        def _write_ahead(self) -> bool:
-            written = super()._write_ahead()
-            self.ahead += written
-            return written
+            def slow_body(rnd):
+                time.sleep(0.003)
+                return body(rnd)
+
+            def counted_write_ahead() -> bool:
+                written = write_ahead()
+                self.ahead += written
+                return written
+
+            self.rounds.body = slow_body
+            self.buffer.write_ahead = counted_write_ahead
 
     value = np.dtype([("n", "<i8")])
     got = {}
@@ -714,9 +724,14 @@ def test_background_rounds_with_tuples_written_ahead_give_the_results_of_sync_on
 def test_a_failed_background_round_breaks_the_repository_on_the_next_call(
         tmp_path: Path) -> None:
     class FailingDrum(Drum):
-        def _round_body(self, rnd):
-            rnd.r_file.close()
-            raise OSError(28, "No space left on device")  # as a full disk would
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+
+            def failing_body(rnd):
+                rnd.r_file.close()
+                raise OSError(28, "No space left on device")  # as a full disk would
+
+            self.rounds.body = failing_body
 
     drum = FailingDrum(tmp_path, ram_bytes=1 << 16, fsync=False, background=True)
     drum.check_update(_keys(0, 100), aux=_aux(0, 100))

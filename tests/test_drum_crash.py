@@ -58,22 +58,24 @@ def model(batches: int, grow: bool = False) -> tuple[dict[int, int], list[tuple]
 
 def child_main(directory: str, seed: int, kill: str, fsync: bool | str,
                ram: int = OPTS["ram_bytes"], background: bool = False) -> None:
-    """Run the stream; ``kill`` = "Owner.attr:n:mode" SIGKILLs the child at that call
-    (from the round's thread too, with ``background``: rounds then run there, and half
-    the flushes do not wait)."""
-    from drumbeat.drum import repository
+    """Run the stream; ``kill`` = "module.Owner.attr:n:mode" (a module of drumbeat.drum)
+    SIGKILLs the child at that call (from the round's thread too, with ``background``:
+    rounds then run there, and half the flushes do not wait)."""
+    import importlib
 
     if kill:
         target, count, mode = kill.split(":")
+        module_name, _, target = target.partition(".")
+        module = importlib.import_module(f"drumbeat.drum.{module_name}")
         owner_name, _, attr = target.rpartition(".")
-        owner = getattr(repository, owner_name) if owner_name else repository
+        owner = getattr(module, owner_name) if owner_name else module
         original = getattr(owner, attr)
         calls = [0]
 
         def hooked(*args, **kwargs):
             calls[0] += 1
             if calls[0] == int(count):
-                if mode == "torn":  # Drum._append: half of the data reaches the file
+                if mode == "torn":  # WriteAheadBuffer.append: half of the data reaches the file
                     _self, path, length, *_rest, data = args
                     if length:
                         with open(path, "r+b") as f:
@@ -164,23 +166,23 @@ def verify(tmp_path: Path) -> None:
 
 
 KILL_POINTS = [
-    "Drum._append:150:torn",
-    "Drum._append:200:after",
-    "_CacheWriter.write:25:after",
-    "_CacheWriter.close:30:before",
-    "Drum._write_blocks:12:after",
-    "_write_state_file:15:before",
-    "_write_state_file:22:after",
-    "_Stream.take:200:after",
+    "buffer.WriteAheadBuffer.append:150:torn",
+    "buffer.WriteAheadBuffer.append:200:after",
+    "rounds.CacheWriter.write:25:after",
+    "rounds.CacheWriter.close:30:before",
+    "rounds.MergeRounds.write_blocks:12:after",
+    "state._write_state_file:15:before",
+    "state._write_state_file:22:after",
+    "delivery._Stream.take:200:after",
 ]
 
 
 # Kill points with epochs held in RAM (merged from RAM, results in arrival order).
 RAM_KILL_POINTS = [
-    "Drum._flush_arrivals:20:after",
-    "_CacheWriter.close:6:before",
-    "Drum._write_blocks:6:after",
-    "_Stream.take:40:after",
+    "buffer.WriteAheadBuffer.flush_arrivals:20:after",
+    "rounds.CacheWriter.close:6:before",
+    "rounds.MergeRounds.write_blocks:6:after",
+    "delivery._Stream.take:40:after",
 ]
 
 
@@ -188,14 +190,33 @@ RAM_KILL_POINTS = [
 # results), in the caller's (a spill, the state, tuples written ahead to the next
 # epoch's files) while one may run.
 BACKGROUND_KILL_POINTS = [
-    ("Drum._write_ahead:20:after", 1 << 14),
-    ("Drum._log_block:150:after", 1 << 14),
-    ("_CacheWriter.write:25:after", 1 << 14),
-    ("Drum._write_blocks:12:after", 1 << 14),
-    ("Drum._append:200:after", 1 << 14),
-    ("_write_state_file:22:after", 1 << 14),
-    ("_CacheWriter.close:6:before", 1 << 17),
+    ("buffer.WriteAheadBuffer.write_ahead:20:after", 1 << 14),
+    ("buffer.WriteAheadBuffer.log_block:150:after", 1 << 14),
+    ("rounds.CacheWriter.write:25:after", 1 << 14),
+    ("rounds.MergeRounds.write_blocks:12:after", 1 << 14),
+    ("buffer.WriteAheadBuffer.append:200:after", 1 << 14),
+    ("state._write_state_file:22:after", 1 << 14),
+    ("rounds.CacheWriter.close:6:before", 1 << 17),
 ]
+
+
+# A point's seed is the CRC of the name it had when Drum was one class (owner names of
+# drumbeat.drum.repository), so that each point still runs the stream it always ran.
+_SEED_NAMES = {
+    "buffer.WriteAheadBuffer.": "Drum._",
+    "rounds.MergeRounds.": "Drum._",
+    "rounds.CacheWriter.": "_CacheWriter.",
+    "state.": "",
+    "delivery.": "",
+}
+
+
+def _seed(kill: str) -> int:
+    for new, old in _SEED_NAMES.items():
+        if kill.startswith(new):
+            kill = old + kill[len(new):]
+            break
+    return zlib.crc32(kill.encode())
 
 
 @pytest.mark.parametrize("kill,ram,background", [(k, 1 << 14, False) for k in KILL_POINTS]
@@ -203,7 +224,7 @@ BACKGROUND_KILL_POINTS = [
                          + [(k, ram, True) for k, ram in BACKGROUND_KILL_POINTS])
 def test_killed_at_a_precise_point(tmp_path: Path, kill: str, ram: int,
                                    background: bool) -> None:
-    rc = run_child(tmp_path / "drum", seed=zlib.crc32(kill.encode()), kill=kill, ram=ram,
+    rc = run_child(tmp_path / "drum", seed=_seed(kill), kill=kill, ram=ram,
                    background=background)
     assert rc == -signal.SIGKILL, "the kill point was never reached"
     assert (tmp_path / "progress.json").exists(), "killed before the first commit"

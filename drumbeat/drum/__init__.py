@@ -1,7 +1,7 @@
 """DRUM: IRLbot's Disk Repository with Update Management.
 
-Imports numpy, xxhash (block checksums: XXH3 runs ~7 GB/s here against ~2 GB/s for
-zlib.crc32, which was a third of a merge round) and the standard library; nothing of the
+Imports numpy, xxhash (block checksums: XXH3 is several times faster than zlib.crc32,
+which was a large share of a merge round) and the standard library; nothing of the
 crawler.
 
 A repository maps 64-bit keys to fixed-size values (a numpy structured dtype,

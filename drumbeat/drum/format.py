@@ -18,8 +18,8 @@ block::
 
     count    u32  records in the block
     length   u32  payload bytes
-    crc      u32  low 32 bits of the payload's XXH3-64 (xxhash; ~7 GB/s here,
-                  zlib.crc32 ~2 GB/s was a third of a merge round)
+    crc      u32  low 32 bits of the payload's XXH3-64 (xxhash: several times
+                  faster than zlib.crc32, which was a large share of a merge round)
     payload  length bytes
 
 Payloads per kind:
@@ -33,8 +33,7 @@ Payloads per kind:
   ``rawlen`` bytes (codec 1, :data:`LOG_LEVEL`; ISA-L's deflate via ``isal``,
   zlib when it is missing: both read either). The keys are random and stay
   raw; URL text, lengths and ops compress several-fold, and the arrival log was
-  most of the bytes a merge round writes (~91 of ~100 bytes per URL with 78-byte
-  URLs). A block is compressed only when that makes it smaller. The checksum
+  most of the bytes a merge round writes with URL aux. A block is compressed only when that makes it smaller. The checksum
   covers the stored bytes, so a damaged block fails it before inflating.
 - ``c``: a sorted run (a base or a delta, see ``repository``): one *section*
   per bucket it holds records of, in bucket order, each a sequence of blocks of
@@ -60,17 +59,20 @@ from __future__ import annotations
 import os
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import IO, Any
 
 import numpy as np
 import xxhash
 
+_deflate: ModuleType
 try:
-    from isal import isal_zlib as _deflate  # ISA-L deflate, ~1 GB/s at level 1 here
+    from isal import isal_zlib as _deflate  # ISA-L deflate, faster than zlib
 except ImportError:  # pragma: no cover - isal is a dependency; zlib writes the same streams
-    _deflate = zlib  # type: ignore[assignment]
+    _deflate = zlib
 
 MAGIC = b"DRUM"
 FORMAT_VERSION = 6
@@ -80,7 +82,7 @@ _BLOCK = struct.Struct("<III")
 BLOCK_HEADER_SIZE = _BLOCK.size
 FOOTER_COUNT = 0xFFFFFFFF
 RAW, DEFLATE = 0, 1  # arrival-log block codecs
-LOG_LEVEL = 1  # deflate level of the arrival log: 0..3 for isal (1: ~0.9 GB/s, 7x on URLs)
+LOG_LEVEL = 1  # deflate level of the arrival log: 0..3 for isal (1: fast, URLs deflate well)
 _ARRIVAL_REST = struct.Struct("<QB")  # after an arrival block's keys: rawlen, codec
 
 
@@ -133,7 +135,7 @@ def encode_block(count: int, payload: bytes | memoryview) -> bytes:
     return _BLOCK.pack(count, len(payload), _checksum(payload)) + bytes(payload)
 
 
-def block_parts(count: int, parts: list) -> list[memoryview | bytes]:
+def block_parts(count: int, parts: Iterable[Any]) -> list[memoryview | bytes]:
     """The block ``encode_block(count, b"".join(parts))`` as a list of buffers, without copying.
 
     ``parts`` are bytes-like objects or C-contiguous numpy arrays (taken as raw
@@ -148,7 +150,7 @@ def block_parts(count: int, parts: list) -> list[memoryview | bytes]:
     return [_BLOCK.pack(count, length, h.intdigest() & 0xFFFFFFFF), *views]
 
 
-def write_parts(f, buffers: list) -> int:
+def write_parts(f: IO[bytes], buffers: Iterable[Any]) -> int:
     """Write ``buffers`` to the binary file ``f`` in order; return the bytes written.
 
     Goes straight to the file (no joined copy of the data): large blocks stay views.
@@ -160,16 +162,16 @@ def write_parts(f, buffers: list) -> int:
     return n
 
 
-def _raw(part) -> memoryview:
+def _raw(part: Any) -> memoryview:
     if isinstance(part, np.ndarray):
         if not part.nbytes:
             return memoryview(b"")
-        return memoryview(np.ascontiguousarray(part).reshape(-1).view(np.uint8))
+        return memoryview(np.ascontiguousarray(part).reshape(-1).view(np.uint8))  # type: ignore[arg-type]
     return memoryview(part).cast("B")
 
 
-def arrival_parts(keys: np.ndarray, rest: list, compress: bool,
-                  scratch: bytearray | None = None) -> list:
+def arrival_parts(keys: np.ndarray, rest: list[Any], compress: bool,
+                  scratch: bytearray | None = None) -> list[Any]:
     """The payload of an ``a`` block as parts for :func:`block_parts`: the u64
     ``keys``, then ``rest`` (the other columns and the aux bytes), deflated when
     ``compress`` and that makes it smaller.
@@ -181,12 +183,12 @@ def arrival_parts(keys: np.ndarray, rest: list, compress: bool,
     raw_len = sum(len(v) for v in views)
     if compress and raw_len:
         if scratch is not None and len(scratch) >= raw_len:
-            joined = memoryview(scratch)
+            whole = memoryview(scratch)
             at = 0
             for v in views:
-                joined[at:at + len(v)] = v
+                whole[at:at + len(v)] = v
                 at += len(v)
-            joined = joined[:raw_len]
+            joined: bytes | memoryview = whole[:raw_len]
         else:
             joined = b"".join(views)
         packed = _deflate.compress(joined, LOG_LEVEL, -15)
@@ -225,7 +227,7 @@ def encode_footer(total: int) -> bytes:
     return encode_block(FOOTER_COUNT, struct.pack("<Q", total))
 
 
-def read_block(path: Path, f, offset: int, end: int) -> tuple[int, bytes, int]:
+def read_block(path: Path, f: IO[bytes], offset: int, end: int) -> tuple[int, bytes, int]:
     """Read the block at ``offset`` (``f`` positioned there); return (count, payload, next).
 
     ``end`` is where valid data stops; a block reaching past it is a truncation.

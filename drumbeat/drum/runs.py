@@ -22,7 +22,7 @@ already written.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 
 import numpy as np
 
@@ -56,18 +56,18 @@ def fold_start(counts: list[int]) -> int:
     return j
 
 
-def merge_runs(runs: list[Iterable[Chunk]]) -> Iterator[Chunk]:
+def merge_runs(runs: list[Iterable[Chunk]]) -> Generator[Chunk, None, None]:
     """Merge sorted runs (oldest first, each a stream of sorted chunks of distinct keys)
     into one sorted stream of distinct keys, the newest run's value winning.
 
     Streams in slabs: each step takes, from every run, its records up to the
     smallest last key of the runs' current chunks, so RAM is one chunk per run.
     """
-    its = [iter(r) for r in runs]
+    its: list[Iterator[Chunk] | None] = [iter(r) for r in runs]
     bufs: list[Chunk | None] = [None] * len(its)
     while True:
         for i, it in enumerate(its):
-            while it is not None and (bufs[i] is None or not len(bufs[i][0])):
+            while it is not None and (bufs[i] is None or not len(bufs[i][0])):  # type: ignore[index]
                 chunk = next(it, None)
                 if chunk is None:
                     its[i] = None

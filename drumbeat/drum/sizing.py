@@ -23,22 +23,21 @@ record buffers are one shared RAM buffer of ``k M = R / 4`` in arrival order,
 spilled to per-bucket files only when it fills (see ``repository``); the ``k``
 aux buffers are the arrival log's, written every ``Delta`` bytes. ``k`` is
 ``R / (4 M)`` with ``M = 1 MiB``, rounded down to a power of two (buckets are
-chosen by the key's high bits), between 1 and 4096. The paper used 256 KiB; here
-creating a file costs ~0.4 ms (measured: 8 k opens took 3.5 s of a 13 s run
-with 1024 buckets) and a round creates 4 files per bucket, so fewer, larger
-buffers win; the growth term of alpha stays negligible below billions of keys.
+chosen by the key's high bits), between 1 and 4096. The paper used 256 KiB; creating
+a file is costly (with 1024 buckets the opens were a large share of a run) and a
+round creates 4 files per bucket, so fewer, larger buffers win; the growth term of alpha stays negligible below billions of keys.
 
 Theorem 2 counts a full rewrite of the sorted file per round (IRLbot's
 design, and drumbeat's before format 5). drumbeat now writes a delta run per
 round and rewrites the base only when the deltas reach a quarter of it
 (:mod:`.runs`): a round reads every run but writes a small multiple of its own
-delta (about 7x in a simulation of equal rounds), not the whole repository, so
+delta, not the whole repository, so
 the measured alpha falls below (14) as ``U`` grows.
 
 ``Delta`` is ``R / 16`` but at most 4 MiB (:data:`MAX_CHUNK`): every block is
 read into a fresh buffer, and glibc serves buffers above its mmap threshold
-(32 MiB at most) from new zeroed pages each time -- reading 170 MB in 64 MiB
-blocks took 253 ms here, in 4 MiB blocks 38 ms.
+(32 MiB at most) from new zeroed pages each time, so reading in large blocks is
+several times slower than in 4 MiB blocks.
 """
 
 from __future__ import annotations
@@ -50,8 +49,8 @@ MAX_CHUNK = 4 << 20
 # A merge round handles runs of consecutive buckets with about this many tuples at
 # once (a bucket holding more is merged alone, up to ``bucket_records``). Every
 # work array of a unit is then at most a few MiB, memory glibc hands back on the
-# next unit; a unit of 10 M tuples allocated ~1 GB of fresh pages per round, and
-# on this VM a fresh page costs up to ~3 ms per MB.
+# next unit; a much larger unit allocates fresh pages every round, which are slow
+# on some VMs.
 UNIT_RECORDS = 1 << 18
 MAX_BUCKETS = 4096
 KEY_BYTES = 8  # H
@@ -104,6 +103,6 @@ def predicted_alpha(
     growth = 2 * stored * H + p * H * checked
     tail = 2 + p + 2 * H / b
     lam = None if disk_bytes is None else 8 * M * disk_bytes * (H + P) / (H + b)
-    if lam is None or R * R < lam:
+    if lam is None or disk_bytes is None or R * R < lam:
         return 8 * M * (H + P) * growth / (b * R * R) + tail
     return (H + b) * growth / (b * disk_bytes) + tail

@@ -89,6 +89,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -187,7 +188,7 @@ class Beast:
     crawl wait in QF, and are asked about when they leave it.
     """
 
-    def __init__(self, directory: Path, *, state: dict | None = None, queues: int = 2,
+    def __init__(self, directory: Path, *, state: dict[str, Any] | None = None, queues: int = 2,
                  max_queues: int = 64, pld_slots: int = 1 << 20, host_cap: int = 0,
                  host_slots: int = 1 << 20, fsync: bool = True,
                  rebudget: Rebudget, budgets_of: BudgetsOf | None = None,
@@ -495,7 +496,7 @@ class Beast:
 
     # -- commits -----------------------------------------------------------------------
 
-    def commit(self) -> dict:
+    def commit(self) -> dict[str, Any]:
         """Make the queues and the table durable; return the state to reopen with."""
         ring = [q.commit() for q in self._ring]
         qf = self._qf.commit()
@@ -529,7 +530,7 @@ class Beast:
         return {**_used_slots({"tag": self._tag, "turn": self._turn, "count": self._count}),
                 **_used_slots({"host_turn": self._hturn, "host_count": self._hcount}, "host_")}
 
-    def _reopen(self, state: dict) -> None:
+    def _reopen(self, state: dict[str, Any]) -> None:
         if state.get("format") != FORMAT_VERSION:
             raise ValueError(f"BEAST state format {state.get('format')!r}, "
                              f"expected {FORMAT_VERSION}")

@@ -74,7 +74,7 @@ import struct
 import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 import xxhash
@@ -206,7 +206,7 @@ class DiskQueue:
     :meth:`commit` (one of the last two) reopens exactly that commit's contents.
     """
 
-    def __init__(self, directory: Path, *, state: dict | None = None,
+    def __init__(self, directory: Path, *, state: dict[str, Any] | None = None,
                  segment_bytes: int = 64 << 20, fsync: bool = True,
                  buffer_bytes: int = 1 << 20) -> None:
         if segment_bytes <= HEADER_SIZE:
@@ -591,7 +591,7 @@ class DiskQueue:
 
     # -- commits -----------------------------------------------------------------------
 
-    def commit(self) -> dict:
+    def commit(self) -> dict[str, Any]:
         """Make everything appended so far durable; return the state to reopen with."""
         self._usable()
         self._flush()
@@ -621,7 +621,7 @@ class DiskQueue:
         self._last_commit_rs = self._rs
         return state
 
-    def _reopen(self, state: dict) -> None:
+    def _reopen(self, state: dict[str, Any]) -> None:
         if state.get("format") not in _READABLE_VERSIONS:
             raise ValueError(f"disk queue state format {state.get('format')!r}, "
                              f"expected one of {_READABLE_VERSIONS}")

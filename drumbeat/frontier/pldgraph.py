@@ -24,6 +24,7 @@ from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import xxhash
@@ -57,7 +58,7 @@ OnIndegree = Callable[[list[str], list[int]], None]
 
 
 class PLDIndegree:
-    def __init__(self, directory: Path, *, ram_bytes: int, manifest: dict | None = None,
+    def __init__(self, directory: Path, *, ram_bytes: int, manifest: dict[str, Any] | None = None,
                  fsync: bool | str = True, on_indegree: OnIndegree | None = None,
                  background: bool = False) -> None:
         """``on_indegree(plds, counts)`` hears the targets of new edges and their new
@@ -214,7 +215,7 @@ class PLDIndegree:
                 i += 1
         return counts
 
-    def commit(self) -> dict:
+    def commit(self) -> dict[str, Any]:
         """Durable point for a checkpoint; new edges of every merge are moved first (a
         background round is waited for)."""
         self.edges.settle()

@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from drumbeat.frontier.diskqueue import DiskQueue
 
@@ -35,7 +36,7 @@ class _Generation:
 
 
 class RobotsWaitQueue:
-    def __init__(self, directory: Path, *, state: dict | None, max_wait_s: float,
+    def __init__(self, directory: Path, *, state: dict[str, Any] | None, max_wait_s: float,
                  min_wait_s: float = 0.0, gen_s: float = 1.0, clock: Callable[[], float] = time.monotonic,
                  fsync: bool = True) -> None:
         self.queue = DiskQueue(directory, state=state["queue"] if state else None, fsync=fsync)
@@ -145,7 +146,7 @@ class RobotsWaitQueue:
 
     # -- durability ------------------------------------------------------------------------
 
-    def commit(self) -> dict:
+    def commit(self) -> dict[str, Any]:
         return {"queue": self.queue.commit(),
                 "gens": [[g.gen, g.records] for g in self._gens if g.records],
                 "next_gen": self._next_gen}

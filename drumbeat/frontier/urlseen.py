@@ -19,6 +19,7 @@ import shutil
 from collections.abc import Iterator, Sequence
 from operator import length_hint
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 
@@ -64,7 +65,7 @@ _TAKEN = "urlseen_taken"  # the manifest's key for DrumURLSeen's place in a roun
 class DrumURLSeen:
     """URL-seen for one crawl, stored in ``directory``."""
 
-    def __init__(self, directory: Path, *, ram_bytes: int, manifest: dict | None = None,
+    def __init__(self, directory: Path, *, ram_bytes: int, manifest: dict[str, Any] | None = None,
                  fsync: bool | str = True, background: bool = False,
                  cache_bytes: int = 0) -> None:
         """``background``: DRUM's merge rounds run in a thread (see Drum). ``cache_bytes``
@@ -176,10 +177,10 @@ class DrumURLSeen:
                 next(self._chunk)
             yield from self._chunk
 
-    def commit(self) -> dict:
+    def commit(self) -> dict[str, Any]:
         """DRUM's manifest (see Drum.commit), with the new URLs taken of the round that
         :meth:`take_new` is delivering."""
-        manifest = self.drum.commit()
+        manifest = cast("dict[str, Any]", self.drum.commit())  # Drum's, plus _TAKEN
         if self._epoch == -1:  # nothing delivered yet: the place reopened at still holds
             manifest[_TAKEN] = list(self._taken_before)
         else:

@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 _deferral = threading.local()  # .pending: the DeferredSyncs of this thread, if any
 
@@ -136,3 +137,26 @@ def sync_filesystem(path: Path) -> None:
         _sync_filesystem_of(fd, str(path))
     finally:
         os.close(fd)
+
+
+State_co = TypeVar("State_co", covariant=True)
+
+
+class Durable(Protocol[State_co]):
+    """The contract of drumbeat's stores (``Drum``, ``Beast``, ``DiskQueue``,
+    ``RobotsWaitQueue``, ``RobotsStore``): what survives a crash, and how a store comes back.
+
+    - :meth:`commit` makes everything done so far durable and returns the committed
+      state: a JSON-able mapping (``State_co``, a TypedDict or ``dict[str, Any]`` per
+      store) that the manager writes into its checkpoint as it is.
+    - Reopening: the store's constructor takes that mapping back (``state=`` or
+      ``manifest=``) and restores exactly that commit; without it, the store starts
+      anew (or, for ``Drum``, at its latest durable state).
+    - The mapping is the on-disk format of checkpoints already written: a store may
+      add keys, never rename, drop or re-encode one (a format change needs a version
+      field and a reader for the old one).
+    """
+
+    def commit(self) -> State_co:
+        """Make the store's state durable; return it (JSON-able)."""
+        ...
