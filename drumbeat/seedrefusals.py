@@ -19,19 +19,16 @@ only the pathological.
 from __future__ import annotations
 
 import json
-import logging
 import os
 from collections import Counter
 from pathlib import Path
 from typing import IO
 
+from drumbeat.store import durable
 from drumbeat.store.crawllog import CrawlLog
-from drumbeat.store.durable import fsync_dir
 
 FILE_NAME = "refused_seeds.jsonl"
 MAX_RECORDED = 100_000
-
-log = logging.getLogger("drumbeat")
 
 # Reasons an operator fixes with a flag or the network, and what to say about each.
 _HINTS = {
@@ -78,8 +75,9 @@ class SeedRefusals:
             self._file.flush()
 
     def sync(self) -> None:
+        """Make the refusals noted so far durable (with the checkpoint's stores)."""
         self._file.flush()
-        os.fsync(self._file.fileno())
+        durable.fsync(self._file.fileno())
 
     def finish(self) -> None:
         """The run ended cleanly: the file keeps this run's fixable refusals only."""
@@ -92,7 +90,7 @@ class SeedRefusals:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
-        fsync_dir(self.path.parent)
+        durable.fsync_dir(self.path.parent)
 
     def close(self) -> None:
         self._file.close()
@@ -136,6 +134,4 @@ def _read(path: Path) -> dict[str, str]:
             continue  # a torn last line after a crash
         if isinstance(url, str) and isinstance(reason, str) and len(seeds) < MAX_RECORDED:
             seeds[url] = reason
-    if lines and len(seeds) < len(lines):
-        log.info("%s: %d lines, %d seeds to try again", path, len(lines), len(seeds))
     return seeds
