@@ -1,14 +1,17 @@
 """The command line: ``drumbeat crawl | stats | demo | simweb``.
 
-Exit codes: 0 the command did its job (a crawl that completed or stopped at a limit or a
-signal); 1 it could not run (state dir in use, unreadable checkpoint); 2 bad arguments,
-settings or config file (one line on stderr naming the setting).
+Exit codes (EXIT_CODES, listed in ``drumbeat crawl --help``): 0 the command did its job
+(a crawl finished, or stopped at --max-pages / --max-time); 1 it failed (state dir in use,
+unreadable checkpoint, a fetcher process failing, or every seed refused and nothing
+fetched); 2 bad arguments, settings, config file or state dir (one line on stderr naming
+it); 3 the crawl was stopped by SIGINT/SIGTERM and resumes with the same --state.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -27,7 +30,15 @@ from drumbeat.settings import (
     load_toml,
 )
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED = 0, 1, 2, 3
+EXIT_CODES = f"""\
+Exit status:
+  {EXIT_OK}  the crawl finished, or stopped at --max-pages or --max-time
+  {EXIT_FAILED}  it failed: state dir in use, unreadable state, a fetcher process failing,
+     or every seed refused (the message says why and which flag fixes it)
+  {EXIT_USAGE}  bad arguments, settings, config file or --state directory
+  {EXIT_STOPPED}  stopped by SIGINT/SIGTERM; run the same command again to resume
+"""
 
 _D = Settings()
 
@@ -38,7 +49,11 @@ flags given now override them); nothing queued is lost, even after `kill -9`.
 SIGINT/SIGTERM stop gracefully (a second one stops at once).
 
 Limits: --max-pages counts pages over the whole crawl (resumes included); --max-time
-counts this run only.
+counts this run only (a resume runs without one unless given again).
+
+Seeds: a seed without a scheme gets http:// (example.org/a, localhost:8080). A seed
+refused for a reason a flag or the network fixes (a loopback or private address, a DNS
+failure) is said so on the terminal and tried again on the next run.
 
 Config file: TOML with setting names as keys, at top level or under [crawl], e.g.
     host_delay_s = 1.5
@@ -59,7 +74,8 @@ Spam defence (IRLbot STAR + BEAST): a pay-level domain passes at most its budget
 URLs per beast_turn_s seconds (budget_default = {_D.budget_default} for the long tail, more for
 well-linked domains; beast_turn_s defaults to budget_default x host_delay_s, 0 = unpaced);
 the rest waits on disk, nothing is dropped.
-"""
+
+""" + EXIT_CODES
 
 
 class _Parser(argparse.ArgumentParser):
@@ -100,16 +116,18 @@ _nonneg_int = _int_at_least(0)
 
 def _add_crawl_args(p: argparse.ArgumentParser) -> None:
     S = argparse.SUPPRESS
-    p.add_argument("urls", nargs="*", metavar="URL", help="seed URLs")
+    p.add_argument("urls", nargs="*", metavar="URL",
+                   help="seed URLs (http:// is assumed when a URL has no scheme)")
     p.add_argument("--seeds", dest="seeds_file", metavar="FILE", default=S,
-                   help="file of seed URLs, one per line ('#' comments)")
+                   help="file of seed URLs, one per line, UTF-8 ('#' comments)")
     p.add_argument("--state", dest="state_dir", metavar="DIR", required=True,
                    help="state directory: checkpoints, WARC files, crawl.log (created if missing; "
                         "an existing one is resumed)")
     p.add_argument("--max-pages", type=_pos_int, metavar="N", default=S,
                    help="stop after N pages fetched in total (default: no limit)")
     p.add_argument("--max-time", dest="max_time_s", type=_nonneg_float, metavar="SECONDS",
-                   default=S, help="stop this run after SECONDS (default: no limit)")
+                   default=S, help="stop this run after SECONDS; not remembered for a "
+                                   "resume (default: no limit)")
     p.add_argument("--host-delay", dest="host_delay_s", type=_nonneg_float, metavar="SECONDS",
                    default=S, help=f"min seconds between requests to one host "
                                    f"(default {_D.host_delay_s:g})")
@@ -159,8 +177,14 @@ def build_parser() -> argparse.ArgumentParser:
                            epilog=CRAWL_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_crawl_args(crawl)
 
-    stats = sub.add_parser("stats", help="summarise a crawl's state directory")
-    stats.add_argument("state_dir", metavar="DIR")
+    stats = sub.add_parser("stats", help="summarise a crawl's state directory",
+                           description="Summarise a crawl from its crawl.log and WARC files: "
+                                       "pages, bytes, status counts, errors by reason, hosts, "
+                                       "duration (runs added, the time between them not) "
+                                       "and pages/s.")
+    stats.add_argument("state_dir", metavar="DIR",
+                       help="the crawl's state directory (what `drumbeat crawl --state` got); "
+                            "it may be in use by a running crawl")
     stats.add_argument("--json", action="store_true", help="print one JSON object")
 
     demo = sub.add_parser("demo", help="crawl the bundled synthetic web for about 30 s")
@@ -187,12 +211,33 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     return build(Settings(), saved, file_layer, flags)
 
 
+def check_state_dir(path: Path) -> None:
+    """Raise SettingsError (one line) unless ``path`` is, or can be made, a directory this
+    process can write in."""
+    what = f"--state {path}"
+    for parent in (path, *path.parents):
+        if parent.exists() and not parent.is_dir():
+            where = "is" if parent == path else f"is under {parent}, which is"
+            raise SettingsError(f"{what} {where} a file, not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise SettingsError(f"{what}: cannot create it: {e.strerror}") from None
+    try:
+        probe = path / f".write-test-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as e:
+        raise SettingsError(f"{what}: cannot write in it: {e.strerror}") from None
+
+
 def cmd_crawl(args: argparse.Namespace) -> int:
     from drumbeat.checkpoint import CheckpointError
     from drumbeat.drum import DrumError
     from drumbeat.embedded import CrawlError, run_crawl
     from drumbeat.gctune import tune_gc
 
+    check_state_dir(Path(args.state_dir))
     settings = settings_from_args(args)
     if args.reexec:
         reexec_if_needed(settings.allocator, sys.argv[1:])  # returns if nothing to do
@@ -202,10 +247,17 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     except (CrawlError, CheckpointError, DrumError) as e:
         print(f"drumbeat crawl: cannot run: {e}", file=sys.stderr)
         return EXIT_FAILED
+    except OSError as e:  # the disk: full, read-only, gone
+        print(f"drumbeat crawl: failed: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    if outcome.seeds_refused:
+        print(f"drumbeat crawl: {outcome.seeds_refused}", file=sys.stderr)
     print(f"crawl stopped ({outcome.stop_reason}) after {outcome.elapsed_s:,.1f} s: "
           f"{outcome.pages_done:,} pages in total, {outcome.queued:,} URLs still queued; "
           f"state in {outcome.state_dir}", file=sys.stderr)
-    return EXIT_OK
+    if outcome.all_seeds_refused:
+        return EXIT_FAILED
+    return EXIT_STOPPED if outcome.stop_reason == "signal" else EXIT_OK
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -294,8 +346,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SettingsError, AllocatorMissing) as e:
         print(f"drumbeat {args.command}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt:  # before the crawl's own handlers, or in another command
+        return EXIT_STOPPED if args.command == "crawl" else 130
 
 
 if __name__ == "__main__":

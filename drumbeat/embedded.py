@@ -8,6 +8,8 @@ State directory layout::
     DIR/crawl.log          JSON lines, one per fetch attempt or dropped URL
     DIR/drumbeat.log       diagnostics (INFO and above)
     DIR/stages.json        where the last run's time went, per stage (written at its end)
+    DIR/runs.jsonl         where each run began in crawl.log (store.summary.note_run_start)
+    DIR/refused_seeds.jsonl  seeds to try again on the next run (see seedrefusals.py)
 
 Fetching runs in ``fetchers`` child processes (one per core by default), or on the
 manager's own event loop when ``fetchers`` is 0.
@@ -20,6 +22,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import time
@@ -36,8 +39,9 @@ from drumbeat.progress import Progress
 from drumbeat.queue.base import ManagerQueue
 from drumbeat.queue.local import LocalTaskQueue
 from drumbeat.queue.process import ProcessTaskQueue, WorkerFailed
+from drumbeat.seedrefusals import SeedRefusals, SeedWatchingLog
 from drumbeat.settings import Settings, SettingsError, save_for_resume
-from drumbeat.store.crawllog import CrawlLog
+from drumbeat.store.summary import CRAWL_LOG_NAME, note_run_start
 from drumbeat.store.warc import WarcWriter, recover_directory
 
 STAGES_NAME = "stages.json"
@@ -66,15 +70,36 @@ class CrawlOutcome:
     queued: int
     state_dir: Path
     elapsed_s: float
+    pages_this_run: int = 0
+    seeds_refused: str | None = None  # one line on the seeds this run refused, if any
+    all_seeds_refused: bool = False  # every seed tried this run was refused, none fetched
 
 
 def read_seeds_file(path: Path) -> list[str]:
-    """One URL per line; blank lines and lines starting with '#' are ignored."""
+    """One URL per line (UTF-8, a byte order mark allowed); blank lines and lines starting
+    with '#' are ignored."""
     try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        lines = path.read_text(encoding="utf-8-sig", errors="replace").splitlines()
     except OSError as e:
         raise SettingsError(f"setting 'seeds_file': cannot read {path}: {e.strerror}") from None
     return [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
+
+
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+_HOST_PORT = re.compile(r"[^:/?#]+:[0-9]+(?:[/?#]|$)")
+
+
+def with_scheme(seed: str) -> str:
+    """``seed`` with ``http://`` in front when it has no scheme, as wget and curl read
+    ``example.org/a`` or ``localhost:8080``; a scheme other than http(s), such as
+    ``mailto:``, is kept so that the seed is rejected naming it."""
+    if "://" in seed:
+        return seed
+    if seed.startswith("//"):
+        return "http:" + seed
+    if _SCHEME.match(seed) and not _HOST_PORT.match(seed):
+        return seed
+    return "http://" + seed
 
 
 @contextmanager
@@ -129,36 +154,34 @@ async def _crawl(settings: Settings, state_dir: Path) -> CrawlOutcome:
     warc_dir.mkdir(exist_ok=True)
     for rec in recover_directory(warc_dir):
         log.warning("recovered WARC file after a crash: %s", rec)
-    crawl_log = CrawlLog(state_dir / "crawl.log")
+    log_path = state_dir / CRAWL_LOG_NAME
+    crawl_log = SeedWatchingLog(log_path)
     if crawl_log.repaired_bytes:
         log.warning("cut a torn last line (%d bytes) off crawl.log", crawl_log.repaired_bytes)
+    note_run_start(state_dir, log_path.stat().st_size)
+    refusals = crawl_log.refusals = SeedRefusals(state_dir)
     try:
-        return await _run(settings, state_dir, crawl_log, started)
+        outcome = await _run(settings, state_dir, crawl_log, refusals, started)
     finally:
         crawl_log.close()
+        refusals.close()
+    refusals.finish()
+    return outcome
 
 
-async def _run(settings: Settings, state_dir: Path, crawl_log: CrawlLog,
-               started: float) -> CrawlOutcome:
+async def _run(settings: Settings, state_dir: Path, crawl_log: SeedWatchingLog,
+               refusals: SeedRefusals, started: float) -> CrawlOutcome:
     fetchers = settings.fetcher_processes()
     async with _fetching(settings, fetchers) as (queue, durables, fetcher_stats):
-        manager = Manager(settings, queue, crawl_log, durables=durables)
+        manager = Manager(settings, queue, crawl_log, durables=[*durables, refusals.sync])
         try:
             resumed = manager.restore()
             pages_before = manager.pages_done
             cpu_before = time.process_time()
-            seeds = list(settings.seeds)
-            if settings.seeds_file is not None:
-                seeds += read_seeds_file(settings.seeds_file)
-            rejected = manager.add_seeds(seeds)
-            for line in rejected:
-                print(f"drumbeat crawl: warning: seed {line}", file=sys.stderr)
-            if not resumed and not manager.seeds:
-                raise SettingsError("no usable seed URLs: give http(s) URLs, --seeds FILE, "
-                                    "or the state dir of a crawl to resume")
-            log.info("%s crawl in %s with %d fetcher processes: %d seeds given, %d rejected; "
+            tried = _add_seeds(settings, manager, refusals, resumed)
+            log.info("%s crawl in %s with %d fetcher processes: %d seeds to try; "
                      "malloc: %s; compiled: %s", "resuming" if resumed else "starting",
-                     state_dir, fetchers, len(seeds), len(rejected), allocator.in_use(),
+                     state_dir, fetchers, tried, allocator.in_use(),
                      ", ".join(compiled_modules()) or "none (pure Python)")
 
             loop = asyncio.get_running_loop()
@@ -190,8 +213,35 @@ async def _run(settings: Settings, state_dir: Path, crawl_log: CrawlLog,
                  manager_cpu_s=time.process_time() - cpu_before)
     progress.final()
     stats = manager.stats()
+    pages = manager.pages_done - pages_before
+    report = refusals.report(tried)
+    if report:
+        log.warning("%s", report)
     return CrawlOutcome(reason, resumed, stats.pages_done, stats.queued + stats.in_flight,
-                        state_dir, time.monotonic() - started)
+                        state_dir, time.monotonic() - started, pages, report,
+                        all_seeds_refused=bool(report) and len(refusals.refused) >= tried
+                        and pages == 0 and reason == "done")
+
+
+def _add_seeds(settings: Settings, manager: Manager, refusals: SeedRefusals,
+               resumed: bool) -> int:
+    """Send this run's seeds to URL-seen and earlier runs' refused seeds past it (see
+    seedrefusals); returns how many seeds this run tries."""
+    seeds = list(settings.seeds)
+    if settings.seeds_file is not None:
+        seeds += read_seeds_file(settings.seeds_file)
+    seeds = [with_scheme(s) for s in seeds]
+    known = len(manager.seeds)
+    rejected = manager.add_seeds(seeds)
+    for line in rejected:
+        print(f"drumbeat crawl: warning: seed {line}", file=sys.stderr)
+    if not resumed and not manager.seeds:
+        raise SettingsError("no usable seed URLs: give http(s) URLs, --seeds FILE, "
+                            "or the state dir of a crawl to resume")
+    if refusals.pending:
+        log.info("trying again %d seeds an earlier run refused", len(refusals.pending))
+        manager.readmit(refusals.pending)
+    return len(set(manager.seeds[known:]) | set(refusals.pending))
 
 
 @asynccontextmanager

@@ -351,6 +351,14 @@ class Manager:
         self._admit(good, depth=0, via=None)
         return rejected
 
+    def readmit(self, seeds: Iterable[str]) -> None:
+        """Send seeds an earlier run refused past URL-seen (which has seen them) again, their
+        origins' refusals expired: this run's DNS and address policy decide (seedrefusals)."""
+        assert self.robots is not None
+        for url in seeds:
+            self.robots.record_refused(urls.origin_of(url), "readmitted", 0.0)
+            self._route(encode_payload(url, 0, None, 0))
+
     def _set_seeds(self, seeds: list[str]) -> None:
         self.seeds = seeds
         hosts = {urls.host_of(u) for u in seeds}

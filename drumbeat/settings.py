@@ -299,7 +299,9 @@ def build(base: Settings | None = None, *layers: Mapping[str, Any]) -> Settings:
 
 
 SAVED_FILE = "settings.json"
-_NOT_SAVED = {"state_dir", "seeds", "seeds_file", "progress"}
+# Not remembered for a resume: where the state is, what this run was given to crawl, and
+# what limits or shows this run only (--max-time counts this run's time, not the crawl's).
+_NOT_SAVED = {"state_dir", "seeds", "seeds_file", "progress", "max_time_s"}
 
 
 def save_for_resume(s: Settings) -> None:

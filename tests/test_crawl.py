@@ -277,7 +277,8 @@ def test_loopback_is_refused_without_allow_flag(web, tmp_path):
     state = tmp_path / "state"
     start = len(web.requests)
     proc = subprocess.run(crawl_cmd(web, state), capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr  # every seed refused: the crawl failed
+    assert "use --allow-loopback" in proc.stderr
     assert len(web.requests) == start, "nothing may reach a refused address"
     entries = read_log(state)
     assert entries and all(e["error"] == "guard:loopback" for e in entries)
@@ -331,7 +332,7 @@ def test_sigterm_stops_gracefully_and_resume_completes(web, tmp_path):
     time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
+    assert proc.returncode == 3, err  # stopped, resumable
     assert "crawl stopped (signal)" in err
     first = fetched_pages(read_log(state))
     assert 0 < len(first) < len(truth.fetched)

@@ -62,3 +62,15 @@ def test_saved_settings_round_trip(tmp_path: Path):
     assert (resumed.host_delay_s, resumed.dns_server, resumed.ip_delay_s) == (
         0.7, "127.0.0.1:5353", 0.1)
     assert load_saved(tmp_path / "nothing-here") == {}
+
+
+def test_max_time_limits_one_run_and_is_not_saved(tmp_path: Path):
+    from drumbeat.settings import SAVED_FILE, load_saved, save_for_resume
+
+    save_for_resume(build(Settings(), {"state_dir": str(tmp_path), "max_time_s": 5,
+                                       "max_pages": 100}))
+    saved = load_saved(tmp_path)
+    assert "max_time_s" not in saved and saved["max_pages"] == 100
+    # A state dir an older drumbeat saved it in: a resume ignores it.
+    (tmp_path / SAVED_FILE).write_text('{"max_time_s": 5.0, "host_delay_s": 1.0}')
+    assert load_saved(tmp_path) == {"host_delay_s": 1.0}

@@ -8,7 +8,13 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from drumbeat.store.crawllog import CrawlLog
-from drumbeat.store.summary import _DistinctCounter, render_summary, summarize
+from drumbeat.store.summary import (
+    _DistinctCounter,
+    _Refetches,
+    note_run_start,
+    render_summary,
+    summarize,
+)
 from drumbeat.store.warc import WarcWriter
 
 
@@ -70,6 +76,8 @@ def test_counts_on_a_synthetic_log(tmp_path: Path) -> None:
     assert summary == {
         "pages": 5,
         "ok": 3,
+        "refetched_after_crash": 0,
+        "runs": 1,
         "distinct_urls_fetched": 4,
         "bytes": 50 + 1000 + 10 + 1000 + 5000,
         "status_counts": {"200": 3, "301": 1, "404": 1},
@@ -129,3 +137,40 @@ def test_distinct_counter_matches_a_set(values: list[int]) -> None:
     for v in values:
         counter.add(v)
     assert counter.count() == len(set(values))
+
+
+def test_a_page_fetched_again_after_a_crash_counts_once_and_gaps_are_not_duration(
+        tmp_path: Path) -> None:
+    path = tmp_path / "crawl.log"
+    note_run_start(tmp_path, 0)
+    with CrawlLog(path) as log:
+        for t, url in ((100.0, "http://a.test/"), (105.0, "http://a.test/b"),
+                       (110.0, "http://a.test/c")):
+            log.append(line(t, url, 200))
+    # The run was killed after b and c, before its checkpoint: the next run, an hour
+    # later, fetches them again, then goes on.
+    note_run_start(tmp_path, path.stat().st_size)
+    with CrawlLog(path) as log:
+        for t, url in ((3700.0, "http://a.test/c"), (3702.0, "http://a.test/b"),
+                       (3705.0, "http://a.test/d")):
+            log.append(line(t, url, 200))
+    summary = summarize(tmp_path)
+    assert summary["runs"] == 2
+    assert summary["pages"] == 4 and summary["ok"] == 4
+    assert summary["refetched_after_crash"] == 2
+    assert summary["status_counts"] == {"200": 4}
+    assert summary["duration_s"] == 10.0 + 5.0
+    assert summary["pages_per_s"] == 4 / 15.0
+    console = Console(record=True, width=100)
+    render_summary(summary, console)
+    assert "in 2 runs" in console.export_text()
+
+
+def test_refetches_are_recognised_within_a_fixed_window() -> None:
+    refetches = _Refetches(window=2)
+    assert not any(refetches.is_refetch(v) for v in (1, 2, 3))
+    refetches.run_starts()  # the window holds 2 and 3
+    assert not refetches.is_refetch(1), "older than the window: not remembered"
+    assert refetches.is_refetch(3)
+    assert not refetches.is_refetch(3), "a page counts as re-fetched once"
+    assert refetches.is_refetch(2)

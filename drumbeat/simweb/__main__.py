@@ -19,14 +19,21 @@ from drumbeat.simweb.server import SimWeb
 def build_parser() -> argparse.ArgumentParser:
     defaults = SimWebConfig()
     parser = argparse.ArgumentParser(
-        prog="drumbeat simweb", description="Serve a deterministic synthetic web on loopback."
+        prog="drumbeat simweb",
+        description="Serve a deterministic synthetic web on loopback: virtual hosts on "
+        "127.1.x.y addresses, with its own DNS responder on 127.0.0.1.",
+        epilog='Prints one JSON line once every socket listens: {"port": HTTP port, "dns": '
+        '"127.0.0.1:PORT" (for drumbeat crawl --dns-server), "seeds": [seed URLs]}; then '
+        "serves until SIGINT or SIGTERM and exits 0. Crawl it with --allow-loopback.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--hosts", type=int, default=defaults.hosts, help="virtual hosts")
     parser.add_argument("--ips", type=int, default=defaults.ips, help="127.1.x.y addresses")
     parser.add_argument(
         "--pages-per-host", type=int, default=defaults.pages_per_host, help="mean pages per host"
     )
-    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument("--seed", type=int, default=defaults.seed,
+                        help="random seed: the same seed serves the same web")
     parser.add_argument("--port", type=int, default=defaults.port, help="HTTP port (0: any free)")
     parser.add_argument(
         "--dns-port",
@@ -34,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.dns_port,
         help="UDP port on 127.0.0.1 (0: any free)",
     )
-    parser.add_argument("--request-log", default=None, help="append requests here as JSON lines")
+    parser.add_argument("--request-log", metavar="FILE", default=None,
+                        help="append requests here as JSON lines")
     parser.add_argument(
         "--crawl-delay",
         type=float,

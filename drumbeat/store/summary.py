@@ -5,14 +5,22 @@ hashes kept in numpy arrays, deduplicated per chunk of 1 Mi hashes: memory is at
 8 bytes per log line (less when URLs repeat), about 80 MB per 10 M lines, not the
 size of the Python objects. A bounded sketch (HyperLogLog) would be the next step if
 that ever matters.
+
+A crawl may run several times (resumes, restarts after a crash). ``DIR/runs.jsonl`` says
+where each run began in the log (:func:`note_run_start`), so the duration is the sum of
+the runs' spans, not counting the time between runs, and a page fetched again after a
+crash counts once (see :class:`_Refetches`).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import time
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -20,12 +28,77 @@ import xxhash
 from rich.console import Console
 from rich.table import Table
 
-from drumbeat.store.crawllog import read_crawl_log
 from drumbeat.store.warc import OPEN_SUFFIX, WARC_SUFFIX
 
 CRAWL_LOG_NAME = "crawl.log"
 WARC_DIR_NAME = "warc"
+RUNS_NAME = "runs.jsonl"
 _CHUNK_ITEMS = 1 << 20
+# Page URLs remembered from before a run's start (see _Refetches): more than a crawl
+# fetches between two checkpoints at the default interval.
+REFETCH_WINDOW = 1 << 20
+
+
+def note_run_start(state_dir: Path, log_offset: int) -> None:
+    """Record that a run starts appending to the crawl log at byte ``log_offset``.
+
+    ``runs.jsonl``: one JSON line per run, ``{"start": epoch seconds, "log_offset": n}``.
+    """
+    with open(state_dir / RUNS_NAME, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"start": time.time(), "log_offset": log_offset}) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _run_offsets(state_dir: Path) -> list[int]:
+    """The crawl-log offsets where runs after the first began, ascending."""
+    offsets: set[int] = set()
+    try:
+        lines = (state_dir / RUNS_NAME).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []
+    for line in lines:
+        try:
+            offset = json.loads(line)["log_offset"]
+        except (ValueError, KeyError, TypeError):
+            continue  # a torn last line
+        if isinstance(offset, int) and offset > 0:
+            offsets.add(offset)
+    return sorted(offsets)
+
+
+class _Refetches:
+    """Recognises a page fetched again after a crash.
+
+    A crash loses what the crawl did since its last checkpoint; the next run fetches
+    those URLs again. So only a page fetched shortly before a run began can be fetched
+    twice: the last REFETCH_WINDOW page URLs before each run's start are kept (hashes in
+    a ring, 8 bytes each) and a page of a later run that matches one counts as a
+    re-fetch, once. Memory is fixed by REFETCH_WINDOW, whatever the log's size.
+    """
+
+    def __init__(self, window: int = REFETCH_WINDOW) -> None:
+        self._ring = np.zeros(window, dtype=np.uint64)
+        self._filled = 0
+        self._suspects = np.empty(0, dtype=np.uint64)  # sorted: the window at a run start
+        self._matched = np.empty(0, dtype=bool)
+
+    def run_starts(self) -> None:
+        n = min(self._filled, len(self._ring))
+        self._suspects = _sorted_unique(self._ring[:n].copy())
+        self._matched = np.zeros(len(self._suspects), dtype=bool)
+
+    def is_refetch(self, value: int) -> bool:
+        """Whether the page URL of hash ``value`` repeats one from before this run."""
+        self._ring[self._filled % len(self._ring)] = value
+        self._filled += 1
+        if not len(self._suspects):
+            return False
+        i = int(np.searchsorted(self._suspects, np.uint64(value)))
+        if i == len(self._suspects) or self._suspects[i] != value or self._matched[i]:
+            return False
+        self._matched[i] = True
+        return True
 
 
 class _DistinctCounter:
@@ -80,29 +153,37 @@ def _host(url: str) -> str | None:
 def summarize(state_dir: Path, extra_counters: Mapping[str, int] | None = None) -> dict[str, Any]:
     """Summarize the crawl in ``state_dir`` (its ``crawl.log`` and ``warc/`` files).
 
-    Keys: ``pages`` (page attempts that got an HTTP response), ``ok`` (of those, 2xx),
+    Keys: ``pages`` (page attempts that got an HTTP response, a page fetched again after
+    a crash counted once), ``ok`` (of those, 2xx), ``refetched_after_crash`` (the pages
+    not counted so), ``runs`` (runs of the crawl, as ``runs.jsonl`` records them),
     ``distinct_urls_fetched`` (distinct URLs among ``pages``), ``bytes`` (body bytes
     of all attempts, robots included), ``status_counts`` ({"200": n} over pages),
     ``errors`` ({reason: n} over all attempts), ``robots_fetches`` (robots attempts),
     ``truncated``, ``hosts`` (distinct hosts with any attempt), ``first_time`` /
-    ``last_time`` (epoch seconds or null), ``duration_s``, ``pages_per_s`` (null
+    ``last_time`` (epoch seconds or null), ``duration_s`` (the sum over runs of each
+    run's first to last entry: the time between runs is not counted), ``pages_per_s`` (null
     without a duration), ``warc_files`` / ``warc_bytes`` (open files included),
     ``log_lines``, ``log_malformed_lines``, ``log_torn_bytes``, and ``counters`` =
     ``extra_counters`` when given. The result is JSON-serializable. Entries with
     missing or mistyped fields are counted as far as they can be, never fatal.
     """
     state_dir = Path(state_dir)
-    reader = read_crawl_log(state_dir / CRAWL_LOG_NAME)
+    reader = _LogReader(state_dir / CRAWL_LOG_NAME, _run_offsets(state_dir))
     urls = _DistinctCounter()
     hosts = _DistinctCounter()
+    refetches = _Refetches()
     statuses: Counter[str] = Counter()
     errors: Counter[str] = Counter()
-    lines = pages = ok = robots = truncated = total_bytes = 0
+    lines = pages = ok = robots = truncated = total_bytes = refetched = 0
     first_time: float | None = None
     last_time: float | None = None
+    spans = _Spans()
 
-    for entry in reader:
+    for new_run, entry in reader:
         lines += 1
+        if new_run:
+            spans.run_starts()
+            refetches.run_starts()
         url = entry.get("url")
         is_robots = entry.get("kind") == "robots"
         status = entry.get("status")
@@ -110,17 +191,22 @@ def summarize(state_dir: Path, extra_counters: Mapping[str, int] | None = None) 
         if isinstance(t, (int, float)) and not isinstance(t, bool):
             first_time = t if first_time is None else min(first_time, t)
             last_time = t if last_time is None else max(last_time, t)
+            spans.add(t)
         if isinstance(url, str) and (host := _host(url)):
             hosts.add(_hash(host))
         if is_robots:
             robots += 1
         elif isinstance(status, int) and not isinstance(status, bool):
+            if isinstance(url, str):
+                h = _hash(url)
+                urls.add(h)
+                if refetches.is_refetch(h):
+                    refetched += 1
+                    continue
             pages += 1
             statuses[str(status)] += 1
             if 200 <= status < 300:
                 ok += 1
-            if isinstance(url, str):
-                urls.add(_hash(url))
         error = entry.get("error")
         if error is not None:
             errors[str(error)] += 1
@@ -130,11 +216,13 @@ def summarize(state_dir: Path, extra_counters: Mapping[str, int] | None = None) 
         if entry.get("truncated") in (True, "length", "time", "disconnect"):
             truncated += 1
 
-    duration = (last_time - first_time) if first_time is not None and last_time is not None else 0.0
+    duration = spans.total()
     warc_files, warc_bytes = _warc_usage(state_dir / WARC_DIR_NAME)
     summary: dict[str, Any] = {
         "pages": pages,
         "ok": ok,
+        "refetched_after_crash": refetched,
+        "runs": reader.runs,
         "distinct_urls_fetched": urls.count(),
         "bytes": total_bytes,
         "status_counts": dict(sorted(statuses.items())),
@@ -155,6 +243,70 @@ def summarize(state_dir: Path, extra_counters: Mapping[str, int] | None = None) 
     if extra_counters is not None:
         summary["counters"] = dict(extra_counters)
     return summary
+
+
+class _Spans:
+    """The sum of each run's span: its first to its last entry time."""
+
+    def __init__(self) -> None:
+        self._done = 0.0
+        self._low: float | None = None
+        self._high: float | None = None
+
+    def run_starts(self) -> None:
+        self._done = self.total()
+        self._low = self._high = None
+
+    def add(self, t: float) -> None:
+        self._low = t if self._low is None else min(self._low, t)
+        self._high = t if self._high is None else max(self._high, t)
+
+    def total(self) -> float:
+        if self._low is None or self._high is None:
+            return self._done
+        return self._done + self._high - self._low
+
+
+class _LogReader:
+    """``(first of a run, entry)`` for the crawl log's entries (dicts), streaming, with
+    ``runs`` (runs met, counting the first), ``malformed`` lines and ``torn_bytes`` as
+    store.crawllog.CrawlLogReader counts them. ``run_offsets``: where later runs began."""
+
+    def __init__(self, path: Path, run_offsets: list[int]) -> None:
+        self._path = path
+        self._offsets = run_offsets
+        self.runs = 0
+        self.malformed = 0
+        self.torn_bytes = 0
+
+    def __iter__(self) -> Iterator[tuple[bool, dict[str, Any]]]:
+        try:
+            f = open(self._path, "rb")
+        except FileNotFoundError:
+            return
+        offsets = iter(self._offsets)
+        boundary = next(offsets, None)
+        position, new_run = 0, False
+        with f:
+            for line in f:
+                while boundary is not None and position >= boundary:
+                    new_run, boundary = True, next(offsets, None)
+                position += len(line)
+                if not line.endswith(b"\n"):
+                    self.torn_bytes = len(line)
+                    return
+                try:
+                    entry = json.loads(line)
+                except ValueError:  # includes invalid UTF-8
+                    self.malformed += 1
+                    continue
+                if not isinstance(entry, dict):
+                    self.malformed += 1
+                    continue
+                if new_run or not self.runs:
+                    self.runs += 1
+                yield new_run, entry
+                new_run = False
 
 
 def _warc_usage(warc_dir: Path) -> tuple[int, int]:
@@ -182,7 +334,8 @@ def render_summary(summary: Mapping[str, Any], console: Console) -> None:
         ("robots.txt fetches", f"{summary['robots_fetches']:,}"),
         ("body bytes", _bytes(summary["bytes"])),
         ("truncated bodies", f"{summary['truncated']:,}"),
-        ("duration", f"{summary['duration_s']:,.1f} s"),
+        ("duration", f"{summary['duration_s']:,.1f} s"
+                     + (f" in {summary['runs']} runs" if summary["runs"] > 1 else "")),
         ("pages/s", "-" if rate is None else f"{rate:,.1f}"),
         ("WARC files", f"{summary['warc_files']:,} ({_bytes(summary['warc_bytes'])})"),
         ("log lines", f"{summary['log_lines']:,}"),
