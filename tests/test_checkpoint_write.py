@@ -1,5 +1,5 @@
 """A periodic checkpoint commits in the manager's loop and writes its files in a thread
-while the crawl goes on (Manager._synced_checkpoint): it holds the moment of its
+while the crawl goes on (Checkpointer.synced): it holds the moment of its
 commits, goes live once written, and no other starts before it is.
 
 A real Manager on a temp state dir with a hand-driven clock; nothing is fetched.
@@ -114,7 +114,7 @@ async def _fsyncs_in_the_writer(tmp_path: Path, monkeypatch) -> None:  # type: i
 
 
 def test_the_writer_naps_between_chunks_of_rows_and_writes_every_one() -> None:
-    """The writer thread lets the loop have the GIL (CHECKPOINT_ROWS_AWAKE): a nap after
+    """The writer thread lets the loop have the GIL (LoopTuning.checkpoint_rows_awake): a nap after
     each whole chunk of rows, none after a part chunk, no row lost or reordered."""
     from drumbeat.manager.checkpointer import napping
 

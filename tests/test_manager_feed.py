@@ -21,6 +21,7 @@ from drumbeat.frontier import beast as beast_module
 from drumbeat.frontier.beast import Beast
 from drumbeat.frontier.urlseen import decode_payload, encode_payload
 from drumbeat.manager import TUNING, Manager, beast_host_cap, pld_hash
+from drumbeat.manager.checkpointer import Laps
 from drumbeat.pace import Pace
 from drumbeat.settings import Settings
 
@@ -109,7 +110,7 @@ async def _placed_in_parts(tmp_path: Path) -> None:
         # URL-seen's commit notes how far its round was taken.
         due = manager.checkpointer.last_checkpoint + manager.settings.checkpoint_interval_s
         assert not manager.checkpointer.due(due - 0.1) and manager.checkpointer.due(due)
-        manager.checkpoint()
+        manager.checkpointer.commit(Laps())()
         assert len(manager.stores.beast) == 2 * TUNING.place_batch_urls
         assert manager.admission.new_urls is not None
     async with offline_manager(tmp_path, **changes) as restored:
@@ -146,7 +147,7 @@ async def _routed_in_parts(tmp_path: Path) -> None:
         manager.gate.feed(manager.clock(), budget_s=0.0)  # the next turn goes on first thing
         assert manager.scheduler.queued_urls == routed + TUNING.route_batch_urls
         unrouted = len(manager.gate.to_route)
-        manager.checkpoint()  # its RAM rows hold every URL, routed or not
+        manager.checkpointer.commit(Laps())()  # its RAM rows hold every URL, routed or not
         assert len(manager.gate.to_route) == unrouted > 0
         await asyncio.sleep(0)
     async with offline_manager(tmp_path, **changes) as restored:

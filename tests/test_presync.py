@@ -14,6 +14,7 @@ import pytest
 
 from drumbeat.bench.offline_manager import offline_manager
 from drumbeat.manager import TUNING
+from drumbeat.manager.checkpointer import Laps
 from drumbeat.store.durable import sync_filesystem
 
 
@@ -50,7 +51,7 @@ async def _presync_once_per_checkpoint(tmp_path: Path) -> None:
         assert manager.checkpointer.presync is first  # nor twice for one checkpoint
 
         clock[0] = due
-        manager.checkpoint()  # the next one falls due an interval later
+        manager.checkpointer.commit(Laps())()  # the next one falls due an interval later
         next_due = manager.checkpointer.last_checkpoint + 60.0
         manager.checkpointer.presync_if_due(next_due - TUNING.presync_lead_s - 0.1)
         assert manager.checkpointer.presync is first

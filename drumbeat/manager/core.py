@@ -7,7 +7,6 @@ import logging
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from pathlib import Path
 from time import perf_counter, thread_time
 from typing import Any, Callable, Iterable
 
@@ -19,7 +18,7 @@ from drumbeat.frontier.robots import RobotsStore
 from drumbeat.frontier.star import Star, irlbot_budget
 from drumbeat.frontier.urlseen import encode_payload
 from drumbeat.manager.admission import Admission
-from drumbeat.manager.checkpointer import Checkpointer, Laps
+from drumbeat.manager.checkpointer import Checkpointer
 from drumbeat.manager.dispatch import Dispatcher
 from drumbeat.manager.gate import RobotsGate, robots_admitter
 from drumbeat.manager.pricing import Pricing
@@ -33,8 +32,6 @@ from drumbeat.stalls import Stalls
 from drumbeat.store.crawllog import CrawlLog
 
 log = logging.getLogger("drumbeat.manager")
-
-SWEEP_INTERVAL_S = 10.0  # how often idle hosts are swept out of the scheduler's RAM
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +219,7 @@ class Manager:
                     await cp.synced()
                 else:
                     cp.presync_if_due(now)
-                if now - self._last_sweep >= SWEEP_INTERVAL_S:
+                if now - self._last_sweep >= t.host_sweep_interval_s:
                     self.scheduler.sweep(now)
                     self._last_sweep = now
                 merge_s = admission.merge_busy_s
@@ -328,13 +325,6 @@ class Manager:
         self.stage_s["results"] += applied - logged
         self.stage_s["urlseen"] += thread_time() - applied
         self._collect_busy_s = perf_counter() - wall
-
-    # -- checkpoint ------------------------------------------------------------------------
-
-    def checkpoint(self, laps: Laps | None = None) -> Path:
-        """Write a checkpoint of everything the manager knows; ``laps`` gets the time
-        each part took."""
-        return self.checkpointer.commit(laps or Laps())()
 
     def stats(self) -> ManagerStats:
         st, gate = self.stores, self.gate

@@ -48,6 +48,9 @@ class LoopTuning:
     # The PLD graph's new edges are counted for at most this long a turn (the rest in the
     # next turns): taking a finished edges round at once holds the loop up.
     pump_budget_s: float = 0.010
+    # Idle hosts are swept out of the scheduler's RAM this often: a sweep walks every host
+    # in RAM, and an idle host costs only its entry meanwhile.
+    host_sweep_interval_s: float = 10.0
     # Paced BEAST turns one feed may end while each turn's URLs are dropped at once.
     max_turns_per_feed: int = 256
     # scheme://authority -> (PLD, hashes, origin, host) entries (Pricing.authority).
