@@ -113,7 +113,7 @@ class Settings:
     budget_indegree_floor: int = 10  # PLD in-degree up to which a PLD gets budget_default
     budget_table_plds: int = 100_000  # well-linked PLDs whose in-degree STAR keeps in RAM
     # Merge the PLD graph this often so budgets follow it (less often when one merge takes
-    # more than 2 % of the interval: drumbeat.manager.FORCED_PLD_MERGE_SHARE).
+    # more than 2 % of the interval: LoopTuning.forced_pld_merge_share).
     budget_refresh_s: float = 10.0
     beast_queues: int = 4  # j at the start; doubles up to beast_max_queues
     beast_max_queues: int = 64

@@ -1,5 +1,5 @@
 """A periodic checkpoint commits in the manager's loop and writes its files in a thread
-while the crawl goes on (Manager._synced_checkpoint): it holds the moment of its
+while the crawl goes on (Checkpointer.synced): it holds the moment of its
 commits, goes live once written, and no other starts before it is.
 
 A real Manager on a temp state dir with a hand-driven clock; nothing is fetched.
@@ -37,16 +37,16 @@ async def _written_in_a_thread(tmp_path: Path) -> None:
         manager.star.observe(["before.test"], [50])
         manager.counters["marker"] = 1
         clock[0] += 60.0
-        assert manager._checkpoint_due(clock[0])
-        await manager._synced_checkpoint()  # returns with the files still to write
-        pending = manager._checkpoint_writing
+        assert manager.checkpointer.due(clock[0])
+        await manager.checkpointer.synced()  # returns with the files still to write
+        pending = manager.checkpointer.writing
         assert pending is not None and not pending.done()
         assert manager.checkpoints.current() == live
         # The crawl goes on meanwhile; none of this is in the checkpoint being written.
         manager.star.observe(["after.test"], [70])
         manager.counters["marker"] = 2
         clock[0] += 600.0
-        assert not manager._checkpoint_due(clock[0])  # not while one is being written
+        assert not manager.checkpointer.due(clock[0])  # not while one is being written
 
         release.set()
         path = await pending
@@ -55,11 +55,11 @@ async def _written_in_a_thread(tmp_path: Path) -> None:
         assert manager.checkpoints.read_meta(path).counters["marker"] == 1
         table = json.loads((path / Star.FILE).read_text())
         assert "before.test" in table and "after.test" not in table
-        assert manager._checkpoint_due(clock[0])
-        assert manager._checkpoint_writing is None
+        assert manager.checkpointer.due(clock[0])
+        assert manager.checkpointer.writing is None
 
         # The last one, at a stop, is written before it returns.
-        await manager._synced_checkpoint(final=True)
+        await manager.checkpointer.synced(final=True)
         final = manager.checkpoints.current()
         assert final != path and manager.checkpoints.read_meta(final).counters["marker"] == 2
 
@@ -94,18 +94,18 @@ async def _fsyncs_in_the_writer(tmp_path: Path, monkeypatch) -> None:  # type: i
     clock = [1000.0]
     async with offline_manager(tmp_path, clock=lambda: clock[0],
                                checkpoint_interval_s=60.0) as manager:
-        manager._admit([f"http://site{i}.test/p/{j}" for i in range(20) for j in range(50)],
-                       1, None)
-        assert manager.seen is not None
-        manager.seen.flush()
-        manager._take_new_urls(clock[0])  # into BEAST's queues
+        manager.admission.admit([f"http://site{i}.test/p/{j}"
+                                 for i in range(20) for j in range(50)],
+                                1, None)
+        manager.stores.seen.flush()
+        manager.admission.take_new_urls(clock[0])  # into BEAST's queues
         manager.crawl_log.append_drop(clock[0], "http://dropped.test/", 1, None, "marker")
         live = manager.checkpoints.current()
         clock[0] += 60.0
         fsynced_in.clear()
-        await manager._synced_checkpoint()  # the commits, in the loop
+        await manager.checkpointer.synced()  # the commits, in the loop
         assert threading.main_thread() not in fsynced_in
-        path = await manager._checkpoint_writing  # type: ignore[misc]
+        path = await manager.checkpointer.writing  # type: ignore[misc]
         assert synced_in and synced_in[0] is not threading.main_thread()
         assert manager.checkpoints.current() == path != live
         assert manager.stats().queued == 1_000
@@ -114,15 +114,15 @@ async def _fsyncs_in_the_writer(tmp_path: Path, monkeypatch) -> None:  # type: i
 
 
 def test_the_writer_naps_between_chunks_of_rows_and_writes_every_one() -> None:
-    """The writer thread lets the loop have the GIL (CHECKPOINT_ROWS_AWAKE): a nap after
+    """The writer thread lets the loop have the GIL (LoopTuning.checkpoint_rows_awake): a nap after
     each whole chunk of rows, none after a part chunk, no row lost or reordered."""
-    from drumbeat.manager import _napping
+    from drumbeat.manager.checkpointer import napping
 
     naps: list[float] = []
-    assert list(_napping(range(2_500), 1_000, 0.001, sleep=naps.append)) == list(range(2_500))
+    assert list(napping(range(2_500), 1_000, 0.001, sleep=naps.append)) == list(range(2_500))
     assert naps == [0.001, 0.001]
     naps.clear()
-    assert list(_napping(iter(range(2_000)), 1_000, 0.002, sleep=naps.append)) == list(
+    assert list(napping(iter(range(2_000)), 1_000, 0.002, sleep=naps.append)) == list(
         range(2_000))
     assert naps == [0.002, 0.002]
-    assert list(_napping([], 1_000, 0.001, sleep=naps.append)) == []
+    assert list(napping([], 1_000, 0.001, sleep=naps.append)) == []

@@ -15,24 +15,13 @@ from unittest import mock
 import numpy as np
 import xxhash
 
-from drumbeat import manager as manager_module
 from drumbeat import urls as urls_module
 from drumbeat.bench.offline_manager import offline_manager
 from drumbeat.frontier import beast as beast_module
 from drumbeat.frontier.beast import Beast
 from drumbeat.frontier.urlseen import decode_payload, encode_payload
-from drumbeat.manager import (
-    PLACE_BATCH,
-    PLACE_BUDGET_S,
-    PLACE_SHARE,
-    ROUTE_BATCH,
-    ROUTE_BUDGET_S,
-    ROUTE_FULL_SPEED_BELOW,
-    ROUTE_SHARE,
-    Manager,
-    beast_host_cap,
-    pld_hash,
-)
+from drumbeat.manager import TUNING, Manager, beast_host_cap, pld_hash
+from drumbeat.manager.checkpointer import Laps
 from drumbeat.pace import Pace
 from drumbeat.settings import Settings
 
@@ -52,17 +41,16 @@ async def _feed_until_settled(manager: Manager, rounds: int = 40) -> None:
     now = manager.clock()
     for _ in range(rounds):
         now += 1.0  # past every flush interval: each round merges what it asked for
-        manager._feed(now)
+        manager.gate.feed(now)
         await asyncio.sleep(0)  # DNS lookups (loopback SimDNS) run
 
 
 def _admit(manager: Manager, origins: list[str], per_origin: int) -> None:
-    assert manager.seen is not None and manager.robots is not None
-    manager._admit([f"{o}/p/{i}" for o in origins for i in range(per_origin)], 1, None)
-    manager.seen.flush()
-    manager._take_new_urls(manager.clock())
+    manager.admission.admit([f"{o}/p/{i}" for o in origins for i in range(per_origin)], 1, None)
+    manager.stores.seen.flush()
+    manager.admission.take_new_urls(manager.clock())
     for origin in origins:
-        manager.robots.record(origin, 404, None)  # no robots.txt: everything allowed
+        manager.stores.robots.record(origin, 404, None)  # no robots.txt: everything allowed
 
 
 def test_idle_slots_read_beast_before_ram_is_half_empty(tmp_path: Path) -> None:
@@ -74,25 +62,24 @@ async def _idle_slots_read_beast(tmp_path: Path) -> None:
     async with offline_manager(tmp_path, frontier_ram_urls=RAM, host_delay_s=1.0,
                                host_delay_min_s=1.0, budget_max=10_000,
                                beast_turn_s=0) as manager:
-        assert manager.beast is not None
         # Ten hosts with 100 URLs each fill RAM beyond half (1,000 of 1,600).
         big = [f"http://big{i}.test" for i in range(10)]
         _admit(manager, big, 100)
         await _feed_until_settled(manager)
         assert manager.scheduler.queued_urls == 1_000
-        assert len(manager.scheduler.hosts) == 10 and len(manager.beast) == 0
+        assert len(manager.scheduler.hosts) == 10 and len(manager.stores.beast) == 0
 
         # A hundred more hosts reach BEAST. Slots busy: RAM is over half full, so they wait.
         small = [f"http://small{i}.test" for i in range(100)]
         _admit(manager, small, 2)
-        manager._slots_idle = False
+        manager.state.slots_idle = False
         await _feed_until_settled(manager)
-        assert len(manager.beast) == 200 and len(manager.scheduler.hosts) == 10
+        assert len(manager.stores.beast) == 200 and len(manager.scheduler.hosts) == 10
 
         # Slots idle (no host ready): room 600 >= RAM/16, so BEAST is read now.
-        manager._slots_idle = True
+        manager.state.slots_idle = True
         await _feed_until_settled(manager)
-        assert len(manager.beast) == 0
+        assert len(manager.stores.beast) == 0
         assert manager.scheduler.queued_urls == 1_200
         assert len(manager.scheduler.hosts) == 110
 
@@ -104,32 +91,32 @@ def test_new_urls_are_placed_a_batch_at_a_time_and_a_checkpoint_keeps_their_plac
 
 async def _placed_in_parts(tmp_path: Path) -> None:
     # A DRUM round can find hundreds of thousands of URLs new: the crawl loop places them
-    # a batch per turn (PLACE_BUDGET_S), so that it goes on dispatching meanwhile.
-    n = 2 * PLACE_BATCH + 100
+    # a batch per turn (TUNING.place_budget_s), so that it goes on dispatching meanwhile.
+    n = 2 * TUNING.place_batch_urls + 100
     found = [f"http://h{i % 8_000}.test/p/{i}" for i in range(n)]
     changes = {"beast_turn_s": 0, "budget_max": 10_000}
     async with offline_manager(tmp_path, **changes) as manager:
-        assert manager.seen is not None and manager.beast is not None
-        manager._placing = Pace(1.0, 1.0)  # turns' budgets here, their share below
-        manager._admit(found, 1, None)
-        manager.seen.flush()
-        manager._take_new_urls(manager.clock(), budget_s=0.0)
-        assert len(manager.beast) == PLACE_BATCH  # one batch, then the budget is spent
-        assert not manager._finished()
-        manager._take_new_urls(manager.clock(), budget_s=0.0)
-        assert len(manager.beast) == 2 * PLACE_BATCH
-        assert manager.beast.stats().qf_records == 0  # budgets of 10,000: all in the ring
+        manager.state.placing = Pace(1.0, 1.0)  # turns' budgets here, their share below
+        manager.admission.admit(found, 1, None)
+        manager.stores.seen.flush()
+        manager.admission.take_new_urls(manager.clock(), budget_s=0.0)
+        # One batch, then the budget is spent:
+        assert len(manager.stores.beast) == TUNING.place_batch_urls
+        assert not manager.finished()
+        manager.admission.take_new_urls(manager.clock(), budget_s=0.0)
+        assert len(manager.stores.beast) == 2 * TUNING.place_batch_urls
+        assert manager.stores.beast.stats().qf_records == 0  # budgets of 10,000: all in the ring
         # A periodic checkpoint falls due on time, placing or not, and places nothing:
         # URL-seen's commit notes how far its round was taken.
-        due = manager._last_checkpoint + manager.settings.checkpoint_interval_s
-        assert not manager._checkpoint_due(due - 0.1) and manager._checkpoint_due(due)
-        manager.checkpoint()
-        assert len(manager.beast) == 2 * PLACE_BATCH and manager._new_urls is not None
+        due = manager.checkpointer.last_checkpoint + manager.settings.checkpoint_interval_s
+        assert not manager.checkpointer.due(due - 0.1) and manager.checkpointer.due(due)
+        manager.checkpointer.commit(Laps())()
+        assert len(manager.stores.beast) == 2 * TUNING.place_batch_urls
+        assert manager.admission.new_urls is not None
     async with offline_manager(tmp_path, **changes) as restored:
-        assert restored.beast is not None
-        restored._take_new_urls(restored.clock())
-        assert len(restored.beast) == n  # the rest, none twice
-        out = read_all(restored.beast)
+        restored.admission.take_new_urls(restored.clock())
+        assert len(restored.stores.beast) == n  # the rest, none twice
+        out = read_all(restored.stores.beast)
         assert sorted(decode_payload(p)[0] for p in out) == sorted(found)
 
 
@@ -140,29 +127,28 @@ def test_urls_read_from_beast_are_routed_a_batch_at_a_time_and_a_checkpoint_keep
 
 async def _routed_in_parts(tmp_path: Path) -> None:
     # A BEAST read brings up to half of RAM at once (50,000 URLs by default): the crawl
-    # loop routes them a batch per turn (ROUTE_BUDGET_S), and they count as in RAM.
+    # loop routes them a batch per turn (TUNING.route_budget_s), and they count as in RAM.
     changes = {"frontier_ram_urls": 10_000, "beast_turn_s": 0, "budget_max": 10_000,
                "host_delay_s": 1.0, "host_delay_min_s": 1.0}
     hosts = [f"http://r{i}.test" for i in range(20)]
     async with offline_manager(tmp_path, **changes) as manager:
-        assert manager.beast is not None
         _admit(manager, hosts, 200)
-        assert len(manager.beast) == 4_000
+        assert len(manager.stores.beast) == 4_000
         # Most of them wait in QF, which BEAST places again a step per turn; a turn
         # routes one batch before reading and one after, then its budget is spent.
         turns = 0
-        while len(manager.beast):
-            manager._feed(manager.clock(), budget_s=0.0)
+        while len(manager.stores.beast):
+            manager.gate.feed(manager.clock(), budget_s=0.0)
             turns += 1
-            assert manager.scheduler.queued_urls <= 2 * turns * ROUTE_BATCH < 4_000
+            assert manager.scheduler.queued_urls <= 2 * turns * TUNING.route_batch_urls < 4_000
         assert turns > 1 and manager.stats().queued_ram == 4_000
-        assert not manager._finished()
+        assert not manager.finished()
         routed = manager.scheduler.queued_urls
-        manager._feed(manager.clock(), budget_s=0.0)  # the next turn goes on first thing
-        assert manager.scheduler.queued_urls == routed + ROUTE_BATCH
-        unrouted = len(manager._to_route)
-        manager.checkpoint()  # its RAM rows hold every URL, routed or not
-        assert len(manager._to_route) == unrouted > 0
+        manager.gate.feed(manager.clock(), budget_s=0.0)  # the next turn goes on first thing
+        assert manager.scheduler.queued_urls == routed + TUNING.route_batch_urls
+        unrouted = len(manager.gate.to_route)
+        manager.checkpointer.commit(Laps())()  # its RAM rows hold every URL, routed or not
+        assert len(manager.gate.to_route) == unrouted > 0
         await asyncio.sleep(0)
     async with offline_manager(tmp_path, **changes) as restored:
         assert restored.stats().queued == 4_000  # restored from RAM rows: none lost
@@ -175,23 +161,24 @@ def test_routing_takes_its_share_of_the_time_while_the_scheduler_holds_enough(
 
 async def _routing_paced(tmp_path: Path) -> None:
     # A BEAST read brings half of RAM at once, which the crawl needs over a whole turn:
-    # once the scheduler holds ROUTE_FULL_SPEED_BELOW of RAM, routing takes ROUTE_SHARE
+    # once the scheduler holds route_full_speed_below of RAM, routing takes route_share
     # of the time; below that, or with fetch slots idle, it goes at full speed.
     clock = [0.0]
     changes = {"frontier_ram_urls": 10_000, "beast_turn_s": 0, "budget_max": 10_000,
                "host_delay_s": 1.0, "host_delay_min_s": 1.0}
     hosts = [f"http://r{i}.test" for i in range(20)]
     async with offline_manager(tmp_path, **changes) as manager:
-        manager._routing = pace = Pace(ROUTE_SHARE, ROUTE_BUDGET_S, clock=lambda: clock[0])
-        manager._placing = Pace(1.0, 1.0)  # BEAST's re-splits are not what is paced here
-        manager._slots_idle = False
+        manager.state.routing = pace = Pace(TUNING.route_share, TUNING.route_budget_s,
+                                            clock=lambda: clock[0])
+        manager.state.placing = Pace(1.0, 1.0)  # BEAST's re-splits are not what is paced here
+        manager.state.slots_idle = False
         _admit(manager, hosts, 300)
-        floor = int(10_000 * ROUTE_FULL_SPEED_BELOW)
+        floor = int(10_000 * TUNING.route_full_speed_below)
 
         def feed_routed() -> int:
             """URLs one feed routed (a turn's, with its budget spent at once)."""
             before = manager.scheduler.queued_urls
-            manager._feed(manager.clock(), budget_s=0.0)
+            manager.gate.feed(manager.clock(), budget_s=0.0)
             return manager.scheduler.queued_urls - before
 
         def in_debt() -> None:
@@ -206,21 +193,21 @@ async def _routing_paced(tmp_path: Path) -> None:
         for _ in range(100):
             in_debt()
             feed_routed()
-            if not len(manager.beast) and manager.scheduler.queued_urls >= floor:
+            if not len(manager.stores.beast) and manager.scheduler.queued_urls >= floor:
                 break
-        assert floor <= manager.scheduler.queued_urls < floor + 2 * ROUTE_BATCH
-        assert len(manager._to_route) == 6_000 - manager.scheduler.queued_urls
+        assert floor <= manager.scheduler.queued_urls < floor + 2 * TUNING.route_batch_urls
+        assert len(manager.gate.to_route) == 6_000 - manager.scheduler.queued_urls
         # At the floor, a pace in debt holds routing back until time is saved up again.
         in_debt()
         assert feed_routed() == 0
-        manager._slots_idle = True  # unless slots idle: the crawl waits for these URLs
-        assert feed_routed() == ROUTE_BATCH
-        manager._slots_idle = False
+        manager.state.slots_idle = True  # unless slots idle: the crawl waits for these URLs
+        assert feed_routed() == TUNING.route_batch_urls
+        manager.state.slots_idle = False
         assert feed_routed() == 0  # the full-speed batch counted against the pace
-        clock[0] += 2 * ROUTE_BUDGET_S / ROUTE_SHARE
-        assert feed_routed() == ROUTE_BATCH
-        manager._feed(manager.clock())  # no budget (a checkpoint's): every URL
-        assert not manager._to_route and manager.scheduler.queued_urls == 6_000
+        clock[0] += 2 * TUNING.route_budget_s / TUNING.route_share
+        assert feed_routed() == TUNING.route_batch_urls
+        manager.gate.feed(manager.clock())  # no budget (a checkpoint's): every URL
+        assert not manager.gate.to_route and manager.scheduler.queued_urls == 6_000
         await asyncio.sleep(0)
 
 
@@ -230,24 +217,23 @@ def test_forced_pld_merges_take_a_bounded_share_of_the_time(tmp_path: Path) -> N
 
 async def _pld_merges_paced(tmp_path: Path) -> None:
     # The PLD graph is merged every budget_refresh_s, unless the last forced merge took
-    # longer than FORCED_PLD_MERGE_SHARE of that: then as much longer as its cost says.
-    from drumbeat.manager import FORCED_PLD_MERGE_SHARE
+    # longer than TUNING.forced_pld_merge_share of that: then as much longer as its cost says.
 
     async with offline_manager(tmp_path, budget_refresh_s=10.0) as manager:
-        plds = manager.plds
+        plds = manager.stores.plds
         assert plds is not None
 
         def forced_merge_at(now: float) -> bool:
             plds.add([("a.test", f"t{now}.test")])  # pending: a forced merge takes it
-            manager._take_new_urls(now)
+            manager.admission.take_new_urls(now)
             plds.edges.settle()  # the merge runs in the background
             return plds.edges.stats().pending == 0
 
-        start = manager._last_pld_flush
+        start = manager.admission.last_pld_flush
         assert not forced_merge_at(start + 9.0)
         assert forced_merge_at(start + 10.0)
-        plds.edges.last_round_s = 1.0  # as if that merge had taken a second
-        spacing = 1.0 / FORCED_PLD_MERGE_SHARE
+        plds.edges.rounds.last_round_s = 1.0  # as if that merge had taken a second
+        spacing = 1.0 / TUNING.forced_pld_merge_share
         assert spacing > 10.0
         assert not forced_merge_at(start + 10.0 + spacing - 1.0)
         assert forced_merge_at(start + 10.0 + spacing)
@@ -261,7 +247,6 @@ async def _merged_early(tmp_path: Path) -> None:
     # Fetch slots busy throughout: only the frontier's low water (BEAST empty, RAM half
     # empty) can force a merge of URL-seen's part-filled buffers; otherwise the URLs
     # found meanwhile wait for the buffers to fill, or for idle slots.
-    from drumbeat.manager import EARLY_SEEN_MERGE_SHARE
 
     changes = {"host_delay_s": 1.0, "host_delay_min_s": 1.0, "budget_max": 10_000,
                "beast_turn_s": 0}
@@ -269,40 +254,39 @@ async def _merged_early(tmp_path: Path) -> None:
     for ram, merged in ((1_600, False), (2_400, True)):
         async with offline_manager(tmp_path / str(ram), frontier_ram_urls=ram,
                                    **changes) as manager:
-            assert manager.seen is not None and manager.beast is not None
             _admit(manager, [f"http://big{i}.test" for i in range(10)], 100)
             await _feed_until_settled(manager)
-            assert manager.scheduler.queued_urls == 1_000 and len(manager.beast) == 0
-            manager._slots_idle = False
-            manager._admit(found, 1, None)
-            assert manager.seen.pending == len(found)
+            assert manager.scheduler.queued_urls == 1_000 and len(manager.stores.beast) == 0
+            manager.state.slots_idle = False
+            manager.admission.admit(found, 1, None)
+            assert manager.stores.seen.pending == len(found)
             now = manager.clock() + 1.0
-            manager._take_new_urls(now)
-            manager.seen.settle()  # the merge runs in the background: its URLs come next
-            manager._take_new_urls(now)
+            manager.admission.take_new_urls(now)
+            manager.stores.seen.settle()  # the merge runs in the background: its URLs come next
+            manager.admission.take_new_urls(now)
             # 1,000 URLs in RAM: over half of 1,600 (they wait), under half of 2,400.
-            assert manager.seen.pending == (0 if merged else len(found))
-            assert len(manager.beast) == (len(found) if merged else 0)
+            assert manager.stores.seen.pending == (0 if merged else len(found))
+            assert len(manager.stores.beast) == (len(found) if merged else 0)
             if not merged:
                 continue
             # An early merge that took a second is followed by none for 1/SHARE seconds.
-            manager.seen.drum.last_round_s = 1.0
+            manager.stores.seen.drum.rounds.last_round_s = 1.0
             await _feed_until_settled(manager)
-            assert len(manager.beast) == 0 and manager.scheduler.queued_urls == 1_050
-            manager._slots_idle = False
-            manager._admit([f"http://later{i}.test/" for i in range(5)], 1, None)
-            spacing = 1.0 / EARLY_SEEN_MERGE_SHARE
-            manager._take_new_urls(now + spacing - 1.0)
-            assert manager.seen.pending == 5 and len(manager.beast) == 0
-            manager._take_new_urls(now + spacing)
-            manager.seen.settle()
-            manager._take_new_urls(now + spacing)
-            assert manager.seen.pending == 0 and len(manager.beast) == 5
+            assert len(manager.stores.beast) == 0 and manager.scheduler.queued_urls == 1_050
+            manager.state.slots_idle = False
+            manager.admission.admit([f"http://later{i}.test/" for i in range(5)], 1, None)
+            spacing = 1.0 / TUNING.early_seen_merge_share
+            manager.admission.take_new_urls(now + spacing - 1.0)
+            assert manager.stores.seen.pending == 5 and len(manager.stores.beast) == 0
+            manager.admission.take_new_urls(now + spacing)
+            manager.stores.seen.settle()
+            manager.admission.take_new_urls(now + spacing)
+            assert manager.stores.seen.pending == 0 and len(manager.stores.beast) == 5
 
 
 def _spend_placing_share(manager: Manager, clock: list[float]) -> None:
     """Give the manager a placing Pace on the fake ``clock``, its time saved up spent."""
-    manager._placing = pace = Pace(PLACE_SHARE, 0.010, clock=lambda: clock[0])
+    manager.state.placing = pace = Pace(TUNING.place_share, 0.010, clock=lambda: clock[0])
     pace.allowance(0.010)
     clock[0] += 1.0
     pace.spent()
@@ -322,7 +306,7 @@ def test_placing_takes_its_share_of_the_time_and_comes_after_a_resplit(
 async def _placing_paced(tmp_path: Path) -> None:
     clock = [0.0]
     async with offline_manager(tmp_path, **SMALL_RING) as manager:
-        beast, seen = manager.beast, manager.seen
+        beast, seen = manager.stores.beast, manager.stores.seen
         assert beast is not None and seen is not None
         _spend_placing_share(manager, clock)
         # BEAST empty: the crawl waits for these URLs, they are placed at full speed.
@@ -331,11 +315,11 @@ async def _placing_paced(tmp_path: Path) -> None:
         assert len(beast) == 5 and beast.stats().qf_records == 4
 
         # BEAST has URLs to give: new ones wait until time is saved up again.
-        manager._admit(["http://a.test/p/new"], 1, None)
+        manager.admission.admit(["http://a.test/p/new"], 1, None)
         seen.flush()
-        manager._take_new_urls(manager.clock(), budget_s=PLACE_BUDGET_S)
+        manager.admission.take_new_urls(manager.clock(), budget_s=TUNING.place_budget_s)
         assert len(beast) == 5
-        clock[0] += 1.0 / PLACE_SHARE
+        clock[0] += 1.0 / TUNING.place_share
 
         # The pass ends and the ring grows to 4: QF is placed again, one URL a step here.
         with mock.patch.object(beast_module, "RESPLIT_BATCH", 1):
@@ -343,7 +327,7 @@ async def _placing_paced(tmp_path: Path) -> None:
             assert beast.resplitting
             # QF's URLs are placed before the new one, which would otherwise take p/2's
             # place in the ring.
-            manager._take_new_urls(manager.clock(), budget_s=PLACE_BUDGET_S)
+            manager.admission.take_new_urls(manager.clock(), budget_s=TUNING.place_budget_s)
             assert not beast.resplitting
             out += read_all(beast)
         assert [decode_payload(p)[0].rsplit("/", 1)[1] for p in out] == [
@@ -360,15 +344,14 @@ async def _resplit_paced(tmp_path: Path) -> None:
     # pace allows, or at full speed while fetch slots idle for want of a ready host.
     clock = [0.0]
     async with offline_manager(tmp_path, **SMALL_RING) as manager:
-        beast = manager.beast
-        assert beast is not None
+        beast = manager.stores.beast
         _admit(manager, ["http://a.test"], 20)
         assert beast.stats().qf_records == 19
 
         def feed_steps() -> int:
             """Re-split steps one feed (a turn's, with its budget spent at once) took."""
             left = beast.stats().qf_resplit_left
-            manager._feed(manager.clock(), budget_s=0.0)
+            manager.gate.feed(manager.clock(), budget_s=0.0)
             return left - beast.stats().qf_resplit_left
 
         step = beast.resplit_step
@@ -382,16 +365,16 @@ async def _resplit_paced(tmp_path: Path) -> None:
             out = beast.read(1) + beast.read(1)  # the pass ends: QF is placed again
             assert len(out) == 1 and beast.resplitting
             _spend_placing_share(manager, clock)
-            manager._slots_idle = False
+            manager.state.slots_idle = False
             assert feed_steps() == 0  # placing has had its share
-            manager._slots_idle = True
+            manager.state.slots_idle = True
             assert feed_steps() == 1  # the crawl waits for these URLs: full speed
-            manager._slots_idle = False
+            manager.state.slots_idle = False
             assert feed_steps() == 0  # and the step counted
-            clock[0] += 1.0 / PLACE_SHARE  # time saved up again
+            clock[0] += 1.0 / TUNING.place_share  # time saved up again
             assert feed_steps() == 1
             assert feed_steps() == 0
-            manager._feed(manager.clock())  # no budget (a checkpoint's): no limit
+            manager.gate.feed(manager.clock())  # no budget (a checkpoint's): no limit
             assert not beast.resplitting
         await asyncio.sleep(0)
 
@@ -409,16 +392,15 @@ def test_urls_that_robots_rules_in_ram_disallow_take_no_place_in_beast(tmp_path:
 
 async def _robots_refused(tmp_path: Path) -> None:
     async with offline_manager(tmp_path) as manager:
-        assert manager.robots is not None and manager.beast is not None
-        manager.robots.record("http://a.test", 200, "User-agent: *\nDisallow: /private/\n")
-        manager.robots.record("http://c.test", 404, None)  # no robots.txt: all allowed
+        manager.stores.robots.record("http://a.test", 200, "User-agent: *\nDisallow: /private/\n")
+        manager.stores.robots.record("http://c.test", 404, None)  # no robots.txt: all allowed
         urls = ["http://a.test/private/1", "http://a.test/ok", "http://b.test/private/1",
                 "http://c.test/private/1", "http://a.test/private/2"]
-        manager._place([encode_payload(u, 2, "http://a.test/") for u in urls])
+        manager.admission.place([encode_payload(u, 2, "http://a.test/") for u in urls])
         # b.test's rules are not known yet: its URL goes on, to be checked when read.
-        assert manager.beast.stats().refused == 2
+        assert manager.stores.beast.stats().refused == 2
         assert manager.counters["dropped.robots_disallowed"] == 2
-        assert sorted(manager.beast.read(10)) == sorted(
+        assert sorted(manager.stores.beast.read(10)) == sorted(
             encode_payload(u, 2, "http://a.test/") for u in
             ("http://a.test/ok", "http://b.test/private/1", "http://c.test/private/1"))
         manager.crawl_log.flush()
@@ -440,13 +422,12 @@ async def _qf_refused(tmp_path: Path) -> None:
     async with offline_manager(tmp_path, budget_default=1, host_delay_s=1.0,
                                host_delay_min_s=1.0, beast_queues=2, beast_max_queues=2,
                                beast_turn_s=0) as manager:
-        beast = manager.beast
-        assert manager.robots is not None and beast is not None
+        beast = manager.stores.beast
         paths = ["/ok/0", "/private/1", "/ok/2", "/private/3", "/ok/4"]
-        manager._place([encode_payload(f"http://a.test{p}", 1, None) for p in paths])
+        manager.admission.place([encode_payload(f"http://a.test{p}", 1, None) for p in paths])
         # One URL a queue; the queue being read takes none (unpaced turns): four go to QF.
         assert beast.stats().qf_records == 4 and beast.stats().refused == 0
-        manager.robots.record("http://a.test", 200, "User-agent: *\nDisallow: /private/\n")
+        manager.stores.robots.record("http://a.test", 200, "User-agent: *\nDisallow: /private/\n")
         read = [beast.read(1) for _ in range(8)]
         assert [decode_payload(r)[0] for batch in read for r in batch] == [
             f"http://a.test{p}" for p in ("/ok/0", "/ok/2", "/ok/4")]
@@ -470,18 +451,18 @@ async def _places(tmp_path: Path) -> None:
         async with offline_manager(tmp_path / scope, scope=scope) as manager:
             s = manager.settings
             manager.star.observe(["popular.test"], [s.budget_indegree_floor * 3])
-            manager._set_seeds(["http://other.test/"])
+            manager.pricing.set_seeds(["http://other.test/"])
             popular = manager.star.budget("popular.test")
             assert popular > s.budget_default
             budgets = {"example.com": s.budget_default, "popular.test": popular,
                        "other.test": s.budget_max if scope == "domain" else s.budget_default}
             for _ in range(2):  # the authorities' cache empty, then filled
-                hashes, got_budgets, hosts = manager._places(records)
+                hashes, got_budgets, hosts = manager.pricing.places(records)
                 assert hashes == [pld_hash(u_pld(u)) for u in urls]
                 assert got_budgets == [budgets[u_pld(u)] for u in urls]
                 assert hosts == [xxhash.xxh3_64_intdigest(u[:u.index("/", 8)].encode())
                                  for u in urls]
-                assert manager._budgets_by_hash(np.array(hashes, np.uint64)) == got_budgets
+                assert manager.pricing.budgets_by_hash(np.array(hashes, np.uint64)) == got_budgets
 
 
 def u_pld(url: str) -> str:
@@ -502,20 +483,19 @@ async def _routed_by_authority(tmp_path: Path) -> None:
              "http://user:pw@a.test/private/2", "http://[::1]:8080/y"]
     payloads = [encode_payload(u, 1, None) for u in found]
     async with offline_manager(tmp_path) as manager:
-        assert manager.robots is not None
-        manager.robots.record("http://a.test", 200, rules)
-        manager.robots.record("http://a.test:8080", 404, None)  # no robots.txt: all allowed
-        with mock.patch.object(manager_module, "PLD_CACHE", 3):
+        manager.stores.robots.record("http://a.test", 200, rules)
+        manager.stores.robots.record("http://a.test:8080", 404, None)  # no robots.txt: all allowed
+        with mock.patch.object(manager.pricing, "cache_entries", 3):
             for _ in range(2):  # the cache empty, then filled (and cleared when full)
-                assert [manager._authority(p)[3:] for p in payloads] == [
+                assert [manager.pricing.authority(p)[3:] for p in payloads] == [
                     (urls_module.origin_of(u), urls_module.host_of(u)) for u in found]
-                assert len(manager._authorities) <= 3
-        assert [manager._robots_admit(p) for p in payloads] == [True] * 5
+                assert len(manager.pricing.authorities) <= 3
+        assert [manager.gate.robots_admit(p) for p in payloads] == [True] * 5
         for payload in payloads:
-            manager._route(payload)
+            manager.gate.route(payload)
         queued = {h.name: [q.url for q in h.queue]
                   for h in manager.scheduler.hosts.values() if h.queue}
         # [::1]'s rules are not known: its URL waits for a robots check.
         assert queued == {"a.test": found[:3]}
-        assert [origin for origin, _ in manager._to_check] == ["http://[::1]:8080"]
+        assert [origin for origin, _ in manager.gate.to_check] == ["http://[::1]:8080"]
         assert manager.counters["dropped.robots_disallowed"] == 1

@@ -33,8 +33,8 @@ def _spam_in_ram(manager: Manager) -> int:
 
 async def _feed(manager: Manager, clock: Clock, rounds: int = 6) -> None:
     for _ in range(rounds):
-        manager._slots_idle = True  # nothing ready: the feed reads whatever BEAST gives
-        manager._feed(clock())
+        manager.state.slots_idle = True  # nothing ready: the feed reads whatever BEAST gives
+        manager.gate.feed(clock())
         await asyncio.sleep(0)  # DNS lookups (loopback SimDNS) run
 
 
@@ -48,18 +48,17 @@ async def _spam_budget_per_turn(tmp_path: Path) -> None:
                                host_delay_s=TAU_H, budget_default=B0,
                                budget_max=B0) as manager:
         assert manager.settings.beast_turn() == B0 * TAU_H
-        assert manager.seen is not None and manager.robots is not None
         spam = [f"http://s{i}.spam.test/x" for i in range(60)]  # one PLD, 60 hosts
         legit = [f"http://legit.test/p/{i}" for i in range(3)]
-        manager._admit(spam + legit, 1, None)
-        manager.seen.flush()
-        manager._take_new_urls(clock())
+        manager.admission.admit(spam + legit, 1, None)
+        manager.stores.seen.flush()
+        manager.admission.take_new_urls(clock())
         for origin in {u.rsplit("/", 2)[0] if "legit" in u else u[:-2] for u in spam + legit}:
-            manager.robots.record(origin, 404, None)  # no robots.txt: everything allowed
+            manager.stores.robots.record(origin, 404, None)  # no robots.txt: everything allowed
 
         await _feed(manager, clock)
         assert _spam_in_ram(manager) == B0  # the first turn's budget, slots idle or not
-        assert manager.beast is not None and manager.beast.holding
+        assert manager.stores.beast.holding
         clock.t += B0 * TAU_H - 0.5
         await _feed(manager, clock)
         assert _spam_in_ram(manager) == B0
@@ -90,11 +89,10 @@ async def _dropped_turns(tmp_path: Path) -> None:
     async with offline_manager(tmp_path, clock=clock, frontier_ram_urls=1_000,
                                host_delay_s=TAU_H, budget_default=B0,
                                budget_max=B0) as manager:
-        assert manager.seen is not None and manager.robots is not None
-        manager.robots.record_refused("http://dead.test", "dns:nxdomain", 300.0)
-        manager._admit([f"http://dead.test/d/{i}" for i in range(200)], 1, None)
-        manager.seen.flush()
-        manager._take_new_urls(clock())
-        assert manager.beast is not None and len(manager.beast) == 200
+        manager.stores.robots.record_refused("http://dead.test", "dns:nxdomain", 300.0)
+        manager.admission.admit([f"http://dead.test/d/{i}" for i in range(200)], 1, None)
+        manager.stores.seen.flush()
+        manager.admission.take_new_urls(clock())
+        assert len(manager.stores.beast) == 200
         await _feed(manager, clock, rounds=1)
-        assert manager.counters["dropped.dns:nxdomain"] == 200 and len(manager.beast) == 0
+        assert manager.counters["dropped.dns:nxdomain"] == 200 and len(manager.stores.beast) == 0

@@ -1,5 +1,5 @@
 """Writing out the state directory's dirty data ahead of a checkpoint (Manager's presync,
-store.durable.sync_filesystem): once per checkpoint, PRESYNC_LEAD_S before it falls due,
+store.durable.sync_filesystem): once per checkpoint, TUNING.presync_lead_s before it falls due,
 in a thread, never two at once.
 
 A real Manager on a temp state dir with a hand-driven clock; nothing is fetched.
@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from drumbeat.bench.offline_manager import offline_manager
-from drumbeat.manager import PRESYNC_LEAD_S
+from drumbeat.manager import TUNING
+from drumbeat.manager.checkpointer import Laps
 from drumbeat.store.durable import sync_filesystem
 
 
@@ -36,27 +37,27 @@ async def _presync_once_per_checkpoint(tmp_path: Path) -> None:
     clock = [1000.0]
     async with offline_manager(tmp_path, clock=lambda: clock[0],
                                checkpoint_interval_s=60.0) as manager:
-        due = manager._last_checkpoint + 60.0
-        manager._presync_if_due(due - PRESYNC_LEAD_S - 0.1)
-        assert manager._presync is None  # too early
+        due = manager.checkpointer.last_checkpoint + 60.0
+        manager.checkpointer.presync_if_due(due - TUNING.presync_lead_s - 0.1)
+        assert manager.checkpointer.presync is None  # too early
 
-        manager._presync_if_due(due - PRESYNC_LEAD_S)
-        first = manager._presync
+        manager.checkpointer.presync_if_due(due - TUNING.presync_lead_s)
+        first = manager.checkpointer.presync
         assert first is not None
-        manager._presync_if_due(due - 1.0)
-        assert manager._presync is first  # not twice while one runs
+        manager.checkpointer.presync_if_due(due - 1.0)
+        assert manager.checkpointer.presync is first  # not twice while one runs
         await first  # the real sync, in a thread: it succeeds
-        manager._presync_if_due(due - 0.5)
-        assert manager._presync is first  # nor twice for one checkpoint
+        manager.checkpointer.presync_if_due(due - 0.5)
+        assert manager.checkpointer.presync is first  # nor twice for one checkpoint
 
         clock[0] = due
-        manager.checkpoint()  # the next one falls due an interval later
-        next_due = manager._last_checkpoint + 60.0
-        manager._presync_if_due(next_due - PRESYNC_LEAD_S - 0.1)
-        assert manager._presync is first
-        manager._presync_if_due(next_due - PRESYNC_LEAD_S)
-        assert manager._presync is not first
-        await manager._presync
+        manager.checkpointer.commit(Laps())()  # the next one falls due an interval later
+        next_due = manager.checkpointer.last_checkpoint + 60.0
+        manager.checkpointer.presync_if_due(next_due - TUNING.presync_lead_s - 0.1)
+        assert manager.checkpointer.presync is first
+        manager.checkpointer.presync_if_due(next_due - TUNING.presync_lead_s)
+        assert manager.checkpointer.presync is not first
+        await manager.checkpointer.presync
 
 
 def test_no_presync_where_checkpoints_come_often(tmp_path: Path) -> None:
@@ -64,8 +65,9 @@ def test_no_presync_where_checkpoints_come_often(tmp_path: Path) -> None:
 
 
 async def _no_presync_when_often(tmp_path: Path) -> None:
-    interval = 2 * PRESYNC_LEAD_S - 0.5
+    interval = 2 * TUNING.presync_lead_s - 0.5
     async with offline_manager(tmp_path, checkpoint_interval_s=interval) as manager:
-        for before in (PRESYNC_LEAD_S, 1.0, 0.0):
-            manager._presync_if_due(manager._last_checkpoint + interval - before)
-        assert manager._presync is None
+        for before in (TUNING.presync_lead_s, 1.0, 0.0):
+            cp = manager.checkpointer
+            cp.presync_if_due(cp.last_checkpoint + interval - before)
+        assert manager.checkpointer.presync is None

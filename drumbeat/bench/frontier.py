@@ -436,33 +436,31 @@ async def _rss_child(n: int, hosts: int, work: Path) -> dict:
     clock = [time.monotonic()]  # the manager's clock, moved by the feed loop below
     async with offline_manager(work, clock=lambda: clock[0]) as manager:
         settings = manager.settings
-        assert manager.seen is not None and manager.beast is not None
-        assert manager.robots is not None
         t0 = time.perf_counter()
         for start in range(0, n, RSS_BATCH):
-            manager._admit([f"{rss_origin(i, hosts)}/x/{i}"
+            manager.admission.admit([f"{rss_origin(i, hosts)}/x/{i}"
                             for i in range(start, min(n, start + RSS_BATCH))], 1, None)
-            manager._take_new_urls(manager.clock())
-        manager.seen.flush()
-        manager._take_new_urls(manager.clock())
+            manager.admission.take_new_urls(manager.clock())
+        manager.stores.seen.flush()
+        manager.admission.take_new_urls(manager.clock())
         queue_s = time.perf_counter() - t0
-        queued = len(manager.beast)
+        queued = len(manager.stores.beast)
         for i in range(min(n, hosts)):
-            manager.robots.record(rss_origin(i, hosts), 404, None)
+            manager.stores.robots.record(rss_origin(i, hosts), 404, None)
         t0 = time.perf_counter()
         bound = settings.frontier_ram_urls
         feeds = 0
         while (feeds < RSS_FEEDS and manager.scheduler.queued_urls < bound
-               and (len(manager.beast) or manager._checking or len(manager.qr or ()))):
+               and (len(manager.stores.beast) or manager.gate.checking or len(manager.stores.qr))):
             # Each round is past every flush interval (it merges what it asked for) and
             # past a whole paced BEAST turn (each PLD passes its budget once more).
             clock[0] += max(1.0, settings.beast_turn())
-            manager._feed(clock[0])
+            manager.gate.feed(clock[0])
             feeds += 1
             await asyncio.sleep(0)  # let DNS lookups (loopback SimDNS) run
         feed_s = time.perf_counter() - t0
         memory = _memory()  # before _live_rss trims the heap
-        drum = manager.seen.drum
+        drum = manager.stores.seen.drum
         return {
             "urls": n, "hosts": hosts, "queued_beast": queued, "queued_ram": manager.scheduler.queued_urls,
             "ram_bound": bound, "hosts_in_ram": len(manager.scheduler.hosts),

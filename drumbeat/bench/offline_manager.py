@@ -35,9 +35,9 @@ async def offline_manager(work: Path, *, clock: Callable[[], float] = time.monot
         manager.restore()
         yield manager
     finally:
-        for task in list(manager._resolving.values()):
+        for task in list(manager.gate.resolving.values()):
             task.cancel()
-        await asyncio.gather(*manager._resolving.values(), return_exceptions=True)
+        await asyncio.gather(*manager.gate.resolving.values(), return_exceptions=True)
         await manager.dns.close()
         dns.close()
         crawl_log.close()

@@ -100,7 +100,6 @@ class PolitenessScheduler:
         self._tokens = itertools.count()
         self._start_floor = 0.0
         self.queued_urls = 0
-        self.active_hosts = 0  # hosts with at least one queued URL
 
     # -- adding work -------------------------------------------------------------------
 
@@ -126,8 +125,6 @@ class PolitenessScheduler:
         return scaled_delay(self.ip_delay_s, self.ip_delay_min_s, avg, self.default_budget)
 
     def push(self, host: HostState, item: QueuedURL, *, front: bool = False) -> None:
-        if not host.queue:
-            self.active_hosts += 1
         if front:
             host.queue.appendleft(item)
         else:
@@ -137,16 +134,11 @@ class PolitenessScheduler:
 
     def pop_url(self, host: HostState) -> QueuedURL:
         self.queued_urls -= 1
-        item = host.queue.popleft()
-        if not host.queue:
-            self.active_hosts -= 1
-        return item
+        return host.queue.popleft()
 
     def drain(self, host: HostState) -> list[QueuedURL]:
         """Remove and return every queued URL of ``host``."""
         items = list(host.queue)
-        if items:
-            self.active_hosts -= 1
         host.queue.clear()
         self.queued_urls -= len(items)
         return items

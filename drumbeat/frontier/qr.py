@@ -140,10 +140,6 @@ class RobotsWaitQueue:
         else:
             self._issued[gen] = n - 1
 
-    @property
-    def generations(self) -> int:
-        return len(self._gens)
-
     # -- durability ------------------------------------------------------------------------
 
     def commit(self) -> dict[str, Any]:

@@ -1,0 +1,200 @@
+"""Admission: URLs found go through URL-seen (DRUM); those it finds new get their STAR
+budget and a place in BEAST's queues on disk. It also steps the PLD graph whose
+in-degrees STAR's budgets follow."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+from itertools import islice
+from time import perf_counter, thread_time
+from typing import Callable, Iterator, TypeVar
+
+from drumbeat import urls
+from drumbeat.frontier.politeness import PolitenessScheduler
+from drumbeat.frontier.urlseen import decode_payload, encode_payloads
+from drumbeat.manager.gate import RobotsGate
+from drumbeat.manager.pricing import Pricing
+from drumbeat.manager.state import LoopState
+from drumbeat.manager.stores import Stores
+from drumbeat.manager.tuning import LoopTuning
+from drumbeat.queue.base import FoundURLs
+from drumbeat.settings import Settings
+
+_T = TypeVar("_T")
+
+
+class Admission:
+    def __init__(self, settings: Settings, tuning: LoopTuning, stores: Stores,
+                 pricing: Pricing, scheduler: PolitenessScheduler, gate: RobotsGate,
+                 state: LoopState, counters: Counter[str], stage_s: defaultdict[str, float],
+                 started: float) -> None:
+        self.settings = settings
+        self.tuning = tuning
+        self.seen = stores.seen
+        self.plds = stores.plds
+        self.beast = stores.beast
+        self.pricing = pricing
+        self.scheduler = scheduler
+        self.gate = gate
+        self.state = state
+        self.counters = counters
+        self.stage_s = stage_s
+        self._last_seen_flush = float("-inf")  # the seeds are merged at once
+        self.last_pld_flush = started
+        # URL-seen's new URLs being placed, when a turn's budget ran out (see
+        # LoopTuning.place_budget_s).
+        self.new_urls: Iterator[bytes] | None = None
+        self.merge_busy_s = 0.0  # wall time of take_new_urls's DRUM merges, last call
+
+    def admit(self, candidates: list[str], depth: int, via: str | None) -> int:
+        """Send in-scope URLs to URL-seen; new ones reach BEAST via take_new_urls.
+
+        Returns the number of URLs submitted.
+        """
+        if self.settings.scope != "any":
+            candidates = [u for u in candidates if self._in_scope(u)]
+        started = thread_time()
+        n = len(candidates)
+        self.counters["urlseen_cache_hits"] += self.seen.submit(
+            [urls.fingerprint(u) for u in candidates],
+            encode_payloads(candidates, [depth] * n, [via] * n))
+        self.stage_s["urlseen"] += thread_time() - started
+        return len(candidates)
+
+    def _in_scope(self, url: str) -> bool:
+        p = self.pricing
+        if urls.in_scope(urls.host_of(url), self.settings.scope, p.seed_hosts, p.seed_plds):
+            return True
+        self.counters["links_out_of_scope"] += 1
+        return False
+
+    def admit_found(self, found: list[FoundURLs]) -> None:
+        """Send the URLs fetchers found to URL-seen in one batch (scoped crawls drop those
+        outside the scope first)."""
+        if self.settings.scope != "any":
+            fingerprints: list[int] = []
+            payloads: list[bytes] = []
+            for f in found:
+                for fp, payload in zip(memoryview(f.fingerprints).cast("Q"), f.payloads_list()):
+                    if self._in_scope(decode_payload(payload)[0]):
+                        fingerprints.append(fp)
+                        payloads.append(payload)
+            self.counters["urlseen_cache_hits"] += self.seen.submit(fingerprints, payloads)
+            return
+        self.counters["urlseen_cache_hits"] += self.seen.submit_packed(
+            b"".join(f.fingerprints for f in found), b"".join(f.payloads for f in found),
+            b"".join(f.lengths for f in found))
+
+    def frontier_short(self) -> bool:
+        """Fetch slots are idle because no host in RAM is ready (Polybot: load more when
+        fewer than H hosts are ready), and BEAST has nothing more to give (now: a paced
+        turn holds the next queues back, and new URLs should be placed before it ends)."""
+        return (self.state.slots_idle and not self.gate.to_route
+                and (len(self.beast) == 0 or self.beast.holding or self.scheduler.queued_urls
+                     >= self.settings.frontier_ram_urls // 2))
+
+    def frontier_low(self) -> bool:
+        """BEAST is empty and the scheduler's RAM has fallen to half of
+        ``frontier_ram_urls``: the fetchers are still busy, but only with what RAM holds.
+
+        URL-seen's pending URLs should be merged now rather than when the fetchers run
+        dry. From a merge to the first page of a new host there are robots checks and a
+        robots.txt fetch; a merge that waits for idle slots can deliver the URLs of
+        thousands of new hosts at once, and the crawl stalls while they are checked
+        (docs/benchmarks.md)."""
+        return (len(self.beast) == 0
+                and self.gate.ram_room() >= self.settings.frontier_ram_urls // 2)
+
+    def seen_merge_due(self, now: float) -> bool:
+        """URL-seen's part-filled buffers are to be merged now (see take_new_urls)."""
+        if not self.seen.pending:
+            return False
+        since = now - self._last_seen_flush
+        if since < self.settings.urlseen_flush_interval_s:
+            return False
+        if self.frontier_short():
+            return True
+        return (self.frontier_low()
+                and since >= self.seen.last_round_s / self.tuning.early_seen_merge_share)
+
+    def take_new_urls(self, now: float, budget_s: float | None = None) -> None:
+        """Move URLs that URL-seen found new into BEAST with their STAR budget.
+
+        DRUM merges by itself when its buffers fill (the cheap, sequential case IRLbot
+        designs for). A merge of a part-filled buffer costs a pass over every bucket, so
+        it is forced only when the frontier runs short of URLs, at most once per
+        ``urlseen_flush_interval_s``, or runs low (BEAST empty, RAM half empty), at most
+        ``early_seen_merge_share`` of the time: small crawls and crawl ends then do not
+        wait for full buffers, and large crawls, whose BEAST is never empty, never pay
+        for it. URL-seen's rounds, forced or not, run in the background: their new URLs
+        come out of ``take_new`` in a later turn, and the time share counts the last
+        round's wall time.
+
+        With ``budget_s``, placing stops once that much time has passed (after a whole
+        batch) and goes on in the next call, from the same point of URL-seen's delivery,
+        and it takes at most ``place_share`` of the time; a re-split of BEAST's QF under
+        way is stepped first, so that QF's URLs keep their places before new ones.
+        Without it, every URL found new so far is placed.
+        """
+        seen, beast = self.seen, self.beast
+        started = perf_counter()
+        if self.seen_merge_due(now):
+            seen.flush(wait=False)  # its new URLs come out of take_new once it is done
+            self._last_seen_flush = now
+        self.counting_edges(lambda: self._step_pld_graph(now))
+        self.merge_busy_s = perf_counter() - started
+        if self.new_urls is None:
+            self.new_urls = seen.take_new()
+        stop = None
+        placing = self.state.placing
+        if budget_s is not None:
+            granted = placing.allowance(budget_s, full_speed=not len(beast))
+            if granted is None:
+                return  # placing has had its share of the time
+            stop = time.perf_counter() + granted
+        batch = self.tuning.place_batch_urls
+        try:
+            # QF's URLs being placed again come before new ones (BEAST's order).
+            while stop is not None and beast.resplitting:
+                beast.resplit_step()
+                if time.perf_counter() >= stop:
+                    return  # the rest in the next turn
+            while True:
+                records = list(islice(self.new_urls, batch))
+                self.place(records)
+                if len(records) < batch:
+                    break
+                if stop is not None and time.perf_counter() >= stop:
+                    return  # the rest in the next turn
+            self.new_urls = None
+        finally:
+            if stop is not None:
+                placing.spent()
+
+    def _step_pld_graph(self, now: float) -> None:
+        """Refresh the budgets when due (the edges merge in the background: budgets
+        follow the in-degrees pumped so far), and move the new edges of the rounds that
+        ended into the in-degrees, ``pump_budget_s`` at a time."""
+        plds = self.plds
+        if now - self.last_pld_flush >= max(
+                self.settings.budget_refresh_s,
+                plds.last_round_s / self.tuning.forced_pld_merge_share):
+            plds.refresh()
+            self.last_pld_flush = now
+        plds.pump(budget_s=self.tuning.pump_budget_s)
+
+    def counting_edges(self, step: Callable[[], _T]) -> _T:
+        """``step()`` on the PLD graph, its newly moved edges counted in pld_edges_new."""
+        before = self.plds.new_edges
+        result = step()
+        self.counters["pld_edges_new"] += self.plds.new_edges - before
+        return result
+
+    def place(self, records: list[bytes]) -> None:
+        """Give URLs their STAR budget and put them into BEAST (whose ``admit`` is
+        :func:`drumbeat.manager.gate.robots_admitter`)."""
+        if not records:
+            return
+        self.beast.place_many(records, *self.pricing.places(records))
+        self.counters["urls_admitted"] += len(records)

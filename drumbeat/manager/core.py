@@ -1,0 +1,350 @@
+"""The crawl manager's loop: it owns the crawl's parts and drives them in turns."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from time import perf_counter, thread_time
+from typing import Any, Callable, Iterable
+
+from drumbeat import urls
+from drumbeat.checkpoint import Checkpoints
+from drumbeat.fetch.dns import DnsCache
+from drumbeat.frontier.politeness import PolitenessScheduler
+from drumbeat.frontier.robots import RobotsStore
+from drumbeat.frontier.star import Star, irlbot_budget
+from drumbeat.frontier.urlseen import encode_payload
+from drumbeat.manager.admission import Admission
+from drumbeat.manager.checkpointer import Checkpointer
+from drumbeat.manager.dispatch import Dispatcher
+from drumbeat.manager.gate import RobotsGate, robots_admitter
+from drumbeat.manager.pricing import Pricing
+from drumbeat.manager.state import LoopState
+from drumbeat.manager.stores import Drops, Stores
+from drumbeat.manager.tuning import TUNING, LoopTuning
+from drumbeat.pace import Pace
+from drumbeat.queue.base import FoundEdges, FoundURLs, ItemResult, ManagerQueue
+from drumbeat.settings import Settings
+from drumbeat.stalls import Stalls
+from drumbeat.store.crawllog import CrawlLog
+
+log = logging.getLogger("drumbeat.manager")
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerStats:
+    pages_done: int
+    in_flight: int
+    queued: int  # URLs waiting anywhere: RAM, BEAST, QR, robots checks
+    queued_ram: int
+    hosts: int
+    seen: int
+    resolving: int
+    elapsed_s: float
+    counters: dict[str, int]
+
+
+class Manager:
+    """Opens the stores at the live checkpoint (if any) and builds the parts that share
+    them; :meth:`restore` then loads the rest of that checkpoint."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        queue: ManagerQueue,
+        crawl_log: CrawlLog,
+        *,
+        durables: Iterable[Callable[[], None]] = (),
+        clock: Callable[[], float] = time.monotonic,
+        tuning: LoopTuning = TUNING,
+    ) -> None:
+        state_dir = settings.state_dir
+        if state_dir is None:
+            raise ValueError("the manager needs a state directory")
+        s = self.settings = settings
+        self.tuning = t = tuning
+        self.queue = queue
+        self.crawl_log = crawl_log
+        self.clock = clock
+        self.checkpoints = checkpoints = Checkpoints(state_dir)
+        self._resume_from = checkpoints.current()
+        meta = (None if self._resume_from is None
+                else self.checkpoints.read_meta(self._resume_from))
+        self.counters: Counter[str] = Counter()
+        # Seconds spent per stage of the manager's loop, for `drumbeat bench throughput`.
+        self.stage_s: defaultdict[str, float] = defaultdict(float)
+        # The loop's long turns (wall time), for the operator and the benchmark.
+        self.stalls = Stalls()
+        self.star = Star(budget=irlbot_budget(s.budget_default, s.budget_max,
+                                              s.budget_indegree_floor),
+                         indegree_floor=s.budget_indegree_floor, table_size=s.budget_table_plds)
+        self.scheduler = PolitenessScheduler(
+            host_delay_s=s.host_delay_s, ip_delay_s=s.ip_delay_s,
+            host_delay_min_s=s.host_delay_min_s, ip_delay_min_s=s.ip_delay_min_s,
+            default_budget=s.budget_default,
+        )
+        self.state = LoopState(placing=Pace(t.place_share, t.place_budget_s),
+                               routing=Pace(t.route_share, t.route_budget_s))
+        self.pricing = Pricing(s, self.star, cache_entries=t.pld_cache_entries)
+        self.drops = drops = Drops(crawl_log, self.counters)
+
+        def admit_for(robots: RobotsStore) -> Callable[[bytes], bool]:
+            return robots_admitter(robots, s.user_agent, drops.drop)
+
+        self.stores = Stores.open(s, meta, clock=clock, on_indegree=self.star.observe,
+                                  rebudget=self.pricing.places,
+                                  budgets_of=self.pricing.budgets_by_hash, admit_for=admit_for)
+        self._started = self.clock()
+        self._wake = asyncio.Event()
+        self.gate = RobotsGate(s, t, self.stores, self.pricing, self.scheduler, self.star,
+                               self.state, drops, self.counters, wake=self._wake.set)
+        self.dispatch = Dispatcher(s, queue, self.scheduler, self.gate, self.state, drops,
+                                   self.counters)
+        self.admission = Admission(s, t, self.stores, self.pricing, self.scheduler,
+                                   self.gate, self.state, self.counters, self.stage_s,
+                                   started=self._started)
+        self.checkpointer = Checkpointer(
+            s, t, checkpoints, state_dir, queue=queue, durables=list(durables),
+            crawl_log=crawl_log, stores=self.stores, gate=self.gate,
+            admission=self.admission, pricing=self.pricing, dispatch=self.dispatch,
+            scheduler=self.scheduler, star=self.star, counters=self.counters, clock=clock,
+            started=self._started)
+        self._last_sweep = self._started
+        self.stop_reason: str | None = None
+        self._force_stop = False
+        self._collect_busy_s = 0.0  # wall time _collect spent applying results, last call
+        self._collector: asyncio.Future[list[ItemResult]] | None = None
+
+    # -- what other modules read -----------------------------------------------------------
+
+    @property
+    def dns(self) -> DnsCache:
+        return self.gate.dns
+
+    @property
+    def pages_done(self) -> int:
+        return self.dispatch.pages_done
+
+    @property
+    def seeds(self) -> list[str]:
+        return self.pricing.seeds
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def restore(self) -> bool:
+        """Load the rest of the live checkpoint, if there is one (the stores were opened at
+        its commits). Returns True when resuming."""
+        path = self._resume_from
+        if path is None:
+            return False
+        meta = self.checkpoints.read_meta(path)
+        self.star.load(path)
+        self.counters.update(meta.counters)
+        self.dispatch.pages_done = meta.pages_done
+        self.dispatch.next_item_id = meta.next_item_id
+        self.pricing.set_seeds(meta.seeds)
+        # The previous run may have hit any host just before it stopped.
+        self.state.resumed_at = self.clock()
+        self.scheduler.start_no_earlier_than(
+            self.state.resumed_at + max(self.settings.host_delay_s, self.settings.ip_delay_s)
+        )
+        st = self.stores
+        self.gate.robots_failures = dict((meta.frontier or {}).get("robots_failures", {}))
+        for origin in (meta.frontier or {}).get("robots_working", []):
+            self.gate.work_on_robots(origin, st.qr.issue())
+        n = 0
+        for url, depth, via, hops in self.checkpoints.read_queue(path):
+            self.gate.route(encode_payload(url, depth, via, hops))
+            n += 1
+        log.info("resumed from %s: %d URLs were in RAM, %d in BEAST, %d in QR; %d seen, "
+                 "%d pages done", path, n, len(st.beast), len(st.qr), len(st.seen),
+                 self.pages_done)
+        return True
+
+    def add_seeds(self, seeds: Iterable[str]) -> list[str]:
+        """Normalize seed URLs and send them to URL-seen; returns "URL: reason" for rejects."""
+        good: list[str] = []
+        rejected: list[str] = []
+        for raw in seeds:
+            try:
+                good.append(urls.normalize(raw, max_bytes=self.settings.max_url_bytes))
+            except urls.URLRejected as e:
+                self.counters[f"seeds_rejected.{e.reason}"] += 1
+                log.warning("seed %r rejected: %s", raw, e.reason)
+                rejected.append(f"{raw[:100]!r}: {e.reason}")
+        self.pricing.set_seeds(self.seeds + [u for u in good if u not in self.seeds])
+        self.admission.admit(good, depth=0, via=None)
+        return rejected
+
+    def readmit(self, seeds: Iterable[str]) -> None:
+        """Send seeds an earlier run refused past URL-seen (which has seen them) again, their
+        origins' refusals expired: this run's DNS and address policy decide (seedrefusals)."""
+        for url in seeds:
+            self.stores.robots.record_refused(urls.origin_of(url), "readmitted", 0.0)
+            self.gate.route(encode_payload(url, 0, None, 0))
+
+    def request_stop(self, reason: str, *, force: bool = False) -> None:
+        """Stop dispatching; ``force`` also skips the grace period for in-flight fetches."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self._force_stop = self._force_stop or force
+        self._wake.set()
+
+    async def run(self) -> str:
+        """Crawl until done, a limit, or request_stop(); checkpoint; return the stop reason."""
+        s, t = self.settings, self.tuning
+        admission, gate, dispatch, cp = (self.admission, self.gate, self.dispatch,
+                                         self.checkpointer)
+        deadline = self._started + s.max_time_s if s.max_time_s else None
+        try:
+            while self.stop_reason is None:
+                now = self.clock()
+                if deadline is not None and now >= deadline:
+                    self.request_stop("max_time")
+                    break
+                t0, w0 = thread_time(), perf_counter()
+                admission.take_new_urls(now, budget_s=t.place_budget_s)
+                w1 = perf_counter()
+                gate.feed(now, budget_s=t.route_budget_s)
+                t1, w2 = thread_time(), perf_counter()
+                dispatch.dispatch(now)
+                self.stage_s["frontier"] += t1 - t0
+                self.stage_s["scheduling"] += thread_time() - t1
+                w3 = perf_counter()
+                if self.finished():
+                    self.request_stop("max_pages" if dispatch.page_limit_reached() else "done")
+                    break
+                await self._collect(self._wait_time(now, deadline))
+                w4 = perf_counter()
+                if cp.due(now):
+                    # The fetchers live on what is in flight while the checkpoint's turn
+                    # runs: the slots the collect just freed are filled first.
+                    dispatch.dispatch(self.clock())
+                    await cp.synced()
+                else:
+                    cp.presync_if_due(now)
+                if now - self._last_sweep >= t.host_sweep_interval_s:
+                    self.scheduler.sweep(now)
+                    self._last_sweep = now
+                merge_s = admission.merge_busy_s
+                self._note_turn(now, {
+                    "merge": merge_s, "place": w1 - w0 - merge_s,
+                    "feed": w2 - w1, "dispatch": w3 - w2, "collect": self._collect_busy_s,
+                    "checkpoint+sweep": perf_counter() - w4})
+            await self._drain_in_flight()
+        finally:
+            for task in gate.resolving.values():
+                task.cancel()
+            if self._collector is not None:
+                # Results it may still bring are lost to this run, but their items are
+                # still in flight and so saved as queued: they are fetched again later.
+                self._collector.cancel()
+        if cp.writing is not None:
+            await cp.writing
+        await cp.synced(final=True)
+        return self.stop_reason or "done"
+
+    def _note_turn(self, now: float, parts: dict[str, float]) -> None:
+        """Count a turn that kept the fetchers waiting (see drumbeat.stalls); one of a
+        second or more is logged, as the crawl's pages/s show a dip there."""
+        if self.stalls.turn(now - self._started, parts):
+            total = sum(parts.values())
+            if total >= 1.0:
+                log.info("manager loop turn took %.2f s: %s", total,
+                         ", ".join(f"{k} {v:.2f} s" for k, v in parts.items() if v >= 0.01))
+
+    async def _drain_in_flight(self) -> None:
+        """After a stop: let in-flight fetches finish for a short grace period."""
+        end = self.clock() + min(self.settings.total_timeout_s, 10.0)
+        while self.dispatch.in_flight and self.clock() < end and not self._force_stop:
+            await self._collect(min(0.2, max(0.0, end - self.clock())))
+
+    def finished(self) -> bool:
+        """Nothing is in flight and nothing is left to fetch anywhere (or the page limit
+        is reached)."""
+        if self.dispatch.in_flight:
+            return False
+        if self.dispatch.page_limit_reached():
+            return True
+        st, gate = self.stores, self.gate
+        return not (gate.resolving or st.seen.pending or st.seen.busy
+                    or self.admission.new_urls is not None
+                    or gate.to_route
+                    or st.robots.pending or gate.checking
+                    or self.scheduler.queued_urls or len(st.beast) or len(st.qr)
+                    or len(st.qr_retry)
+                    or len(st.robots_todo) or st.qr.working_origins())
+
+    def _wait_time(self, now: float, deadline: float | None) -> float:
+        wait = 0.25
+        due = self.scheduler.next_due_time()
+        if (due is not None and len(self.dispatch.in_flight) < self.settings.concurrency
+                and not self.dispatch.page_limit_reached()):
+            wait = min(wait, max(0.0, due - now))
+        if deadline is not None:
+            wait = min(wait, max(0.0, deadline - now))
+        return wait
+
+    async def _collect(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for results (or a DNS answer / stop request) and apply them.
+
+        One collect() call stays outstanding across iterations and is never cancelled: a
+        cancelled collect can have taken results off the queue already (asyncio.wait_for
+        may swallow the cancel and return them to nobody).
+        """
+        if self._collector is None:
+            self._collector = asyncio.ensure_future(self.queue.collect(4096, 1.0))
+        if timeout_s > 0 and not self._wake.is_set() and not self._collector.done():
+            waiter = asyncio.ensure_future(self._wake.wait())
+            either: set[asyncio.Future[Any]] = {waiter, self._collector}
+            await asyncio.wait(either, timeout=timeout_s,
+                               return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+        else:
+            await asyncio.sleep(0)  # always let fetchers and DNS answers run
+        self._wake.clear()
+        self._collect_busy_s = 0.0
+        if not self._collector.done():
+            return
+        results, self._collector = self._collector.result(), None
+        now = self.clock()
+        started, wall = thread_time(), perf_counter()
+        for r in results:
+            if r.log is not None:
+                self.crawl_log.append(r.log)
+        logged = thread_time()
+        found: list[FoundURLs] = []
+        edges: list[FoundEdges] = []
+        on_result = self.dispatch.on_result
+        for r in results:
+            on_result(r, now, found, edges)
+        if edges:
+            self.stores.plds.add_packed(b"".join(e.keys for e in edges),
+                                        b"".join(e.targets for e in edges),
+                                        b"".join(e.lengths for e in edges))
+        applied = thread_time()
+        if found:
+            self.admission.admit_found(found)
+        self.stage_s["crawl_log"] += logged - started
+        self.stage_s["results"] += applied - logged
+        self.stage_s["urlseen"] += thread_time() - applied
+        self._collect_busy_s = perf_counter() - wall
+
+    def stats(self) -> ManagerStats:
+        st, gate = self.stores, self.gate
+        ram = self.scheduler.queued_urls + len(gate.to_route)
+        disk = gate.checking + len(st.beast) + len(st.qr) + len(st.qr_retry)
+        return ManagerStats(
+            pages_done=self.pages_done,
+            in_flight=len(self.dispatch.in_flight),
+            queued=ram + disk,
+            queued_ram=ram,
+            hosts=len(self.scheduler.hosts),
+            seen=len(st.seen),
+            resolving=len(gate.resolving),
+            elapsed_s=self.clock() - self._started,
+            counters=dict(self.counters),
+        )

@@ -1,0 +1,138 @@
+"""Dispatch and results: hosts the politeness scheduler finds ready send their next URL to
+the fetchers, in tasks by partition; each result comes back to its host, and pages that
+failed in a way worth retrying go back to it with the host backing off."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+
+from drumbeat.frontier.backoff import Backoff, retryable
+from drumbeat.frontier.politeness import HostState, PolitenessScheduler, QueuedURL
+from drumbeat.manager.gate import RobotsGate
+from drumbeat.manager.state import LoopState
+from drumbeat.manager.stores import Drops
+from drumbeat.queue.base import (
+    PAGE,
+    ROBOTS,
+    FetchItem,
+    FoundEdges,
+    FoundURLs,
+    ItemResult,
+    ManagerQueue,
+    Task,
+)
+from drumbeat.settings import Settings
+
+log = logging.getLogger("drumbeat.manager")
+
+
+class Dispatcher:
+    def __init__(self, settings: Settings, queue: ManagerQueue,
+                 scheduler: PolitenessScheduler, gate: RobotsGate, state: LoopState,
+                 drops: Drops, counters: Counter[str]) -> None:
+        s = self.settings = settings
+        self.queue = queue
+        self.scheduler = scheduler
+        self.state = state
+        self.counters = counters
+        self._on_robots = gate.on_robots
+        self._drop = drops.drop
+        self.backoff = Backoff(max_s=s.backoff_max_s, forgive_s=s.backoff_forgive_s,
+                               max_attempts=s.fetch_max_attempts)
+        self.pages_done = 0
+        self.in_flight: dict[int, tuple[FetchItem, HostState]] = {}
+        self.in_flight_pages = 0
+        self.next_item_id = 0
+        self._next_task_id = 0
+
+    def page_limit_reached(self) -> bool:
+        m = self.settings.max_pages
+        return m is not None and self.pages_done + self.in_flight_pages >= m
+
+    def dispatch(self, now: float) -> None:
+        """Send the next URL of each ready host to the fetchers, up to ``concurrency``."""
+        parts = self.queue.partitions
+        by_part: list[list[FetchItem]] = [[] for _ in range(parts)]
+        limit = self.settings.concurrency
+        # Past the page limit nothing is sent (robots.txt included): a host released
+        # unused would otherwise come straight back from next_ready.
+        self.state.slots_idle = False
+        while len(self.in_flight) < limit and not self.page_limit_reached():
+            host = self.scheduler.next_ready(now)
+            if host is None:
+                # Politeness, not fetching, is what limits the crawl now: it needs more
+                # hosts in RAM (see Admission.frontier_short).
+                self.state.slots_idle = True
+                break
+            q = self.scheduler.pop_url(host)
+            if q.robots:
+                item = self._new_item(q.url, host, ROBOTS, 0, None)
+            else:
+                self.in_flight_pages += 1
+                item = self._new_item(q.url, host, PAGE, q.depth, q.via)
+                item.attempts, item.hops = q.attempts, q.hops
+            self.in_flight[item.item_id] = (item, host)
+            # A host's items share a partition: one fetcher, one keep-alive connection.
+            by_part[hash(host.name) % parts].append(item)
+        size = self.settings.task_max_items
+        tasks = []
+        for part, items in enumerate(by_part):
+            for i in range(0, len(items), size):
+                tasks.append(Task(self._next_task_id, items[i:i + size], part))
+                self._next_task_id += 1
+        if not tasks:
+            return
+        # LocalTaskQueue.submit never blocks; a remote queue would be awaited by a task.
+        asyncio.ensure_future(self.queue.submit(tasks))
+
+    def _new_item(self, url: str, host: HostState, kind: str, depth: int,
+                  via: str | None) -> FetchItem:
+        item = FetchItem(self.next_item_id, url, host.ip or "", kind, depth, via)
+        self.next_item_id += 1
+        return item
+
+    def on_result(self, r: ItemResult, now: float, found: list[FoundURLs],
+                  edges: list[FoundEdges]) -> None:
+        """Apply one result; the URLs and PLD edges it found are added to ``found`` and
+        ``edges``, for one URL-seen and one PLD-graph batch per collect."""
+        entry = self.in_flight.pop(r.item.item_id, None)
+        if entry is None:
+            return  # a duplicate report of work already accounted for
+        item, host = entry
+        if item.kind == ROBOTS:
+            self.scheduler.done(host, now, self._on_robots(r, host))
+            return
+        self.in_flight_pages -= 1
+        self.counters["fetches"] += 1
+        self.counters[f"status.{r.status}" if r.status is not None else f"error.{r.error}"] += 1
+        if retryable(r.status, r.error):
+            self.scheduler.done(host, now, self._back_off(r, host, now))
+            return
+        self.pages_done += 1 if r.status is not None else 0
+        for reason, n in r.dropped.items():
+            self.counters[f"links_dropped.{reason}"] += n
+        if r.pld_edges is not None:
+            edges.append(r.pld_edges)
+        if r.found is not None and len(r.found):
+            found.append(r.found)
+        self.scheduler.done(host, now)
+
+    def _back_off(self, r: ItemResult, host: HostState, now: float) -> float:
+        """The host asked us to slow down or failed: retry the URL later (or give it up);
+        returns the host's delay before its next request."""
+        item = r.item
+        delay = self.backoff.failed(host, now, r.retry_after_s)
+        self.counters["backoffs"] += 1
+        attempts = item.attempts + 1
+        if self.backoff.may_retry(attempts):
+            self.counters["retries"] += 1
+            self.scheduler.push(host, QueuedURL(item.url, item.depth, item.via,
+                                                attempts=attempts, hops=item.hops), front=True)
+        else:
+            self._drop(item.url, item.depth, item.via, "retries_exhausted", ip=host.ip)
+        if host.failures > 1:
+            log.info("host %s backs off %.1f s after %d failures (last: %s)", host.name,
+                     delay, host.failures, r.status or r.error)
+        return delay
