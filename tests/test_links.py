@@ -188,15 +188,22 @@ def test_limits() -> None:
 
 
 def test_latin1_declared() -> None:
+    """The path is UTF-8, the query in the page's encoding (the URL Standard)."""
     body = '<meta charset="iso-8859-1"><a href="/café?q=é">c</a>'.encode("latin-1")
     page = extract_links(body, PAGE)
-    assert page.links == ["http://www.site1.test/caf%C3%A9?q=%C3%A9"]
+    assert page.links == ["http://www.site1.test/caf%C3%A9?q=%E9"]
 
 
-def test_latin1_undeclared_is_read_as_utf8() -> None:
-    body = '<a href="/ok">ok</a><a href="/café">c</a>'.encode("latin-1")
+def test_latin1_undeclared_is_read_as_windows_1252() -> None:
+    body = '<a href="/ok">ok</a><a href="/café">c</a><a href="/€">e</a>'.encode("cp1252")
     page = extract_links(body, PAGE)
-    assert page.links == ["http://www.site1.test/ok", "http://www.site1.test/caf%EF%BF%BD"]
+    assert page.links == ["http://www.site1.test/ok", "http://www.site1.test/caf%C3%A9",
+                          "http://www.site1.test/%E2%82%AC"]
+
+
+def test_utf8_undeclared_is_read_as_utf8() -> None:
+    body = '<a href="/café?q=é">c</a>'.encode()
+    assert extract_links(body, PAGE).links == ["http://www.site1.test/caf%C3%A9?q=%C3%A9"]
 
 
 def test_shift_jis_declared() -> None:
