@@ -50,15 +50,14 @@ def sniff(body: bytes, content_type: str | None) -> tuple[str, int]:
         for bom, codec in _BOMS:
             if body.startswith(bom):
                 return codec, len(bom)
-    if content_type is not None:
-        codec = _http_codec(content_type)
-        if codec is not None:
-            return codec, 0
+    declared = None if content_type is None else _http_codec(content_type)
+    if declared is not None:
+        return declared, 0
     head = body[:_PRESCAN_BYTES]
     if b"charset" in head.lower():  # a declaration spells it; most pages have none
-        codec = _meta_codec(head)
-        if codec is not None:
-            return codec, 0
+        declared = _meta_codec(head)
+        if declared is not None:
+            return declared, 0
     return _undeclared_codec(body), 0
 
 
