@@ -261,7 +261,12 @@ class Fetcher:
             return None
         if not _is_html(resp.content_type, resp.decoded):
             return None
-        return find_references(resp.decoded, item.url)
+        found = find_references(resp.decoded, item.url,
+                                content_type=_header(resp.headers, "content-type"),
+                                max_links=self.settings.max_links_per_page)
+        if found.cut is None and (resp.truncated == "length" or resp.decoded_truncated):
+            found.cut = "bytes"  # the body's rest, and its links, were never received
+        return found
 
     def _follow(self, item: FetchItem, location: str, result: ItemResult) -> str | None:
         """Put a redirect's target into ``result``; returns why it is not followed, if
@@ -286,6 +291,8 @@ class Fetcher:
             result.found = pack_found(page.links, item.depth + 1, item.url)
         result.dropped = dict(page.dropped)
         result.pld_edges = pack_edges(*pld_targets(item.url, page.links))
+        if page.cut is not None and result.log is not None:
+            result.log["links_cut"] = page.cut
         self.stage_s["normalize"] += page.normalize_s
         self.stage_s["parse"] -= page.normalize_s
 
@@ -332,6 +339,14 @@ def _packed(items: list[str], tail: str = "") -> tuple[bytes, array]:
         encoded = [(item + tail).encode() for item in items]
         blob, lengths = b"".join(encoded), array("I", map(len, encoded))
     return blob, lengths
+
+
+def _header(headers: list[tuple[str, str]], name: str) -> str | None:
+    """The value of the first header ``name`` (lower-case) in ``headers``, or None."""
+    for key, value in headers:
+        if len(key) == len(name) and key.lower() == name:
+            return value
+    return None
 
 
 def _is_html(content_type: str | None, body: bytes) -> bool:

@@ -188,15 +188,22 @@ def test_limits() -> None:
 
 
 def test_latin1_declared() -> None:
+    """The path is UTF-8, the query in the page's encoding (the URL Standard)."""
     body = '<meta charset="iso-8859-1"><a href="/café?q=é">c</a>'.encode("latin-1")
     page = extract_links(body, PAGE)
-    assert page.links == ["http://www.site1.test/caf%C3%A9?q=%C3%A9"]
+    assert page.links == ["http://www.site1.test/caf%C3%A9?q=%E9"]
 
 
-def test_latin1_undeclared_is_read_as_utf8() -> None:
-    body = '<a href="/ok">ok</a><a href="/café">c</a>'.encode("latin-1")
+def test_latin1_undeclared_is_read_as_windows_1252() -> None:
+    body = '<a href="/ok">ok</a><a href="/café">c</a><a href="/€">e</a>'.encode("cp1252")
     page = extract_links(body, PAGE)
-    assert page.links == ["http://www.site1.test/ok", "http://www.site1.test/caf%EF%BF%BD"]
+    assert page.links == ["http://www.site1.test/ok", "http://www.site1.test/caf%C3%A9",
+                          "http://www.site1.test/%E2%82%AC"]
+
+
+def test_utf8_undeclared_is_read_as_utf8() -> None:
+    body = '<a href="/café?q=é">c</a>'.encode()
+    assert extract_links(body, PAGE).links == ["http://www.site1.test/caf%C3%A9?q=%C3%A9"]
 
 
 def test_shift_jis_declared() -> None:
@@ -342,3 +349,67 @@ def test_deep_nesting_is_defused_and_its_links_kept() -> None:
     the link inside is still found."""
     body = b"<html><body>" + b"<div>" * 20_000 + b'<a href="/deep">x</a>' + b"</div>" * 10
     assert extract_links(body, "http://a.test/").links == ["http://a.test/deep"]
+
+
+def test_http_charset_beats_meta_and_a_bom_beats_both() -> None:
+    body = '<meta charset="utf-8"><a href="/é?q=é">e</a>'.encode("cp1252")
+    page = extract_links(body, PAGE, content_type="text/html; charset=windows-1252")
+    assert page.links == ["http://www.site1.test/%C3%A9?q=%E9"]
+    bom = b"\xef\xbb\xbf" + '<a href="/é?q=é">e</a>'.encode()
+    page = extract_links(bom, PAGE, content_type="text/html; charset=windows-1252")
+    assert page.links == ["http://www.site1.test/%C3%A9?q=%C3%A9"]
+
+
+@pytest.mark.parametrize("content_type", ["text/html; charset=utf-7", "text/html; charset=base64",
+                                          "text/html; charset=x-no-such", "text/html"])
+def test_unknown_or_unsafe_labels_are_ignored(content_type: str) -> None:
+    body = b'<a href="/+ADw-x">u</a><a href="/\xc3\xa9">e</a>'  # UTF-8, undeclared
+    page = extract_links(body, PAGE, content_type=content_type)
+    assert page.links == ["http://www.site1.test/+ADw-x", "http://www.site1.test/%C3%A9"]
+
+
+def test_query_in_a_multibyte_page_encoding() -> None:
+    """Shift_JIS query bytes, the second a "\\" kept as it is (WHATWG's query
+    percent-encode set lacks it); the fragment is dropped."""
+    body = '<a href="/表?q=表#表">t</a>'.encode("shift_jis")
+    page = extract_links(body, PAGE, content_type="text/html; charset=shift_jis")
+    assert page.links == ["http://www.site1.test/%E8%A1%A8?q=%95\\"]
+
+
+def _long_page(links: int, pad: int = 200) -> bytes:
+    filler = "<p>" + "x" * pad + "</p>"
+    return ("<html><head><base href='http://base.test/d/'></head><body>"
+            + "".join(f'<a href="l{k}">{k}</a>{filler}' for k in range(links))
+            + "</body></html>").encode()
+
+
+def test_a_long_page_is_parsed_whole_one_segment_at_a_time() -> None:
+    body = _long_page(2_000)
+    page = extract_links(body, PAGE, max_parse_bytes=len(body) // 7)
+    # The <base> of the first segment holds for all; no link lost at any cut.
+    assert page.links == [f"http://base.test/d/l{k}" for k in range(2_000)]
+    assert page.cut is None and not page.dropped
+
+
+def test_segments_are_cut_before_a_tag() -> None:
+    from drumbeat.parse.links import _segment_end
+
+    body = b"<p>" + b"x" * 50 + b'<a href="/y">' + b"z" * 50
+    assert body[_segment_end(body, 0, 80):].startswith(b'<a href="/y">')
+    text = "é".encode() * 100  # no tag at all: cut on a character boundary
+    assert text[:_segment_end(text, 0, 51)].decode() == "é" * 25
+
+
+def test_the_parse_stops_at_the_references_bound() -> None:
+    body = _long_page(2_000, pad=0)
+    page = extract_links(body, PAGE, max_links=100, max_parse_bytes=len(body) // 10)
+    assert len(page.links) == 100 and page.cut == "max_links"
+    # Parsing stopped at the first segment boundary past 4 x 100 references.
+    assert 300 < page.dropped["too_many_links"] < 1_000
+
+
+def test_the_parse_stops_when_its_time_is_spent() -> None:
+    body = _long_page(2_000)
+    page = extract_links(body, PAGE, max_parse_bytes=len(body) // 4, max_parse_s=0.0)
+    assert page.cut == "parse_time"
+    assert 0 < len(page.links) < 2_000 and not page.dropped

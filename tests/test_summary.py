@@ -41,10 +41,10 @@ def write_synthetic_crawl(state_dir: Path) -> None:
     entries = [
         line(100.0, "http://a.test/robots.txt", 200, kind="robots", bytes=50),
         line(100.5, "http://b.test/robots.txt", None, "dns:nxdomain", kind="robots"),
-        line(101.0, "http://a.test/", 200, bytes=1000),
+        line(101.0, "http://a.test/", 200, bytes=1000, links_cut="max_links"),
         line(102.0, "http://a.test/x", 404, bytes=10),
         line(103.0, "http://a.test/", 200, bytes=1000),  # a re-fetch: not a new URL
-        line(104.0, "http://c.test:8080/big", 200, bytes=5000, truncated=True),
+        line(104.0, "http://c.test:8080/big", 200, bytes=5000, truncated=True, links_cut="bytes"),
         line(105.0, "http://c.test/slow", None, "timeout"),
         line(106.0, "http://c.test/no", None, "robots_disallowed"),
         line(110.0, "http://d.test/moved", 301, bytes=0, extra_key="kept"),
@@ -94,6 +94,7 @@ def test_counts_on_a_synthetic_log(tmp_path: Path) -> None:
         "log_lines": 9,
         "log_malformed_lines": 1,
         "log_torn_bytes": len(b'{"time": 200, "url": "http://torn'),
+        "links_cut": {"max_links": 1, "bytes": 1},
         "counters": {"dropped:offsite": 7},
     }
     json.dumps(summary)  # `drumbeat stats --json` prints it as is

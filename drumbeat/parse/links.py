@@ -15,6 +15,7 @@ from time import thread_time
 
 from selectolax.lexbor import LexborHTMLParser
 
+from drumbeat.parse.encoding import UTF8, encode_queries, encode_query, to_utf8, utf8_queries
 from drumbeat.urls import (
     DEFAULT_MAX_URL_BYTES,
     URLRejected,
@@ -48,7 +49,12 @@ _ROBOTS_SPLIT_RE = re.compile(r"[\s,]+")
 
 DEFAULT_MAX_PARSE_BYTES = 2 << 20
 # lexbor builds the whole DOM: up to ~70 bytes of RAM per byte of markup (a page of
-# "<a>"), so only the first max_parse_bytes are parsed.
+# "<a>"), so a longer body is parsed as segments of at most max_parse_bytes, one DOM
+# at a time, each cut before a tag. The parse stops early, and says why (``cut``),
+# once the page has _REFS_PER_LINK times max_links distinct references (beyond those,
+# the links cap is all but sure to be reached) or has taken max_parse_s of CPU time.
+DEFAULT_MAX_PARSE_S = 1.0
+_REFS_PER_LINK = 4
 #
 # It also has no nesting limit (browsers stop at a depth of about 512): each start tag
 # of these elements scans the stack of open elements ("close a p element in button
@@ -75,10 +81,13 @@ class PageLinks:
     even under meta nofollow. ``dropped``: reason -> count, using
     :class:`drumbeat.urls.URLRejected` reasons per distinct raw reference, plus
     ``too_many_links``, and per element ``nofollow`` (rel) and ``meta_nofollow``
-    (suppressed by meta robots); ``html_truncated`` is 1 when the body was longer than
-    ``max_parse_bytes`` and its rest was not parsed (links there are not counted).
-    ``base``: the effective base URL (the page URL as
-    given when neither it nor ``<base href>`` is a valid http(s) URL).
+    (suppressed by meta robots). ``base``: the effective base URL (the page URL as
+    given when neither it nor ``<base href>`` is a valid http(s) URL). ``cut``: None,
+    or which limit cut the page's links, the first one in document order:
+    ``"max_links"`` (``max_links`` reached, or so many references that the parse
+    stopped), ``"parse_time"`` (``max_parse_s`` spent: the rest was not parsed) or
+    ``"bytes"`` (set by the fetcher: the body was cut at its size limit). Only the
+    references parsed are counted in ``dropped``.
     """
 
     links: list[str]
@@ -89,6 +98,7 @@ class PageLinks:
     dropped: Counter[str]
     base: str
     normalize_s: float = field(default=0.0, compare=False)  # time spent joining and normalizing the links (for profiling)
+    cut: str | None = None
 
 
 def extract_links(
@@ -98,23 +108,29 @@ def extract_links(
     max_links: int = 10_000,
     max_url_bytes: int = DEFAULT_MAX_URL_BYTES,
     max_parse_bytes: int = DEFAULT_MAX_PARSE_BYTES,
+    max_parse_s: float = DEFAULT_MAX_PARSE_S,
+    content_type: str | None = None,
 ) -> PageLinks:
     """Extract the links of the HTML ``body`` fetched from ``url``.
 
     Elements: ``a``/``area`` href, ``frame``/``iframe`` src, ``link rel=canonical``,
     ``meta http-equiv=refresh``. The first ``<base href>`` (resolved against ``url``;
-    ignored if that fails) is the base for all of them, wherever they stand. The encoding is detected from a BOM or a
-    ``<meta charset>`` in the first 1024 bytes, else UTF-8; undecodable bytes become
-    U+FFFD. At most ``max_links`` links are kept, and only the first
-    ``max_parse_bytes`` of ``body`` are parsed. Time and memory are linear in those
-    bytes whatever the markup (see ``_QUADRATIC_TAGS``). Never raises on any body.
+    ignored if that fails) is the base for all of them, wherever they stand. The
+    encoding is found as a browser finds it (:mod:`drumbeat.parse.encoding`; the
+    ``Content-Type`` header value ``content_type`` may name it); undecodable bytes
+    become U+FFFD. At most ``max_links`` links are kept. The whole body is parsed, one
+    segment of at most ``max_parse_bytes`` at a time, unless the references or the
+    time run out first (``cut``). Time is linear in the bytes and memory bounded by
+    ``max_parse_bytes``, whatever the markup (see ``_QUADRATIC_TAGS``). Never raises
+    on any body.
 
     The same as :func:`find_references` then :func:`resolve_references`, which a
     caller with many pages runs as two passes (each keeps its code and data in the
     CPU's caches through the pass).
     """
-    return resolve_references(find_references(body, url, max_parse_bytes=max_parse_bytes),
-                              max_links=max_links, max_url_bytes=max_url_bytes)
+    found = find_references(body, url, content_type=content_type, max_links=max_links,
+                            max_parse_bytes=max_parse_bytes, max_parse_s=max_parse_s)
+    return resolve_references(found, max_links=max_links, max_url_bytes=max_url_bytes)
 
 
 @dataclass(slots=True)
@@ -129,20 +145,89 @@ class PageReferences:
     nofollow: bool
     noindex: bool
     dropped: Counter[str]
+    encoding: str = UTF8  # the Python codec the page was read with
+    cut: str | None = None  # see PageLinks
 
 
-def find_references(body: bytes, url: str, *,
-                    max_parse_bytes: int = DEFAULT_MAX_PARSE_BYTES) -> PageReferences:
+def find_references(body: bytes, url: str, *, content_type: str | None = None,
+                    max_links: int = 10_000,
+                    max_parse_bytes: int = DEFAULT_MAX_PARSE_BYTES,
+                    max_parse_s: float = DEFAULT_MAX_PARSE_S) -> PageReferences:
     """Parse ``body`` and collect its references, unresolved (see :func:`extract_links`)."""
+    body, encoding = to_utf8(body, content_type)
     dropped: Counter[str] = Counter()
-    if len(body) > max_parse_bytes:
-        body = body[:max_parse_bytes]
-        dropped["html_truncated"] = 1
+    if len(body) <= max_parse_bytes:
+        found = _parse_references(body, url, dropped)
+    else:
+        found = _segments_references(body, url, dropped, max_parse_bytes,
+                                     _REFS_PER_LINK * max_links, max_parse_s)
+    found.encoding = encoding
+    return found
+
+
+def _parse_references(body: bytes, url: str, dropped: Counter[str]) -> PageReferences:
+    """The references of the UTF-8 markup ``body``, parsed as one document."""
     if len(body) > 3 * _MAX_START_TAGS_AS_IS and _start_tags_at_most(body) > _MAX_START_TAGS_AS_IS:
         body = _QUADRATIC_RE.sub(rb"<\1x-\2", body)
-    tree = LexborHTMLParser(body, encoding=True)
+    tree = LexborHTMLParser(body)
     found = _anchor_references(tree, url, dropped)
     return found if found is not None else _selected_references(tree, url, dropped)
+
+
+def _segments_references(body: bytes, url: str, dropped: Counter[str], max_parse_bytes: int,
+                         max_refs: int, max_parse_s: float) -> PageReferences:
+    """The references of a ``body`` longer than ``max_parse_bytes``, parsed segment by
+    segment; the first ``<base>``, canonical and refresh of any segment count, and
+    the parse stops early when the page has ``max_refs`` distinct references or has
+    taken ``max_parse_s`` of CPU time (``cut`` says which)."""
+    started = thread_time()
+    refs: dict[str, None] = {}
+    found: PageReferences | None = None
+    start = 0
+    while start < len(body):
+        end = _segment_end(body, start, max_parse_bytes)
+        part = _parse_references(body[start:end], url, dropped)
+        refs.update(dict.fromkeys(part.refs))
+        if found is None:
+            found = part
+        else:
+            found.base_ref = _first(found.base_ref, part.base_ref)
+            found.canonical_ref = _first(found.canonical_ref, part.canonical_ref)
+            found.refresh_ref = _first(found.refresh_ref, part.refresh_ref)
+            found.nofollow = found.nofollow or part.nofollow
+            found.noindex = found.noindex or part.noindex
+        start = end
+        if start < len(body) and len(refs) >= max_refs:
+            found.cut = "max_links"
+        elif start < len(body) and thread_time() - started >= max_parse_s:
+            found.cut = "parse_time"
+        if found.cut is not None:
+            break
+    assert found is not None  # the body is longer than one segment
+    found.refs = list(refs)
+    return found
+
+
+def _first(ref: str | None, other: str | None) -> str | None:
+    return ref if ref is not None else other
+
+
+def _segment_end(body: bytes, start: int, size: int) -> int:
+    """Where the segment of ``body`` from ``start`` ends: before the last "<a" (an
+    anchor, most likely) or else "<" of its second half, so that tags stay whole;
+    else at ``size`` bytes, on a UTF-8 character boundary."""
+    end = start + size
+    if end >= len(body):
+        return len(body)
+    half = start + size // 2
+    cut = body.rfind(b"<a", half, end)
+    if cut < 0:
+        cut = body.rfind(b"<", half, end)
+    if cut < 0:
+        cut = end
+        while cut > half and body[cut] & 0xC0 == 0x80:  # a continuation byte
+            cut -= 1
+    return cut
 
 
 def _anchor_references(tree: LexborHTMLParser, url: str,
@@ -238,6 +323,9 @@ def resolve_references(found: PageReferences, *, max_links: int = 10_000,
                        max_url_bytes: int = DEFAULT_MAX_URL_BYTES) -> PageLinks:
     """Join and normalize a page's references (see :func:`extract_links`)."""
     url, refs, dropped = found.url, found.refs, found.dropped
+    if not utf8_queries(found.encoding):
+        _encode_queries_of(found)
+        refs = found.refs
     page: str | None
     try:
         page = normalize(url, max_bytes=max_url_bytes)
@@ -270,7 +358,18 @@ def resolve_references(found: PageReferences, *, max_links: int = 10_000,
         dropped=dropped,
         base=url if base is None else base,
         normalize_s=normalize_s,
+        cut="max_links" if dropped.get("too_many_links") else found.cut,
     )
+
+
+def _encode_queries_of(found: PageReferences) -> None:
+    """Percent-encode the non-ASCII queries of ``found``'s references in its page's
+    encoding (see :func:`drumbeat.parse.encoding.encode_queries`)."""
+    codec = found.encoding
+    found.refs = encode_queries(found.refs, codec)
+    found.base_ref, found.canonical_ref, found.refresh_ref = (
+        None if ref is None else encode_query(ref, codec)
+        for ref in (found.base_ref, found.canonical_ref, found.refresh_ref))
 
 
 def _start_tags_at_most(body: bytes) -> int:

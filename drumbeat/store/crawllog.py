@@ -24,6 +24,10 @@ key             value
 
 A redirect whose Location was not followed adds ``location_dropped``: why, either
 ``"too_many_redirects"`` (``max_redirects`` in a row) or a URL reason such as ``"too_long"``.
+An HTML page some of whose links a limit cut adds ``links_cut``: the first such limit
+in the page, ``"max_links"`` (``max_links_per_page``), ``"parse_time"`` (the parse's
+time budget: the rest of the page was not parsed) or ``"bytes"`` (the body was cut at
+``max_body_bytes`` or ``max_decoded_bytes``).
 
 Writers may add keys; readers keep them. A line is complete only once its ``\\n`` is
 written, so a torn last line (the process was killed mid-write) is recognizable and is

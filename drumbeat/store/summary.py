@@ -163,7 +163,8 @@ def summarize(state_dir: Path, extra_counters: Mapping[str, int] | None = None) 
     ``last_time`` (epoch seconds or null), ``duration_s`` (the sum over runs of each
     run's first to last entry: the time between runs is not counted), ``pages_per_s`` (null
     without a duration), ``warc_files`` / ``warc_bytes`` (open files included),
-    ``log_lines``, ``log_malformed_lines``, ``log_torn_bytes``, and ``counters`` =
+    ``log_lines``, ``log_malformed_lines``, ``log_torn_bytes``, ``links_cut`` ({limit:
+    pages} over the pages whose links a limit cut: see crawllog), and ``counters`` =
     ``extra_counters`` when given. The result is JSON-serializable. Entries with
     missing or mistyped fields are counted as far as they can be, never fatal.
     """
@@ -174,6 +175,7 @@ def summarize(state_dir: Path, extra_counters: Mapping[str, int] | None = None) 
     refetches = _Refetches()
     statuses: Counter[str] = Counter()
     errors: Counter[str] = Counter()
+    links_cut: Counter[str] = Counter()
     lines = pages = ok = robots = truncated = total_bytes = refetched = 0
     first_time: float | None = None
     last_time: float | None = None
@@ -215,6 +217,9 @@ def summarize(state_dir: Path, extra_counters: Mapping[str, int] | None = None) 
             total_bytes += size
         if entry.get("truncated") in (True, "length", "time", "disconnect"):
             truncated += 1
+        cut = entry.get("links_cut")
+        if cut is not None:
+            links_cut[str(cut)] += 1
 
     duration = spans.total()
     warc_files, warc_bytes = _warc_usage(state_dir / WARC_DIR_NAME)
@@ -239,6 +244,7 @@ def summarize(state_dir: Path, extra_counters: Mapping[str, int] | None = None) 
         "log_lines": lines,
         "log_malformed_lines": reader.malformed,
         "log_torn_bytes": reader.torn_bytes,
+        "links_cut": dict(links_cut.most_common()),
     }
     if extra_counters is not None:
         summary["counters"] = dict(extra_counters)
@@ -353,6 +359,7 @@ def render_summary(summary: Mapping[str, Any], console: Console) -> None:
     console.print(overview)
     _print_counts(console, "HTTP status", summary["status_counts"])
     _print_counts(console, "errors", summary["errors"])
+    _print_counts(console, "links cut by", summary.get("links_cut") or {})
     _print_counts(console, "counters", summary.get("counters") or {})
 
 
