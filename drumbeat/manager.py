@@ -53,7 +53,7 @@ from drumbeat.frontier.robots import (
     RobotsEntry,
     RobotsStore,
 )
-from drumbeat.frontier.star import Star, irlbot_budget, pld_hash
+from drumbeat.frontier.star import SeedTrust, Star, irlbot_budget, pld_hash
 from drumbeat.frontier.urlseen import (
     DrumURLSeen,
     decode_payload,
@@ -201,6 +201,8 @@ class Manager:
         self.star = Star(budget=irlbot_budget(s.budget_default, s.budget_max,
                                               s.budget_indegree_floor),
                          indegree_floor=s.budget_indegree_floor, table_size=s.budget_table_plds)
+        self.seed_trust = SeedTrust(enabled=s.trust_seeds,
+                                    scoped_budget=None if s.scope == "any" else s.budget_max)
         # Opened by restore(), from the checkpoint's commits:
         self.seen: DrumURLSeen | None = None
         self.plds: PLDIndegree | None = None
@@ -223,7 +225,6 @@ class Manager:
         self.seeds: list[str] = []
         self.seed_hosts: frozenset[str] = frozenset()
         self.seed_plds: frozenset[str] = frozenset()
-        self._seed_pld_hashes: frozenset[int] = frozenset()
         self.pages_done = 0
         self.in_flight: dict[int, tuple[FetchItem, HostState]] = {}
         self.in_flight_pages = 0
@@ -356,7 +357,8 @@ class Manager:
         hosts = {urls.host_of(u) for u in seeds}
         self.seed_hosts = frozenset(hosts)
         self.seed_plds = frozenset(urls.pld(h) for h in hosts)
-        self._seed_pld_hashes = frozenset(map(pld_hash, self.seed_plds))
+        self.seed_trust.set_seed_hosts(hosts, urls.pld)
+        self._authorities.clear()  # they name each URL's BEAST unit (seed_trust.unit)
 
     def request_stop(self, reason: str, *, force: bool = False) -> None:
         """Stop dispatching; ``force`` also skips the grace period for in-flight fetches."""
@@ -781,7 +783,8 @@ class Manager:
     def _authority(self, payload: bytes) -> tuple[str, int, int, str, str]:
         """What the manager needs of a URL-seen payload's scheme://authority: the URL's
         PLD, its hash, the authority's hash (BEAST's host cap), the URL's origin (robots
-        rules) and host (politeness). Cached by that authority (a page's links mostly
+        rules) and host (politeness); a trusted seed host is a PLD of its own here
+        (frontier.star.SeedTrust). Cached by that authority (a page's links mostly
         share a few, a BEAST read brings many URLs of each), in at most PLD_CACHE
         entries. Routing took origin_of and host_of of every URL before: 7.4-8.4 against
         6.4-7.0 µs a URL routed now (bench-like URLs, offline manager)."""
@@ -792,30 +795,22 @@ class Manager:
                 self._authorities.clear()
             url = authority.decode() + "/"
             host = urls.host_of(url)
-            pld = urls.pld(host)
+            pld = self.seed_trust.unit(host, urls.pld(host))
             known = self._authorities[authority] = (
                 pld, pld_hash(pld), xxhash.xxh3_64_intdigest(authority), urls.origin_of(url),
                 host)
         return known
 
     def _budgets(self, plds: list[str]) -> list[int]:
-        """STAR's budgets; in a crawl scoped to the seeds' hosts or PLDs, which the operator
-        chose, those PLDs get the maximum (spam cannot enter through the scope anyway)."""
-        return self._seeds_at_max(plds, self.star.budgets(plds), self.seed_plds)
+        """STAR's budgets, and the seeds' (frontier.star.SeedTrust)."""
+        return self.seed_trust.budgets(plds, self.star.budgets(plds), self.star.budget)
 
     def _budgets_by_hash(self, hashes: np.ndarray) -> list[int]:
         """:meth:`_budgets` of PLDs given by their hashes (BEAST's ``budgets_of``: a
         re-split of QF places its URLs again by the hashes kept with them)."""
         plds = hashes.tolist()
-        return self._seeds_at_max(plds, self.star.budgets_by_hash(plds),
-                                  self._seed_pld_hashes)
-
-    def _seeds_at_max(self, plds: list, budgets: list[int], seeds: frozenset) -> list[int]:
-        """``budgets``, with the maximum for the PLDs in ``seeds`` in a scoped crawl."""
-        if self.settings.scope == "any":
-            return budgets
-        top = self.settings.budget_max
-        return [top if pld in seeds else b for pld, b in zip(plds, budgets)]
+        return self.seed_trust.budgets_by_hash(plds, self.star.budgets_by_hash(plds),
+                                               self.star.budget)
 
     # -- the robots loop -------------------------------------------------------------------
 
