@@ -40,6 +40,10 @@ class Settings:
     seeds: tuple[str, ...] = ()
     seeds_file: Path | None = None
     scope: str = "any"  # any | host (seed hosts only) | domain (seed pay-level domains)
+    # Seeds are the operator's choice, not spam: each seed host gets a BEAST place and
+    # budget of its own, its PLD's (budget_max in a scoped crawl); delays are unchanged.
+    # false = pure STAR for seeds too (drumbeat.frontier.star.SeedTrust).
+    trust_seeds: bool = True
 
     # When to stop (None = no limit). The crawl also stops when nothing is left.
     max_pages: int | None = None

@@ -12,15 +12,17 @@ from pathlib import Path
 
 import pytest
 
+from drumbeat import urls
 from drumbeat.bench._throughput_web import (
     ABSOLUTE_LINKS,
+    ONE_PLD,
     PRIVATE_PREFIX,
     WebShape,
     build_tree,
     nginx_binary,
     read_access_log,
 )
-from drumbeat.bench.throughput import ip_delay_for, steady_rate
+from drumbeat.bench.throughput import ip_delay_for, make_plan, parse, steady_rate
 
 HREF = re.compile(r'href="([^"]+)"')
 
@@ -75,6 +77,20 @@ def test_steady_rate_leaves_out_warmup_and_counts_a_stopped_crawl_as_zero():
     assert stopped.pages_per_s == pytest.approx(80 / 20)
     assert stopped.slowest_window_pages_per_s == 0.0
     assert steady_rate([], 0.0, 1.0, 1.0).pages == 0
+
+
+def test_one_pld_web_is_subdomains_of_one_pld_all_seeded(tmp_path):
+    shape = WebShape.make(hosts=300, pages=10, ips=30, seeds=300, pld=ONE_PLD)
+    build_tree(tmp_path, shape, port=23456)
+    named = set(re.findall(r"http://([a-z0-9.]+):23456/", (tmp_path / "index.html").read_text()))
+    assert named and named <= set(shape.dns_table())
+    assert {urls.pld(h) for h in shape.dns_table()} == {ONE_PLD}
+    assert len(shape.dns_table()) == 300 and len(shape.seed_urls(23456)) == 300
+    # --web one-pld seeds every host unless told otherwise; the default web seeds SEEDS.
+    assert make_plan(parse(["--web", "one-pld"])).seeds == 5000
+    assert make_plan(parse(["--web", "one-pld", "--seeds", "40"])).seeds == 40
+    assert make_plan(parse(["--seeds", "5000"])).seeds == 5000
+    assert make_plan(parse([])).seeds == 300 and make_plan(parse([])).web == "distinct"
 
 
 def test_ip_delay_leaves_room_for_the_hosts_of_an_address():

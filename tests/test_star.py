@@ -1,7 +1,8 @@
 """STAR: budgets follow PLD in-degree, RAM holds only the best-linked PLDs."""
 
 from drumbeat.frontier.pldgraph import PLDIndegree
-from drumbeat.frontier.star import Star, irlbot_budget, pld_hash
+from drumbeat.frontier.star import SeedTrust, Star, irlbot_budget, pld_hash
+from drumbeat.urls import pld
 
 
 def make_star(table_size: int = 100) -> Star:
@@ -53,3 +54,42 @@ def test_save_and_load(tmp_path):
     again.load(tmp_path)
     assert again.budget("b") == star.budget("b") == 140
     assert again.budgets_by_hash([pld_hash("a"), pld_hash("b")]) == [12, 140]
+
+
+def _trust(enabled: bool = True, scoped_budget: int | None = None) -> SeedTrust:
+    trust = SeedTrust(enabled=enabled, scoped_budget=scoped_budget)
+    trust.set_seed_hosts(["a.uni.test", "b.uni.test", "solo.test"], pld)
+    return trust
+
+
+def test_seed_hosts_are_units_of_their_own_with_their_plds_budget():
+    star = make_star()
+    star.observe(["uni.test"], [50])  # budget 100
+    trust = _trust()
+    # Seed hosts of a shared PLD are their own units; a host the crawl finds in that PLD,
+    # and a seed host that is its PLD, are budgeted by the PLD, as STAR alone would.
+    assert [trust.unit(h, pld(h)) for h in ("a.uni.test", "b.uni.test", "c.uni.test",
+                                            "solo.test")] == \
+        ["a.uni.test", "b.uni.test", "uni.test", "solo.test"]
+    units = ["a.uni.test", "uni.test", "solo.test", "other.test"]
+    assert trust.budgets(units, star.budgets(units), star.budget) == [100, 100, 10, 10]
+    hashes = [pld_hash(u) for u in units]
+    assert trust.budgets_by_hash(hashes, star.budgets_by_hash(hashes), star.budget) == \
+        [100, 100, 10, 10]
+    star.observe(["uni.test"], [500])  # the PLD's budget, whenever asked
+    assert trust.budgets(["b.uni.test"], [10], star.budget) == [1000]
+
+
+def test_scoped_seeds_get_the_maximum_and_trust_off_is_pure_star():
+    star = make_star()
+    scoped = _trust(scoped_budget=1000)
+    assert scoped.unit("solo.test", "solo.test") == "solo.test"
+    units = ["a.uni.test", "uni.test", "solo.test", "other.test"]
+    assert scoped.budgets(units, star.budgets(units), star.budget) == [1000, 1000, 1000, 10]
+    off = _trust(enabled=False, scoped_budget=1000)
+    assert off.unit("a.uni.test", "uni.test") == "uni.test" and len(off) == 0
+    assert off.budgets(units, star.budgets(units), star.budget) == [10, 10, 10, 10]
+    # Seeds that are their own PLDs in an unscoped crawl change nothing: no table at all.
+    plain = SeedTrust(enabled=True, scoped_budget=None)
+    plain.set_seed_hosts(["solo.test", "x.test"], pld)
+    assert len(plain) == 0

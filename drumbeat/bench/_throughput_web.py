@@ -13,7 +13,9 @@ of ``pages`` pages however many hosts there are:
 
 The absolute links of the whole tree name every host at least once (``pages`` grows with
 ``hosts`` if needed), so a crawl from a few hundred front pages fans out to all of them.
-Host ``i`` is ``h{i:05d}.test`` (each its own pay-level domain) and resolves to
+Host ``i`` is ``h{i:05d}.test`` (each its own pay-level domain) or, in a web of one PLD
+(``WebShape.pld``: an organisation's sites), ``h{i:05d}.{pld}``: all subdomains of one
+pay-level domain, so no page links to it from another PLD. Either resolves to
 ``127.77.{j // 250}.{j % 250 + 1}`` with ``j = i % ips``: many addresses, so per-IP
 politeness does not cap the rate, in a range simweb (127.1.x.y) does not use.
 
@@ -38,6 +40,7 @@ from pathlib import Path
 
 IP_PREFIX = "127.77"
 TLD = "test"
+ONE_PLD = f"campus.{TLD}"  # the PLD of the one-PLD web (``WebShape.pld``)
 PRIVATE_PREFIX = "/private/"
 ROBOTS_TXT = f"User-agent: *\nDisallow: {PRIVATE_PREFIX}\n"
 # $msec has millisecond resolution: gaps are trusted to that.
@@ -70,16 +73,18 @@ class WebShape:
     pages: int  # pages per host (one shared tree), besides the front page
     ips: int
     seeds: int  # front pages the crawls start from
+    pld: str | None = None  # every host a subdomain of this PLD; None: each its own PLD
 
     @classmethod
-    def make(cls, hosts: int, pages: int, ips: int, seeds: int) -> WebShape:
+    def make(cls, hosts: int, pages: int, ips: int, seeds: int,
+             pld: str | None = None) -> WebShape:
         """A shape whose absolute links can name every host at least once."""
         pages = max(pages, math.ceil(hosts / ABSOLUTE_LINKS))
         return cls(hosts=hosts, pages=pages, ips=max(1, min(ips, hosts)),
-                   seeds=max(1, min(seeds, hosts)))
+                   seeds=max(1, min(seeds, hosts)), pld=pld)
 
     def host(self, i: int) -> str:
-        return f"h{i:05d}.{TLD}"
+        return f"h{i:05d}.{self.pld or TLD}"
 
     def ip(self, j: int) -> str:
         return f"{IP_PREFIX}.{j // 250}.{j % 250 + 1}"

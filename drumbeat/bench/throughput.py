@@ -27,6 +27,12 @@ Issue 5's benchmark. One run:
    than the host delay, and requests robots.txt disallowed; and, from its
    ``$connection_requests``, requests per TCP connection (keep-alive reuse).
 
+``--web one-pld`` (issue 46): the same tree, but every host a subdomain of one pay-level
+domain (``h00042.campus.test``), so no link reaches that PLD from another one, and every
+host a seed (``--seeds`` overrides): an organisation's sites given as the seed list. Its
+pages/s are compared with the default web's from as many seeds (``--seeds 5000``), run
+back to back on one machine.
+
 ``--quick``: 25 s measured per crawl (30 s with warm-up). ``--tiny`` (tests): 50 hosts,
 3 s. ``--json`` prints the same figures as one JSON object. ``--profile`` samples each
 process of each drumbeat crawl with py-spy for a while in its steady part and prints
@@ -55,6 +61,7 @@ from typing import Any
 from drumbeat.bench._throughput_dns import DnsThread
 from drumbeat.bench._throughput_proc import TreeSampler, Usage, run_measured
 from drumbeat.bench._throughput_web import (
+    ONE_PLD,
     Nginx,
     ServerLog,
     WebShape,
@@ -75,6 +82,8 @@ LIMIT_SLACK_S = 30.0  # then the benchmark stops the crawler itself
 TARGET_PAGES_PER_S = 3000.0
 TARGET_RATIO = 40.0
 CRAWLERS = ("drumbeat", "scrapy")
+# distinct: each host its own PLD; one-pld: every host a subdomain of ONE_PLD.
+WEBS = ("distinct", "one-pld")
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +102,7 @@ class Plan:
     nginx_workers: int
     profile: bool
     http_client: str = "curl"  # drumbeat's http_client setting
+    web: str = "distinct"  # one of WEBS
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +172,8 @@ class Bench:
         self.work = work
         self.nginx = nginx
         self.log = log
-        self.shape = WebShape.make(plan.hosts, PAGES_PER_HOST, plan.ips, plan.seeds)
+        self.shape = WebShape.make(plan.hosts, PAGES_PER_HOST, plan.ips, plan.seeds,
+                                   pld=ONE_PLD if plan.web == "one-pld" else None)
         self.docroot = work / "web"
         self.port = 0
         self.dns: DnsThread | None = None
@@ -405,7 +416,7 @@ def processor() -> str:
 def report(plan: Plan, bench: Bench, runs: list[CrawlRun], elapsed_s: float) -> dict[str, Any]:
     out: dict[str, Any] = {
         "mode": plan.mode, "seconds": plan.seconds, "warmup_s": plan.warmup_s,
-        "web": {"hosts": bench.shape.hosts, "pages_per_host": bench.shape.pages + 1,
+        "web": {"kind": plan.web, "pld": bench.shape.pld, "hosts": bench.shape.hosts, "pages_per_host": bench.shape.pages + 1,
                 "ips": bench.shape.ips, "hosts_per_ip": bench.shape.hosts_per_ip(),
                 "seeds": bench.shape.seeds, "port": bench.port,
                 "nginx_workers": plan.nginx_workers},
@@ -462,7 +473,9 @@ def print_report(rep: dict[str, Any]) -> None:
 
     console = Console(width=160)
     web = rep["web"]
-    table = Table(title=f"Throughput on {web['hosts']:,} hosts x {web['pages_per_host']} pages "
+    one_pld = f" of one PLD ({web['pld']})" if web.get("pld") else ""
+    table = Table(title=f"Throughput on {web['hosts']:,} hosts{one_pld} x "
+                        f"{web['pages_per_host']} pages, {web['seeds']:,} seeds "
                         f"(nginx, {web['ips']} loopback IPs), {rep['seconds']:.0f} s measured "
                         f"after {rep['warmup_s']:.0f} s warm-up, {rep['cpus']} CPUs "
                         f"({rep['cpu_model']})")
@@ -594,6 +607,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--seconds", type=float, help="seconds measured per crawl, after warm-up "
                     "(default 60; --quick 25)")
     ap.add_argument("--hosts", type=int, help="host names in the web (default 5000)")
+    ap.add_argument("--web", choices=WEBS, default="distinct",
+                    help="distinct: each host its own pay-level domain (default); one-pld: "
+                    "every host a subdomain of one PLD, no links from other PLDs")
+    ap.add_argument("--seeds", type=int, help="front pages the crawls start from (default "
+                    f"{SEEDS}; with --web one-pld every host)")
     ap.add_argument("--concurrency", type=int, default=200, help="drumbeat --concurrency")
     ap.add_argument("--fetchers", type=int, default=None,
                     help="drumbeat --fetchers (default: its own, one per core)")
@@ -615,13 +633,14 @@ def make_plan(args: argparse.Namespace) -> Plan:
                                      "quick": (25.0, 5.0, 5000, SEEDS),
                                      "tiny": (3.0, 1.0, 50, 10)}[mode]
     hosts = args.hosts or hosts
+    seeds = args.seeds or (hosts if args.web == "one-pld" else seeds)
     return Plan(mode=mode, seconds=args.seconds or seconds, warmup_s=warmup, hosts=hosts,
                 seeds=min(seeds, hosts), ips=min(IPS, max(1, hosts // 5)),
                 crawlers=(args.only,) if args.only else CRAWLERS,
                 politeness={"on": (True,), "off": (False,), "both": (True, False)}[args.politeness],
                 concurrency=args.concurrency, fetchers=args.fetchers,
                 scrapy_concurrency=args.scrapy_concurrency, nginx_workers=args.nginx_workers,
-                profile=args.profile, http_client=args.http_client)
+                profile=args.profile, http_client=args.http_client, web=args.web)
 
 
 def missing_tools(plan: Plan) -> list[str]:

@@ -1,10 +1,16 @@
 """Back-off for hosts that ask for it (429, 503) or keep failing (connect, timeout, reset).
 
-Each failure doubles the wait before the host's next request, starting from twice its
-delay τh; a ``Retry-After`` longer than that is honoured; both are capped at ``max_s``.
-A host's failures are forgiven once it has gone ``forgive_s`` without one, so a site that
-had a bad minute is not slowed for the rest of the crawl. The URL that failed is retried
-up to ``max_attempts`` fetches in all, then dropped with a reason.
+Each failure in a row doubles the wait before the host's next request, starting from
+twice its delay τh (at least a second), so a host that keeps failing is asked ever more
+slowly. A ``Retry-After`` is honoured as given instead (never below τh): the server said
+when to come back, and a doubling over the failures of other URLs would only make the
+host's ordinary pages wait longer. Both are capped at ``max_s``. A success ends the run
+of failures (:meth:`Backoff.succeeded`), and so does ``forgive_s`` without one, so a site
+that had a bad minute is not slowed for the rest of the crawl.
+
+The URL that failed is retried up to ``max_attempts`` fetches in all, then dropped with a
+reason; the manager queues its retry behind the host's other URLs, so one bad URL (slow,
+rate-limited) does not hold the host's ordinary pages behind its own retries.
 """
 
 from __future__ import annotations
@@ -38,10 +44,16 @@ class Backoff:
             host.failures = 0
         host.failures += 1
         host.failed_at = now
-        delay = max(host.delay_s, 0.5) * 2.0 ** min(host.failures, 30)
         if retry_after_s is not None:
-            delay = max(delay, retry_after_s)
+            delay = max(host.delay_s, retry_after_s)
+        else:
+            delay = max(host.delay_s, 0.5) * 2.0 ** min(host.failures, 30)
         return min(delay, self.max_s)
+
+    def succeeded(self, host: HostState) -> None:
+        """A fetch from ``host`` ended without a failure that backs off (an answer, or an
+        error a retry would not mend): its next failure starts the doubling over."""
+        host.failures = 0
 
     def may_retry(self, attempts_made: int) -> bool:
         """Whether a URL fetched ``attempts_made`` times without success gets another."""

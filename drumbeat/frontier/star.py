@@ -9,6 +9,22 @@ default, so only those are kept, at most ``table_size`` of them (the smallest in
 evicted when full). The in-degrees come exact from PLDindegree's DRUM (each merge of new
 edges reports their targets' new counts), so a PLD evicted and linked again comes back with
 its true count.
+
+Seeds are trusted (:class:`SeedTrust`, setting ``trust_seeds``, on by default). Spam
+resistance is for what the crawl discovers; a seed list is the operator's choice. STAR
+alone budgets a PLD with no links from other PLDs at B0, however many of its hosts are
+seeds: 5,000 seeded subdomains of one university would share the budget and the BEAST
+place of one long-tail site. A larger budget alone does not help, as BEAST keeps one place
+a PLD: with the host cap, a host whose place is full moves its whole PLD's place on to the
+next queue, so the PLD's other hosts get one queue's worth each and the rest of their URLs
+go to QF. So each seed host is a PLD of its own in BEAST (its own place and host cap),
+with its PLD's STAR budget: every seed host passes as many URLs a turn as a site of its
+own would, as many as its delay lets it be fetched in that turn. Hosts the crawl finds in
+a seed PLD share that PLD's place and STAR budget, as any discovered host. In a crawl
+scoped to the seeds' hosts or PLDs (spam cannot enter through the scope) the seeds' units
+get at least the maximum budget. Politeness delays still follow STAR alone: trust buys a
+seed room in the queues, never a shorter delay. ``trust_seeds = false`` restores pure STAR
+(one place and budget a PLD) for seeds.
 """
 
 from __future__ import annotations
@@ -111,3 +127,61 @@ class Star:
                               json.loads(path.read_text(encoding="utf-8")).items()}
             self._budget_of = {pld: self._budget(d) for pld, d in self._indegree.items()}
             self._budget_by_hash = {pld_hash(pld): b for pld, b in self._budget_of.items()}
+
+
+class SeedTrust:
+    """Where BEAST budgets a URL, and the budget, for the operator's seeds (see the module
+    docstring). A *unit* is what a BEAST place and budget belong to: a PLD, or a seed host
+    of its own.
+
+    RAM: one entry a seed host (and a seed PLD in a scoped crawl), as the seed list."""
+
+    def __init__(self, *, enabled: bool, scoped_budget: int | None) -> None:
+        """``scoped_budget``: the least budget of the seeds' units in a crawl scoped to the
+        seeds (None: the crawl is not scoped)."""
+        self.enabled = enabled
+        self.scoped_budget = scoped_budget
+        self._pld_of: dict[str, str] = {}  # unit -> the PLD whose STAR budget it has
+        self._pld_of_hash: dict[int, str] = {}  # the same by pld_hash(unit)
+
+    def set_seed_hosts(self, hosts: Iterable[str], pld_of: Callable[[str], str]) -> None:
+        """The seed list's hosts, and the function that names a host's PLD."""
+        units: dict[str, str] = {}
+        if self.enabled:
+            for host in hosts:
+                pld = pld_of(host)
+                # A host that is its PLD is that unit already: kept out, so a crawl whose
+                # seeds are such takes the fast path in :meth:`budgets`.
+                if host != pld or self.scoped_budget is not None:
+                    units[host] = pld
+                if self.scoped_budget is not None:
+                    units[pld] = pld
+        self._pld_of = units
+        self._pld_of_hash = {pld_hash(unit): pld for unit, pld in units.items()}
+
+    def unit(self, host: str, pld: str) -> str:
+        """The unit a URL of ``host`` (of ``pld``) is placed and budgeted by in BEAST."""
+        return host if host in self._pld_of else pld
+
+    def budgets(self, units: Sequence[str], budgets: list[int],
+                star_budget: Callable[[str], int]) -> list[int]:
+        """``budgets`` (STAR's, of ``units`` in order) with the seeds' units given theirs:
+        a seed host its PLD's STAR budget, at least ``scoped_budget`` in a scoped crawl."""
+        return self._raise(units, budgets, star_budget, self._pld_of)
+
+    def budgets_by_hash(self, hashes: Sequence[int], budgets: list[int],
+                        star_budget: Callable[[str], int]) -> list[int]:
+        """:meth:`budgets` of units given by their :func:`pld_hash`."""
+        return self._raise(hashes, budgets, star_budget, self._pld_of_hash)
+
+    def _raise(self, keys: Sequence, budgets: list[int], star_budget: Callable[[str], int],
+               pld_of: dict) -> list[int]:
+        if not pld_of:
+            return budgets
+        floor = self.scoped_budget or 0
+        get = pld_of.get
+        return [b if (pld := get(k)) is None else max(star_budget(pld), floor)
+                for k, b in zip(keys, budgets)]
+
+    def __len__(self) -> int:
+        return len(self._pld_of)

@@ -117,11 +117,12 @@ class Dispatcher:
             edges.append(r.pld_edges)
         if r.found is not None and len(r.found):
             found.append(r.found)
+        self.backoff.succeeded(host)
         self.scheduler.done(host, now)
 
     def _back_off(self, r: ItemResult, host: HostState, now: float) -> float:
-        """The host asked us to slow down or failed: retry the URL later (or give it up);
-        returns the host's delay before its next request."""
+        """The host asked us to slow down or failed: retry the URL after the host's other
+        URLs (or give it up); returns the host's delay before its next request."""
         item = r.item
         delay = self.backoff.failed(host, now, r.retry_after_s)
         self.counters["backoffs"] += 1
@@ -129,7 +130,7 @@ class Dispatcher:
         if self.backoff.may_retry(attempts):
             self.counters["retries"] += 1
             self.scheduler.push(host, QueuedURL(item.url, item.depth, item.via,
-                                                attempts=attempts, hops=item.hops), front=True)
+                                                attempts=attempts, hops=item.hops))
         else:
             self._drop(item.url, item.depth, item.via, "retries_exhausted", ip=host.ip)
         if host.failures > 1:

@@ -1,16 +1,16 @@
 """What the manager knows of a URL from its scheme://authority: its PLD and STAR budget,
 BEAST's host key, its origin (robots rules) and host (politeness); and the crawl's seeds,
-whose PLDs a scoped crawl gives the maximum budget."""
+which the operator chose: their hosts and budgets follow frontier.star.SeedTrust."""
 
 from __future__ import annotations
 
-from typing import Sequence, cast
+from typing import cast
 
 import numpy as np
 import xxhash
 
 from drumbeat import urls
-from drumbeat.frontier.star import Star, pld_hash
+from drumbeat.frontier.star import SeedTrust, Star, pld_hash
 from drumbeat.settings import Settings
 
 # (PLD, PLD hash, authority hash, origin, host)
@@ -25,7 +25,9 @@ class Pricing:
         self.seeds: list[str] = []
         self.seed_hosts: frozenset[str] = frozenset()
         self.seed_plds: frozenset[str] = frozenset()
-        self._seed_pld_hashes: frozenset[int] = frozenset()
+        self.seed_trust = SeedTrust(
+            enabled=settings.trust_seeds,
+            scoped_budget=None if settings.scope == "any" else settings.budget_max)
         self.authorities: dict[bytes, Authority] = {}
 
     def set_seeds(self, seeds: list[str]) -> None:
@@ -33,7 +35,8 @@ class Pricing:
         hosts = {urls.host_of(u) for u in seeds}
         self.seed_hosts = frozenset(hosts)
         self.seed_plds = frozenset(urls.pld(h) for h in hosts)
-        self._seed_pld_hashes = frozenset(map(pld_hash, self.seed_plds))
+        self.seed_trust.set_seed_hosts(hosts, urls.pld)
+        self.authorities.clear()  # they name each URL's BEAST unit (seed_trust.unit)
 
     def places(self, records: list[bytes]) -> tuple[list[int], list[int], list[int]]:
         """For each URL-seen payload, what BEAST places it by: its PLD's hash, that PLD's
@@ -56,7 +59,8 @@ class Pricing:
     def authority(self, payload: bytes) -> Authority:
         """What the manager needs of a URL-seen payload's scheme://authority: the URL's
         PLD, its hash, the authority's hash (BEAST's host cap), the URL's origin (robots
-        rules) and host (politeness). Cached by that authority (a page's links mostly
+        rules) and host (politeness); a trusted seed host is a PLD of its own here
+        (frontier.star.SeedTrust). Cached by that authority (a page's links mostly
         share a few, a BEAST read brings many URLs of each), in at most
         ``cache_entries`` entries: cheaper than origin_of and host_of of every URL."""
         authority = payload[:payload.index(b"/", 8)]  # normalized: a path follows it
@@ -66,28 +70,19 @@ class Pricing:
                 self.authorities.clear()
             url = authority.decode() + "/"
             host = urls.host_of(url)
-            pld = urls.pld(host)
+            pld = self.seed_trust.unit(host, urls.pld(host))
             known = self.authorities[authority] = (
                 pld, pld_hash(pld), xxhash.xxh3_64_intdigest(authority), urls.origin_of(url),
                 host)
         return known
 
     def budgets(self, plds: list[str]) -> list[int]:
-        """STAR's budgets; in a crawl scoped to the seeds' hosts or PLDs, which the operator
-        chose, those PLDs get the maximum (spam cannot enter through the scope anyway)."""
-        return self._seeds_at_max(plds, self.star.budgets(plds), self.seed_plds)
+        """STAR's budgets, and the seeds' (frontier.star.SeedTrust)."""
+        return self.seed_trust.budgets(plds, self.star.budgets(plds), self.star.budget)
 
     def budgets_by_hash(self, hashes: np.ndarray) -> list[int]:
         """:meth:`budgets` of PLDs given by their hashes (BEAST's ``budgets_of``: a
         re-split of QF places its URLs again by the hashes kept with them)."""
         plds: list[int] = hashes.tolist()
-        return self._seeds_at_max(plds, self.star.budgets_by_hash(plds),
-                                  self._seed_pld_hashes)
-
-    def _seeds_at_max(self, plds: Sequence[object], budgets: list[int],
-                      seeds: frozenset[object]) -> list[int]:
-        """``budgets``, with the maximum for the PLDs in ``seeds`` in a scoped crawl."""
-        if self.settings.scope == "any":
-            return budgets
-        top = self.settings.budget_max
-        return [top if pld in seeds else b for pld, b in zip(plds, budgets)]
+        return self.seed_trust.budgets_by_hash(plds, self.star.budgets_by_hash(plds),
+                                               self.star.budget)
