@@ -12,7 +12,7 @@ import json
 import threading
 from pathlib import Path
 
-from drumbeat.bench.offline_manager import offline_manager
+from drumbeat.testing import offline_manager
 from drumbeat.frontier.star import Star
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import xxhash
 
 from drumbeat import urls as urls_module
-from drumbeat.bench.offline_manager import offline_manager
+from drumbeat.testing import offline_manager
 from drumbeat.frontier import beast as beast_module
 from drumbeat.frontier.beast import Beast
 from drumbeat.frontier.urlseen import decode_payload, encode_payload

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from drumbeat.bench.offline_manager import offline_manager
+from drumbeat.testing import offline_manager
 from drumbeat.manager import Manager
 
 B0 = 5

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from drumbeat.bench.offline_manager import offline_manager
+from drumbeat.testing import offline_manager
 from drumbeat.manager import TUNING
 from drumbeat.manager.checkpointer import Laps
 from drumbeat.store.durable import sync_filesystem

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from drumbeat import urls
-from drumbeat.bench.offline_manager import offline_manager
+from drumbeat.testing import offline_manager
 from drumbeat.frontier.star import pld_hash
 from drumbeat.frontier.urlseen import decode_payload, encode_payload
 

@@ -431,7 +431,7 @@ def _live_rss() -> int | None:
 
 
 async def _rss_child(n: int, hosts: int, work: Path) -> dict:
-    from drumbeat.bench.offline_manager import offline_manager
+    from drumbeat.testing import offline_manager
 
     clock = [time.monotonic()]  # the manager's clock, moved by the feed loop below
     async with offline_manager(work, clock=lambda: clock[0]) as manager:
