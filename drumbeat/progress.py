@@ -36,7 +36,8 @@ class Progress:
 
     def _top_errors(self) -> list[tuple[str, int]]:
         c = self.manager.counters
-        kinds = {k: v for k, v in c.items() if k.startswith(("error.", "dropped.", "hosts_failed."))}
+        kinds = {k: v for k, v in c.items()
+                 if k.startswith(("error.", "dropped.", "hosts_failed."))}
         return sorted(kinds.items(), key=lambda kv: -kv[1])[:6]
 
     def _errors(self) -> str:
@@ -64,8 +65,8 @@ class Progress:
     def line(self) -> str:
         s = self.manager.stats()
         return (f"[{s.elapsed_s:,.0f}s] pages={s.pages_done:,} rate={self._rate():,.1f}/s "
-                f"queued={s.queued:,} ram={s.queued_ram:,} in_flight={s.in_flight} hosts={s.hosts:,} "
-                f"seen={s.seen:,} errors: {self._errors()}")
+                f"queued={s.queued:,} ram={s.queued_ram:,} in_flight={s.in_flight} "
+                f"hosts={s.hosts:,} seen={s.seen:,} errors: {self._errors()}")
 
     async def run(self) -> None:
         if not self.live_mode:

@@ -28,9 +28,11 @@ from collections.abc import Iterable
 from functools import lru_cache
 
 # ada-url's own cffi binding of its C API. The public ``join_url`` re-encodes the base
-# and registers a GC finalizer on every call, which is about 40 % of the per-link cost;
-# the batch path encodes the base once per page and frees the parse result itself.
-from ada_url._ada_wrapper import ffi as _ffi
+# and registers a GC finalizer on every call, a large share of the per-link cost; the
+# batch path encodes the base once per page and frees the parse result itself.
+# The binding is a compiled cffi module that ada-url ships without type information
+# (unused-ignore: setup.py's mypyc build runs with --ignore-missing-imports).
+from ada_url._ada_wrapper import ffi as _ffi  # type: ignore[import-not-found, unused-ignore]
 from ada_url._ada_wrapper import lib as _ada
 from publicsuffixlist import PublicSuffixList
 from xxhash import xxh3_64_digest, xxh3_64_intdigest
@@ -78,7 +80,7 @@ _C0_AND_SPACE = "".join(map(chr, range(0x21)))
 _TAB_NEWLINE = {0x09: None, 0x0A: None, 0x0D: None}
 
 
-class URLRejected(ValueError):
+class URLRejected(ValueError):  # noqa: N818 - public name; it says what befell the URL
     """A URL the crawler will not keep; ``reason`` is one of the module's drop reasons."""
 
     def __init__(self, reason: str, url: str = "") -> None:
@@ -149,7 +151,8 @@ def _whatwg_href(url: str, base: bytes | None) -> str | None:
         if not _ada.ada_is_valid(parsed):
             return None
         href = _ada.ada_get_href(parsed)
-        return _ffi.unpack(href.data, href.length).decode()
+        joined: str = _ffi.unpack(href.data, href.length).decode()
+        return joined
     finally:
         _ada.ada_free(parsed)
 
@@ -363,20 +366,19 @@ def fingerprint(url: str) -> int:
     return xxh3_64_intdigest(url.encode())
 
 
-def fingerprints(urls: Iterable[str]) -> array:
+def fingerprints(urls: Iterable[str]) -> array[int]:
     """:func:`fingerprint` of each URL, as an ``array("Q")``; iterates in C (no Python
     call per URL), for a page's links."""
     return xxh3_64_array(map(str.encode, urls))
 
 
-def xxh3_64_array(blobs: Iterable[bytes]) -> array:
+def xxh3_64_array(blobs: Iterable[bytes]) -> array[int]:
     """The unsigned xxh3_64 of each of ``blobs``, as an ``array("Q")``, in C (no Python
     call per item).
 
     The 8-byte digests (big-endian) are joined and put into the machine's byte order.
     ``array("Q", map(xxh3_64_intdigest, ...))`` made an int per item and converted it
-    through CPython's generic ``_PyLong_AsByteArray``: 13-15 against 7-10 µs for a
-    page's 60 links."""
+    through CPython's generic ``_PyLong_AsByteArray``, which was slower."""
     keys = array("Q", b"".join(map(xxh3_64_digest, blobs)))
     if sys.byteorder == "little":
         keys.byteswap()
@@ -449,8 +451,7 @@ def pld_targets(source_url: str, links: list[str]) -> tuple[str, list[str]]:
 
     ``source_url`` and ``links`` are normalized URLs; each distinct origin is reduced to
     its PLD once. Here rather than in drumbeat.parse.links because this module is
-    compiled (setup.py): it runs over every link of every page a fetcher parses, and
-    took 16 µs a bench page as Python.
+    compiled (setup.py): it runs over every link of every page a fetcher parses.
     """
     origin = origin_of(source_url)
     source = _origin_pld(origin)
@@ -470,7 +471,8 @@ def pld_targets(source_url: str, links: list[str]) -> tuple[str, list[str]]:
     return source, sorted(targets)
 
 
-def in_scope(url_host: str, scope: str, seed_hosts: frozenset[str], seed_plds: frozenset[str]) -> bool:
+def in_scope(url_host: str, scope: str, seed_hosts: frozenset[str],
+             seed_plds: frozenset[str]) -> bool:
     """Whether a URL on ``url_host`` may be crawled under ``scope``.
 
     ``any``: every host; ``host``: only the seeds' hosts; ``domain``: hosts whose PLD

@@ -164,7 +164,8 @@ def same_order_as_the_model(ops, queues: int, max_queues: int) -> None:
     budgets = {pld: 1 + pld % 3 for pld in range(8)}
     rebudget = make_rebudget(budgets)
     with tempfile.TemporaryDirectory() as tmp:
-        opts = dict(max_queues=max_queues, pld_slots=64, fsync=False, rebudget=per_record(rebudget))
+        opts = {"max_queues": max_queues, "pld_slots": 64, "fsync": False,
+                "rebudget": per_record(rebudget)}
         beast = Beast(Path(tmp) / "b", queues=queues, **opts)
         model = Model(queues, max_queues)
         commits: list[tuple[dict, Model, dict]] = []
@@ -260,7 +261,7 @@ def test_slot_collisions_lose_nothing(tmp_path: Path) -> None:
 
 def test_spam_pld_cannot_starve_small_ones(tmp_path: Path) -> None:
     spam, small = 10**6, range(100)
-    budgets = {spam: 10, **{p: 10 for p in small}}
+    budgets = {spam: 10, **dict.fromkeys(small, 10)}
     beast = Beast(tmp_path / "b", fsync=False, rebudget=per_record(make_rebudget(budgets)))
     rng = random.Random(3)
     arrivals = [spam] * 10_000 + [p for p in small for _ in range(5)]
@@ -307,9 +308,9 @@ def test_first_read_before_and_after_placement_with_one_queue(tmp_path: Path) ->
 
 def test_reopen_with_either_of_the_last_two_commits(tmp_path: Path) -> None:
     d = tmp_path / "b"
-    budgets = {p: 2 for p in range(5)}
-    opts = dict(queues=1, max_queues=16, pld_slots=1 << 10, fsync=True,
-                rebudget=per_record(make_rebudget(budgets)))
+    budgets = dict.fromkeys(range(5), 2)
+    opts = {"queues": 1, "max_queues": 16, "pld_slots": 1 << 10, "fsync": True,
+            "rebudget": per_record(make_rebudget(budgets))}
     beast = Beast(d, **opts)
     n = 0
 
@@ -405,8 +406,8 @@ def test_host_cap_spreads_one_host_over_queues_and_loses_nothing(tmp_path: Path)
 
 def test_host_cap_survives_a_commit(tmp_path: Path) -> None:
     d = tmp_path / "b"
-    opts = dict(queues=4, max_queues=4, host_cap=2, host_slots=16, fsync=False,
-                rebudget=per_record(lambda r: (9, 100, 1)))
+    opts = {"queues": 4, "max_queues": 4, "host_cap": 2, "host_slots": 16, "fsync": False,
+            "rebudget": per_record(lambda r: (9, 100, 1))}
     beast = Beast(d, **opts)
     beast.place_many([b"a", b"b"], [9] * 2, [100] * 2, [1] * 2)
     assert beast.stats().host_deferrals == 0
@@ -429,8 +430,9 @@ def test_tables_come_back_whole_from_a_commit_saved_sparse_or_not(tmp_path: Path
     are used (3 PLDs and hosts of 64 slots), else whole (40); either way, and from a
     table file saved whole by an older commit, they come back as they were."""
     d = tmp_path / "b"
-    opts = dict(queues=2, max_queues=4, pld_slots=64, host_cap=2, host_slots=64,
-                fsync=False, rebudget=per_record(lambda r: (int(r) % plds, 3, int(r) % plds)))
+    opts = {"queues": 2, "max_queues": 4, "pld_slots": 64, "host_cap": 2, "host_slots": 64,
+            "fsync": False,
+            "rebudget": per_record(lambda r: (int(r) % plds, 3, int(r) % plds))}
     beast = Beast(d, **opts)
     n = 3 * plds
     beast.place_many([b"%d" % i for i in range(n)], [i % plds for i in range(n)], [1] * n,

@@ -36,8 +36,9 @@ def pld_of(record: bytes) -> int:
 def paced(path: Path, clock: Clock, *, turn_s: float = 10.0, budget: int = 3,
           queues: int = 4, max_queues: int = 8, pld_slots: int = 1 << 10,
           state: dict | None = None) -> Beast:
-    return Beast(path, state=state, queues=queues, max_queues=max_queues, pld_slots=pld_slots, fsync=False,
-                 turn_s=turn_s, clock=clock, rebudget=per_record(lambda r: (pld_of(r), budget)))
+    return Beast(path, state=state, queues=queues, max_queues=max_queues, pld_slots=pld_slots,
+                 fsync=False, turn_s=turn_s, clock=clock,
+                 rebudget=per_record(lambda r: (pld_of(r), budget)))
 
 
 def place(beast: Beast, pld: int, first: int, n: int, budget: int = 3) -> list[bytes]:

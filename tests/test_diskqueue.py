@@ -29,7 +29,7 @@ from drumbeat.frontier.diskqueue import (
     PackedRecords,
 )
 
-SMALL = dict(segment_bytes=200, buffer_bytes=64, fsync=False)
+SMALL = {"segment_bytes": 200, "buffer_bytes": 64, "fsync": False}
 
 
 def rec(i: int) -> bytes:

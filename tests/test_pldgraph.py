@@ -176,7 +176,8 @@ def test_edges_packed_by_fetchers_count_as_added_ones(tmp_path):
              ("a.test", ["hub.test"]), ("hub.test", ["a.test", "b.test", "x.test"])]
     packs = [pack_edges(source, targets) for source, targets in pages]
     assert pack_edges("a.test", []) is None
-    assert packs[0] is not None and packs[0].pairs() == [("a.test", "hub.test"), ("a.test", "x.test")]
+    assert packs[0] is not None
+    assert packs[0].pairs() == [("a.test", "hub.test"), ("a.test", "x.test")]
     assert list(memoryview(packs[0].keys).cast("Q")) == [
         edge_key("a.test", "hub.test"), edge_key("a.test", "x.test")]
     packed = PLDIndegree(tmp_path / "packed", ram_bytes=2 << 20, fsync=False)

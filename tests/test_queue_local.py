@@ -5,7 +5,8 @@ from drumbeat.queue.local import LocalTaskQueue
 
 
 def _task(tid: int, n: int) -> Task:
-    return Task(tid, [FetchItem(tid * 100 + i, f"http://h{i}.test/", "127.0.0.1") for i in range(n)])
+    return Task(tid, [FetchItem(tid * 100 + i, f"http://h{i}.test/", "127.0.0.1")
+                      for i in range(n)])
 
 
 def test_claim_report_collect_and_ownership():

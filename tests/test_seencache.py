@@ -83,11 +83,11 @@ def test_repeated_links_do_not_reach_drum_and_are_counted(tmp_path) -> None:
     links = [f"http://a.test/{i}" for i in range(100)]
     assert seen.submit([fingerprint(u) for u in links],
                        [encode_payload(u, 1, None) for u in links]) == 0
-    again = links[::2] + ["http://b.test/"]
+    again = [*links[::2], "http://b.test/"]
     assert seen.submit([fingerprint(u) for u in again],
                        [encode_payload(u, 2, None) for u in again]) == 50
     assert seen.drum.stats().pending == 101  # the 50 repeats never reached DRUM
-    assert [u for u, *_ in _delivered(seen)] == links + ["http://b.test/"]
+    assert [u for u, *_ in _delivered(seen)] == [*links, "http://b.test/"]
     with pytest.raises(ValueError, match="2 payloads for 1 fingerprints"):
         seen.submit([fingerprint("http://c.test/")], [b"x", b"y"])
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
+import itertools
 import json
 import os
 import signal
@@ -49,11 +50,10 @@ async def fetch(web: SimWeb, url: str, method: str = "GET") -> tuple[int, dict[s
     host = web.model.host(parts.hostname or "")
     assert host is not None, url
     target = f"http://{host.ip}:{web.port}" + _split(url)[1]
-    async with aiohttp.ClientSession() as session:
-        async with session.request(
-            method, target, headers={"Host": parts.netloc}, allow_redirects=False
-        ) as resp:
-            return resp.status, dict(resp.headers), await resp.read()
+    async with aiohttp.ClientSession() as session, session.request(
+        method, target, headers={"Host": parts.netloc}, allow_redirects=False
+    ) as resp:
+        return resp.status, dict(resp.headers), await resp.read()
 
 
 def run(coro):  # type: ignore[no-untyped-def]
@@ -171,7 +171,7 @@ def test_robots_oracle_agrees_with_protego() -> None:
         if robots.status != 200:
             continue
         parser = Protego.parse(robots.body.decode("utf-8", errors="replace"))
-        for path in model.paths(host.name) + ["/x.bin", "/a.bin?x=1", "/private/open/z"]:
+        for path in [*model.paths(host.name), "/x.bin", "/a.bin?x=1", "/private/open/z"]:
             assert parser.can_fetch(model.url(host.name, path), "drumbeat") == model.robots_allows(
                 host.name, path
             ), (host.robots_variant, path)
@@ -287,7 +287,7 @@ def test_requests_are_recorded_in_memory_and_in_the_log(sim: SimWeb, log_path: P
     lines = [json.loads(line) for line in log_path.read_text().splitlines()]
     assert len(lines) == len(records)
     assert lines[-1] == dataclasses.asdict(last)
-    assert all(a.time <= b.time for a, b in zip(records, records[1:]))
+    assert all(a.time <= b.time for a, b in itertools.pairwise(records))
 
 
 def test_http_crawl_agrees_with_the_oracle(sim: SimWeb) -> None:
@@ -535,7 +535,8 @@ def test_spam_farm_answers_any_name_and_path_with_new_links() -> None:
         assert (page.status, page.kind) == (200, "html")
         assert len(page.links) == SCENARIOS.spam_links_per_page
         targets = [_split(link.url) for link in page.links if link.url]
-        assert all(model.pld_class(h) == "spam" and model.host(h).pld == host.pld for h, _ in targets)
+        assert all(model.pld_class(h) == "spam" and model.host(h).pld == host.pld
+                   for h, _ in targets)
         assert sum(h != name for h, _ in targets) >= len(targets) // 3
         assert renderer.body(page) == again.body(again.model.page(name, path))
     assert model.host("spamfarm0.test.evil") is None and model.host("x..spamfarm0.test") is None
@@ -635,7 +636,8 @@ def test_bfs_walk_over_http_drowns_in_the_spam_farm(scenario_web: SimWeb) -> Non
     assert classes["legit"] and classes["big"]
     last = [model.pld_class(url) for url, _, _ in walk.fetched[-100:]]
     assert last.count("spam") >= 90  # and it only gets worse from there
-    spam = [(url, status, new) for url, status, new in walk.fetched if model.pld_class(url) == "spam"]
+    spam = [(url, status, new) for url, status, new in walk.fetched
+            if model.pld_class(url) == "spam"]
     assert all(status == 200 for _, status, _ in spam)
     # Endless fan-out: every spam page brings (nearly) all-new URLs, on new host names.
     assert all(new >= 0.9 * SCENARIOS.spam_links_per_page for _, _, new in spam)

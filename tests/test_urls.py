@@ -151,8 +151,8 @@ def test_too_long_applies_to_normalized_result() -> None:
 
 
 _URL_CHARS = st.sampled_from(
-    [*"aZ09-._~!$&'()*+,;=:@/?#[]%\\ \t\"<>^`{|}"]
-    + ["%2e", "%2E", "%7e", "%41", "%%", "..", "ü", "日", "\x00", "\x7f"]
+    [*"aZ09-._~!$&'()*+,;=:@/?#[]%\\ \t\"<>^`{|}",
+     "%2e", "%2E", "%7e", "%41", "%%", "..", "ü", "日", "\x00", "\x7f"]
 )
 
 
@@ -330,7 +330,8 @@ def test_normalize_links_limits() -> None:
     assert links == ["http://a.com/y"]
     assert dropped == {"too_long": 1}
     assert normalize_links("http://a.com/", []) == ([], {})
-    assert normalize_links(None, ["/rel", "http://abs.com"]) == (["http://abs.com/"], {"unparsable": 1})
+    assert normalize_links(None, ["/rel", "http://abs.com"]) == (
+        ["http://abs.com/"], {"unparsable": 1})
 
 
 @settings(max_examples=300, deadline=None)

@@ -24,7 +24,8 @@ def test_new_urls_come_out_once_in_arrival_order(tmp_path):
     _submit(seen, ["http://a.test/1", "http://b.test/", "http://a.test/3"])
     assert _new(seen) == ["http://b.test/", "http://a.test/3"]
     assert len(seen) == 4 and seen.pending == 0
-    assert decode_payload(encode_payload("http://x.test/", 3, None)) == ("http://x.test/", 3, None, 0)
+    assert decode_payload(encode_payload("http://x.test/", 3, None)) == (
+        "http://x.test/", 3, None, 0)
     # A redirect's target carries its hop count; the fetcher packs it the same way.
     assert decode_payload(encode_payload("http://x.test/", 3, "http://v.test/", 2)) \
         == ("http://x.test/", 3, "http://v.test/", 2)
@@ -64,7 +65,7 @@ def test_a_round_taken_partway_goes_on_from_there_after_reopening(tmp_path):
     again = DrumURLSeen(tmp_path / "u", ram_bytes=1 << 20, manifest=manifest)
     _submit(again, ["http://a.test/0", "http://b.test/"])
     again.flush()
-    assert [decode_payload(p)[0] for p in again.take_new()] == urls[7_000:] + ["http://b.test/"]
+    assert [decode_payload(p)[0] for p in again.take_new()] == [*urls[7_000:], "http://b.test/"]
     # Taken to its end: nothing of the round comes out after reopening.
     manifest = again.commit()
     again.drum.close()

@@ -340,7 +340,7 @@ def test_recovery_after_torn_tail(tmp_path: Path, seed: int) -> None:
 
 
 def test_recovery_keeps_intact_file_and_ignores_final_files(tmp_path: Path) -> None:
-    path, ends = make_open_file(tmp_path, 3)
+    _path, ends = make_open_file(tmp_path, 3)
     with WarcWriter(tmp_path) as writer:
         write_pages(writer, 1)
     (result,) = recover_directory(tmp_path)

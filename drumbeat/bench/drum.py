@@ -18,6 +18,7 @@ RocksDB run on 1 M keys and their ratio is per URL (say so in the output).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -36,7 +37,7 @@ from drumbeat.drum.sizing import WORK_BYTES
 
 P_UNIQUE = 0.11
 BATCH = 1_000_000
-SET_BYTES_PER_KEY = 150  # peak RSS per key incl. the batch lists (measured 1.4 GiB at 10 M)
+SET_BYTES_PER_KEY = 150  # peak RSS per key incl. the batch lists (measured)
 PEERS = ("drumbeat", "set", "sqlite", "lmdb", "rocksdb")
 
 
@@ -91,7 +92,7 @@ def measure_batches(stored: int, measure: int, seed: int = 1) -> Iterator[np.nda
 # Each returns {"urls_per_s", "unique", "notes", ...} for the measure phase.
 
 
-FSYNC_MODES = {"round": True, "commit": "commit"}
+FSYNC_MODES: dict[str, bool | str] = {"round": True, "commit": "commit"}
 # How drumbeat is handed the URLs: one (blob, offsets) AuxArray the caller built
 # outside the timer, as the manager's URL-seen (urlseen.encode_payloads) and pldgraph
 # do (default), or a list of bytes, joined inside the timed call.
@@ -238,9 +239,9 @@ def run_rocksdb(work: Path, ram: int, stored: int, measure: int) -> dict:
     opts.set_block_based_table_factory(table)
     opts.set_write_buffer_size(ram // 4)
     db = Rdict(str(work / "seen.rocksdb"), opts)
-    for keys in sorted_load_keys(stored):
+    for loaded in sorted_load_keys(stored):
         wb = WriteBatch(raw_mode=True)
-        for k in keys:
+        for k in loaded:
             wb.put(k.to_bytes(8, "big"), b"")
         db.write(wb)
     _loaded()
@@ -277,10 +278,8 @@ def _loaded() -> None:
     (Linux clear_refs 5), so that the peak reported is the measure phase's, not that of
     the bench's own arrays of 100 M keys built to load the store."""
     os.sync()
-    try:
+    with contextlib.suppress(OSError):
         Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        pass
 
 
 def _proc_io() -> dict[str, int]:

@@ -6,8 +6,9 @@ Three measurements, one run (issue 4, "Benchmarks"):
    hosts, spam farms, calendar traps and a big site, is crawled twice from the same seeds
    with the same politeness by ``drumbeat crawl --max-pages N`` (each in its own process
    and state dir): drumbeat as configured (STAR budgets + BEAST), and plain BFS: the same
-   crawler with ``budget_default = budget_max = 10**9``, so every PLD fits in the next BEAST
-   queue and BEAST is one FIFO, and ``beast_turn_s = 0`` (a FIFO has no turns to pace). Reported per contender, from its crawl.log: the share of
+   crawler with ``budget_default = budget_max = 10**9``, so every PLD fits in the next
+   BEAST queue and BEAST is one FIFO, and ``beast_turn_s = 0`` (a FIFO has no turns to
+   pace). Reported per contender, from its crawl.log: the share of
    the first N page fetches per PLD class (spam, trap, big, legit), by tenth of N, pages/s
    and wall time; and every request up to the N-th page fetch, robots.txt included (a
    spam host's robots.txt is a request spent on spam: IRLbot §II.B (b), the resolver
@@ -19,12 +20,10 @@ Three measurements, one run (issue 4, "Benchmarks"):
 
    * *Depth*: IRLbot §VI.A: BFS meets "a quickly branching site that will start to
      dominate the queue after 3-4 levels in the BFS tree". N must therefore reach past
-     BFS level 3 of the web, and the levels grow with the seed count. URLs first found at
-     levels 0/1/2/3 of the full web: from 10 seeds 10 / 278 / 3,387 / 32,126 (level 3 48 %
-     spam), from 1 seed 1 / 32 / 559 / 6,950 (15 %), then 133,499 at level 4 (87 %
-     spam). Hence few seeds (``Plan.seeds``: 1 full, 2 quick) and N = 20,000 full (62 % of
-     it past level 3); quick: levels 0-2 from 2 seeds hold 1,002 URLs (level 3: 83 %
-     spam) and N = 1,500, to stay within a minute.
+     BFS level 3 of the web, and the levels grow with the seed count: spam dominates
+     the URLs first found at level 3 and beyond. Hence few seeds (``Plan.seeds``: 1
+     full, 2 quick) and a full N that reaches well past level 3; quick's N reaches into
+     level 3 and stays within a minute.
    * *Curated seeds* (:func:`seed_urls`): home pages spread over the ordinary hosts,
      leaving out the hosts that link straight to a farm or calendar and the spammed ones:
      the crawl meets spam through links, not in its seed list.
@@ -48,43 +47,19 @@ Three measurements, one run (issue 4, "Benchmarks"):
      delay while URLs of new hosts wait for robots.txt, and every spam page is on a new
      host, so the wider the window against N, the further legit URLs overtake spam and the
      less the BFS contender is a BFS. Full plan: 1,000 URLs, 5 % of N (quick's 1,000 is
-     67 % of its N). Measured on the full plan, one run each: 10,000 URLs: drumbeat 1.1 %,
-     BFS 7.6 %; 2,000 (session 6's plan): 0.8-0.9 %, 49.1-50.4 % (0.8 %, 48.1 % again on
-     the code of the 1,000 runs); 1,000: 0.7 %, 60.0 %.
+     67 % of its N); this window was the lever that made BFS meet its target.
 
-   History: 3 seeds that linked to every farm (farms on 16 addresses, 30 links a page):
-   drumbeat spent its first tenth largely on spam; then 100 seeds (a tenth of the hosts),
-   N = 6,000: drumbeat 1.1 %, BFS 6.1 % (BFS never left level 2, ~14,000 URLs); then
-   comment-spammed hosts, 10 seeds, N = 12,000 (quick: 5 seeds, 1,500): drumbeat 1.4 %
-   (quick 6.9 %), BFS 34.5 % (23.7 %). With paced BEAST turns (``beast_turn_s``) and the
-   same plans: drumbeat 0.7 % (quick 3.2 %), BFS 23.4 % (30.7 %); the crawl log's depths
-   showed all of BFS's N at levels 2-3 (quick: levels 0-2 alone hold 1,772 URLs from 5
-   seeds). Fewer seeds, same web: full 1 seed, N = 16,000: drumbeat 0.8 %, BFS 46.0 %;
-   N = 20,000: 0.8 %, 50.4 %. Quick: 2 seeds, N = 1,500: 3.3 %, 37.7 % (1 seed, N =
-   2,000: 2.9 %, 29.2 %; 2 seeds, N = 2,500: 2.3 %, 34.2 %). Quick's BFS share is noisy
-   and stays near 45-50 % per tenth even at level 3: each spam page is on a new subdomain
-   whose robots.txt is fetched first, and only ``frontier_ram_urls / 10`` hosts wait for
-   robots.txt at a time, while ordinary hosts are fetched from RAM at their delay.
-   Larger N (session 7, one run each, pinned to one core that another benchmark shared;
-   none kept): N = 30,000 on this web outruns its legitimate part (27,024 ring pages and a
-   big site that the host cap paces at about one page per host delay): drumbeat ran out of
-   legit pages near 22,000 fetches, then went on at its spam and trap budgets (B0 per paced
-   turn) and took minutes per thousand pages (stopped at 26,084 pages: 6.3 % spam and trap
-   so far, 0.9 % of the first 20,000, 70 % of the last thousand). A bigger web for N =
-   30,000 with the same proportions otherwise (1 seed): 2,000 hosts (54,035 ring pages):
-   drumbeat 0.4 %, BFS 46.1 % (by tenth 7 13 12 25 38 72 72 67 72 83), 400 s for part 1;
-   1,500 hosts (40,525 ring pages), the whole bench: drumbeat 0.6 %, BFS 45.8 % (11 13 12
-   35 63 69 61 60 64 71), 491 s. A bigger web moves BFS level 3 later (a plain FIFO walk of
-   the model fetches 5,670 pages at levels 0-3 of 1,000 hosts, 12,016 of 2,000), and past
-   it BFS's share levels off at 60-80 % a tenth (the robots loop above; BFS crawls at
-   88-107 pages/s against drumbeat's 250-330), so a larger N buys little: the plan stays at
-   1,000 hosts and N = 20,000, which keeps the web's legit part above N.
-   The RAM window (bullet above) was the lever: full plan with frontier_ram_urls 1,000 (was
-   2,000), three runs of the whole bench: drumbeat 0.7 %, 0.7 %, 0.7 %; BFS 61.4 % (by
-   tenth 25 22 45 65 88 69 52 73 85 89), 63.7 % (23 18 38 64 85 83 76 73 84 93), 61.7 % (26
-   23 50 64 89 62 55 73 86 89); 379-397 s each. Quick, 2 seeds, N = 1,500, RAM 500: 2.1 %,
-   41.6 %; RAM 250: 1.7 %, 35.2 % (robots hosts stay at their floor of 100), so quick keeps
-   1,000.
+   Why this plan (the runs behind it are in docs/benchmarks.md): seeds that link to
+   every farm, or many seeds, keep BFS from ever leaving the shallow levels, so it
+   never meets the spam; fewer seeds let it. Quick's BFS share is noisy, as each spam
+   page is on a new subdomain whose robots.txt is fetched first, and only
+   ``frontier_ram_urls / 10`` hosts wait for robots.txt at a time, while ordinary hosts
+   are fetched from RAM at their delay. A larger N outruns this web's legitimate part
+   (drumbeat then goes on at its spam and trap budgets), and a bigger web for it only
+   moves BFS level 3 later, past which BFS's share levels off (the robots loop above):
+   so the plan stays at 1,000 hosts and N = 20,000, which keeps the web's legit part
+   above N. A smaller RAM window for quick lowered BFS's share (robots hosts stay at
+   their floor), so quick keeps 1,000.
 2. **Manager RSS with queued URLs.** One fresh process per size builds a ``Manager`` on a
    temp state dir (``LocalTaskQueue``, ``CrawlLog``, DNS from a loopback ``SimDNS`` that
    answers 127.1.0.1 for any name), admits N unique URLs over 10 000 hosts and 5 000 PLDs
@@ -127,9 +102,9 @@ from drumbeat.frontier.beast import theorem7_bound
 from drumbeat.frontier.diskqueue import FRAME_SIZE, DiskQueue
 from drumbeat.frontier.urlseen import encode_payload
 from drumbeat.simweb.model import SimWebConfig, SimWebModel
-from drumbeat.simweb.scenarios import spammed_host_indices
+from drumbeat.simweb.scenarios import PLDClass, spammed_host_indices
 
-CLASSES = ("spam", "trap", "big", "legit")
+CLASSES: tuple[PLDClass, ...] = ("spam", "trap", "big", "legit")
 BFS_BUDGET = 10**9  # every PLD fits in the next BEAST queue: one FIFO
 HOST_DELAY_S = 1.0
 IP_DELAY_S = 0.01
@@ -462,7 +437,8 @@ async def _rss_child(n: int, hosts: int, work: Path) -> dict:
         memory = _memory()  # before _live_rss trims the heap
         drum = manager.stores.seen.drum
         return {
-            "urls": n, "hosts": hosts, "queued_beast": queued, "queued_ram": manager.scheduler.queued_urls,
+            "urls": n, "hosts": hosts, "queued_beast": queued,
+            "queued_ram": manager.scheduler.queued_urls,
             "ram_bound": bound, "hosts_in_ram": len(manager.scheduler.hosts),
             "feed_rounds": feeds, "queue_s": queue_s, "feed_s": feed_s,
             "urls_per_s": n / queue_s, **memory, "live_rss": _live_rss(),
@@ -470,7 +446,8 @@ async def _rss_child(n: int, hosts: int, work: Path) -> dict:
             # as the DRUMs fill: the 100 k run does not fill URL-seen's buffers.
             "drum_ram_bytes": (settings.urlseen_ram_bytes + settings.pld_ram_bytes
                                + settings.robots_ram_bytes),
-            "urlseen_buffer_records": drum._spill_at, "urlseen_merges": drum.stats().merges,
+            "urlseen_buffer_records": drum.buffer.spill_at,
+            "urlseen_merges": drum.stats().merges,
         }
 
 

@@ -62,7 +62,8 @@ def measure(interval_s: float, seconds: float, sock: socket.socket) -> dict[str,
     sys.setswitchinterval(interval_s)
     try:
         alone = asyncio.run(_exchange(sock, seconds))
-        stop, rows = threading.Event(), []
+        stop = threading.Event()
+        rows: list[int] = []
         thread = threading.Thread(target=_build_rows, args=(stop, rows))
         started = time.perf_counter()
         thread.start()
@@ -91,13 +92,12 @@ def run(seconds: float, intervals: tuple[float, ...]) -> list[dict[str, float]]:
 
 
 def _table(results: list[dict[str, Any]]) -> str:
-    head = f"{'switch interval':>16} {'loop alone':>12} {'beside thread':>14} {'share':>7} {'thread rows/s':>14}"
-    lines = [head]
-    for r in results:
-        lines.append(f"{r['switch_interval_s'] * 1000:>13.1f} ms {r['loop_alone_per_s']:>10,.0f}/s "
-                     f"{r['loop_beside_thread_per_s']:>12,.0f}/s {r['share_of_alone']:>7.3f} "
-                     f"{r['thread_rows_per_s']:>14,.0f}")
-    return "\n".join(lines)
+    head = (f"{'switch interval':>16} {'loop alone':>12} {'beside thread':>14} {'share':>7} "
+            f"{'thread rows/s':>14}")
+    rows = [f"{r['switch_interval_s'] * 1000:>13.1f} ms {r['loop_alone_per_s']:>10,.0f}/s "
+            f"{r['loop_beside_thread_per_s']:>12,.0f}/s {r['share_of_alone']:>7.3f} "
+            f"{r['thread_rows_per_s']:>14,.0f}" for r in results]
+    return "\n".join([head, *rows])
 
 
 def main(argv: list[str] | None = None) -> int:

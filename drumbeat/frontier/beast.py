@@ -8,12 +8,11 @@ current queue); URLs that do not fit go to QF. When the last queue of the ring h
 emptied, the ring grows to ``min(2j, max_queues)`` queues, reading restarts at Q0, and QF
 is read in full and its URLs are placed again, in order, with their budgets at that
 moment, exactly as if they arrived then (so a PLD's old URLs come before its newer
-ones); what does not fit goes back to QF. Nothing is ever discarded: a URL over budget is only delayed.
-QF keeps each URL's PLD and host hashes with it (DiskQueue keys), so that a re-split
-asks only for budgets (``budgets_of``) and sends the URLs that stay in QF, most of them,
-back packed, with no Python object a URL: a re-split of 379,000 bench-like URLs of 700
-hosts (87 % back to QF) took 0.50 against 0.94 µs a URL (the fastest of 17 interleaved
-runs of each on a noisy machine).
+ones); what does not fit goes back to QF. Nothing is ever discarded: a URL over budget
+is only delayed. QF keeps each URL's PLD and host hashes with it (DiskQueue keys), so
+that a re-split asks only for budgets (``budgets_of``) and sends the URLs that stay in
+QF, most of them, back packed, with no Python object a URL, which is far cheaper than
+one object a URL.
 
 The re-split runs in steps of ``RESPLIT_BATCH`` URLs: one when the pass ends, then one
 at the start of each :meth:`read` call (unless told not to: a caller may pace the steps)
@@ -89,7 +88,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -98,7 +97,8 @@ from drumbeat.store import durable
 
 FORMAT_VERSION = 1
 _MASK64 = (1 << 64) - 1
-# QF URLs placed again per read() call during a re-split: 10-40 ms of the manager's loop.
+# QF URLs placed again per read() call during a re-split: a short enough hold of the
+# manager's loop.
 RESPLIT_BATCH = 2048
 # rebudget(records) -> (PLD hashes, budgets, host hashes or None), one of each a record.
 Rebudget = Callable[[list[bytes]], tuple[Sequence[int], Sequence[int], Sequence[int] | None]]
@@ -223,12 +223,11 @@ class Beast:
         self._turn = np.zeros(pld_slots, np.int64)
         self._count = np.zeros(pld_slots, np.uint32)
         # memoryviews give the per-URL loop Python ints at list speed; numpy owns the RAM.
-        self._mtag, self._mturn, self._mcount = (memoryview(a) for a in
-                                                 (self._tag, self._turn, self._count))
+        self._mtag, self._mturn, self._mcount = self._tag.data, self._turn.data, self._count.data
         # The host table: turn and count only (colliding hosts simply share a cap).
         self._hturn = np.zeros(host_slots if host_cap else 1, np.int64)
         self._hcount = np.zeros(host_slots if host_cap else 1, np.uint32)
-        self._mhturn, self._mhcount = memoryview(self._hturn), memoryview(self._hcount)
+        self._mhturn, self._mhcount = self._hturn.data, self._hcount.data
         self._host_deferrals = 0
         if state is None:
             if self.directory.exists():
@@ -280,11 +279,9 @@ class Beast:
         least 1) records there, then to the next queue; with the host cap, also to a queue
         its host has had fewer than the cap in, the later of the two. A queue beyond the
         ring means QF. One loop with the tables in locals, as it runs for every URL a
-        crawl finds new: with a method call per URL, place_many took 3.2 µs a URL
-        against 2.2 (min of 12 interleaved rounds of 82 k bench-like URLs, host cap on).
-        The loop sees only the records :meth:`_full_from_start` does not find bound for
-        QF, and only those are made Python ints: on batches of 2,048 bench-like URLs all
-        bound for QF, place_many took 0.39-0.40 against 0.62-0.67 µs a URL.
+        crawl finds new: a method call per URL was clearly slower. The loop sees only the
+        records :meth:`_full_from_start` does not find bound for QF, and only those are
+        made Python ints, which makes placing URLs bound for QF cheaper.
         """
         j, start = self._j, self._start
         now = start + self._cur
@@ -353,6 +350,7 @@ class Beast:
             if batch:
                 queue.extend(batch)
         to_qf[also_to_qf] = True
+        qf: PackedRecords | list[bytes]
         if isinstance(records, PackedRecords):
             qf = records.select(to_qf)
             self._qf.extend_packed(qf)
@@ -418,7 +416,7 @@ class Beast:
                 out.extend(queue.read(n - len(out)))
             elif self._resplit_left:
                 break  # QF may still have URLs for this queue: the next calls place them
-            elif len(self) and (drained and not out or not self._turn_running()):
+            elif len(self) and ((drained and not out) or not self._turn_running()):
                 self._advance()
                 if self._resplit_left and resplit:
                     self.resplit_step()
@@ -504,7 +502,9 @@ class Beast:
         name = _table_name(self._commits)
         tmp = self.directory / (name + ".tmp")
         with open(tmp, "wb") as f:
-            np.savez(f, **self._tables())
+            # cast: numpy's stub lets a ** dict fill savez's allow_pickle flag too (numpy
+            # >= 2.1); these keys are the tables' names.
+            np.savez(f, **cast("dict[str, Any]", self._tables()))
             if self._fsync:
                 f.flush()
                 durable.fsync(f.fileno())
@@ -593,8 +593,9 @@ class Beast:
 def _used_slots(arrays: dict[str, np.ndarray], prefix: str = "") -> dict[str, np.ndarray]:
     """Parallel table arrays to save: only their used slots (not all zeros) with the
     slots' indices (``prefix + "used"``) and the arrays' length, when fewer than half are
-    used; else whole. The tables are 32 MB by default, and writing them whole took half
-    of a checkpoint's 0.3-0.4 s on the throughput bench, whose 5,000 sites use 0.5 %."""
+    used; else whole. The tables are large by default and a crawl of a few thousand sites
+    uses a small share of their slots: written whole, they were much of a checkpoint's
+    time."""
     length = len(next(iter(arrays.values())))
     used = np.flatnonzero(np.logical_or.reduce([a != 0 for a in arrays.values()]))
     if 2 * len(used) >= length:
@@ -620,3 +621,8 @@ def _load_slots(table: Mapping[str, np.ndarray], arrays: dict[str, np.ndarray],
     for name, a in arrays.items():
         a[:] = table[name]
     return True
+
+
+if TYPE_CHECKING:
+    def _durable(beast: Beast) -> durable.Durable[dict[str, Any]]:
+        return beast  # Beast keeps the store contract: commit() -> its state

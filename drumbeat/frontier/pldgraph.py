@@ -24,13 +24,16 @@ from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import xxhash
 
 from drumbeat.drum import AuxArray, Drum, DrumResult
 from drumbeat.urls import xxh3_64_array
+
+if TYPE_CHECKING:
+    from drumbeat.store.durable import Durable
 
 INDEGREE_DTYPE = np.dtype([("indegree", "<u4")])
 # The manifest's format: 2 adds a count before each indegree tuple's target name (see
@@ -47,7 +50,7 @@ def edge_key(source: str, target: str) -> int:
     return xxhash.xxh3_64_intdigest(f"{source}\n{target}".encode())
 
 
-def edge_keys(source: str, targets: Iterable[str]) -> array:
+def edge_keys(source: str, targets: Iterable[str]) -> array[int]:
     """:func:`edge_key` of (source, target) for each target, as an ``array("Q")``,
     iterated in C (no Python call per edge)."""
     prefix = source + "\n"
@@ -107,14 +110,13 @@ class PLDIndegree:
 
         With ``budget_s``, stop once that much time has passed (after a whole chunk of
         results), to go on in a later call from the same point: the targets counted so
-        far wait, and go to the in-degrees once every finished merge has been taken. On
-        the polite throughput bench a whole pump took 22-76 ms of the manager's turn,
-        26 times in 75 s.
+        far wait, and go to the in-degrees once every finished merge has been taken: a
+        whole pump can hold the manager's turn too long.
         """
         self._report_format_1()
         # One tuple per target: on a crawl's graph most new edges of a merge point to
-        # targets that others of the merge point to as well (the bench web: about
-        # 100,000 new edges a merge, to 5,000 PLDs). The counter holds the targets of
+        # targets that others of the merge point to as well (on the bench web, many
+        # times more new edges a merge than PLDs). The counter holds the targets of
         # the merges taken since the last complete pump (flush and commit complete one).
         counts = self._counts
         if self._taking is None:
@@ -149,8 +151,8 @@ class PLDIndegree:
     def _report_indegrees(self, counted: bool = True) -> None:
         """Report the in-degrees that the in-degree repository's finished rounds found,
         one for each target: its last tuple's. Each pump queues one tuple a target, and
-        a refresh on the bench took 2-3 rounds of about 5,000 targets each; reporting
-        every tuple took 16-48 ms of the manager's turn, each round's last ones 15-40."""
+        a refresh takes a few rounds of thousands of targets each, whose reports take
+        a noticeable part of the manager's turn."""
         keys: list[np.ndarray] = []
         before: list[np.ndarray] = []
         items: list[bytes] = []
@@ -195,8 +197,8 @@ class PLDIndegree:
         start merging the edges queued (in the background, if so configured), then merge
         the in-degree tuples that pumps have queued and report them. Unlike
         :meth:`flush`, it does not pump: edges of rounds not yet wholly pumped reach the
-        in-degrees by later pumps (with a budget) and are reported by the next refresh.
-        A whole pump here took 40-55 ms of a turn every few refreshes on the bench."""
+        in-degrees by later pumps (with a budget) and are reported by the next refresh:
+        a whole pump here held the turn too long."""
         self._report_format_1()
         self.edges.flush(wait=False)
         self.indegree.flush()
@@ -234,3 +236,8 @@ def _counted(item: tuple[bytes, int]) -> bytes:
     """An indegree tuple's aux: the count of new edges to the target, then its name."""
     name, count = item
     return count.to_bytes(_COUNT_BYTES, "little") + name
+
+
+if TYPE_CHECKING:
+    def _durable(graph: PLDIndegree) -> Durable[dict[str, Any]]:
+        return graph  # PLDIndegree keeps the store contract: commit() -> its state

@@ -23,9 +23,12 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from drumbeat.frontier.diskqueue import DiskQueue
+
+if TYPE_CHECKING:
+    from drumbeat.store.durable import Durable
 
 
 @dataclass(slots=True)
@@ -37,8 +40,8 @@ class _Generation:
 
 class RobotsWaitQueue:
     def __init__(self, directory: Path, *, state: dict[str, Any] | None, max_wait_s: float,
-                 min_wait_s: float = 0.0, gen_s: float = 1.0, clock: Callable[[], float] = time.monotonic,
-                 fsync: bool = True) -> None:
+                 min_wait_s: float = 0.0, gen_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic, fsync: bool = True) -> None:
         self.queue = DiskQueue(directory, state=state["queue"] if state else None, fsync=fsync)
         self.max_wait_s = max_wait_s
         self.gen_s = gen_s  # a generation takes arrivals for this long at most
@@ -149,3 +152,8 @@ class RobotsWaitQueue:
 
     def close(self) -> None:
         self.queue.close()
+
+
+if TYPE_CHECKING:
+    def _durable(queue: RobotsWaitQueue) -> Durable[dict[str, Any]]:
+        return queue  # RobotsWaitQueue keeps the store contract: commit() -> its state

@@ -11,13 +11,11 @@ IRLbot measured LRU hit rates of 60-73 % once the cache holds more URLs than a c
 finds between two visits to a site, and chose CLOCK for its speed. This one is simpler
 still: a direct-mapped table of 8-byte fingerprints, looked up and updated with a few
 numpy passes a batch, in which a newer fingerprint takes over its slot. On the polite
-throughput bench (5,000 sites, about 60 links a page) 2 M entries (16 MiB) caught 62 % of
-all links and 8 M entries (64 MiB, the default) 74 %; the manager then used 116-125
-against 125-140 µs of CPU a page (three interleaved pairs of 75 s runs). The table
-lookups and dropping the repeats cost more than DRUM's own handling of a tuple in the
-caller's thread (offline, about 220 against 160 ns a link); the gain is DRUM's merge
-rounds (a quarter of the tuples to sort and merge, in the background) and their
-delivery (a quarter to inflate and reorder).
+throughput bench the default size catches most links, and the manager uses less CPU a
+page with it than without. The table lookups and dropping the repeats cost more than
+DRUM's own handling of a tuple in the caller's thread; the gain is DRUM's merge rounds
+(far fewer tuples to sort and merge, in the background) and their delivery (far fewer
+to inflate and reorder).
 
 RAM is the table: ``ram_bytes`` rounded down to a power of two of entries. Only
 fingerprints already handed to URL-seen are remembered, and the cache lives and dies
@@ -50,7 +48,8 @@ class RecentFingerprints:
         copies of one fingerprint in ``fingerprints`` that it does not hold are both
         unseen (URL-seen tells them apart)."""
         slots = fingerprints & self._mask
-        return (self._table[slots] != fingerprints) | (fingerprints == 0)
+        unseen: np.ndarray = (self._table[slots] != fingerprints) | (fingerprints == 0)
+        return unseen
 
     def remember(self, fingerprints: np.ndarray) -> None:
         """Note ``fingerprints`` (uint64) as sent to URL-seen: call once they have been."""

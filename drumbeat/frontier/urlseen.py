@@ -19,12 +19,15 @@ import shutil
 from collections.abc import Iterator, Sequence
 from operator import length_hint
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from drumbeat.drum import AuxArray, Drum, DrumStats
 from drumbeat.frontier.seencache import RecentFingerprints
+
+if TYPE_CHECKING:
+    from drumbeat.store.durable import Durable
 
 
 def payload_tail(depth: int, via: str | None, hops: int = 0) -> str:
@@ -84,6 +87,7 @@ class DrumURLSeen:
         # The round take_new is delivering (epoch -1: none yet): its new URLs before the
         # current chunk, and that chunk (an iterator over a list, whose length_hint says
         # what is left of it) with its length; skipped URLs count as delivered.
+        self._chunk: Iterator[bytes]
         self._epoch, self._done, self._chunk, self._chunk_n = -1, 0, iter(()), 0
 
     def submit(self, fingerprints: Sequence[int],
@@ -193,3 +197,8 @@ class DrumURLSeen:
 
     def __len__(self) -> int:
         return self.drum.stats().keys_stored
+
+
+if TYPE_CHECKING:
+    def _durable(seen: DrumURLSeen) -> Durable[dict[str, Any]]:
+        return seen  # DrumURLSeen keeps the store contract: commit() -> its state

@@ -14,14 +14,18 @@ queue can serialize it without touching manager or fetcher logic.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from operator import attrgetter
-from typing import Protocol, Sequence, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 PAGE = "page"
 ROBOTS = "robots"
 
-_T = TypeVar("_T")
+_T = TypeVar("_T", bound="DataclassInstance")
 
 
 def _pickled_as_fields(cls: type[_T]) -> type[_T]:
@@ -29,15 +33,15 @@ def _pickled_as_fields(cls: type[_T]) -> type[_T]:
 
     The default for a slots dataclass calls Python helpers that walk ``fields()`` for
     every object, both ways; results cross a process boundary in their thousands a
-    second. Measured on a batch of 256 page results (with their item, found URLs and
-    edges): pickling 17 -> 9.6 µs and unpickling 9.6 -> 4.5 µs a result.
+    second, so this halves the cost of pickling and unpickling a result.
     """
-    values = attrgetter(*(f.name for f in fields(cls)))  # type: ignore[arg-type]
+    values = attrgetter(*(f.name for f in fields(cls)))
 
-    def __reduce__(self: _T) -> tuple[type[_T], tuple]:
+    def reduce(self: _T) -> tuple[type[_T], tuple[object, ...]]:
         return cls, values(self)
 
-    cls.__reduce__ = __reduce__  # type: ignore[method-assign,assignment]
+    # setattr: mypy forbids assigning to a method of a class (the point here).
+    setattr(cls, "__reduce__", reduce)  # noqa: B010
     return cls
 
 
@@ -132,7 +136,7 @@ class ItemResult:
     robots_text: str | None = None  # ROBOTS items: the body, decoded, size-capped
     body_bytes: int = 0
     retry_after_s: float | None = None  # the answer's Retry-After, in seconds from now
-    log: dict | None = None  # the crawl-log line of this fetch; the manager writes it
+    log: dict[str, object] | None = None  # the crawl-log line of this fetch; the manager writes it
 
 
 @dataclass(frozen=True, slots=True)

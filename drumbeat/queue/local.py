@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import deque
-from typing import Sequence
+from collections.abc import Sequence
 
 from drumbeat.queue.base import ItemResult, QueueStats, Task
 
@@ -19,7 +19,8 @@ class LocalTaskQueue:
 
     def __init__(self) -> None:
         self._pending: deque[Task] = deque()
-        self._owned: dict[int, tuple[str, Task, set[int]]] = {}  # task_id -> (worker, task, unreported)
+        # task_id -> (worker, task, unreported)
+        self._owned: dict[int, tuple[str, Task, set[int]]] = {}
         self._results: deque[ItemResult] = deque()
         self._task_ready = asyncio.Condition()
         self._result_ready = asyncio.Condition()
@@ -80,7 +81,7 @@ class LocalTaskQueue:
                     )
                 except TimeoutError:
                     return []
-            out = []
+            out: list[ItemResult] = []
             while self._results and len(out) < max_results:
                 out.append(self._results.popleft())
             return out

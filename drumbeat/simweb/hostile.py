@@ -187,7 +187,7 @@ def address(c: HostileCase) -> str:
 
 def addresses() -> tuple[str, ...]:
     """Every address :class:`HostileServer` listens on (cases, then the sentinel)."""
-    return tuple(address(c) for c in SERVED) + (SENTINEL_IP,)
+    return (*(address(c) for c in SERVED), SENTINEL_IP)
 
 
 def entry_path(c: HostileCase) -> str:
@@ -352,8 +352,8 @@ async def _not_found(request: _Request) -> None:
 
 def _page(links: list[str], extra: str = "") -> bytes:
     anchors = "".join(f'<a href="{href}">x</a>\n' for href in links)
-    return f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"></head><body>{extra}" \
-           f"{anchors}</body></html>".encode("utf-8")
+    return (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"></head><body>{extra}"
+            f"{anchors}</body></html>").encode()
 
 
 def _origin(request: _Request) -> str:
@@ -412,9 +412,10 @@ def _brotli_bomb() -> bytes:
 def _bomb(coding: str, make: Callable[[], bytes]) -> Handler:
     async def handler(request: _Request) -> None:
         if request.path != "/":
-            return await _not_found(request)
+            await _not_found(request)
+            return
         body = await asyncio.to_thread(make)  # built once, off the loop
-        await _send(request.writer, 200, _HTML_TYPE + [("Content-Encoding", coding)], body)
+        await _send(request.writer, 200, [*_HTML_TYPE, ("Content-Encoding", coding)], body)
     return handler
 
 
@@ -534,7 +535,7 @@ async def _short_body(request: _Request) -> None:
 
 
 async def _redirect(request: _Request, location: str, status: int = 302) -> None:
-    await _send(request.writer, status, [("Location", location)] + _HTML_TYPE, b"")
+    await _send(request.writer, status, [("Location", location), *_HTML_TYPE], b"")
 
 
 async def _redirect_loop(request: _Request) -> None:
@@ -583,7 +584,8 @@ async def _redirect_loopback(request: _Request) -> None:
 
 async def _long_location(request: _Request) -> None:
     if request.path != "/":
-        return await _not_found(request)
+        await _not_found(request)
+        return
     await _redirect(request, "/" + "l" * (LONG_URL_CHARS - 1))
 
 
@@ -591,7 +593,7 @@ async def _long_location(request: _Request) -> None:
 
 
 async def _charset_wrong(request: _Request) -> None:
-    body = '<html><body><a href="/café">café</a> naïve</body></html>'.encode("utf-8")
+    body = '<html><body><a href="/café">café</a> naïve</body></html>'.encode()
     await _content(request, "text/html; charset=iso-8859-1", body, ("/café",))
 
 
@@ -626,7 +628,8 @@ async def _content(request: _Request, content_type: str, body: bytes,
 
 async def _binary_html(request: _Request) -> None:
     if request.path != "/":
-        return await _not_found(request)
+        await _not_found(request)
+        return
     body = random.Random(3).randbytes(1 << 20)
     await _send(request.writer, 200, [("Content-Type", "text/html")], body)
 
@@ -641,7 +644,8 @@ def _many_links_body(tld: str) -> bytes:
 
 async def _many_links(request: _Request) -> None:
     if request.path != "/":
-        return await _not_found(request)
+        await _not_found(request)
+        return
     await _send(request.writer, 200, _HTML_TYPE, _many_links_body(request.tld))
 
 
@@ -681,7 +685,8 @@ def malformed_links(tld: str) -> list[str]:
 
 async def _long_urls(request: _Request) -> None:
     if request.path != "/":
-        return await _not_found(request)
+        await _not_found(request)
+        return
     # Written raw: html.escape would change the very bytes under test.
     anchors = "".join(f'<a href="{href}">x</a>' for href in malformed_links(request.tld))
     body = ("<!DOCTYPE html><html><body>" + anchors + "</body></html>").encode("utf-8")
@@ -720,8 +725,9 @@ async def _idn(request: _Request) -> None:
 def _status(status: int, retry_after: Callable[[], str]) -> Handler:
     async def handler(request: _Request) -> None:
         if request.path != "/":
-            return await _not_found(request)
-        headers = [("Retry-After", retry_after())] + _HTML_TYPE
+            await _not_found(request)
+            return
+        headers = [("Retry-After", retry_after()), *_HTML_TYPE]
         await _send(request.writer, status, headers, _page([], f"status {status}"))
     return handler
 

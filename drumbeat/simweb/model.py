@@ -418,7 +418,8 @@ class SimWebModel:
             k = _backbone_index(path, h.backbone_pages)
             if k is None:
                 return None
-            nxt = (("@" + backbone_path(k + 1), "a", False),) if k + 1 < h.backbone_pages else ()
+            nxt: tuple[tuple[str, LinkKind, bool], ...] = (
+                (("@" + backbone_path(k + 1), "a", False),) if k + 1 < h.backbone_pages else ())
             return _Spec("html", nxt)
         if h.pld_class == "trap":
             targets = scenarios.calendar_targets(path)
@@ -498,7 +499,8 @@ class SimWebModel:
             if k + 1 < n:
                 links.append(("@" + backbone_path(k + 1), "a", False))
             pages[backbone_path(k)] = _Spec("html", tuple(links))
-        home = list(pages["/"].links) + [
+        home: list[tuple[str, LinkKind, bool]] = [
+            *pages["/"].links,
             ("@/data.bin", "a", False),
             ("@/private/0.html", "a", False),
             ("@/private/open/info.html", "a", False),
@@ -510,7 +512,8 @@ class SimWebModel:
         pages["/private/1.html"] = _Spec("html")
         pages["/private/open/info.html"] = _Spec("html")
         for q in range(3):
-            nxt = (("@" + f"/search?q={q + 1}", "a", False),) if q < 2 else ()
+            nxt: tuple[tuple[str, LinkKind, bool], ...] = (
+                (("@" + f"/search?q={q + 1}", "a", False),) if q < 2 else ())
             pages[f"/search?q={q}"] = _Spec("html", nxt)
         if index == 0:
             special = _special(self)
@@ -631,8 +634,8 @@ class _LinkMaker:
     def make(self, spec: _Spec) -> tuple[Link, ...]:
         links = [self._fixed(href, kind, nofollow) for href, kind, nofollow in spec.links]
         if spec.generated:
-            for _ in range(max(0, self.cfg.links_per_page - len(links))):
-                links.append(self._random())
+            links.extend(self._random()
+                         for _ in range(max(0, self.cfg.links_per_page - len(links))))
         return tuple(links)
 
     def _fixed(self, href: str, kind: LinkKind, nofollow: bool) -> Link:

@@ -13,12 +13,14 @@ from html import escape
 
 from drumbeat.simweb.model import Link, Page, SimWebModel
 
-_VOCABULARY = (
-    "crawl polite frontier queue budget spam trap server host domain page link anchor "
-    "robot delay fetch parse archive record bucket disk memory batch sort merge check "
-    "update seen unique fresh stale index graph degree rank popular rare random steady "
-    "river stone cloud lantern harbor meadow copper violet orbit signal pattern"
-).split()
+_VOCABULARY = [
+    "crawl", "polite", "frontier", "queue", "budget", "spam", "trap", "server", "host", "domain",
+    "page", "link", "anchor", "robot", "delay", "fetch", "parse", "archive", "record", "bucket",
+    "disk", "memory", "batch", "sort", "merge", "check", "update", "seen", "unique", "fresh",
+    "stale", "index", "graph", "degree", "rank", "popular", "rare", "random", "steady", "river",
+    "stone", "cloud", "lantern", "harbor", "meadow", "copper", "violet", "orbit", "signal",
+    "pattern",
+]
 _FILLER = " ".join(random.Random(7).choices(_VOCABULARY, k=40_000))  # ≈ 270 KB
 _NOT_FOUND = b"<!DOCTYPE html><html><head><title>404</title></head><body>not found</body></html>"
 _BODY_CACHE = 4096

@@ -112,7 +112,7 @@ def spammed_host_indices(config: SimWebConfig) -> list[int]:
     ``config.spammed_hosts`` of them). Popular (low index) but past host 0 and the hosts of
     ``seeds()``, one per PLD (``i % 5 == 0`` is the apex ``site{i}`` of its own PLD), and
     allow-all in robots.txt (``robots.CYCLE`` at 0 and 5)."""
-    return [i for i in range(5, config.hosts, 5)][: config.spammed_hosts]
+    return list(range(5, config.hosts, 5))[: config.spammed_hosts]
 
 
 def comment_spam_targets(config: SimWebConfig, apex: str, host: str,
@@ -121,10 +121,11 @@ def comment_spam_targets(config: SimWebConfig, apex: str, host: str,
     ``host``: ``spammed_links_per_page`` URLs, each on a fresh subdomain of the farm
     ``apex`` (a spam comment advertises its own name), drawn from millions of names."""
     rng = random.Random(f"{config.seed}:comment-spam:{host}:{path}")
-    targets = []
+    targets: list[tuple[str, str]] = []
     for _ in range(config.spammed_links_per_page):
         label = f"{rng.choice(_SPAM_WORDS)}{rng.randrange(1_000_000)}"
-        targets.append((f"{label}.{apex}", f"/{rng.choice(_SPAM_WORDS)}/{rng.randrange(1_000_000)}.html"))
+        page = f"/{rng.choice(_SPAM_WORDS)}/{rng.randrange(1_000_000)}.html"
+        targets.append((f"{label}.{apex}", page))
     return targets
 
 

@@ -14,11 +14,10 @@ when it is rotated or the writer is closed. A fetch produces a ``response`` reco
 
 Records are built by FastWARC (headers, record ids, serialization; both SHA-1 digests
 are computed here, in FastWARC's form) and read back by warcio, so every file is checked
-by a second, independent implementation. FastWARC builds a fetch's two records
-in about 60 % of the CPU time warcio's builder took (measured on 20 KB pages: ~140 µs
-against ~220 µs a fetch, gzip included). Compression is ours (:func:`gzip_member`),
-because warcio's gzip runs at level 9 and is the bottleneck of a fast crawl (see
-MEASURED.md).
+by a second, independent implementation. FastWARC builds a fetch's two records in
+clearly less CPU time than warcio's builder, gzip included. Compression is ours
+(:func:`gzip_member`), because warcio's gzip runs at level 9 and is the bottleneck of a
+fast crawl (see docs/benchmarks.md).
 
 Crash safety
 ------------
@@ -42,7 +41,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
@@ -67,10 +66,10 @@ ISAL_MAX_LEVEL = 3  # levels up to this use ISA-L, above it zlib
 def gzip_member(data: bytes, level: int) -> bytes:
     """``data`` as one gzip member.
 
-    Levels 0-3 use ISA-L (python-isal), 4-9 zlib. Measured on 20 KB HTML pages on this
-    project's machines: ISA-L level 1 took 49 µs a page at a ratio of 3.8; zlib level 1
-    took 215 µs (3.8) and zlib level 6 537 µs (4.6). ISA-L's level 0 still compresses
-    (3.3), unlike zlib's.
+    Levels 0-3 use ISA-L (python-isal), 4-9 zlib. On HTML pages ISA-L's level 1 is
+    several times faster than zlib's at the same ratio, and zlib's default level costs
+    far more again for a little more compression. ISA-L's level 0 still compresses,
+    unlike zlib's.
     """
     if level <= ISAL_MAX_LEVEL:
         return isal_zlib.compress(data, level, _GZIP_WBITS)
@@ -89,7 +88,7 @@ def sha1_label(data: bytes) -> str:
 
     The base32 of the 160-bit digest is 16 pairs of characters of 10 bits each, looked
     up in a table: what base64.b32encode gives (tested), whose loop is Python code in
-    CPython 3.11: 149.5 -> 142.3 µs a fetch, 3 digests (min, 256 bench pages, 40 rounds).
+    CPython 3.11 and slower.
     """
     digest = int.from_bytes(hashlib.sha1(data).digest(), "big")
     return "sha1:" + "".join([_BASE32_PAIRS[digest >> shift & 0x3FF] for shift in _PAIR_SHIFTS])
@@ -124,7 +123,7 @@ def _state_is_written_record() -> bool:
 
 # A record's bytes: its pickled state where that is the serialized record (FastWARC 2:
 # checked once, above), else write()'s. write() calls back into Python for its output
-# stream: 10-20 µs more a response record (256 bench pages, 25 interleaved rounds).
+# stream, which costs more a record.
 _serialized: Callable[[WarcRecord], bytes] = (
     (lambda record: record.__getstate__()[0]) if _state_is_written_record() else _written)
 
@@ -188,7 +187,8 @@ class StoredRecord:
     content: bytes
 
     def header(self, name: str) -> str | None:
-        return self.rec_headers.get_header(name)
+        value: str | None = self.rec_headers.get_header(name)
+        return value
 
 
 class WarcWriter:
@@ -258,8 +258,8 @@ class WarcWriter:
         after it are still tried).
 
         Three passes over all of them: records made, then compressed, then written (a
-        pass keeps one library's code and data in the CPU's caches: 10-13 % less time
-        than exchange by exchange, on 32 bench pages). Any other exception is raised
+        pass keeps one library's code and data in the CPU's caches: less time than
+        exchange by exchange). Any other exception is raised
         before anything is written.
         """
         return self._write_all([
@@ -292,11 +292,11 @@ class WarcWriter:
                           fetch_time: float) -> tuple[bytes, bytes]:
         """The response and request records of one exchange, uncompressed."""
         date = datetime_to_iso_date(
-            datetime.fromtimestamp(fetch_time, timezone.utc).replace(tzinfo=None),
+            datetime.fromtimestamp(fetch_time, UTC).replace(tzinfo=None),
             use_micros=True,
         )
         # Header names as FastWARC's constants: a str name costs it a failed conversion
-        # to WarcHeader first (7 µs a response record, measured).
+        # to WarcHeader first, for every header of every record.
         response_headers = [(WarcHeader.WARC_DATE, date), (WarcHeader.WARC_TARGET_URI, url),
                             (WarcHeader.CONTENT_TYPE, "application/http; msgtype=response")]
         if ip:
@@ -398,8 +398,9 @@ class WarcWriter:
             if (self._dir / name).exists():
                 continue
             try:
-                # "x": a restarted process may reuse a pid within the same second.
-                f = open(path, "xb", buffering=_WRITE_BUFFER_BYTES)
+                # "x": a restarted process may reuse a pid within the same second. Held
+                # open (no with-block) as the writer's current file until it rotates.
+                f = open(path, "xb", buffering=_WRITE_BUFFER_BYTES)  # noqa: SIM115
             except FileExistsError:
                 continue
             fcntl.flock(f.fileno(), fcntl.LOCK_EX)
@@ -471,7 +472,8 @@ def recover_directory(directory: Path) -> list[RecoveredFile]:
 def _recover_file(open_path: Path) -> RecoveredFile | None:
     """Recover one file, or return None if a live writer holds it or it is gone."""
     try:
-        f = open(open_path, "r+b")
+        # The with-block below closes it; this try covers the open alone.
+        f = open(open_path, "r+b")  # noqa: SIM115
     except FileNotFoundError:  # another process recovered it first
         return None
     with f:
