@@ -1,15 +1,22 @@
 """drumbeat: a polite, crash-safe web crawler whose memory is fixed by configuration.
 
-Layers (imports only go down; nothing below ``manager``/``fetcher`` imports ``cli``):
+Floors, from the bottom; a module imports only from its own floor or those below it
+(pyproject.toml's import-linter contracts check this in ``scripts/check``):
 
-1. foundations  ``urls``, ``settings``, ``stats``, ``drum``, ``store``, ``queue``, ``simweb``
-2. net          ``fetch`` (DNS cache, address guard, HTTP client)
-3. crawl logic  ``frontier`` (URL-seen, STAR, BEAST, robots, QR, politeness), ``parse``
-4. roles        ``manager`` (owns crawl state), ``fetcher`` (stateless fetch + parse + archive)
-5. faces        ``cli``
+1. runtime helpers  ``runtime`` (malloc choice, GC tuning, pacing, long-turn recording),
+                    ``urls``, ``settings``
+2. storage and      ``drum`` (bucketed disk repositories), ``store`` (WARC, crawl log,
+   transport        durable files), ``queue`` (task hand-off), ``checkpoint``
+3. net              ``fetch`` (DNS cache, address guard, the HTTP clients)
+4. crawl logic      ``frontier`` (URL-seen, STAR, BEAST, robots, QR, politeness),
+                    ``parse`` (links, encodings)
+5. roles            ``manager`` (owns the crawl state), ``fetcher`` (fetch, archive, parse)
+6. faces            ``standalone`` (one manager and its fetcher processes on this machine),
+                    ``worker`` (a fetcher process), ``progress``, ``testing``, ``bench``,
+                    ``cli``
 
-``simweb`` is a synthetic web for tests, benchmarks and the demo; it imports nothing
-of the crawler.
+``simweb`` is a synthetic web for tests, benchmarks and the demo; it imports nothing of
+the crawler.
 """
 
 __version__ = "0.1.0"

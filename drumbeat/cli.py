@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
 
 from drumbeat import __version__
-from drumbeat.allocator import ALLOCATORS, AllocatorMissing, reexec_if_needed
+from drumbeat.runtime.allocator import ALLOCATORS, AllocatorMissing, reexec_if_needed
 from drumbeat.settings import (
     HTTP_CLIENTS,
     SCOPES,
@@ -234,8 +234,8 @@ def check_state_dir(path: Path) -> None:
 def cmd_crawl(args: argparse.Namespace) -> int:
     from drumbeat.checkpoint import CheckpointError
     from drumbeat.drum import DrumError
-    from drumbeat.embedded import CrawlError, run_crawl
-    from drumbeat.gctune import tune_gc
+    from drumbeat.standalone import CrawlError, run_crawl
+    from drumbeat.runtime.gctune import tune_gc
 
     check_state_dir(Path(args.state_dir))
     settings = settings_from_args(args)
@@ -288,7 +288,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from drumbeat.checkpoint import read_counters
-    from drumbeat.embedded import run_crawl
+    from drumbeat.standalone import run_crawl
     from drumbeat.store.summary import render_summary, summarize
 
     if args.reexec:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from drumbeat import __version__
-from drumbeat.allocator import ALLOCATORS
+from drumbeat.runtime.allocator import ALLOCATORS
 
 DEFAULT_USER_AGENT = (
     f"drumbeat/{__version__} (+https://github.com/drumbeat-crawler/drumbeat; "
@@ -90,7 +90,7 @@ class Settings:
     # fetch error tls:certificate (other TLS failures: tls:error); false archives such
     # sites too (Heritrix and Scrapy do not verify).
     tls_verify: bool = True
-    # The malloc of the crawl's processes (drumbeat.allocator): "auto" = mimalloc, else
+    # The malloc of the crawl's processes (drumbeat.runtime.allocator): "auto" = mimalloc, else
     # jemalloc, when installed (about 17 % less CPU per page than glibc's), else the
     # system's; "mimalloc" / "jemalloc" insist (an error when missing); "system" = glibc.
     allocator: str = "auto"

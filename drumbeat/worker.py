@@ -23,9 +23,10 @@ import sys
 import time
 from typing import Any
 
-from drumbeat import allocator, compiled_modules
+from drumbeat import compiled_modules
+from drumbeat.runtime import allocator
 from drumbeat.fetcher import Fetcher, open_http
-from drumbeat.gctune import tune_gc
+from drumbeat.runtime.gctune import tune_gc
 from drumbeat.queue.process import WorkerQueue, read_frame
 from drumbeat.settings import Settings
 from drumbeat.store.warc import WarcWriter

@@ -1,4 +1,4 @@
-"""drumbeat.allocator: which malloc the crawl's processes run on, and how it gets there."""
+"""drumbeat.runtime.allocator: which malloc the crawl's processes run on, and how it gets there."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from drumbeat import allocator
+from drumbeat.runtime import allocator
 
 MIMALLOC = allocator.library("auto") if "mimalloc" in (allocator.library("auto") or "") else None
 needs_mimalloc = pytest.mark.skipif(MIMALLOC is None, reason="libmimalloc is not installed "
@@ -18,7 +18,7 @@ needs_mimalloc = pytest.mark.skipif(MIMALLOC is None, reason="libmimalloc is not
 
 def _in_use(env: dict[str, str]) -> str:
     return subprocess.run(
-        [sys.executable, "-c", "from drumbeat import allocator; print(allocator.in_use())"],
+        [sys.executable, "-c", "from drumbeat.runtime import allocator; print(allocator.in_use())"],
         env=env, capture_output=True, text=True, timeout=60, check=True).stdout.strip()
 
 

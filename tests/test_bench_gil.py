@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from drumbeat.bench import gil
-from drumbeat.embedded import MANAGER_SWITCH_INTERVAL_S
+from drumbeat.standalone import MANAGER_SWITCH_INTERVAL_S
 
 
 def test_reports_the_loop_alone_and_beside_a_thread_at_each_interval(

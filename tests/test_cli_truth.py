@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from drumbeat.embedded import with_scheme
+from drumbeat.standalone import with_scheme
 from drumbeat.simweb.model import SimWebConfig
 from drumbeat.simweb.server import run_in_thread
 from tests.test_crawl import crawl_cmd, fetched_pages, read_log

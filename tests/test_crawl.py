@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from drumbeat.embedded import MANAGER_SWITCH_INTERVAL_S
+from drumbeat.standalone import MANAGER_SWITCH_INTERVAL_S
 from drumbeat.simweb.model import SimWebConfig
 from drumbeat.simweb.server import run_in_thread
 
@@ -379,7 +379,7 @@ def test_max_pages_stops_and_counts_across_resumes(web, tmp_path):
 
 
 def _auto_allocator() -> str:
-    from drumbeat.allocator import library
+    from drumbeat.runtime.allocator import library
 
     lib = library("auto") or ""
     return "mimalloc" if "mimalloc" in lib else "jemalloc" if "jemalloc" in lib else "system"

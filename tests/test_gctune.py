@@ -8,7 +8,7 @@ import textwrap
 
 PROBE = textwrap.dedent("""
     import gc, weakref
-    from drumbeat.gctune import GEN0_THRESHOLD, tune_gc
+    from drumbeat.runtime.gctune import GEN0_THRESHOLD, tune_gc
 
     class Node:
         pass

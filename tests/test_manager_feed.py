@@ -22,7 +22,7 @@ from drumbeat.frontier.beast import Beast
 from drumbeat.frontier.urlseen import decode_payload, encode_payload
 from drumbeat.manager import TUNING, Manager, beast_host_cap, pld_hash
 from drumbeat.manager.checkpointer import Laps
-from drumbeat.pace import Pace
+from drumbeat.runtime.pace import Pace
 from drumbeat.settings import Settings
 
 RAM = 1_600

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from drumbeat.pace import Pace
+from drumbeat.runtime.pace import Pace
 
 
 class Clock:

@@ -1,6 +1,6 @@
-"""The manager's long-turn recorder (drumbeat.stalls)."""
+"""The manager's long-turn recorder (drumbeat.runtime.stalls)."""
 
-from drumbeat.stalls import Stalls
+from drumbeat.runtime.stalls import Stalls
 
 
 def test_short_turns_are_not_counted():

@@ -1,6 +1,6 @@
 """``drumbeat bench gil``: how long the manager's event loop waits for the GIL while a
 background thread runs Python, at several switch intervals (the reason for
-drumbeat.embedded.MANAGER_SWITCH_INTERVAL_S).
+drumbeat.standalone.MANAGER_SWITCH_INTERVAL_S).
 
 An asyncio loop exchanges 32-byte messages with an echo process over a socketpair, as
 the manager's loop trades small batches with its fetchers: first alone, then beside a
@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Any
 
-from drumbeat.embedded import MANAGER_SWITCH_INTERVAL_S
+from drumbeat.standalone import MANAGER_SWITCH_INTERVAL_S
 
 DEFAULT_INTERVALS_S = (0.005, 0.001, MANAGER_SWITCH_INTERVAL_S)
 MESSAGE = b"x" * 32

@@ -559,7 +559,7 @@ def print_report(rep: dict[str, Any]) -> None:
 
 
 def _print_stalls(console: Any, name: str, stalls: dict[str, Any]) -> None:
-    """One line on the manager's long loop turns (drumbeat.stalls)."""
+    """One line on the manager's long loop turns (drumbeat.runtime.stalls)."""
     parts = ", ".join(f"{k} {v:.2f} s" for k, v in stalls["by_part_s"].items() if v >= 0.005)
     worst = ", ".join(f"{w['s']:.2f} s at {w['at_s']:.0f} s ({w['part']})"
                       for w in stalls["worst"][:3])

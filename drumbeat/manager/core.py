@@ -25,10 +25,10 @@ from drumbeat.manager.pricing import Pricing
 from drumbeat.manager.state import LoopState
 from drumbeat.manager.stores import Drops, Stores
 from drumbeat.manager.tuning import TUNING, LoopTuning
-from drumbeat.pace import Pace
+from drumbeat.runtime.pace import Pace
 from drumbeat.queue.base import FoundEdges, FoundURLs, ItemResult, ManagerQueue
 from drumbeat.settings import Settings
-from drumbeat.stalls import Stalls
+from drumbeat.runtime.stalls import Stalls
 from drumbeat.store.crawllog import CrawlLog
 
 log = logging.getLogger("drumbeat.manager")
@@ -248,7 +248,7 @@ class Manager:
         return self.stop_reason or "done"
 
     def _note_turn(self, now: float, parts: dict[str, float]) -> None:
-        """Count a turn that kept the fetchers waiting (see drumbeat.stalls); one of a
+        """Count a turn that kept the fetchers waiting (see drumbeat.runtime.stalls); one of a
         second or more is logged, as the crawl's pages/s show a dip there."""
         if self.stalls.turn(now - self._started, parts):
             total = sum(parts.values())

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from drumbeat.pace import Pace
+from drumbeat.runtime.pace import Pace
 
 
 @dataclass(slots=True)

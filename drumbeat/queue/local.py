@@ -1,4 +1,4 @@
-"""In-process TaskQueue for the embedded deployment (one manager, fetchers on one event loop).
+"""In-process TaskQueue for the standalone deployment (one manager, fetchers on one event loop).
 
 Durability comes from the manager's checkpoint, which records every submitted item not yet
 reported; this queue itself keeps nothing on disk.

@@ -25,7 +25,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
-log = logging.getLogger("drumbeat.allocator")
+log = logging.getLogger("drumbeat.runtime.allocator")
 
 ALLOCATORS = ("auto", "mimalloc", "jemalloc", "system")
 # "auto" takes the first of these that is installed.

@@ -1,4 +1,4 @@
-"""The embedded deployment: one manager, its fetchers on this machine, one state dir.
+"""The standalone deployment: one manager, its fetchers on this machine, one state dir.
 
 State directory layout::
 
@@ -32,14 +32,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterator
 
-from drumbeat import allocator, compiled_modules
+from drumbeat import compiled_modules
+from drumbeat.runtime import allocator
 from drumbeat.fetcher import Fetcher, open_http
 from drumbeat.manager import Manager
 from drumbeat.progress import Progress
 from drumbeat.queue.base import ManagerQueue
 from drumbeat.queue.local import LocalTaskQueue
 from drumbeat.queue.process import ProcessTaskQueue, WorkerFailed
-from drumbeat.seedrefusals import SeedRefusals, SeedWatchingLog
+from drumbeat.store.seedrefusals import SeedRefusals, SeedWatchingLog
 from drumbeat.settings import Settings, SettingsError, save_for_resume
 from drumbeat.store.summary import CRAWL_LOG_NAME, note_run_start
 from drumbeat.store.warc import WarcWriter, recover_directory
@@ -302,7 +303,7 @@ def write_stages(path: Path, manager: Manager, fetchers: int,
     is left of that process's CPU time. ``allocator``: the malloc each process ran on;
     ``compiled``: the modules each ran compiled (see setup.py).
     ``switch_interval_s``: the manager's GIL switch interval (MANAGER_SWITCH_INTERVAL_S).
-    ``stalls``: the manager's long loop turns (drumbeat.stalls).
+    ``stalls``: the manager's long loop turns (drumbeat.runtime.stalls).
     """
     seconds: Counter[str] = Counter()
     fetcher_cpu = 0.0
