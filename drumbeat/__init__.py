@@ -29,6 +29,10 @@ def compiled_modules() -> list[str]:
     from importlib.machinery import EXTENSION_SUFFIXES
 
     suffixes = tuple(EXTENSION_SUFFIXES)
-    return sorted(name for name, module in list(sys.modules.items())
-                  if name.startswith("drumbeat.") and not name.endswith("__mypyc")  # its runtime
-                  and (getattr(module, "__file__", None) or "").endswith(suffixes))
+    return sorted(
+        name
+        for name, module in list(sys.modules.items())
+        if name.startswith("drumbeat.")
+        and not name.endswith("__mypyc")  # its runtime
+        and (getattr(module, "__file__", None) or "").endswith(suffixes)
+    )

@@ -110,8 +110,10 @@ class Checkpoints:
         except (OSError, ValueError) as e:
             raise CheckpointError(f"cannot read checkpoint {file}: {e}") from None
         if data.get("version") != FORMAT_VERSION:
-            raise CheckpointError(f"{file} has format version {data.get('version')!r}, "
-                                  f"this drumbeat reads {FORMAT_VERSION}")
+            raise CheckpointError(
+                f"{file} has format version {data.get('version')!r}, "
+                f"this drumbeat reads {FORMAT_VERSION}"
+            )
         data.pop("version")
         return CheckpointMeta(**data)
 

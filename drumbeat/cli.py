@@ -42,7 +42,8 @@ Exit status:
 
 _D = Settings()
 
-CRAWL_EPILOG = f"""\
+CRAWL_EPILOG = (
+    f"""\
 Resuming: `drumbeat crawl --state DIR` on an existing state directory continues the crawl
 from its last checkpoint with the settings it last ran with (kept in DIR/settings.json;
 flags given now override them); nothing queued is lost, even after `kill -9`.
@@ -75,7 +76,9 @@ URLs per beast_turn_s seconds (budget_default = {_D.budget_default} for the long
 well-linked domains; beast_turn_s defaults to budget_default x host_delay_s, 0 = unpaced);
 the rest waits on disk, nothing is dropped.
 
-""" + EXIT_CODES
+"""
+    + EXIT_CODES
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -116,55 +119,146 @@ _nonneg_int = _int_at_least(0)
 
 def _add_crawl_args(p: argparse.ArgumentParser) -> None:
     S = argparse.SUPPRESS
-    p.add_argument("urls", nargs="*", metavar="URL",
-                   help="seed URLs (http:// is assumed when a URL has no scheme)")
-    p.add_argument("--seeds", dest="seeds_file", metavar="FILE", default=S,
-                   help="file of seed URLs, one per line, UTF-8 ('#' comments)")
-    p.add_argument("--state", dest="state_dir", metavar="DIR", required=True,
-                   help="state directory: checkpoints, WARC files, crawl.log (created if missing; "
-                        "an existing one is resumed)")
-    p.add_argument("--max-pages", type=_pos_int, metavar="N", default=S,
-                   help="stop after N pages fetched in total (default: no limit)")
-    p.add_argument("--max-time", dest="max_time_s", type=_nonneg_float, metavar="SECONDS",
-                   default=S, help="stop this run after SECONDS; not remembered for a "
-                                   "resume (default: no limit)")
-    p.add_argument("--host-delay", dest="host_delay_s", type=_nonneg_float, metavar="SECONDS",
-                   default=S, help=f"min seconds between requests to one host "
-                                   f"(default {_D.host_delay_s:g})")
-    p.add_argument("--ip-delay", dest="ip_delay_s", type=_nonneg_float, metavar="SECONDS",
-                   default=S, help=f"min seconds between requests to one server IP "
-                                   f"(default {_D.ip_delay_s:g}; 0 = no per-IP limit)")
-    p.add_argument("--concurrency", type=_pos_int, metavar="N", default=S,
-                   help=f"fetches in flight at once (default {_D.concurrency})")
-    p.add_argument("--fetchers", type=_nonneg_int, metavar="N", default=S,
-                   help="fetcher processes (default: one per core; 0 = fetch in the "
-                        "manager's process)")
-    p.add_argument("--http-client", choices=HTTP_CLIENTS, default=S,
-                   help=f"HTTP backend of the fetchers: curl (libcurl through pycurl; less "
-                        f"CPU per page) or aiohttp (default {_D.http_client})")
-    p.add_argument("--allocator", choices=ALLOCATORS, default=S,
-                   help=f"malloc of the crawl's processes: mimalloc or jemalloc when "
-                        f"installed (auto; about 17 %% less CPU per page), or the system's "
-                        f"(default {_D.allocator})")
-    p.add_argument("--dns-server", metavar="HOST[:PORT]", default=S,
-                   help="send every DNS lookup to this server (default: system resolvers)")
-    p.add_argument("--allow-loopback", action="store_true", default=S,
-                   help="allow connecting to 127.0.0.0/8 and ::1 (tests, local servers)")
-    p.add_argument("--allow-private", action="store_true", default=S,
-                   help="allow private, loopback and link-local addresses (intranet crawls)")
-    p.add_argument("--user-agent", metavar="UA", default=S,
-                   help="User-Agent header; name your crawler and a contact URL")
-    p.add_argument("--from", dest="from_header", metavar="EMAIL", default=S,
-                   help="From header: an e-mail address where site operators reach you")
-    p.add_argument("--scope", choices=SCOPES, default=S,
-                   help="follow links to any host (default), only the seeds' hosts, "
-                        "or only the seeds' pay-level domains")
-    p.add_argument("--config", metavar="FILE.toml", default=S,
-                   help="TOML file of settings (see below); flags override it")
-    p.add_argument("--progress", dest="progress", action="store_true", default=S,
-                   help="live progress panel even when stderr is not a terminal")
-    p.add_argument("--no-progress", dest="progress", action="store_false", default=S,
-                   help="periodic progress lines instead of the live panel")
+    p.add_argument(
+        "urls",
+        nargs="*",
+        metavar="URL",
+        help="seed URLs (http:// is assumed when a URL has no scheme)",
+    )
+    p.add_argument(
+        "--seeds",
+        dest="seeds_file",
+        metavar="FILE",
+        default=S,
+        help="file of seed URLs, one per line, UTF-8 ('#' comments)",
+    )
+    p.add_argument(
+        "--state",
+        dest="state_dir",
+        metavar="DIR",
+        required=True,
+        help="state directory: checkpoints, WARC files, crawl.log (created if missing; "
+        "an existing one is resumed)",
+    )
+    p.add_argument(
+        "--max-pages",
+        type=_pos_int,
+        metavar="N",
+        default=S,
+        help="stop after N pages fetched in total (default: no limit)",
+    )
+    p.add_argument(
+        "--max-time",
+        dest="max_time_s",
+        type=_nonneg_float,
+        metavar="SECONDS",
+        default=S,
+        help="stop this run after SECONDS; not remembered for a resume (default: no limit)",
+    )
+    p.add_argument(
+        "--host-delay",
+        dest="host_delay_s",
+        type=_nonneg_float,
+        metavar="SECONDS",
+        default=S,
+        help=f"min seconds between requests to one host (default {_D.host_delay_s:g})",
+    )
+    p.add_argument(
+        "--ip-delay",
+        dest="ip_delay_s",
+        type=_nonneg_float,
+        metavar="SECONDS",
+        default=S,
+        help=f"min seconds between requests to one server IP "
+        f"(default {_D.ip_delay_s:g}; 0 = no per-IP limit)",
+    )
+    p.add_argument(
+        "--concurrency",
+        type=_pos_int,
+        metavar="N",
+        default=S,
+        help=f"fetches in flight at once (default {_D.concurrency})",
+    )
+    p.add_argument(
+        "--fetchers",
+        type=_nonneg_int,
+        metavar="N",
+        default=S,
+        help="fetcher processes (default: one per core; 0 = fetch in the manager's process)",
+    )
+    p.add_argument(
+        "--http-client",
+        choices=HTTP_CLIENTS,
+        default=S,
+        help=f"HTTP backend of the fetchers: curl (libcurl through pycurl; less "
+        f"CPU per page) or aiohttp (default {_D.http_client})",
+    )
+    p.add_argument(
+        "--allocator",
+        choices=ALLOCATORS,
+        default=S,
+        help=f"malloc of the crawl's processes: mimalloc or jemalloc when "
+        f"installed (auto; about 17 %% less CPU per page), or the system's "
+        f"(default {_D.allocator})",
+    )
+    p.add_argument(
+        "--dns-server",
+        metavar="HOST[:PORT]",
+        default=S,
+        help="send every DNS lookup to this server (default: system resolvers)",
+    )
+    p.add_argument(
+        "--allow-loopback",
+        action="store_true",
+        default=S,
+        help="allow connecting to 127.0.0.0/8 and ::1 (tests, local servers)",
+    )
+    p.add_argument(
+        "--allow-private",
+        action="store_true",
+        default=S,
+        help="allow private, loopback and link-local addresses (intranet crawls)",
+    )
+    p.add_argument(
+        "--user-agent",
+        metavar="UA",
+        default=S,
+        help="User-Agent header; name your crawler and a contact URL",
+    )
+    p.add_argument(
+        "--from",
+        dest="from_header",
+        metavar="EMAIL",
+        default=S,
+        help="From header: an e-mail address where site operators reach you",
+    )
+    p.add_argument(
+        "--scope",
+        choices=SCOPES,
+        default=S,
+        help="follow links to any host (default), only the seeds' hosts, "
+        "or only the seeds' pay-level domains",
+    )
+    p.add_argument(
+        "--config",
+        metavar="FILE.toml",
+        default=S,
+        help="TOML file of settings (see below); flags override it",
+    )
+    p.add_argument(
+        "--progress",
+        dest="progress",
+        action="store_true",
+        default=S,
+        help="live progress panel even when stderr is not a terminal",
+    )
+    p.add_argument(
+        "--no-progress",
+        dest="progress",
+        action="store_false",
+        default=S,
+        help="periodic progress lines instead of the live panel",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -172,38 +266,62 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"drumbeat {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    crawl = sub.add_parser("crawl", help="crawl from seed URLs (or resume a crawl)",
-                           description="Crawl from seed URLs, or resume the crawl in --state DIR.",
-                           epilog=CRAWL_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    crawl = sub.add_parser(
+        "crawl",
+        help="crawl from seed URLs (or resume a crawl)",
+        description="Crawl from seed URLs, or resume the crawl in --state DIR.",
+        epilog=CRAWL_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _add_crawl_args(crawl)
 
-    stats = sub.add_parser("stats", help="summarise a crawl's state directory",
-                           description="Summarise a crawl from its crawl.log and WARC files: "
-                                       "pages, bytes, status counts, errors by reason, hosts, "
-                                       "duration (runs added, the time between them not) "
-                                       "and pages/s.")
-    stats.add_argument("state_dir", metavar="DIR",
-                       help="the crawl's state directory (what `drumbeat crawl --state` got); "
-                            "it may be in use by a running crawl")
+    stats = sub.add_parser(
+        "stats",
+        help="summarise a crawl's state directory",
+        description="Summarise a crawl from its crawl.log and WARC files: "
+        "pages, bytes, status counts, errors by reason, hosts, "
+        "duration (runs added, the time between them not) "
+        "and pages/s.",
+    )
+    stats.add_argument(
+        "state_dir",
+        metavar="DIR",
+        help="the crawl's state directory (what `drumbeat crawl --state` got); "
+        "it may be in use by a running crawl",
+    )
     stats.add_argument("--json", action="store_true", help="print one JSON object")
 
     demo = sub.add_parser("demo", help="crawl the bundled synthetic web for about 30 s")
     demo.add_argument("--seconds", type=_nonneg_float, default=30.0, help="crawl time (default 30)")
     demo.add_argument("--hosts", type=_pos_int, default=300, help="synthetic hosts (default 300)")
-    demo.add_argument("--state", dest="state_dir", metavar="DIR", default=None,
-                      help="state directory (default: ./drumbeat-demo/<time>)")
+    demo.add_argument(
+        "--state",
+        dest="state_dir",
+        metavar="DIR",
+        default=None,
+        help="state directory (default: ./drumbeat-demo/<time>)",
+    )
 
-    sub.add_parser("simweb", help="serve the synthetic web on loopback (see simweb --help)",
-                   add_help=False, prefix_chars="\0")
-    sub.add_parser("bench", help="benchmarks against peers measured in the same run "
-                                 "(see bench --help)", add_help=False, prefix_chars="\0")
+    sub.add_parser(
+        "simweb",
+        help="serve the synthetic web on loopback (see simweb --help)",
+        add_help=False,
+        prefix_chars="\0",
+    )
+    sub.add_parser(
+        "bench",
+        help="benchmarks against peers measured in the same run (see bench --help)",
+        add_help=False,
+        prefix_chars="\0",
+    )
     return parser
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """Defaults < settings saved by an earlier run of this crawl < --config file < flags."""
-    flags: dict[str, Any] = {k: v for k, v in vars(args).items()
-                             if k not in ("command", "urls", "config", "reexec")}
+    flags: dict[str, Any] = {
+        k: v for k, v in vars(args).items() if k not in ("command", "urls", "config", "reexec")
+    }
     saved = load_saved(Path(args.state_dir))
     file_layer = load_toml(Path(args.config)) if getattr(args, "config", None) else {}
     file_seeds = list(file_layer.pop("seeds", []) or [])
@@ -252,9 +370,12 @@ def cmd_crawl(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     if outcome.seeds_refused:
         print(f"drumbeat crawl: {outcome.seeds_refused}", file=sys.stderr)
-    print(f"crawl stopped ({outcome.stop_reason}) after {outcome.elapsed_s:,.1f} s: "
-          f"{outcome.pages_done:,} pages in total, {outcome.queued:,} URLs still queued; "
-          f"state in {outcome.state_dir}", file=sys.stderr)
+    print(
+        f"crawl stopped ({outcome.stop_reason}) after {outcome.elapsed_s:,.1f} s: "
+        f"{outcome.pages_done:,} pages in total, {outcome.queued:,} URLs still queued; "
+        f"state in {outcome.state_dir}",
+        file=sys.stderr,
+    )
     if outcome.all_seeds_refused:
         return EXIT_FAILED
     return EXIT_STOPPED if outcome.stop_reason == "signal" else EXIT_OK
@@ -268,8 +389,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
     state_dir = Path(args.state_dir)
     if not (state_dir / "crawl.log").exists():
-        print(f"drumbeat stats: {state_dir} is not a crawl state directory (no crawl.log)",
-              file=sys.stderr)
+        print(
+            f"drumbeat stats: {state_dir} is not a crawl state directory (no crawl.log)",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     try:
         counters = read_counters(state_dir)
@@ -295,31 +418,54 @@ def cmd_demo(args: argparse.Namespace) -> int:
         reexec_if_needed(_D.allocator, sys.argv[1:])  # returns if nothing to do
     console = Console(stderr=True)
     state_dir = Path(args.state_dir or f"drumbeat-demo/{time.strftime('%Y%m%d-%H%M%S')}")
-    console.print(f"[bold]drumbeat demo[/]: starting a synthetic web of {args.hosts} hosts "
-                  f"on loopback ...")
+    console.print(
+        f"[bold]drumbeat demo[/]: starting a synthetic web of {args.hosts} hosts on loopback ..."
+    )
     server = subprocess.Popen(
-        [sys.executable, "-m", "drumbeat.simweb", "--hosts", str(args.hosts), "--ips", "32",
-         "--pages-per-host", "40"],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "drumbeat.simweb",
+            "--hosts",
+            str(args.hosts),
+            "--ips",
+            "32",
+            "--pages-per-host",
+            "40",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         info = json.loads(server.stdout.readline() if server.stdout else "{}")
-        settings = build(Settings(), {
-            "state_dir": str(state_dir), "seeds": info["seeds"], "dns_server": info["dns"],
-            "allow_loopback": True, "host_delay_s": 1.0, "ip_delay_s": 0.02,
-            "max_time_s": args.seconds or 30.0, "checkpoint_interval_s": 10.0,
-            "robots_retry_s": 5.0,
-        })
-        console.print(f"crawling {len(info['seeds'])} seeds for {args.seconds:g} s "
-                      f"(host delay 1 s, robots obeyed); state in {state_dir}")
+        settings = build(
+            Settings(),
+            {
+                "state_dir": str(state_dir),
+                "seeds": info["seeds"],
+                "dns_server": info["dns"],
+                "allow_loopback": True,
+                "host_delay_s": 1.0,
+                "ip_delay_s": 0.02,
+                "max_time_s": args.seconds or 30.0,
+                "checkpoint_interval_s": 10.0,
+                "robots_retry_s": 5.0,
+            },
+        )
+        console.print(
+            f"crawling {len(info['seeds'])} seeds for {args.seconds:g} s "
+            f"(host delay 1 s, robots obeyed); state in {state_dir}"
+        )
         outcome = run_crawl(settings)
     finally:
         server.terminate()
         server.wait(timeout=10)
     out = Console()
     render_summary(summarize(state_dir, read_counters(state_dir)), out)
-    out.print(f"demo stopped ({outcome.stop_reason}) with {outcome.queued:,} URLs still queued; "
-              f"the synthetic web has stopped too.")
+    out.print(
+        f"demo stopped ({outcome.stop_reason}) with {outcome.queued:,} URLs still queued; "
+        f"the synthetic web has stopped too."
+    )
     out.print(f"WARC files: {state_dir / 'warc'}")
     out.print(f"crawl log:  {state_dir / 'crawl.log'}   summary again: drumbeat stats {state_dir}")
     return EXIT_OK

@@ -65,12 +65,16 @@ def open_http(settings: Settings) -> tuple[HttpClient, DnsCache]:
     contract, drumbeat.fetch.client). The resolver serves robots.txt redirects to other
     hosts only; page fetches go to the IP the manager resolved.
     """
-    dns = DnsCache(nameserver=settings.dns_server, timeout_s=settings.dns_timeout_s,
-                   negative_ttl_s=settings.dns_negative_ttl_s)
+    dns = DnsCache(
+        nameserver=settings.dns_server,
+        timeout_s=settings.dns_timeout_s,
+        negative_ttl_s=settings.dns_negative_ttl_s,
+    )
     http = client_class(settings.http_client)(
         ClientOptions.from_settings(settings),
-        policy=AddressPolicy(allow_loopback=settings.allow_loopback,
-                             allow_private=settings.allow_private),
+        policy=AddressPolicy(
+            allow_loopback=settings.allow_loopback, allow_private=settings.allow_private
+        ),
         resolver=dns,
     )
     return http, dns
@@ -153,12 +157,14 @@ class Fetcher:
 
     async def _fetch(self, item: FetchItem) -> FetchResponse:
         if item.kind == ROBOTS:
-            return await self.http.fetch_robots(item.url, item.ip or None,
-                                                max_bytes=self.settings.robots_max_bytes)
+            return await self.http.fetch_robots(
+                item.url, item.ip or None, max_bytes=self.settings.robots_max_bytes
+            )
         return await self.http.fetch(item.url, item.ip or None)
 
-    def complete(self, fetched: list[tuple[int, int, FetchItem, FetchResponse]]
-                 ) -> list[ItemResult]:
+    def complete(
+        self, fetched: list[tuple[int, int, FetchItem, FetchResponse]]
+    ) -> list[ItemResult]:
         """The results of fetched items, in three passes over them all: the exchanges
         written to WARC, then each HTML page parsed for its references, then those
         joined, normalized and packed (a pass keeps one library's code and data in the
@@ -188,29 +194,48 @@ class Fetcher:
         self.stage_s["parse"] += thread_time() - archived
         return results
 
-    def _result(self, task_id: int, index: int, item: FetchItem,
-                resp: FetchResponse) -> ItemResult:
+    def _result(self, task_id: int, index: int, item: FetchItem, resp: FetchResponse) -> ItemResult:
         """The item's result with its crawl-log line (``"warc"`` is set by _archive)."""
-        result = ItemResult(task_id, index, item, status=resp.status, error=resp.error,
-                            body_bytes=len(resp.body), retry_after_s=resp.retry_after_s)
+        result = ItemResult(
+            task_id,
+            index,
+            item,
+            status=resp.status,
+            error=resp.error,
+            body_bytes=len(resp.body),
+            retry_after_s=resp.retry_after_s,
+        )
         if resp.status is not None:
             self.fetched += 1
         else:
             self.errors[resp.error or "unknown"] += 1
         result.log = {
-            "time": resp.fetch_time, "url": item.url, "kind": item.kind, "status": resp.status,
-            "error": resp.error, "bytes": len(resp.body), "content_type": resp.content_type,
-            "fetch_ms": round(resp.elapsed_ms, 3), "ip": resp.ip, "depth": item.depth,
-            "via": item.via, "truncated": resp.truncated, "warc": None,
+            "time": resp.fetch_time,
+            "url": item.url,
+            "kind": item.kind,
+            "status": resp.status,
+            "error": resp.error,
+            "bytes": len(resp.body),
+            "content_type": resp.content_type,
+            "fetch_ms": round(resp.elapsed_ms, 3),
+            "ip": resp.ip,
+            "depth": item.depth,
+            "via": item.via,
+            "truncated": resp.truncated,
+            "warc": None,
         }
         return result
 
-    def _archive(self, fetched: list[tuple[int, int, FetchItem, FetchResponse]],
-                 results: list[ItemResult]) -> None:
+    def _archive(
+        self, fetched: list[tuple[int, int, FetchItem, FetchResponse]], results: list[ItemResult]
+    ) -> None:
         """Write every exchange that got a response to WARC, all in one call, and its
         location into the log line (or ``warc_write``, when the disk refused it)."""
-        todo = [i for i, (result, (_, _, _, resp)) in enumerate(zip(results, fetched))
-                if result.log is not None and resp.status is not None]
+        todo = [
+            i
+            for i, (result, (_, _, _, resp)) in enumerate(zip(results, fetched))
+            if result.log is not None and resp.status is not None
+        ]
         locations: list[WarcLocation | Exception]
         try:
             locations = list(self.warc.write_fetches([fetched[i][3] for i in todo]))
@@ -231,8 +256,13 @@ class Fetcher:
             elif result.log is not None:  # None: an internal error
                 result.log["warc"] = str(location)
 
-    def _parse_step(self, step: Callable[[FetchItem, ItemResult, Any], _T],
-                    item: FetchItem, result: ItemResult, arg: Any) -> _T | None:
+    def _parse_step(
+        self,
+        step: Callable[[FetchItem, ItemResult, Any], _T],
+        item: FetchItem,
+        result: ItemResult,
+        arg: Any,
+    ) -> _T | None:
         """``step(item, result, arg)``, or None and a ``parse_error`` if it raised."""
         try:
             return step(item, result, arg)
@@ -241,8 +271,9 @@ class Fetcher:
             result.dropped["parse_error"] = result.dropped.get("parse_error", 0) + 1
             return None
 
-    def _references(self, item: FetchItem, result: ItemResult,
-                    resp: FetchResponse) -> PageReferences | None:
+    def _references(
+        self, item: FetchItem, result: ItemResult, resp: FetchResponse
+    ) -> PageReferences | None:
         """An HTML page's references, to be resolved by _links. Puts robots.txt's text or
         a redirect's target into ``result`` instead."""
         if item.kind == ROBOTS:
@@ -261,9 +292,12 @@ class Fetcher:
             return None
         if not _is_html(resp.content_type, resp.decoded):
             return None
-        found = find_references(resp.decoded, item.url,
-                                content_type=_header(resp.headers, "content-type"),
-                                max_links=self.settings.max_links_per_page)
+        found = find_references(
+            resp.decoded,
+            item.url,
+            content_type=_header(resp.headers, "content-type"),
+            max_links=self.settings.max_links_per_page,
+        )
         if found.cut is None and (resp.truncated == "length" or resp.decoded_truncated):
             found.cut = "bytes"  # the body's rest, and its links, were never received
         return found
@@ -285,8 +319,11 @@ class Fetcher:
 
     def _links(self, item: FetchItem, result: ItemResult, found: PageReferences) -> None:
         """Put a page's links, packed for URL-seen and PLDindegree, into ``result``."""
-        page = resolve_references(found, max_links=self.settings.max_links_per_page,
-                                  max_url_bytes=self.settings.max_url_bytes)
+        page = resolve_references(
+            found,
+            max_links=self.settings.max_links_per_page,
+            max_url_bytes=self.settings.max_url_bytes,
+        )
         if page.links:
             result.found = pack_found(page.links, item.depth + 1, item.url)
         result.dropped = dict(page.dropped)
@@ -297,8 +334,12 @@ class Fetcher:
         self.stage_s["parse"] -= page.normalize_s
 
     def stats(self) -> FetcherStats:
-        return FetcherStats(len(self._running) + len(self._fetched), self.fetched,
-                            dict(self.errors), dict(self.stage_s))
+        return FetcherStats(
+            len(self._running) + len(self._fetched),
+            self.fetched,
+            dict(self.errors),
+            dict(self.stage_s),
+        )
 
 
 def _internal_error(task_id: int, index: int, item: FetchItem, e: Exception) -> ItemResult:

@@ -36,8 +36,9 @@ class Progress:
 
     def _top_errors(self) -> list[tuple[str, int]]:
         c = self.manager.counters
-        kinds = {k: v for k, v in c.items()
-                 if k.startswith(("error.", "dropped.", "hosts_failed."))}
+        kinds = {
+            k: v for k, v in c.items() if k.startswith(("error.", "dropped.", "hosts_failed."))
+        }
         return sorted(kinds.items(), key=lambda kv: -kv[1])[:6]
 
     def _errors(self) -> str:
@@ -64,17 +65,20 @@ class Progress:
 
     def line(self) -> str:
         s = self.manager.stats()
-        return (f"[{s.elapsed_s:,.0f}s] pages={s.pages_done:,} rate={self._rate():,.1f}/s "
-                f"queued={s.queued:,} ram={s.queued_ram:,} in_flight={s.in_flight} "
-                f"hosts={s.hosts:,} seen={s.seen:,} errors: {self._errors()}")
+        return (
+            f"[{s.elapsed_s:,.0f}s] pages={s.pages_done:,} rate={self._rate():,.1f}/s "
+            f"queued={s.queued:,} ram={s.queued_ram:,} in_flight={s.in_flight} "
+            f"hosts={s.hosts:,} seen={s.seen:,} errors: {self._errors()}"
+        )
 
     async def run(self) -> None:
         if not self.live_mode:
             while True:
                 await asyncio.sleep(self.interval_s)
                 self.console.print(self.line(), highlight=False, soft_wrap=True)
-        with Live(self.render(), console=self.console, refresh_per_second=4,
-                  transient=True) as live:
+        with Live(
+            self.render(), console=self.console, refresh_per_second=4, transient=True
+        ) as live:
             while True:
                 await asyncio.sleep(self.interval_s)
                 live.update(self.render())

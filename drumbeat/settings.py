@@ -107,7 +107,9 @@ class Settings:
     # RAM for the fingerprints of URLs sent to URL-seen lately, whose later copies are then
     # dropped before DRUM (drumbeat.frontier.seencache); 0 = none.
     urlseen_cache_bytes: int = 64 * 1024 * 1024
-    urlseen_flush_interval_s: float = 0.5  # min gap between merges forced by a short or low frontier
+    urlseen_flush_interval_s: float = (
+        0.5  # min gap between merges forced by a short or low frontier
+    )
     pld_ram_bytes: int = 16 * 1024 * 1024  # PLD in-degree (two DRUMs, half each)
 
     # Frontier (IRLbot STAR + BEAST + robots loop): disk queues, RAM fixed by these.
@@ -163,8 +165,11 @@ class Settings:
         """``fetchers``, with None resolved to the cores this process may run on."""
         if self.fetchers is not None:
             return self.fetchers
-        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
-            os.cpu_count() or 1)
+        return (
+            len(os.sched_getaffinity(0))
+            if hasattr(os, "sched_getaffinity")
+            else (os.cpu_count() or 1)
+        )
 
 
 _FIELDS = {f.name: f for f in fields(Settings)}
@@ -208,7 +213,9 @@ def coerce(name: str, value: Any) -> Any:
                 raise ValueError
             return value
     except (TypeError, ValueError):
-        raise SettingsError(f"setting '{name}' must be {kind.split(' |')[0]}, got {value!r}") from None
+        raise SettingsError(
+            f"setting '{name}' must be {kind.split(' |')[0]}, got {value!r}"
+        ) from None
     return value
 
 
@@ -219,40 +226,86 @@ def validate(s: Settings) -> Settings:
         if not ok:
             raise SettingsError(f"setting '{name}' {what}, got {getattr(s, name)!r}")
 
-    for name in ("host_delay_s", "ip_delay_s", "crawl_delay_max_s", "robots_retry_s",
-                 "dns_negative_ttl_s", "robots_expiry_s", "host_delay_min_s", "ip_delay_min_s"):
+    for name in (
+        "host_delay_s",
+        "ip_delay_s",
+        "crawl_delay_max_s",
+        "robots_retry_s",
+        "dns_negative_ttl_s",
+        "robots_expiry_s",
+        "host_delay_min_s",
+        "ip_delay_min_s",
+    ):
         need(getattr(s, name) >= 0, name, "must be >= 0 seconds")
-    for name in ("connect_timeout_s", "read_timeout_s", "total_timeout_s", "dns_timeout_s",
-                 "checkpoint_interval_s", "progress_interval_s", "urlseen_flush_interval_s",
-                 "budget_refresh_s", "robots_wait_max_s", "backoff_max_s", "backoff_forgive_s"):
+    for name in (
+        "connect_timeout_s",
+        "read_timeout_s",
+        "total_timeout_s",
+        "dns_timeout_s",
+        "checkpoint_interval_s",
+        "progress_interval_s",
+        "urlseen_flush_interval_s",
+        "budget_refresh_s",
+        "robots_wait_max_s",
+        "backoff_max_s",
+        "backoff_forgive_s",
+    ):
         need(getattr(s, name) > 0, name, "must be > 0 seconds")
-    for name in ("concurrency", "robots_max_attempts", "robots_max_bytes", "max_body_bytes",
-                 "max_decoded_bytes", "max_links_per_page", "warc_max_file_bytes", "task_max_items",
-                 "urlseen_ram_bytes", "pld_ram_bytes", "frontier_ram_urls", "budget_default",
-                 "budget_table_plds", "beast_queues", "beast_pld_slots", "beast_host_slots",
-                 "robots_ram_entries", "robots_ram_bytes", "fetch_max_attempts"):
+    for name in (
+        "concurrency",
+        "robots_max_attempts",
+        "robots_max_bytes",
+        "max_body_bytes",
+        "max_decoded_bytes",
+        "max_links_per_page",
+        "warc_max_file_bytes",
+        "task_max_items",
+        "urlseen_ram_bytes",
+        "pld_ram_bytes",
+        "frontier_ram_urls",
+        "budget_default",
+        "budget_table_plds",
+        "beast_queues",
+        "beast_pld_slots",
+        "beast_host_slots",
+        "robots_ram_entries",
+        "robots_ram_bytes",
+        "fetch_max_attempts",
+    ):
         need(getattr(s, name) >= 1, name, "must be >= 1")
-    need(s.beast_turn_s is None or 0 <= s.beast_turn_s < float("inf"), "beast_turn_s",
-         "must be >= 0 seconds")
+    need(
+        s.beast_turn_s is None or 0 <= s.beast_turn_s < float("inf"),
+        "beast_turn_s",
+        "must be >= 0 seconds",
+    )
     need(s.budget_max >= s.budget_default, "budget_max", "must be >= budget_default")
     need(s.budget_indegree_floor >= 1, "budget_indegree_floor", "must be >= 1")
     need(s.beast_max_queues >= s.beast_queues, "beast_max_queues", "must be >= beast_queues")
     need(s.fetchers is None or 0 <= s.fetchers <= 256, "fetchers", "must be 0..256")
     need(s.max_url_bytes >= 16, "max_url_bytes", "must be >= 16")
     need(s.max_redirects >= 0, "max_redirects", "must be >= 0")
-    need(s.urlseen_cache_bytes == 0 or s.urlseen_cache_bytes >= 8, "urlseen_cache_bytes",
-         "must be 0 (none) or >= 8")
+    need(
+        s.urlseen_cache_bytes == 0 or s.urlseen_cache_bytes >= 8,
+        "urlseen_cache_bytes",
+        "must be 0 (none) or >= 8",
+    )
     need(0 <= s.warc_gzip_level <= 9, "warc_gzip_level", "must be 0..9")
     need(s.scope in SCOPES, "scope", f"must be one of {', '.join(SCOPES)}")
     need(s.http_client in HTTP_CLIENTS, "http_client", f"must be one of {', '.join(HTTP_CLIENTS)}")
     need(s.allocator in ALLOCATORS, "allocator", f"must be one of {', '.join(ALLOCATORS)}")
     need(s.max_pages is None or s.max_pages >= 0, "max_pages", "must be >= 0")
     need(s.max_time_s is None or s.max_time_s > 0, "max_time_s", "must be > 0 seconds")
-    need(bool(s.user_agent.strip()) and "\n" not in s.user_agent, "user_agent",
-         "must be a non-empty single line")
-    need(s.from_header == "" or ("@" in s.from_header and s.from_header.isascii()
-                                 and s.from_header.isprintable()), "from_header",
-         "must be empty or one line of printable ASCII with an e-mail address")
+    need(
+        bool(s.user_agent.strip()) and "\n" not in s.user_agent,
+        "user_agent",
+        "must be a non-empty single line",
+    )
+    need(
+        s.from_header == ""
+        or ("@" in s.from_header and s.from_header.isascii() and s.from_header.isprintable()),
+        "from_header",
+        "must be empty or one line of printable ASCII with an e-mail address",
+    )
     if s.dns_server is not None:
         parse_hostport(s.dns_server)
     return s
@@ -313,7 +366,8 @@ def save_for_resume(s: Settings) -> None:
     assert s.state_dir is not None
     values = {
         name: (str(v) if isinstance(v, Path) else v)
-        for name, v in dataclasses.asdict(s).items() if name not in _NOT_SAVED
+        for name, v in dataclasses.asdict(s).items()
+        if name not in _NOT_SAVED
     }
     tmp = s.state_dir / (SAVED_FILE + ".tmp")
     tmp.write_text(json.dumps(values, indent=1, sort_keys=True), encoding="utf-8")

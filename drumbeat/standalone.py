@@ -140,6 +140,7 @@ def run_crawl(settings: Settings) -> CrawlOutcome:
         try:
             try:
                 import uvloop
+
                 runner = uvloop.run
             except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
                 runner = asyncio.run
@@ -170,8 +171,13 @@ async def _crawl(settings: Settings, state_dir: Path) -> CrawlOutcome:
     return outcome
 
 
-async def _run(settings: Settings, state_dir: Path, crawl_log: SeedWatchingLog,
-               refusals: SeedRefusals, started: float) -> CrawlOutcome:
+async def _run(
+    settings: Settings,
+    state_dir: Path,
+    crawl_log: SeedWatchingLog,
+    refusals: SeedRefusals,
+    started: float,
+) -> CrawlOutcome:
     fetchers = settings.fetcher_processes()
     async with _fetching(settings, fetchers) as (queue, durables, fetcher_stats):
         manager = Manager(settings, queue, crawl_log, durables=[*durables, refusals.sync])
@@ -180,10 +186,16 @@ async def _run(settings: Settings, state_dir: Path, crawl_log: SeedWatchingLog,
             pages_before = manager.pages_done
             cpu_before = time.process_time()
             tried = _add_seeds(settings, manager, refusals, resumed)
-            log.info("%s crawl in %s with %d fetcher processes: %d seeds to try; "
-                     "malloc: %s; compiled: %s", "resuming" if resumed else "starting",
-                     state_dir, fetchers, tried, allocator.in_use(),
-                     ", ".join(compiled_modules()) or "none (pure Python)")
+            log.info(
+                "%s crawl in %s with %d fetcher processes: %d seeds to try; "
+                "malloc: %s; compiled: %s",
+                "resuming" if resumed else "starting",
+                state_dir,
+                fetchers,
+                tried,
+                allocator.in_use(),
+                ", ".join(compiled_modules()) or "none (pure Python)",
+            )
 
             loop = asyncio.get_running_loop()
             signals = 0
@@ -209,23 +221,37 @@ async def _run(settings: Settings, state_dir: Path, crawl_log: SeedWatchingLog,
         finally:
             await manager.dns.close()
     # The fetchers have stopped: their last stats are in.
-    write_stages(state_dir / STAGES_NAME, manager, fetchers, fetcher_stats(),
-                 pages=manager.pages_done - pages_before,
-                 manager_cpu_s=time.process_time() - cpu_before)
+    write_stages(
+        state_dir / STAGES_NAME,
+        manager,
+        fetchers,
+        fetcher_stats(),
+        pages=manager.pages_done - pages_before,
+        manager_cpu_s=time.process_time() - cpu_before,
+    )
     progress.final()
     stats = manager.stats()
     pages = manager.pages_done - pages_before
     report = refusals.report(tried)
     if report:
         log.warning("%s", report)
-    return CrawlOutcome(reason, resumed, stats.pages_done, stats.queued + stats.in_flight,
-                        state_dir, time.monotonic() - started, pages, report,
-                        all_seeds_refused=bool(report) and len(refusals.refused) >= tried
-                        and pages == 0 and reason == "done")
+    return CrawlOutcome(
+        reason,
+        resumed,
+        stats.pages_done,
+        stats.queued + stats.in_flight,
+        state_dir,
+        time.monotonic() - started,
+        pages,
+        report,
+        all_seeds_refused=bool(report)
+        and len(refusals.refused) >= tried
+        and pages == 0
+        and reason == "done",
+    )
 
 
-def _add_seeds(settings: Settings, manager: Manager, refusals: SeedRefusals,
-               resumed: bool) -> int:
+def _add_seeds(settings: Settings, manager: Manager, refusals: SeedRefusals, resumed: bool) -> int:
     """Send this run's seeds to URL-seen and earlier runs' refused seeds past it (see
     seedrefusals); returns how many seeds this run tries."""
     seeds = list(settings.seeds)
@@ -237,8 +263,10 @@ def _add_seeds(settings: Settings, manager: Manager, refusals: SeedRefusals,
     for line in rejected:
         print(f"drumbeat crawl: warning: seed {line}", file=sys.stderr)
     if not resumed and not manager.seeds:
-        raise SettingsError("no usable seed URLs: give http(s) URLs, --seeds FILE, "
-                            "or the state dir of a crawl to resume")
+        raise SettingsError(
+            "no usable seed URLs: give http(s) URLs, --seeds FILE, "
+            "or the state dir of a crawl to resume"
+        )
     if refusals.pending:
         log.info("trying again %d seeds an earlier run refused", len(refusals.pending))
         manager.readmit(refusals.pending)
@@ -246,8 +274,11 @@ def _add_seeds(settings: Settings, manager: Manager, refusals: SeedRefusals,
 
 
 @asynccontextmanager
-async def _fetching(settings: Settings, processes: int) -> AsyncIterator[
-        tuple[ManagerQueue, list[Callable[[], None]], Callable[[], list[dict[str, Any]]]]]:
+async def _fetching(
+    settings: Settings, processes: int
+) -> AsyncIterator[
+    tuple[ManagerQueue, list[Callable[[], None]], Callable[[], list[dict[str, Any]]]]
+]:
     """The task queue to the fetchers, the manager's durables, and the fetchers' stats.
 
     ``processes`` 0 runs one Fetcher on this event loop; otherwise that many fetcher
@@ -259,8 +290,9 @@ async def _fetching(settings: Settings, processes: int) -> AsyncIterator[
             env = allocator.preload_env(allocator.library(settings.allocator))
         except allocator.AllocatorMissing as e:
             raise SettingsError(str(e)) from None
-        queue = ProcessTaskQueue([sys.executable, "-m", "drumbeat.worker"], settings, processes,
-                                 env=env)
+        queue = ProcessTaskQueue(
+            [sys.executable, "-m", "drumbeat.worker"], settings, processes, env=env
+        )
         await queue.start()
         try:
             yield queue, [], queue.worker_stats
@@ -269,16 +301,27 @@ async def _fetching(settings: Settings, processes: int) -> AsyncIterator[
         return
     local = LocalTaskQueue()
     http, dns = open_http(settings)
-    warc = WarcWriter(settings.state_dir / "warc", max_file_bytes=settings.warc_max_file_bytes,
-                      gzip_level=settings.warc_gzip_level)
+    warc = WarcWriter(
+        settings.state_dir / "warc",
+        max_file_bytes=settings.warc_max_file_bytes,
+        gzip_level=settings.warc_gzip_level,
+    )
     fetcher = Fetcher(settings, local, http, warc)
     running = asyncio.ensure_future(fetcher.run())
 
     def stats() -> list[dict[str, Any]]:
         s = fetcher.stats()
-        return [{"name": fetcher.worker, "fetched": s.fetched, "errors": s.errors,
-                 "stage_s": s.stage_s, "cpu_s": 0.0, "allocator": allocator.in_use(),
-                 "compiled": compiled_modules()}]
+        return [
+            {
+                "name": fetcher.worker,
+                "fetched": s.fetched,
+                "errors": s.errors,
+                "stage_s": s.stage_s,
+                "cpu_s": 0.0,
+                "allocator": allocator.in_use(),
+                "compiled": compiled_modules(),
+            }
+        ]
 
     try:
         yield local, [warc.sync], stats
@@ -291,9 +334,15 @@ async def _fetching(settings: Settings, processes: int) -> AsyncIterator[
         warc.close()
 
 
-def write_stages(path: Path, manager: Manager, fetchers: int,
-                 fetcher_stats: list[dict[str, Any]], *, pages: int,
-                 manager_cpu_s: float) -> None:
+def write_stages(
+    path: Path,
+    manager: Manager,
+    fetchers: int,
+    fetcher_stats: list[dict[str, Any]],
+    *,
+    pages: int,
+    manager_cpu_s: float,
+) -> None:
     """Write where this run's time went (``stages.json``; see ``drumbeat bench throughput``).
 
     ``seconds`` holds the time of each stage summed over processes: the fetchers' warc,
@@ -322,10 +371,14 @@ def write_stages(path: Path, manager: Manager, fetchers: int,
         "pages": pages,
         "fetchers": fetchers,
         "cpu_s": {"manager": round(manager_cpu_s, 3), "fetchers": round(fetcher_cpu, 3)},
-        "allocator": {"manager": allocator.in_use(),
-                      "fetchers": sorted({s.get("allocator", "system") for s in fetcher_stats})},
-        "compiled": {"manager": compiled_modules(),
-                     "fetchers": sorted({m for s in fetcher_stats for m in s.get("compiled", [])})},
+        "allocator": {
+            "manager": allocator.in_use(),
+            "fetchers": sorted({s.get("allocator", "system") for s in fetcher_stats}),
+        },
+        "compiled": {
+            "manager": compiled_modules(),
+            "fetchers": sorted({m for s in fetcher_stats for m in s.get("compiled", [])}),
+        },
         "seconds": {k: round(v, 4) for k, v in sorted(seconds.items())},
         "switch_interval_s": sys.getswitchinterval(),
         "stalls": manager.stalls.as_dict(),

@@ -53,15 +53,23 @@ class FakeClock:
 
 
 @asynccontextmanager
-async def offline_manager(work: Path, *, clock: Callable[[], float] = time.monotonic,
-                          **changes: object) -> AsyncIterator[Manager]:
+async def offline_manager(
+    work: Path, *, clock: Callable[[], float] = time.monotonic, **changes: object
+) -> AsyncIterator[Manager]:
     """A restored Manager on ``work``/state with ``changes`` to the default Settings;
     everything it opened (DNS lookups under way, resolver, responder, crawl log) is
     closed on exit."""
     dns = SimDNS({}, fallback=lambda name: ANSWER)
     await dns.start("127.0.0.1", 0)
-    settings = build(Settings(), {"state_dir": str(work / "state"),
-                                  "dns_server": dns.address, "allow_loopback": True, **changes})
+    settings = build(
+        Settings(),
+        {
+            "state_dir": str(work / "state"),
+            "dns_server": dns.address,
+            "allow_loopback": True,
+            **changes,
+        },
+    )
     crawl_log = CrawlLog(work / "crawl.log")
     manager = Manager(settings, LocalTaskQueue(), crawl_log, clock=clock)
     try:

@@ -261,7 +261,9 @@ _PLAIN_REF_RE = re.compile(rf"({_PATH}+)({_QUERY})?(?:{_FRAGMENT})?\Z", re.DOTAL
 # parsed as IPv4), a port without a leading zero.
 _PLAIN_ABSOLUTE_RE = re.compile(
     rf"(https?://(?:[a-z0-9-]+\.)*[a-z-][a-z0-9-]*)(:[1-9][0-9]{{0,4}})?(/{_PATH}*)?"
-    rf"({_QUERY})?(?:{_FRAGMENT})?\Z", re.DOTALL)
+    rf"({_QUERY})?(?:{_FRAGMENT})?\Z",
+    re.DOTALL,
+)
 _DOT_SEGMENT_RE = re.compile(r"(?:\A|/)\.{1,2}(?:/|\Z)")
 # An absolute URL that normalize() returns unchanged, a subset of _PLAIN_ABSOLUTE_RE:
 # a host as there (no punycode label), a port 1-65535 that is not the scheme's default,
@@ -270,7 +272,8 @@ _PORT = r"(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-
 _SEGMENT = r"/(?!\.\.?(?:/|\?|\Z))[A-Za-z0-9._~\-]*"
 _NORMAL_ABSOLUTE_RE = re.compile(
     rf"(?:http://(?![^/]*:80/)|https://(?![^/]*:443/))(?![^/]*xn--)"
-    rf"(?:[a-z0-9-]+\.)*[a-z-][a-z0-9-]*(?::{_PORT})?(?:{_SEGMENT})+(?:{_QUERY})?")
+    rf"(?:[a-z0-9-]+\.)*[a-z-][a-z0-9-]*(?::{_PORT})?(?:{_SEGMENT})+(?:{_QUERY})?"
+)
 
 
 @lru_cache(maxsize=1 << 14)
@@ -292,8 +295,9 @@ def _plain_absolute(raw: str) -> str | None:
     host, port, path, query = match.groups()
     if "xn--" in host:
         return None  # punycode labels are checked (and may be refused) by the parser
-    if port is not None and (int(port[1:]) > 65535 or
-                             port == (":80" if host[4] == ":" else ":443")):
+    if port is not None and (
+        int(port[1:]) > 65535 or port == (":80" if host[4] == ":" else ":443")
+    ):
         return None  # the parser refuses the first and drops the default port
     return host + (port or "") + _dot_free(path or "/") + (query or "")
 
@@ -354,7 +358,7 @@ def _base_parts(base: str | None) -> tuple[str, str]:
     if path_start < 0:
         return "", ""
     no_query = base.split("?", 1)[0]
-    return base[:path_start], no_query[path_start:no_query.rfind("/") + 1]
+    return base[:path_start], no_query[path_start : no_query.rfind("/") + 1]
 
 
 def fingerprint(url: str) -> int:
@@ -463,7 +467,7 @@ def pld_targets(source_url: str, links: list[str]) -> tuple[str, list[str]]:
     targets: set[str] = set()
     for link in links:
         if not link.startswith(own):
-            other = link[:link.find("/", 8)]
+            other = link[: link.find("/", 8)]
             if other not in origins:
                 origins.add(other)
                 targets.add(_origin_pld(other))
@@ -471,8 +475,9 @@ def pld_targets(source_url: str, links: list[str]) -> tuple[str, list[str]]:
     return source, sorted(targets)
 
 
-def in_scope(url_host: str, scope: str, seed_hosts: frozenset[str],
-             seed_plds: frozenset[str]) -> bool:
+def in_scope(
+    url_host: str, scope: str, seed_hosts: frozenset[str], seed_plds: frozenset[str]
+) -> bool:
     """Whether a URL on ``url_host`` may be crawled under ``scope``.
 
     ``any``: every host; ``host``: only the seeds' hosts; ``domain``: hosts whose PLD

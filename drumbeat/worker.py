@@ -44,6 +44,7 @@ def main() -> int:
     os.dup2(2, 1)
     try:
         import uvloop
+
         runner = uvloop.run
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
         runner = asyncio.run
@@ -54,8 +55,9 @@ async def _serve(frames_out: Any) -> int:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=1 << 20)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
-    transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin,
-                                                        frames_out)
+    transport, protocol = await loop.connect_write_pipe(
+        asyncio.streams.FlowControlMixin, frames_out
+    )
     writer = asyncio.StreamWriter(transport, protocol, None, loop)
     frame = await read_frame(reader)
     if frame is None:
@@ -64,23 +66,35 @@ async def _serve(frames_out: Any) -> int:
     assert kind == "init" and isinstance(settings, Settings)
     assert settings.state_dir is not None
     handler = logging.FileHandler(settings.state_dir / "drumbeat.log", encoding="utf-8")
-    handler.setFormatter(logging.Formatter(
-        f"%(asctime)s %(levelname)s %(name)s[{name}]: %(message)s"))
+    handler.setFormatter(
+        logging.Formatter(f"%(asctime)s %(levelname)s %(name)s[{name}]: %(message)s")
+    )
     logging.getLogger("drumbeat").addHandler(handler)
     logging.getLogger("drumbeat").setLevel(logging.INFO)
 
     http, dns = open_http(settings)
-    warc = WarcWriter(settings.state_dir / "warc", max_file_bytes=settings.warc_max_file_bytes,
-                      gzip_level=settings.warc_gzip_level)
+    warc = WarcWriter(
+        settings.state_dir / "warc",
+        max_file_bytes=settings.warc_max_file_bytes,
+        gzip_level=settings.warc_gzip_level,
+    )
     fetcher: Fetcher | None = None
     malloc, compiled = allocator.in_use(), compiled_modules()
 
     def stats() -> dict[str, Any]:
         assert fetcher is not None
         s = fetcher.stats()
-        return {"name": name, "pid": os.getpid(), "active": s.active, "fetched": s.fetched,
-                "errors": s.errors, "stage_s": s.stage_s | {"handoff": queue.handoff_s},
-                "cpu_s": time.process_time(), "allocator": malloc, "compiled": compiled}
+        return {
+            "name": name,
+            "pid": os.getpid(),
+            "active": s.active,
+            "fetched": s.fetched,
+            "errors": s.errors,
+            "stage_s": s.stage_s | {"handoff": queue.handoff_s},
+            "cpu_s": time.process_time(),
+            "allocator": malloc,
+            "compiled": compiled,
+        }
 
     queue = WorkerQueue(writer, stats)
     fetcher = Fetcher(settings, queue, http, warc, worker=name)

@@ -12,8 +12,7 @@ from dnslib.server import DNSLogger, DNSServer
 @contextmanager
 def serve_dns(resolver: Any) -> Iterator[str]:
     """Serve ``resolver`` (a dnslib BaseResolver) on a free UDP port; yield "127.0.0.1:PORT"."""
-    server = DNSServer(resolver, address="127.0.0.1", port=0,
-                       logger=DNSLogger(logf=lambda _: None))
+    server = DNSServer(resolver, address="127.0.0.1", port=0, logger=DNSLogger(logf=lambda _: None))
     thread = threading.Thread(
         target=server.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
     )

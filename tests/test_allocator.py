@@ -12,14 +12,21 @@ import pytest
 from drumbeat.runtime import allocator
 
 MIMALLOC = allocator.library("auto") if "mimalloc" in (allocator.library("auto") or "") else None
-needs_mimalloc = pytest.mark.skipif(MIMALLOC is None, reason="libmimalloc is not installed "
-                                    "(.ci/run installs it: apt-get install libmimalloc2.0)")
+needs_mimalloc = pytest.mark.skipif(
+    MIMALLOC is None,
+    reason="libmimalloc is not installed (.ci/run installs it: apt-get install libmimalloc2.0)",
+)
 
 
 def _in_use(env: dict[str, str]) -> str:
     return subprocess.run(
         [sys.executable, "-c", "from drumbeat.runtime import allocator; print(allocator.in_use())"],
-        env=env, capture_output=True, text=True, timeout=60, check=True).stdout.strip()
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.strip()
 
 
 def test_choices() -> None:
@@ -56,16 +63,35 @@ def test_a_process_started_with_preload_env_runs_on_mimalloc() -> None:
 def test_drumbeat_executes_itself_again_once_with_the_allocator(tmp_path) -> None:
     """`python -m drumbeat crawl` re-executes with mimalloc, so the manager and its
     fetcher processes run on it; --allocator system keeps glibc's malloc in both."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("LD_PRELOAD", "DRUMBEAT_ALLOCATOR_REEXEC")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "DRUMBEAT_ALLOCATOR_REEXEC")
+    }
     for choice, expected in (("auto", "mimalloc"), ("system", "system")):
         state = tmp_path / choice
         # Port 1 on loopback refuses connections: the crawl runs its 2 s and stops.
         proc = subprocess.run(
-            [sys.executable, "-m", "drumbeat", "crawl", "http://127.0.0.1:1/", "--state",
-             str(state), "--allow-loopback", "--allocator", choice, "--fetchers", "1",
-             "--max-time", "2", "--no-progress"],
-            env=env, capture_output=True, text=True, timeout=60)
+            [
+                sys.executable,
+                "-m",
+                "drumbeat",
+                "crawl",
+                "http://127.0.0.1:1/",
+                "--state",
+                str(state),
+                "--allow-loopback",
+                "--allocator",
+                choice,
+                "--fetchers",
+                "1",
+                "--max-time",
+                "2",
+                "--no-progress",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert proc.returncode == 0, proc.stderr
         stages = json.loads((state / "stages.json").read_text())
         assert stages["allocator"] == {"manager": expected, "fetchers": [expected]}

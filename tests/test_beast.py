@@ -86,11 +86,16 @@ class Model:
 def per_record(rebudget):
     """Beast's ``rebudget`` (a batch at a time) from one that answers for one record:
     (PLD hash, budget) or (PLD hash, budget, host hash)."""
+
     def batch(records: list[bytes]):
         answers = [rebudget(record) for record in records]
         hosts = [a[2] for a in answers if len(a) > 2]
-        return ([a[0] for a in answers], [a[1] for a in answers],
-                hosts if hosts and len(hosts) == len(answers) else None)
+        return (
+            [a[0] for a in answers],
+            [a[1] for a in answers],
+            hosts if hosts and len(hosts) == len(answers) else None,
+        )
+
     return batch
 
 
@@ -98,16 +103,20 @@ def make_rebudget(budgets: dict[int, int]):
     def rebudget(record: bytes) -> tuple[int, int]:
         pld = int(record.split(b":")[0])
         return pld, budgets[pld]
+
     return rebudget
 
 
-OPS = st.lists(st.one_of(
-    st.tuples(st.just("place"), st.integers(0, 7), st.integers(1, 12)),
-    st.tuples(st.just("read"), st.integers(0, 30), st.just(0)),
-    st.tuples(st.just("budget"), st.integers(0, 7), st.integers(0, 4)),
-    st.tuples(st.just("commit"), st.just(0), st.just(0)),
-    st.tuples(st.just("reopen"), st.sampled_from([-1, -2]), st.just(0)),
-), max_size=60)
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("place"), st.integers(0, 7), st.integers(1, 12)),
+        st.tuples(st.just("read"), st.integers(0, 30), st.just(0)),
+        st.tuples(st.just("budget"), st.integers(0, 7), st.integers(0, 4)),
+        st.tuples(st.just("commit"), st.just(0), st.just(0)),
+        st.tuples(st.just("reopen"), st.sampled_from([-1, -2]), st.just(0)),
+    ),
+    max_size=60,
+)
 
 
 def read_up_to(beast: Beast, n: int) -> list[bytes]:
@@ -129,10 +138,13 @@ def test_same_order_as_the_model(ops, queues: int, max_queues: int) -> None:
 
 
 @settings(max_examples=120, deadline=None)
-@given(ops=OPS, queues=st.integers(1, 3), max_queues=st.sampled_from([2, 4, 8]),
-       batch=st.integers(1, 4))
-def test_resplit_in_steps_keeps_the_order(ops, queues: int, max_queues: int,
-                                          batch: int) -> None:
+@given(
+    ops=OPS,
+    queues=st.integers(1, 3),
+    max_queues=st.sampled_from([2, 4, 8]),
+    batch=st.integers(1, 4),
+)
+def test_resplit_in_steps_keeps_the_order(ops, queues: int, max_queues: int, batch: int) -> None:
     """QF placed again a few records per read() call (commits and reopens between
     steps included): the records come out as with a re-split at once."""
     with mock.patch.object(beast_module, "RESPLIT_BATCH", batch):
@@ -142,8 +154,9 @@ def test_resplit_in_steps_keeps_the_order(ops, queues: int, max_queues: int,
 def test_a_large_qf_is_resplit_in_bounded_steps(tmp_path: Path) -> None:
     n = 5 * beast_module.RESPLIT_BATCH
     # With one queue, every record goes to QF; at the re-split its budget has grown.
-    beast = Beast(tmp_path / "b", queues=1, max_queues=4, fsync=False,
-                  rebudget=per_record(lambda r: (7, n)))
+    beast = Beast(
+        tmp_path / "b", queues=1, max_queues=4, fsync=False, rebudget=per_record(lambda r: (7, n))
+    )
     beast.place_many([b"7:%d" % i for i in range(n)], [7] * n, [1] * n)
     assert beast.read(10) == []  # the pass ends: the re-split's first step only
     left = beast.stats().qf_resplit_left
@@ -164,8 +177,12 @@ def same_order_as_the_model(ops, queues: int, max_queues: int) -> None:
     budgets = {pld: 1 + pld % 3 for pld in range(8)}
     rebudget = make_rebudget(budgets)
     with tempfile.TemporaryDirectory() as tmp:
-        opts = {"max_queues": max_queues, "pld_slots": 64, "fsync": False,
-                "rebudget": per_record(rebudget)}
+        opts = {
+            "max_queues": max_queues,
+            "pld_slots": 64,
+            "fsync": False,
+            "rebudget": per_record(rebudget),
+        }
         beast = Beast(Path(tmp) / "b", queues=queues, **opts)
         model = Model(queues, max_queues)
         commits: list[tuple[dict, Model, dict]] = []
@@ -196,8 +213,9 @@ def same_order_as_the_model(ops, queues: int, max_queues: int) -> None:
                 for r in records:
                     model.place(r, TOP + a, budgets[a])
             elif op == "read":
-                assert read_up_to(beast, a) == model.read(a, lambda r: (TOP + rebudget(r)[0],
-                                                                        rebudget(r)[1]))
+                assert read_up_to(beast, a) == model.read(
+                    a, lambda r: (TOP + rebudget(r)[0], rebudget(r)[1])
+                )
             elif op == "budget":
                 budgets[a] = b  # 0 counts as 1
             elif op == "commit":
@@ -226,8 +244,14 @@ def random_crawl(directory: Path, pld_slots: int, seed: int, rounds: int = 60) -
     """Places and reads at random; every record placed comes out exactly once."""
     rng = random.Random(seed)
     budgets = {pld: rng.randint(1, 6) for pld in range(40)}
-    beast = Beast(directory, queues=1, max_queues=8, pld_slots=pld_slots, fsync=False,
-                  rebudget=per_record(make_rebudget(budgets)))
+    beast = Beast(
+        directory,
+        queues=1,
+        max_queues=8,
+        pld_slots=pld_slots,
+        fsync=False,
+        rebudget=per_record(make_rebudget(budgets)),
+    )
     placed: list[bytes] = []
     seen: Counter[bytes] = Counter()
     for _ in range(rounds):
@@ -269,9 +293,8 @@ def test_spam_pld_cannot_starve_small_ones(tmp_path: Path) -> None:
     records = [b"%d:%d" % (p, i) for i, p in enumerate(arrivals)]
     order: list[bytes] = []
     for start in range(0, len(records), 500):
-        chunk = records[start:start + 500]
-        beast.place_many(chunk, [int(r.split(b":")[0]) for r in chunk],
-                         [10] * len(chunk))
+        chunk = records[start : start + 500]
+        beast.place_many(chunk, [int(r.split(b":")[0]) for r in chunk], [10] * len(chunk))
         order += beast.read(50)  # the crawler reads slower than links arrive
     order += read_up_to(beast, len(records))
     assert sorted(order) == sorted(records)
@@ -282,8 +305,9 @@ def test_spam_pld_cannot_starve_small_ones(tmp_path: Path) -> None:
 
 
 def test_ring_doubles_up_to_max_queues(tmp_path: Path) -> None:
-    beast = Beast(tmp_path / "b", queues=1, max_queues=8, fsync=False,
-                  rebudget=per_record(lambda r: (7, 1)))
+    beast = Beast(
+        tmp_path / "b", queues=1, max_queues=8, fsync=False, rebudget=per_record(lambda r: (7, 1))
+    )
     # Budget 1: one URL per queue, the rest waits in QF and is re-split at every pass.
     beast.place_many([b"7:%d" % i for i in range(100)], [7] * 100, [1] * 100)
     assert beast.stats().qf_records == 100  # j = 1: no queue but the current one
@@ -309,8 +333,13 @@ def test_first_read_before_and_after_placement_with_one_queue(tmp_path: Path) ->
 def test_reopen_with_either_of_the_last_two_commits(tmp_path: Path) -> None:
     d = tmp_path / "b"
     budgets = dict.fromkeys(range(5), 2)
-    opts = {"queues": 1, "max_queues": 16, "pld_slots": 1 << 10, "fsync": True,
-            "rebudget": per_record(make_rebudget(budgets))}
+    opts = {
+        "queues": 1,
+        "max_queues": 16,
+        "pld_slots": 1 << 10,
+        "fsync": True,
+        "rebudget": per_record(make_rebudget(budgets)),
+    }
     beast = Beast(d, **opts)
     n = 0
 
@@ -339,8 +368,9 @@ def test_reopen_with_either_of_the_last_two_commits(tmp_path: Path) -> None:
     assert beast.read(10_000) == rest_second
     beast.close()
     beast = Beast(d, state=first, **opts)
-    assert sorted(p.name for p in d.glob("q[0-9]*")) == \
-        [f"q{i:03d}" for i in range(first["queues"])]
+    assert sorted(p.name for p in d.glob("q[0-9]*")) == [
+        f"q{i:03d}" for i in range(first["queues"])
+    ]
     assert beast.read(10_000) == rest_first
     beast.close()
 
@@ -377,11 +407,19 @@ def test_host_cap_spreads_one_host_over_queues_and_loses_nothing(tmp_path: Path)
     """A PLD with a large budget and two hosts: each queue holds at most host_cap URLs of
     each host, the rest go to later queues or QF, and every URL comes back in order."""
     pld, big = 5, 1000
-    beast = Beast(tmp_path / "b", queues=4, max_queues=8, host_cap=3, host_slots=64,
-                  fsync=False, rebudget=per_record(lambda r: (pld, big, int(r[:1]))))
+    beast = Beast(
+        tmp_path / "b",
+        queues=4,
+        max_queues=8,
+        host_cap=3,
+        host_slots=64,
+        fsync=False,
+        rebudget=per_record(lambda r: (pld, big, int(r[:1]))),
+    )
     records = [b"%d:%03d" % (h, i) for i in range(40) for h in (1, 2)]
-    beast.place_many(records, [pld] * len(records), [big] * len(records),
-                     [int(r[:1]) for r in records])
+    beast.place_many(
+        records, [pld] * len(records), [big] * len(records), [int(r[:1]) for r in records]
+    )
     stats = beast.stats()
     assert stats.host_deferrals > 0
     # Three upcoming queues of 3 URLs per host: 18 in the ring, the rest in QF.
@@ -391,8 +429,7 @@ def test_host_cap_spreads_one_host_over_queues_and_loses_nothing(tmp_path: Path)
     while len(beast):
         current, passes = beast.stats().current, beast.stats().qf_rescans
         got = beast.read(1)
-        if (beast.stats().current, beast.stats().qf_rescans) != (current, passes) \
-                or not per_queue:
+        if (beast.stats().current, beast.stats().qf_rescans) != (current, passes) or not per_queue:
             per_queue.append(Counter())
         out += got
         per_queue[-1].update(r[:1] for r in got)
@@ -406,8 +443,14 @@ def test_host_cap_spreads_one_host_over_queues_and_loses_nothing(tmp_path: Path)
 
 def test_host_cap_survives_a_commit(tmp_path: Path) -> None:
     d = tmp_path / "b"
-    opts = {"queues": 4, "max_queues": 4, "host_cap": 2, "host_slots": 16, "fsync": False,
-            "rebudget": per_record(lambda r: (9, 100, 1))}
+    opts = {
+        "queues": 4,
+        "max_queues": 4,
+        "host_cap": 2,
+        "host_slots": 16,
+        "fsync": False,
+        "rebudget": per_record(lambda r: (9, 100, 1)),
+    }
     beast = Beast(d, **opts)
     beast.place_many([b"a", b"b"], [9] * 2, [100] * 2, [1] * 2)
     assert beast.stats().host_deferrals == 0
@@ -424,19 +467,30 @@ def test_host_cap_survives_a_commit(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("plds", [3, 40])
-def test_tables_come_back_whole_from_a_commit_saved_sparse_or_not(tmp_path: Path,
-                                                                   plds: int) -> None:
+def test_tables_come_back_whole_from_a_commit_saved_sparse_or_not(
+    tmp_path: Path, plds: int
+) -> None:
     """A commit saves the budget and host tables' used slots only, when fewer than half
     are used (3 PLDs and hosts of 64 slots), else whole (40); either way, and from a
     table file saved whole by an older commit, they come back as they were."""
     d = tmp_path / "b"
-    opts = {"queues": 2, "max_queues": 4, "pld_slots": 64, "host_cap": 2, "host_slots": 64,
-            "fsync": False,
-            "rebudget": per_record(lambda r: (int(r) % plds, 3, int(r) % plds))}
+    opts = {
+        "queues": 2,
+        "max_queues": 4,
+        "pld_slots": 64,
+        "host_cap": 2,
+        "host_slots": 64,
+        "fsync": False,
+        "rebudget": per_record(lambda r: (int(r) % plds, 3, int(r) % plds)),
+    }
     beast = Beast(d, **opts)
     n = 3 * plds
-    beast.place_many([b"%d" % i for i in range(n)], [i % plds for i in range(n)], [1] * n,
-                     [i % plds for i in range(n)])
+    beast.place_many(
+        [b"%d" % i for i in range(n)],
+        [i % plds for i in range(n)],
+        [1] * n,
+        [i % plds for i in range(n)],
+    )
     tables = beast._tables()
     assert ("used" in tables) == (plds == 3) and ("host_used" in tables) == (plds == 3)
     whole = table_arrays(beast)
@@ -453,9 +507,13 @@ def test_tables_come_back_whole_from_a_commit_saved_sparse_or_not(tmp_path: Path
 
 def table_arrays(beast: Beast) -> dict[str, np.ndarray]:
     """Copies of BEAST's budget and host tables, by their names in a table file."""
-    return {"tag": beast._tag.copy(), "turn": beast._turn.copy(),
-            "count": beast._count.copy(), "host_turn": beast._hturn.copy(),
-            "host_count": beast._hcount.copy()}
+    return {
+        "tag": beast._tag.copy(),
+        "turn": beast._turn.copy(),
+        "count": beast._count.copy(),
+        "host_turn": beast._hturn.copy(),
+        "host_count": beast._hcount.copy(),
+    }
 
 
 class _Workload:
@@ -486,8 +544,9 @@ class _Workload:
             hosts = [rng.randrange(150) for _ in range(rng.randint(0, 600))]
             records = [b"%d:%d" % (h, placed + i) for i, h in enumerate(hosts)]
             placed += len(records)
-            plds, budgets, host_hashes = [[a[k] for a in map(self.rebudget, records)]
-                                          for k in range(3)]
+            plds, budgets, host_hashes = [
+                [a[k] for a in map(self.rebudget, records)] for k in range(3)
+            ]
             both(Beast.place_many, records, plds, budgets, host_hashes)
             out += len(both(read_up_to, rng.randint(0, 500)))
             self.budgets[rng.randrange(60)] = rng.randint(0, 30)
@@ -502,8 +561,9 @@ class _Workload:
 
 @pytest.mark.parametrize("turn_s", [0.0, 5.0])
 @pytest.mark.parametrize("seed", range(4))
-def test_full_places_skipped_in_batches_change_nothing(tmp_path: Path, seed: int,
-                                                       turn_s: float) -> None:
+def test_full_places_skipped_in_batches_change_nothing(
+    tmp_path: Path, seed: int, turn_s: float
+) -> None:
     """Beast._full_from_start sends records whose place is full to QF without the loop:
     the same records come out in the same order, with the same counts, as with the loop
     for every record. Small tables make PLDs and hosts collide; several hosts share a PLD
@@ -511,9 +571,18 @@ def test_full_places_skipped_in_batches_change_nothing(tmp_path: Path, seed: int
     work = _Workload(seed)
 
     def make(name: str) -> Beast:
-        return Beast(tmp_path / name, queues=2, max_queues=8, pld_slots=48, host_cap=4,
-                     host_slots=96, fsync=False, rebudget=per_record(work.rebudget),
-                     turn_s=turn_s, clock=lambda: work.now)
+        return Beast(
+            tmp_path / name,
+            queues=2,
+            max_queues=8,
+            pld_slots=48,
+            host_cap=4,
+            host_slots=96,
+            fsync=False,
+            rebudget=per_record(work.rebudget),
+            turn_s=turn_s,
+            clock=lambda: work.now,
+        )
 
     fast, loop = make("fast"), make("loop")
     skipped = [0]
@@ -552,8 +621,14 @@ def test_admit_refuses_a_record_its_place_in_the_ring(tmp_path: Path) -> None:
         asked.append(record)
         return not record.endswith(b"x")
 
-    beast = Beast(tmp_path / "b", queues=2, max_queues=2, fsync=False,
-                  rebudget=per_record(lambda r: (7, 1)), admit=admit)
+    beast = Beast(
+        tmp_path / "b",
+        queues=2,
+        max_queues=2,
+        fsync=False,
+        rebudget=per_record(lambda r: (7, 1)),
+        admit=admit,
+    )
     records = [b"7:0x", b"7:1", b"7:2x", b"7:3"]
     beast.place_many(records, [7] * 4, [1] * 4)
     # Budget 1 and one queue open (Q1): 0x is refused, 1 takes the place, 2x and 3 go to
@@ -564,14 +639,24 @@ def test_admit_refuses_a_record_its_place_in_the_ring(tmp_path: Path) -> None:
     assert beast.stats().refused == 2
     state = beast.commit()
     beast.close()
-    assert Beast(tmp_path / "b", state=state, queues=2, max_queues=2, fsync=False,
-                 rebudget=per_record(lambda r: (7, 1))).stats().refused == 2
+    assert (
+        Beast(
+            tmp_path / "b",
+            state=state,
+            queues=2,
+            max_queues=2,
+            fsync=False,
+            rebudget=per_record(lambda r: (7, 1)),
+        )
+        .stats()
+        .refused
+        == 2
+    )
 
 
 @pytest.mark.parametrize("turn_s", [0.0, 5.0])
 @pytest.mark.parametrize("seed", range(3))
-def test_resplits_by_kept_hashes_change_nothing(tmp_path: Path, seed: int,
-                                                turn_s: float) -> None:
+def test_resplits_by_kept_hashes_change_nothing(tmp_path: Path, seed: int, turn_s: float) -> None:
     """With ``budgets_of``, a re-split places QF's records by the hashes kept with them
     and asks only for budgets (the records staying in QF go back packed): the same
     records come out in the same order, with the same counts, as when ``rebudget`` is
@@ -583,9 +668,20 @@ def test_resplits_by_kept_hashes_change_nothing(tmp_path: Path, seed: int,
         return int(record.split(b":")[1]) % 7 != 3
 
     def make(name: str, **kept) -> Beast:
-        return Beast(tmp_path / name, queues=2, max_queues=8, pld_slots=48, host_cap=4,
-                     host_slots=96, fsync=False, rebudget=per_record(work.rebudget),
-                     turn_s=turn_s, clock=lambda: work.now, admit=admit, **kept)
+        return Beast(
+            tmp_path / name,
+            queues=2,
+            max_queues=8,
+            pld_slots=48,
+            host_cap=4,
+            host_slots=96,
+            fsync=False,
+            rebudget=per_record(work.rebudget),
+            turn_s=turn_s,
+            clock=lambda: work.now,
+            admit=admit,
+            **kept,
+        )
 
     kept, asked = make("kept", budgets_of=work.budgets_of), make("asked")
 
@@ -611,8 +707,14 @@ def test_records_queued_in_qf_without_hashes_are_asked_about(tmp_path: Path) -> 
         asked.extend(records)
         return [TOP + 1] * len(records), [5] * len(records), None
 
-    beast = Beast(tmp_path / "b", queues=2, max_queues=4, fsync=False, rebudget=rebudget,
-                  budgets_of=lambda hashes: [5] * len(hashes))
+    beast = Beast(
+        tmp_path / "b",
+        queues=2,
+        max_queues=4,
+        fsync=False,
+        rebudget=rebudget,
+        budgets_of=lambda hashes: [5] * len(hashes),
+    )
     beast.place_many([b"a", b"b"], [TOP + 1] * 2, [1, 1])  # the second goes to QF
     beast._qf.extend([b"old-1", b"old-2"])  # as an older version queued them
     assert read_up_to(beast, 10) == [b"a", b"b", b"old-1", b"old-2"]

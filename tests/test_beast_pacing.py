@@ -33,12 +33,28 @@ def pld_of(record: bytes) -> int:
     return int(record.split(b":")[0])
 
 
-def paced(path: Path, clock: Clock, *, turn_s: float = 10.0, budget: int = 3,
-          queues: int = 4, max_queues: int = 8, pld_slots: int = 1 << 10,
-          state: dict | None = None) -> Beast:
-    return Beast(path, state=state, queues=queues, max_queues=max_queues, pld_slots=pld_slots,
-                 fsync=False, turn_s=turn_s, clock=clock,
-                 rebudget=per_record(lambda r: (pld_of(r), budget)))
+def paced(
+    path: Path,
+    clock: Clock,
+    *,
+    turn_s: float = 10.0,
+    budget: int = 3,
+    queues: int = 4,
+    max_queues: int = 8,
+    pld_slots: int = 1 << 10,
+    state: dict | None = None,
+) -> Beast:
+    return Beast(
+        path,
+        state=state,
+        queues=queues,
+        max_queues=max_queues,
+        pld_slots=pld_slots,
+        fsync=False,
+        turn_s=turn_s,
+        clock=clock,
+        rebudget=per_record(lambda r: (pld_of(r), budget)),
+    )
 
 
 def place(beast: Beast, pld: int, first: int, n: int, budget: int = 3) -> list[bytes]:
@@ -157,10 +173,10 @@ def test_a_state_without_turn_time_reopens(tmp_path: Path) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(seed=st.integers(0, 10_000), slots=st.sampled_from([1, 4, 1 << 10]),
-       queues=st.integers(1, 4))
-def test_paced_beast_loses_nothing_and_keeps_budgets(seed: int, slots: int,
-                                                     queues: int) -> None:
+@given(
+    seed=st.integers(0, 10_000), slots=st.sampled_from([1, 4, 1 << 10]), queues=st.integers(1, 4)
+)
+def test_paced_beast_loses_nothing_and_keeps_budgets(seed: int, slots: int, queues: int) -> None:
     """Random places, reads (drained or not), clock steps, commits and reopens: every
     record comes out exactly once, and no PLD gets more than its budget in one turn (slot
     collisions only make that stricter)."""
@@ -173,9 +189,17 @@ def test_paced_beast_loses_nothing_and_keeps_budgets(seed: int, slots: int,
         d = Path(tmp) / "b"
 
         def opened(state: dict | None = None) -> Beast:
-            return Beast(d, state=state, queues=queues, max_queues=8, pld_slots=slots,
-                         fsync=False, turn_s=5.0, clock=clock,
-                         rebudget=per_record(lambda r: (pld_of(r), budgets[pld_of(r)])))
+            return Beast(
+                d,
+                state=state,
+                queues=queues,
+                max_queues=8,
+                pld_slots=slots,
+                fsync=False,
+                turn_s=5.0,
+                clock=clock,
+                rebudget=per_record(lambda r: (pld_of(r), budgets[pld_of(r)])),
+            )
 
         beast = opened()
         placed: list[bytes] = []

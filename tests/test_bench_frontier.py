@@ -12,9 +12,20 @@ import pytest
 
 def test_tiny_json_has_every_figure(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "drumbeat", "bench", "frontier", "--tiny", "--json",
-         "--dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "drumbeat",
+            "bench",
+            "frontier",
+            "--tiny",
+            "--json",
+            "--dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)

@@ -12,7 +12,8 @@ from drumbeat.standalone import MANAGER_SWITCH_INTERVAL_S
 
 
 def test_reports_the_loop_alone_and_beside_a_thread_at_each_interval(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     before = sys.getswitchinterval()
     assert gil.main(["--seconds", "0.1", "--json"]) == 0
     results = json.loads(capsys.readouterr().out)["results"]
@@ -21,7 +22,8 @@ def test_reports_the_loop_alone_and_beside_a_thread_at_each_interval(
         assert r["loop_alone_per_s"] > 0 and r["loop_beside_thread_per_s"] > 0
         assert r["thread_rows_per_s"] > 0
         assert r["share_of_alone"] == pytest.approx(
-            r["loop_beside_thread_per_s"] / r["loop_alone_per_s"])
+            r["loop_beside_thread_per_s"] / r["loop_alone_per_s"]
+        )
     assert sys.getswitchinterval() == before  # the process's own setting is put back
 
 

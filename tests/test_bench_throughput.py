@@ -56,7 +56,9 @@ def test_access_log_gaps(tmp_path):
         "102.500 a.test /p/0002.html 200 1\n"
         "100.000 b.test /robots.txt 200 1\n"
         "100.400 b.test /private/3.html 404 2\n"
-        "garbage\n", encoding="utf-8")
+        "garbage\n",
+        encoding="utf-8",
+    )
     server = read_access_log(log, delay_s=1.0)
     assert (server.requests, server.robots, server.pages, server.disallowed) == (5, 2, 3, 1)
     assert server.errors == 0  # the 404 under /private/ is a robots violation, not an error
@@ -98,13 +100,30 @@ def test_ip_delay_leaves_room_for_the_hosts_of_an_address():
     assert ip_delay_for(shape, 1.0) == pytest.approx(0.05)  # 10 hosts per IP, 20/s per IP
 
 
-@pytest.mark.skipif(nginx_binary() is None,
-                    reason="nginx is not installed (scripts/install-bench installs it)")
+@pytest.mark.skipif(
+    nginx_binary() is None, reason="nginx is not installed (scripts/install-bench installs it)"
+)
 def test_tiny_polite_drumbeat_run_end_to_end(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "drumbeat", "bench", "throughput", "--tiny", "--only",
-         "drumbeat", "--politeness", "on", "--json", "--dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=90)
+        [
+            sys.executable,
+            "-m",
+            "drumbeat",
+            "bench",
+            "throughput",
+            "--tiny",
+            "--only",
+            "drumbeat",
+            "--politeness",
+            "on",
+            "--json",
+            "--dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)
     assert report["mode"] == "tiny"
@@ -124,8 +143,10 @@ def test_tiny_polite_drumbeat_run_end_to_end(tmp_path):
     assert list(Path(tmp_path).iterdir()) == [], "the work directory is cleaned up"
     # The CPU is named, as /proc/cpuinfo names its first processor (x86 has "model name").
     with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-        model = next((line.partition(":")[2].strip() for line in cpuinfo
-                      if line.startswith("model name")), "")
+        model = next(
+            (line.partition(":")[2].strip() for line in cpuinfo if line.startswith("model name")),
+            "",
+        )
     assert report["cpu_model"] and report["cpu_model"] != "unknown"
     assert report["cpu_model"].startswith(model)
     # The interpreter both crawlers ran on is named, with where its libpython comes from.
@@ -134,4 +155,5 @@ def test_tiny_polite_drumbeat_run_end_to_end(tmp_path):
     assert python["executable"] == sys.executable
     assert python["libpython"] == "static" or (
         Path(python["libpython"]).name.startswith("libpython")
-        and Path(python["libpython"]).is_file())
+        and Path(python["libpython"]).is_file()
+    )

@@ -22,8 +22,9 @@ def test_a_checkpoint_is_written_in_a_thread_as_it_was_committed(tmp_path: Path)
 
 async def _written_in_a_thread(tmp_path: Path) -> None:
     clock = [1000.0]
-    async with offline_manager(tmp_path, clock=lambda: clock[0],
-                               checkpoint_interval_s=60.0) as manager:
+    async with offline_manager(
+        tmp_path, clock=lambda: clock[0], checkpoint_interval_s=60.0
+    ) as manager:
         live = manager.checkpoints.current()
         release, writing_in = threading.Event(), []
         write = manager.checkpoints.write
@@ -65,7 +66,8 @@ async def _written_in_a_thread(tmp_path: Path) -> None:
 
 
 def test_a_checkpoints_commits_leave_their_fsyncs_to_its_writer_thread(
-        tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    tmp_path: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
     """The commits in the loop fsync nothing; the writer thread syncs their filesystem
     before the checkpoint goes live, and the checkpoint reopens with what was queued."""
     asyncio.run(_fsyncs_in_the_writer(tmp_path, monkeypatch))
@@ -92,11 +94,12 @@ async def _fsyncs_in_the_writer(tmp_path: Path, monkeypatch) -> None:  # type: i
     monkeypatch.setattr(os, "fsync", recorded_fsync)
     monkeypatch.setattr(durable.DeferredSyncs, "sync", recorded_sync)
     clock = [1000.0]
-    async with offline_manager(tmp_path, clock=lambda: clock[0],
-                               checkpoint_interval_s=60.0) as manager:
-        manager.admission.admit([f"http://site{i}.test/p/{j}"
-                                 for i in range(20) for j in range(50)],
-                                1, None)
+    async with offline_manager(
+        tmp_path, clock=lambda: clock[0], checkpoint_interval_s=60.0
+    ) as manager:
+        manager.admission.admit(
+            [f"http://site{i}.test/p/{j}" for i in range(20) for j in range(50)], 1, None
+        )
         manager.stores.seen.flush()
         manager.admission.take_new_urls(clock[0])  # into BEAST's queues
         manager.crawl_log.append_drop(clock[0], "http://dropped.test/", 1, None, "marker")
@@ -122,7 +125,6 @@ def test_the_writer_naps_between_chunks_of_rows_and_writes_every_one() -> None:
     assert list(napping(range(2_500), 1_000, 0.001, sleep=naps.append)) == list(range(2_500))
     assert naps == [0.001, 0.001]
     naps.clear()
-    assert list(napping(iter(range(2_000)), 1_000, 0.002, sleep=naps.append)) == list(
-        range(2_000))
+    assert list(napping(iter(range(2_000)), 1_000, 0.002, sleep=naps.append)) == list(range(2_000))
     assert naps == [0.002, 0.002]
     assert list(napping([], 1_000, 0.001, sleep=naps.append)) == []

@@ -18,8 +18,9 @@ from tests.test_crawl import crawl_cmd, fetched_pages, read_log
 
 
 def drumbeat(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "drumbeat", *args], capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "drumbeat", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.fixture(scope="module")
@@ -39,17 +40,20 @@ def test_state_naming_a_file_or_a_path_under_one_exits_2(tmp_path: Path) -> None
     afile = tmp_path / "afile"
     afile.write_text("x")
     one_line_error(drumbeat("crawl", "http://a.test/", "--state", str(afile)), "is a file")
-    one_line_error(drumbeat("crawl", "http://a.test/", "--state", str(afile / "sub")),
-                   f"under {afile}")
+    one_line_error(
+        drumbeat("crawl", "http://a.test/", "--state", str(afile / "sub")), f"under {afile}"
+    )
 
 
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
 def test_state_where_nothing_can_be_written_exits_2() -> None:
     # /proc refuses new files even to root, as a read-only directory refuses others.
-    one_line_error(drumbeat("crawl", "http://a.test/", "--state", "/proc/self"),
-                   "cannot write in it")
-    one_line_error(drumbeat("crawl", "http://a.test/", "--state", "/proc/drumbeat-state"),
-                   "cannot create it")
+    one_line_error(
+        drumbeat("crawl", "http://a.test/", "--state", "/proc/self"), "cannot write in it"
+    )
+    one_line_error(
+        drumbeat("crawl", "http://a.test/", "--state", "/proc/drumbeat-state"), "cannot create it"
+    )
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes in read-only directories")
@@ -59,8 +63,9 @@ def test_state_in_a_read_only_directory_exits_2(tmp_path: Path) -> None:
     ro.chmod(0o555)
     try:
         one_line_error(drumbeat("crawl", "http://a.test/", "--state", str(ro)), "cannot write")
-        one_line_error(drumbeat("crawl", "http://a.test/", "--state", str(ro / "new")),
-                       "cannot create")
+        one_line_error(
+            drumbeat("crawl", "http://a.test/", "--state", str(ro / "new")), "cannot create"
+        )
     finally:
         ro.chmod(0o755)
 
@@ -79,8 +84,9 @@ def test_refused_seeds_are_explained_and_crawled_on_a_rerun_with_the_flag(web, t
     proc = subprocess.run(crawl_cmd(web, state), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and line in proc.stderr
     # With the flag, the same state dir crawls them: the refusal did not mark them seen.
-    proc = subprocess.run(crawl_cmd(web, state, "--allow-loopback"), capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        crawl_cmd(web, state, "--allow-loopback"), capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert "were refused" not in proc.stderr
     pages = fetched_pages(read_log(state))
@@ -92,7 +98,7 @@ def test_refused_seeds_are_explained_and_crawled_on_a_rerun_with_the_flag(web, t
 def test_a_seed_dns_cannot_resolve_is_explained_and_tried_again(web, tmp_path):
     state = tmp_path / "state"
     cmd = crawl_cmd(web, state)
-    cmd[4:4 + len(web.seeds)] = ["http://no-such-host.invalid/"]
+    cmd[4 : 4 + len(web.seeds)] = ["http://no-such-host.invalid/"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1, proc.stderr
     assert "the seed was refused: DNS: no such host name" in proc.stderr
@@ -119,22 +125,25 @@ def test_a_seeds_file_with_a_bom_and_seeds_without_scheme(web, tmp_path):
     bare = [u.removeprefix("http://") for u in web.seeds]
     seeds.write_text("\ufeff" + "\n".join(bare) + "\n", encoding="utf-8")
     cmd = crawl_cmd(web, state, "--allow-loopback", "--seeds", str(seeds))
-    del cmd[4:4 + len(web.seeds)]
+    del cmd[4 : 4 + len(web.seeds)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "warning" not in proc.stderr
     assert set(web.seeds) <= set(fetched_pages(read_log(state)))
 
 
-@pytest.mark.parametrize("seed, expected", [
-    ("example.org", "http://example.org"),
-    ("example.org/a?b", "http://example.org/a?b"),
-    ("localhost:8080/x", "http://localhost:8080/x"),
-    ("127.0.0.1:8080", "http://127.0.0.1:8080"),
-    ("//example.org/", "http://example.org/"),
-    ("https://example.org/", "https://example.org/"),
-    ("mailto:someone@example.org", "mailto:someone@example.org"),
-])
+@pytest.mark.parametrize(
+    "seed, expected",
+    [
+        ("example.org", "http://example.org"),
+        ("example.org/a?b", "http://example.org/a?b"),
+        ("localhost:8080/x", "http://localhost:8080/x"),
+        ("127.0.0.1:8080", "http://127.0.0.1:8080"),
+        ("//example.org/", "http://example.org/"),
+        ("https://example.org/", "https://example.org/"),
+        ("mailto:someone@example.org", "mailto:someone@example.org"),
+    ],
+)
 def test_with_scheme(seed: str, expected: str) -> None:
     assert with_scheme(seed) == expected
 

@@ -20,22 +20,44 @@ TESTS = ["test_urls.py", "test_links.py", "test_fetcher.py"]
 def test_compiled_urls_pass_the_url_link_and_fetcher_tests(tmp_path: Path) -> None:
     for name in ("setup.py", "pyproject.toml", "README.md"):
         shutil.copy(REPO / name, tmp_path / name)
-    shutil.copytree(REPO / "drumbeat", tmp_path / "drumbeat",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    shutil.copytree(
+        REPO / "drumbeat",
+        tmp_path / "drumbeat",
+        ignore=shutil.ignore_patterns("__pycache__", "*.so"),
+    )
     env = {**os.environ, "DRUMBEAT_COMPILE": "1", "PYTHONPATH": str(tmp_path)}
-    build = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
-                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    build = subprocess.run(
+        [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert build.returncode == 0, build.stdout + build.stderr
 
     # The check and the tests in one process: they run on the module it imported.
     # importlib mode: pytest must not put the repository (and its drumbeat) on sys.path.
-    args = ["-q", "-p", "no:cacheprovider", "--import-mode=importlib",
-            *(str(REPO / "tests" / name) for name in TESTS)]
+    args = [
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--import-mode=importlib",
+        *(str(REPO / "tests" / name) for name in TESTS),
+    ]
     run = subprocess.run(
-        [sys.executable, "-c",
-         "import sys, pytest, drumbeat, drumbeat.urls\n"
-         "assert drumbeat.compiled_modules() == ['drumbeat.urls'], drumbeat.urls.__file__\n"
-         f"sys.exit(pytest.main({args!r}))"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-c",
+            "import sys, pytest, drumbeat, drumbeat.urls\n"
+            "assert drumbeat.compiled_modules() == ['drumbeat.urls'], drumbeat.urls.__file__\n"
+            f"sys.exit(pytest.main({args!r}))",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-2000:]
     assert " passed" in run.stdout

@@ -41,9 +41,12 @@ def test_ten_sigkills_of_the_whole_crawl_lose_nothing(web, tmp_path):
     while kills < KILLS:
         # Its own process group, so that the fetcher processes die with the manager, as
         # in a machine crash (killing the manager alone lets them finish their files).
-        proc = subprocess.Popen(crawl_cmd(web, state, "--allow-loopback"),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            crawl_cmd(web, state, "--allow-loopback"),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         time.sleep(rng.uniform(0.5, 2.0))
         if proc.poll() is not None:
             break
@@ -51,8 +54,9 @@ def test_ten_sigkills_of_the_whole_crawl_lose_nothing(web, tmp_path):
         proc.wait()
         kills += 1
     assert kills == KILLS, "the crawl finished before it was killed ten times"
-    proc = subprocess.run(crawl_cmd(web, state, "--allow-loopback"), capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        crawl_cmd(web, state, "--allow-loopback"), capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     pages = fetched_pages(read_log(state))

@@ -42,10 +42,25 @@ def crawl_cmd(web, state: Path, *extra: str) -> list[str]:
     cfg = state.parent / f"{state.name}.toml"
     cfg.write_text(CONFIG)
     return [
-        sys.executable, "-m", "drumbeat", "crawl", *web.seeds, "--state", str(state),
-        "--dns-server", web.dns_address, "--host-delay", str(HOST_DELAY),
-        "--ip-delay", str(IP_DELAY), "--concurrency", "50", "--config", str(cfg),
-        "--no-progress", *extra,
+        sys.executable,
+        "-m",
+        "drumbeat",
+        "crawl",
+        *web.seeds,
+        "--state",
+        str(state),
+        "--dns-server",
+        web.dns_address,
+        "--host-delay",
+        str(HOST_DELAY),
+        "--ip-delay",
+        str(IP_DELAY),
+        "--concurrency",
+        "50",
+        "--config",
+        str(cfg),
+        "--no-progress",
+        *extra,
     ]
 
 
@@ -70,8 +85,9 @@ def full_crawl(web, tmp_path_factory):
     """One uninterrupted crawl of the whole web, shared by the checks below."""
     state = tmp_path_factory.mktemp("full") / "state"
     start = len(web.requests)
-    proc = subprocess.run(crawl_cmd(web, state, "--allow-loopback"), capture_output=True,
-                          text=True, timeout=240)
+    proc = subprocess.run(
+        crawl_cmd(web, state, "--allow-loopback"), capture_output=True, text=True, timeout=240
+    )
     assert proc.returncode == 0, proc.stderr
     return state, list(web.requests[start:]), proc
 
@@ -207,16 +223,22 @@ def test_one_process_and_several_fetcher_processes_find_the_same(web, tmp_path):
     for fetchers in ("0", "3"):
         state = tmp_path / f"state{fetchers}"
         start = len(web.requests)
-        proc = subprocess.run(crawl_cmd(web, state, "--allow-loopback", "--fetchers", fetchers),
-                              capture_output=True, text=True, timeout=240)
+        proc = subprocess.run(
+            crawl_cmd(web, state, "--allow-loopback", "--fetchers", fetchers),
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
         assert proc.returncode == 0, proc.stderr
         assert_polite(web, web.requests[start:])
-        log_lines = Counter((e["url"], e["kind"], e["status"], e["error"])
-                            for e in read_log(state))
+        log_lines = Counter((e["url"], e["kind"], e["status"], e["error"]) for e in read_log(state))
         counters = read_counters(state)
-        same = {k: v for k, v in counters.items()
-                if k.startswith(("links_dropped.", "status.", "dropped.", "robots."))
-                or k in ("urls_admitted", "fetches", "pld_edges_new")}
+        same = {
+            k: v
+            for k, v in counters.items()
+            if k.startswith(("links_dropped.", "status.", "dropped.", "robots."))
+            or k in ("urls_admitted", "fetches", "pld_edges_new")
+        }
         stages = json.loads((state / "stages.json").read_text())
         assert stages["fetchers"] == int(fetchers) and stages["pages"] > 0
         # The manager's loop waits at most this long for the GIL (MANAGER_SWITCH_...).
@@ -262,9 +284,14 @@ def test_warc_has_one_response_per_fetch_and_reads_back(full_crawl):
 
 def test_bad_input_is_counted_and_the_crawl_goes_on(web, full_crawl):
     state, _, proc = full_crawl
-    counters = json.loads(subprocess.run(
-        [sys.executable, "-m", "drumbeat", "stats", str(state), "--json"],
-        capture_output=True, text=True, check=True).stdout)
+    counters = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "drumbeat", "stats", str(state), "--json"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
     c = counters["counters"]
     assert c.get("links_dropped.unparsable", 0) > 0  # the malformed URL
     assert c.get("links_dropped.scheme", 0) > 0  # mailto: and javascript:
@@ -291,8 +318,11 @@ def test_sigkill_at_random_moments_loses_nothing(web, tmp_path):
     kills = 0
     start = len(web.requests)
     for _ in range(4):
-        proc = subprocess.Popen(crawl_cmd(web, state, "--allow-loopback"),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            crawl_cmd(web, state, "--allow-loopback"),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         time.sleep(rng.uniform(1.0, 3.0))
         if proc.poll() is not None:
             break
@@ -300,8 +330,9 @@ def test_sigkill_at_random_moments_loses_nothing(web, tmp_path):
         proc.wait()
         kills += 1
     assert kills >= 2, "the crawl finished before it could be killed twice"
-    proc = subprocess.run(crawl_cmd(web, state, "--allow-loopback"), capture_output=True,
-                          text=True, timeout=240)
+    proc = subprocess.run(
+        crawl_cmd(web, state, "--allow-loopback"), capture_output=True, text=True, timeout=240
+    )
     assert proc.returncode == 0, proc.stderr
     assert set(fetched_pages(read_log(state))) == truth.fetched
     # Politeness holds across restarts too: a restarted crawl waits a full delay first.
@@ -310,8 +341,12 @@ def test_sigkill_at_random_moments_loses_nothing(web, tmp_path):
 
 def test_scope_host_keeps_to_the_seed_hosts(web, tmp_path):
     state = tmp_path / "state"
-    proc = subprocess.run(crawl_cmd(web, state, "--allow-loopback", "--scope", "host"),
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        crawl_cmd(web, state, "--allow-loopback", "--scope", "host"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     seed_hosts = {u.split("/")[2].split(":")[0] for u in web.seeds}
     pages = fetched_pages(read_log(state))
@@ -322,12 +357,17 @@ def test_sigterm_stops_gracefully_and_resume_completes(web, tmp_path):
     truth = web.model.crawl(web.seeds)
     state = tmp_path / "state"
     start = len(web.requests)
-    proc = subprocess.Popen(crawl_cmd(web, state, "--allow-loopback"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        crawl_cmd(web, state, "--allow-loopback"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     # Stop it once pages are being fetched (fetcher processes take a moment to start).
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not any(
-            r.path != "/robots.txt" for r in web.requests[start:]):
+        r.path != "/robots.txt" for r in web.requests[start:]
+    ):
         time.sleep(0.1)
     time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
@@ -338,8 +378,12 @@ def test_sigterm_stops_gracefully_and_resume_completes(web, tmp_path):
     assert 0 < len(first) < len(truth.fetched)
     # Only --state: the crawl remembers its seeds and settings (DNS server, delays, ...).
     start = len(web.requests)
-    proc = subprocess.run([sys.executable, "-m", "drumbeat", "crawl", "--state", str(state)],
-                          capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [sys.executable, "-m", "drumbeat", "crawl", "--state", str(state)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stderr
     pages = fetched_pages(read_log(state))
     assert set(pages) == truth.fetched
@@ -352,11 +396,17 @@ def test_a_killed_fetcher_process_is_replaced_and_its_work_done(web, tmp_path):
     truth = web.model.crawl(web.seeds)
     state = tmp_path / "state"
     start = len(web.requests)
-    proc = subprocess.Popen(crawl_cmd(web, state, "--allow-loopback", "--fetchers", "2"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        crawl_cmd(web, state, "--allow-loopback", "--fetchers", "2"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and sum(
-            r.path != "/robots.txt" for r in web.requests[start:]) < 5:
+    while (
+        time.monotonic() < deadline
+        and sum(r.path != "/robots.txt" for r in web.requests[start:]) < 5
+    ):
         time.sleep(0.1)
     children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
     assert len(children) == 2
@@ -371,8 +421,12 @@ def test_a_killed_fetcher_process_is_replaced_and_its_work_done(web, tmp_path):
 def test_max_pages_stops_and_counts_across_resumes(web, tmp_path):
     state = tmp_path / "state"
     for _ in range(2):
-        proc = subprocess.run(crawl_cmd(web, state, "--allow-loopback", "--max-pages", "20"),
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            crawl_cmd(web, state, "--allow-loopback", "--max-pages", "20"),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == 0, proc.stderr
         assert "crawl stopped (max_pages)" in proc.stderr
     assert len(fetched_pages(read_log(state))) == 20
@@ -385,16 +439,20 @@ def _auto_allocator() -> str:
     return "mimalloc" if "mimalloc" in lib else "jemalloc" if "jemalloc" in lib else "system"
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["crawl", "--state", "x", "--host-delay", "soon"], "--host-delay"),
-    (["crawl", "--state", "x", "--concurrency", "0"], "--concurrency"),
-    (["crawl", "--state", "x", "--scope", "galaxy"], "--scope"),
-    (["crawl", "--state", "x", "--allocator", "tcmalloc"], "--allocator"),
-    (["crawl", "http://a.test/", "--state", "x", "--frobnicate"], "--frobnicate"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["crawl", "--state", "x", "--host-delay", "soon"], "--host-delay"),
+        (["crawl", "--state", "x", "--concurrency", "0"], "--concurrency"),
+        (["crawl", "--state", "x", "--scope", "galaxy"], "--scope"),
+        (["crawl", "--state", "x", "--allocator", "tcmalloc"], "--allocator"),
+        (["crawl", "http://a.test/", "--state", "x", "--frobnicate"], "--frobnicate"),
+    ],
+)
 def test_bad_cli_flags_exit_2_with_one_line(args, needle):
-    proc = subprocess.run([sys.executable, "-m", "drumbeat", *args], capture_output=True,
-                          text=True, timeout=30)
+    proc = subprocess.run(
+        [sys.executable, "-m", "drumbeat", *args], capture_output=True, text=True, timeout=30
+    )
     assert proc.returncode == 2
     assert needle in proc.stderr and proc.stderr.count("\n") == 1
 
@@ -402,23 +460,40 @@ def test_bad_cli_flags_exit_2_with_one_line(args, needle):
 def test_bad_config_value_exits_2_naming_the_setting(tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text("host_delay_s = -3\n")
-    proc = subprocess.run([sys.executable, "-m", "drumbeat", "crawl", "http://a.test/",
-                           "--state", str(tmp_path / "s"), "--config", str(cfg)],
-                          capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "drumbeat",
+            "crawl",
+            "http://a.test/",
+            "--state",
+            str(tmp_path / "s"),
+            "--config",
+            str(cfg),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert proc.returncode == 2
     assert "host_delay_s" in proc.stderr and proc.stderr.count("\n") == 1
 
 
 def test_a_state_dir_in_use_is_refused(web, tmp_path):
     state = tmp_path / "state"
-    first = subprocess.Popen(crawl_cmd(web, state, "--allow-loopback"),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = subprocess.Popen(
+        crawl_cmd(web, state, "--allow-loopback"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 20
         while not (state / "crawl.log").exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-        second = subprocess.run(crawl_cmd(web, state, "--allow-loopback"), capture_output=True,
-                                text=True, timeout=30)
+        second = subprocess.run(
+            crawl_cmd(web, state, "--allow-loopback"), capture_output=True, text=True, timeout=30
+        )
         assert second.returncode == 1 and "in use" in second.stderr
     finally:
         first.send_signal(signal.SIGTERM)
@@ -427,9 +502,21 @@ def test_a_state_dir_in_use_is_refused(web, tmp_path):
 
 def test_demo_runs_and_reports_where_the_warc_files_are(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "drumbeat", "demo", "--seconds", "4", "--hosts", "20",
-         "--state", str(tmp_path / "demo")],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "drumbeat",
+            "demo",
+            "--seconds",
+            "4",
+            "--hosts",
+            "20",
+            "--state",
+            str(tmp_path / "demo"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     assert "WARC files" in proc.stdout and "pages fetched" in proc.stdout
@@ -438,8 +525,12 @@ def test_demo_runs_and_reports_where_the_warc_files_are(tmp_path):
 
 def test_a_corrupt_state_file_is_named_and_exits_1(web, tmp_path):
     state = tmp_path / "state"
-    proc = subprocess.run(crawl_cmd(web, state, "--allow-loopback", "--max-pages", "5"),
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        crawl_cmd(web, state, "--allow-loopback", "--max-pages", "5"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     [drum_state] = (state / "urlseen").glob("STATE*")
     drum_state.write_bytes(drum_state.read_bytes()[:-7] + b"garbage")

@@ -70,9 +70,13 @@ class BadHost:
             self.note(path, status)
             return web.Response(status=status, headers={"Retry-After": str(RETRY_AFTER_S)})
         self.note(path, 200)
-        links = "" if path != "/" else "".join(
-            f'<a href="{u}">x</a>' for u in
-            [*FAILING, *(f"/p/{i}" for i in range(ORDINARY))])
+        links = (
+            ""
+            if path != "/"
+            else "".join(
+                f'<a href="{u}">x</a>' for u in [*FAILING, *(f"/p/{i}" for i in range(ORDINARY))]
+            )
+        )
         return web.Response(text=f"<html><body>{links}</body></html>", content_type="text/html")
 
 
@@ -115,11 +119,29 @@ def test_ordinary_pages_are_not_held_behind_a_failing_urls_retries(tmp_path: Pat
     config.write_text(CONFIG)
     with serve(host) as port:
         proc = subprocess.run(
-            [sys.executable, "-m", "drumbeat", "crawl", f"http://127.0.0.1:{port}/",
-             "--state", str(state), "--allow-loopback", "--host-delay", str(HOST_DELAY_S),
-             "--ip-delay", str(HOST_DELAY_S), "--config", str(config), "--no-progress",
-             "--max-time", "120"],
-            capture_output=True, text=True, timeout=180)
+            [
+                sys.executable,
+                "-m",
+                "drumbeat",
+                "crawl",
+                f"http://127.0.0.1:{port}/",
+                "--state",
+                str(state),
+                "--allow-loopback",
+                "--host-delay",
+                str(HOST_DELAY_S),
+                "--ip-delay",
+                str(HOST_DELAY_S),
+                "--config",
+                str(config),
+                "--no-progress",
+                "--max-time",
+                "120",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
     assert proc.returncode == 0, proc.stderr[-3000:]
     requests = host.requests
     paths = [p for _, p, _ in requests]

@@ -31,8 +31,9 @@ fetch_max_attempts = 3
 
 
 def test_a_crawl_through_the_hostile_web_records_every_case_and_goes_on(tmp_path):
-    config = SimWebConfig(seed=11, hosts=12, ips=4, pages_per_host=4, hostile=True,
-                          hostile_interval_s=0.5)
+    config = SimWebConfig(
+        seed=11, hosts=12, ips=4, pages_per_host=4, hostile=True, hostile_interval_s=0.5
+    )
     with run_in_thread(config) as web:
         state = tmp_path / "state"
         cmd = crawl_cmd(web, state, "--allow-loopback")
@@ -72,8 +73,9 @@ def test_a_crawl_through_the_hostile_web_records_every_case_and_goes_on(tmp_path
     hops = [e for e in entries if e["url"].startswith(chain.rstrip("/") + "/hop/")]
     assert sorted(int(e["url"].rsplit("/", 1)[1]) for e in hops) == list(range(1, 11))
     assert all(e["status"] == 301 for e in hops)
-    assert [e.get("location_dropped") for e in hops if e.get("location_dropped")] \
-        == ["too_many_redirects"]
+    assert [e.get("location_dropped") for e in hops if e.get("location_dropped")] == [
+        "too_many_redirects"
+    ]
     assert counters["links_dropped.too_many_redirects"] == 1
     # Pages cut short after their head arrived are kept, marked why, and not fetched again.
     for name, why in (("slow-body", "time"), ("reset", "disconnect"), ("short-body", "disconnect")):

@@ -120,7 +120,10 @@ def test_non_json_values_are_refused(tmp_path: Path) -> None:
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
     max_leaves=8,
@@ -142,19 +145,40 @@ def test_any_json_objects_round_trip(
 @settings(max_examples=200, deadline=None)
 @given(
     when=st.floats(min_value=0, max_value=4e9, allow_nan=False),
-    url=st.text(), via=st.none() | st.text(), ip=st.none() | st.text(),
-    reason=st.text(min_size=1), depth=st.integers(min_value=0, max_value=10_000),
+    url=st.text(),
+    via=st.none() | st.text(),
+    ip=st.none() | st.text(),
+    reason=st.text(min_size=1),
+    depth=st.integers(min_value=0, max_value=10_000),
 )
-def test_a_drop_line_is_the_line_append_writes(tmp_path_factory: pytest.TempPathFactory,
-                                               when: float, url: str, via: str | None,
-                                               ip: str | None, reason: str,
-                                               depth: int) -> None:
+def test_a_drop_line_is_the_line_append_writes(
+    tmp_path_factory: pytest.TempPathFactory,
+    when: float,
+    url: str,
+    via: str | None,
+    ip: str | None,
+    reason: str,
+    depth: int,
+) -> None:
     """append_drop's template gives the bytes append() gives for the same entry."""
     directory = tmp_path_factory.mktemp("drop")
     with CrawlLog(directory / "a.log") as by_dict, CrawlLog(directory / "b.log") as by_template:
-        by_dict.append({"time": when, "url": url, "kind": "page", "status": None,
-                        "error": reason, "bytes": 0, "content_type": None, "fetch_ms": None,
-                        "ip": ip, "depth": depth, "via": via, "truncated": None,
-                        "warc": None})
+        by_dict.append(
+            {
+                "time": when,
+                "url": url,
+                "kind": "page",
+                "status": None,
+                "error": reason,
+                "bytes": 0,
+                "content_type": None,
+                "fetch_ms": None,
+                "ip": ip,
+                "depth": depth,
+                "via": via,
+                "truncated": None,
+                "warc": None,
+            }
+        )
         by_template.append_drop(when, url, depth, via, reason, ip)
     assert (directory / "b.log").read_bytes() == (directory / "a.log").read_bytes()

@@ -33,8 +33,7 @@ async def fetch_from(reply: bytes, url: str, ip: str | None, **options: object):
     async with raw_server(reply) as raw:
         # No name is resolved: every URL here has an IP or an IP literal.
         dns = DnsCache(nameserver="127.0.0.1:9", timeout_s=0.2, tries=1)
-        http = CurlHttpClient(user_agent=UA, policy=LOOPBACK_OK, resolver=dns,
-                              **options)  # type: ignore[arg-type]
+        http = CurlHttpClient(user_agent=UA, policy=LOOPBACK_OK, resolver=dns, **options)  # type: ignore[arg-type]
         try:
             r = await http.fetch(url.replace("PORT", str(raw.port)), ip)
         finally:
@@ -47,10 +46,18 @@ async def fetch_from(reply: bytes, url: str, ip: str | None, **options: object):
 @pytest.mark.parametrize(
     ("url", "ip", "line", "host"),
     [
-        ("http://head.test:PORT/a%20b/c?x=1&y=%C3%A9", "127.0.0.1",
-         "GET /a%20b/c?x=1&y=%C3%A9 HTTP/1.1", "head.test:PORT"),
-        ("http://bücher.test:PORT/ü?q=é#frag", "127.0.0.1",
-         "GET /%C3%BC?q=%C3%A9 HTTP/1.1", "xn--bcher-kva.test:PORT"),
+        (
+            "http://head.test:PORT/a%20b/c?x=1&y=%C3%A9",
+            "127.0.0.1",
+            "GET /a%20b/c?x=1&y=%C3%A9 HTTP/1.1",
+            "head.test:PORT",
+        ),
+        (
+            "http://bücher.test:PORT/ü?q=é#frag",
+            "127.0.0.1",
+            "GET /%C3%BC?q=%C3%A9 HTTP/1.1",
+            "xn--bcher-kva.test:PORT",
+        ),
         ("http://127.0.0.1:PORT", None, "GET / HTTP/1.1", "127.0.0.1:PORT"),
         ("http://dots.test:PORT/a/./b/../c", "127.0.0.1", "GET /a/c HTTP/1.1", "dots.test:PORT"),
         ("http://user:pw@auth.test:PORT/x", "127.0.0.1", "GET /x HTTP/1.1", "auth.test:PORT"),
@@ -77,8 +84,7 @@ def test_aiohttp_sends_the_same_request_head(from_header: str) -> None:
         for cls in (AiohttpClient, CurlHttpClient):
             async with raw_server(REPLY) as raw:
                 dns = DnsCache(nameserver="127.0.0.1:9", timeout_s=0.2, tries=1)
-                http = cls(user_agent=UA, policy=LOOPBACK_OK, resolver=dns,
-                           from_header=from_header)
+                http = cls(user_agent=UA, policy=LOOPBACK_OK, resolver=dns, from_header=from_header)
                 try:
                     r = await http.fetch(f"http://same.test:{raw.port}/p?q=1", "127.0.0.1")
                 finally:
@@ -95,8 +101,11 @@ def test_aiohttp_sends_the_same_request_head(from_header: str) -> None:
 
 def test_interim_heads_and_trailers_are_not_the_response_head() -> None:
     head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A: b\r\n\r\n"
-    reply = (b"HTTP/1.1 100 Continue\r\nX-Interim: 1\r\n\r\n" + head
-             + b"2\r\nhi\r\n0\r\nX-Trailer: t\r\n\r\n")
+    reply = (
+        b"HTTP/1.1 100 Continue\r\nX-Interim: 1\r\n\r\n"
+        + head
+        + b"2\r\nhi\r\n0\r\nX-Trailer: t\r\n\r\n"
+    )
     r, _ = run(lambda: fetch_from(reply, "http://127.0.0.1:PORT/", None))
     assert (r.status, r.error, r.body) == (200, None, b"hi")
     # The body is kept de-chunked, so the head says the framing was there, not that it is.
@@ -151,11 +160,29 @@ def test_idle_connections_the_server_closes_are_dropped_and_fetches_go_on() -> N
     assert ("127.0.0.1", port) not in peers
 
 
-_FIELD_LINE = st.lists(
-    st.sampled_from([b"Content-Type", b"X", b":", b" ", b"\t", b"\0", b"\r", b"value",
-                     b"Transfer-Encoding", b"transfer-encoding: chunked", b"\xc3\xa9", b"a b"]),
-    max_size=6,
-).map(b"".join).flatmap(lambda line: st.sampled_from([line + b"\r\n", line + b"\n"]))
+_FIELD_LINE = (
+    st.lists(
+        st.sampled_from(
+            [
+                b"Content-Type",
+                b"X",
+                b":",
+                b" ",
+                b"\t",
+                b"\0",
+                b"\r",
+                b"value",
+                b"Transfer-Encoding",
+                b"transfer-encoding: chunked",
+                b"\xc3\xa9",
+                b"a b",
+            ]
+        ),
+        max_size=6,
+    )
+    .map(b"".join)
+    .flatmap(lambda line: st.sampled_from([line + b"\r\n", line + b"\n"]))
+)
 
 
 @settings(max_examples=600, deadline=None)
@@ -168,20 +195,68 @@ def test_whole_head_fast_path_agrees_with_the_line_by_line_parse(lines: list[byt
 
 def test_whole_head_fast_path_examples() -> None:
     plain = [b"Server: nginx\r\n", b"Content-Type:text/html \r\n", b"X-A: b: c\r\n"]
-    assert parse_fields(plain) == (b"".join(plain), [
-        ("Server", "nginx"), ("Content-Type", "text/html"), ("X-A", "b: c")])
+    assert parse_fields(plain) == (
+        b"".join(plain),
+        [("Server", "nginx"), ("Content-Type", "text/html"), ("X-A", "b: c")],
+    )
     assert parse_fields([b"Transfer-Encoding: chunked\r\n"]) == (
-        b"X-Crawler-Transfer-Encoding: chunked\r\n", [("Transfer-Encoding", "chunked")])
+        b"X-Crawler-Transfer-Encoding: chunked\r\n",
+        [("Transfer-Encoding", "chunked")],
+    )
     assert parse_fields([b"A: 1\r\n", b" 2\r\n"]) == (b"A: 1\r\n 2\r\n", [("A", "1 2")])
     for bad in (b"no colon\r\n", b": empty\r\n", b"A : x\r\n", b"A: \0\r\n", b"A: \rx\r\n"):
         assert parse_fields([bad]) is None, bad
 
 
-_URL_PART = st.sampled_from([
-    "a", "Z", "0", "9", "-", ".", "_", "~", "/", "?", "#", "%", "%2F", "%2f", "%41", "%7E", ":",
-    "@", "!", "$", "&", "'", "(", ")", "*", "+", ",", ";", "=", " ", "é", "[", "]", "\\", "..",
-    "/./", "/../", "xn--", "80", "443", "0", "65536", "user@", "A.", "\t",
-])
+_URL_PART = st.sampled_from(
+    [
+        "a",
+        "Z",
+        "0",
+        "9",
+        "-",
+        ".",
+        "_",
+        "~",
+        "/",
+        "?",
+        "#",
+        "%",
+        "%2F",
+        "%2f",
+        "%41",
+        "%7E",
+        ":",
+        "@",
+        "!",
+        "$",
+        "&",
+        "'",
+        "(",
+        ")",
+        "*",
+        "+",
+        ",",
+        ";",
+        "=",
+        " ",
+        "é",
+        "[",
+        "]",
+        "\\",
+        "..",
+        "/./",
+        "/../",
+        "xn--",
+        "80",
+        "443",
+        "0",
+        "65536",
+        "user@",
+        "A.",
+        "\t",
+    ]
+)
 _URL = st.tuples(
     st.sampled_from(["http://", "https://", "HTTP://", "ftp://", "http:/"]),
     st.lists(_URL_PART, max_size=5).map("".join),
@@ -191,17 +266,26 @@ _URL = st.tuples(
 
 
 def _yarl_parts(url: object) -> tuple:
-    return tuple(getattr(url, name) for name in (
-        "scheme", "raw_host", "port", "host_port_subcomponent", "raw_path_qs", "raw_user"
-    )) + (str(url),)
+    return tuple(
+        getattr(url, name)
+        for name in (
+            "scheme",
+            "raw_host",
+            "port",
+            "host_port_subcomponent",
+            "raw_path_qs",
+            "raw_user",
+        )
+    ) + (str(url),)
 
 
 # Mostly plain: a lower-case host, then a path of the characters plain URLs may hold and
 # a few that they may not.
 _NEARLY_PLAIN_URL = st.tuples(
     st.sampled_from(["http://", "https://"]),
-    st.lists(st.sampled_from(["a", "b-c", "xn--d", "0", "127", "-", ""]), min_size=1,
-             max_size=3).map(".".join),
+    st.lists(
+        st.sampled_from(["a", "b-c", "xn--d", "0", "127", "-", ""]), min_size=1, max_size=3
+    ).map(".".join),
     st.sampled_from(["", ":80", ":443", ":8080", ":65535"]),
     st.text(alphabet="/?.%~!$&'()*+,;=:@-_aZ09#[ ", max_size=20).map("/".__add__),
 ).map("".join)
@@ -221,11 +305,23 @@ def test_plain_url_parts_are_yarls(url: str) -> None:
 
 
 def test_plain_url_examples() -> None:
-    plain = ["http://h00001.test:8080/p/0001.html", "https://a.b-c.test/x?y=1&z=/?q",
-             "http://127.0.0.1:99/", "http://xn--bcher-kva.test/a;b=c"]
+    plain = [
+        "http://h00001.test:8080/p/0001.html",
+        "https://a.b-c.test/x?y=1&z=/?q",
+        "http://127.0.0.1:99/",
+        "http://xn--bcher-kva.test/a;b=c",
+    ]
     for url in plain:
         assert isinstance(parse_url(url), _PlainURL), url
         assert _yarl_parts(parse_url(url)) == _yarl_parts(URL(url))
-    for url in ("http://a.test/./x", "http://a.test/%7e", "http://A.test/", "http://a.test:80/",
-                "http://a.test", "http://u@a.test/", "http://a.test/#f", "http://[::1]/"):
+    for url in (
+        "http://a.test/./x",
+        "http://a.test/%7e",
+        "http://A.test/",
+        "http://a.test:80/",
+        "http://a.test",
+        "http://u@a.test/",
+        "http://a.test/#f",
+        "http://[::1]/",
+    ):
         assert isinstance(parse_url(url), URL), url

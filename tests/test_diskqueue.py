@@ -41,8 +41,9 @@ def key(i: int) -> bytes:
 
 
 def keys(first: int, count: int) -> np.ndarray:
-    return np.frombuffer(b"".join(key(i) for i in range(first, first + count)),
-                         np.uint8).reshape(count, 8)
+    return np.frombuffer(b"".join(key(i) for i in range(first, first + count)), np.uint8).reshape(
+        count, 8
+    )
 
 
 def segments(directory: Path) -> list[str]:
@@ -82,12 +83,17 @@ def test_reads_see_buffered_records_and_interleave(tmp_path: Path) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.one_of(
-    st.tuples(st.just("append"), st.integers(0, 40)),
-    st.tuples(st.just("read"), st.integers(0, 40)),
-    st.tuples(st.just("commit"), st.just(0)),
-    st.tuples(st.just("reopen"), st.sampled_from([-1, -2])),
-), max_size=40))
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("append"), st.integers(0, 40)),
+            st.tuples(st.just("read"), st.integers(0, 40)),
+            st.tuples(st.just("commit"), st.just(0)),
+            st.tuples(st.just("reopen"), st.sampled_from([-1, -2])),
+        ),
+        max_size=40,
+    )
+)
 def test_against_a_deque(ops: list[tuple[str, int]]) -> None:
     """Any mix of appends (with keys or without), reads (packed or not), commits and
     reopens (to the last or the previous commit) behaves like a deque snapshotted at
@@ -103,21 +109,18 @@ def test_against_a_deque(ops: list[tuple[str, int]]) -> None:
                 batch = [rec(counter + i) for i in range(arg)]
                 keyed = arg % 2 == 1
                 q.extend(batch, keys(counter, arg) if keyed else None)
-                model.extend((r, key(counter + i) if keyed else None)
-                             for i, r in enumerate(batch))
+                model.extend((r, key(counter + i) if keyed else None) for i, r in enumerate(batch))
                 counter += arg
             elif op == "read" and arg % 3 == 1:
                 packed = q.read_packed(arg)
                 assert len(packed) >= min(1, len(model))
                 expected = [model.popleft() for _ in range(len(packed))]
                 assert packed.records() == [r for r, _ in expected]
-                assert (None if packed.keys is None else
-                        [k.tobytes() for k in packed.keys]) == (
-                    None if not expected or expected[0][1] is None
-                    else [k for _, k in expected])
+                assert (None if packed.keys is None else [k.tobytes() for k in packed.keys]) == (
+                    None if not expected or expected[0][1] is None else [k for _, k in expected]
+                )
             elif op == "read":
-                assert q.read(arg) == [model.popleft()[0]
-                                       for _ in range(min(arg, len(model)))]
+                assert q.read(arg) == [model.popleft()[0] for _ in range(min(arg, len(model)))]
             elif op == "commit":
                 commits.append((q.commit(), list(model)))
                 commits = commits[-2:]
@@ -223,10 +226,15 @@ def test_damage_inside_a_long_read_names_the_block(tmp_path: Path, damage: str) 
     q.close()
     path = d / segments(d)[0]
     data = bytearray(path.read_bytes())
-    third_at = HEADER_SIZE + sum(BLOCK_HEAD_SIZE + sum(4 + len(r) for r in block)
-                                 for block in blocks[:2])
-    where = {"data": third_at + BLOCK_HEAD_SIZE + 16 + 3, "lengths": third_at + BLOCK_HEAD_SIZE,
-             "size": third_at + 4, "count": third_at}[damage]
+    third_at = HEADER_SIZE + sum(
+        BLOCK_HEAD_SIZE + sum(4 + len(r) for r in block) for block in blocks[:2]
+    )
+    where = {
+        "data": third_at + BLOCK_HEAD_SIZE + 16 + 3,
+        "lengths": third_at + BLOCK_HEAD_SIZE,
+        "size": third_at + 4,
+        "count": third_at,
+    }[damage]
     data[where] += 1  # one more: a size or count still within the segment
     path.write_bytes(bytes(data))
     q = DiskQueue(d, state=state, segment_bytes=1 << 20, fsync=False)
@@ -257,13 +265,20 @@ def _version_1_queue(directory: Path, records: list[bytes]) -> dict:
     """A queue as version 1 wrote it (record frames), with its state: nothing read."""
     directory.mkdir()
     head = struct.pack("<4sHxxQ", b"DQSG", 1, 0)
-    frames = b"".join(struct.pack("<II", len(r), xxhash.xxh32_intdigest(r, len(r))) + r
-                      for r in records)
-    (directory / "0000000000.seg").write_bytes(
-        head + struct.pack("<I", zlib.crc32(head)) + frames)
+    frames = b"".join(
+        struct.pack("<II", len(r), xxhash.xxh32_intdigest(r, len(r))) + r for r in records
+    )
+    (directory / "0000000000.seg").write_bytes(head + struct.pack("<I", zlib.crc32(head)) + frames)
     end = HEADER_SIZE + len(frames)
-    return {"format": 1, "write": [0, end], "read": [0, HEADER_SIZE], "count": len(records),
-            "keep": 0, "bytes_written": end, "bytes_read": 0}
+    return {
+        "format": 1,
+        "write": [0, end],
+        "read": [0, HEADER_SIZE],
+        "count": len(records),
+        "keep": 0,
+        "bytes_written": end,
+        "bytes_read": 0,
+    }
 
 
 def test_a_version_1_queue_reopens_and_goes_on_with_blocks(tmp_path: Path) -> None:
@@ -301,8 +316,9 @@ def test_keys_come_back_with_their_records(tmp_path: Path) -> None:
         packed = q.read_packed(3)
         assert 1 <= len(packed) <= 3
         got += packed.records()
-        got_keys += [None] * len(packed) if packed.keys is None else \
-            [k.tobytes() for k in packed.keys]
+        got_keys += (
+            [None] * len(packed) if packed.keys is None else [k.tobytes() for k in packed.keys]
+        )
         if state is None:  # commit until one falls inside a block, then no more
             taken = q.commit()
             if taken["read_in_block"]:
@@ -346,8 +362,7 @@ def test_packed_records_are_selected_and_appended_with_their_keys(tmp_path: Path
     packed = src.read_packed(50)
     assert len(packed) == 50 and packed.records(np.array([3, 1])) == [rec(3), rec(1)]
     dst = DiskQueue(tmp_path / "b", segment_bytes=300, buffer_bytes=100, fsync=False)
-    masks = [np.arange(50) % 3 != 1, np.zeros(50, bool), np.ones(50, bool),
-             np.arange(50) >= 45]
+    masks = [np.arange(50) % 3 != 1, np.zeros(50, bool), np.ones(50, bool), np.arange(50) >= 45]
     for mask in masks:
         dst.extend_packed(packed.select(mask))
     chosen = [i for mask in masks for i in np.flatnonzero(mask).tolist()]
@@ -402,8 +417,16 @@ def test_a_version_2_queue_reopens_and_goes_on_with_keys(tmp_path: Path) -> None
     block = struct.pack("<IIQ", block_head, len(data), check) + table + data
     (d / "0000000000.seg").write_bytes(head + struct.pack("<I", zlib.crc32(head)) + block)
     end = HEADER_SIZE + len(block)
-    state = {"format": 2, "write": [0, end], "read": [0, HEADER_SIZE], "read_in_block": 0,
-             "count": 3, "keep": 0, "bytes_written": end, "bytes_read": 0}
+    state = {
+        "format": 2,
+        "write": [0, end],
+        "read": [0, HEADER_SIZE],
+        "read_in_block": 0,
+        "count": 3,
+        "keep": 0,
+        "bytes_written": end,
+        "bytes_read": 0,
+    }
     q = DiskQueue(d, state=state, fsync=False)
     q.extend([b"new"], keys(7, 1))
     assert len(segments(d)) == 2
@@ -495,7 +518,8 @@ def test_sigkill_while_appending_then_reopen_in_a_fresh_process(tmp_path: Path) 
 
 
 def test_segments_closed_between_commits_are_fsynced_by_the_next_commit(
-        tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    tmp_path: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
     """Not when they close (that held the crawl's loop): the commit fsyncs each of them,
     the open one and the directory, so a checkpoint can defer them all."""
     synced: list[int] = []

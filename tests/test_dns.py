@@ -112,8 +112,11 @@ def test_a_record_is_resolved_and_cached(zone: tuple[Zone, str]) -> None:
 
 @pytest.mark.parametrize(
     ("name", "reason"),
-    [("nx-gone.test", "dns:nxdomain"), ("sf-broken.test", "dns:servfail"),
-     ("empty-x.test", "dns:noanswer")],
+    [
+        ("nx-gone.test", "dns:nxdomain"),
+        ("sf-broken.test", "dns:servfail"),
+        ("empty-x.test", "dns:noanswer"),
+    ],
 )
 def test_failures_have_stable_reasons_and_are_cached(
     zone: tuple[Zone, str], name: str, reason: str
@@ -293,7 +296,12 @@ def test_literals_and_localhost_need_no_query(zone: tuple[Zone, str]) -> None:
             answers = [
                 await cache.resolve(host)
                 for host in (
-                    "127.0.0.9", "::1", "[::1]", "localhost", "LOCALHOST.", "app.localhost"
+                    "127.0.0.9",
+                    "::1",
+                    "[::1]",
+                    "localhost",
+                    "LOCALHOST.",
+                    "app.localhost",
                 )
             ]
             assert cache.stats().queries == 0 and cache.stats().entries == 0

@@ -70,13 +70,17 @@ def drain(drum: Drum) -> list[tuple]:
 
 
 batch = st.lists(
-    st.tuples(st.integers(0, 2), st.integers(0, len(POOL) - 1), st.integers(0, 9), st.binary(max_size=6)),
-    min_size=0, max_size=40,
+    st.tuples(
+        st.integers(0, 2), st.integers(0, len(POOL) - 1), st.integers(0, 9), st.binary(max_size=6)
+    ),
+    min_size=0,
+    max_size=40,
 )
 action = st.one_of(
     batch.map(lambda b: ("batch", b)),
-    st.sampled_from([("flush",), ("flush_later",), ("take",), ("commit",), ("reopen",),
-                     ("rollback",)]),
+    st.sampled_from(
+        [("flush",), ("flush_later",), ("take",), ("commit",), ("reopen",), ("rollback",)]
+    ),
 )
 
 
@@ -94,8 +98,14 @@ def test_matches_dict_model(merge: str, buckets: int, actions: list, background:
     fn = bit_or if merge == "or" else ("overwrite" if merge == "empty" else merge)
     model = Model("overwrite" if merge == "empty" else merge)
     with tempfile.TemporaryDirectory() as tmp:
-        opts = dict(value_dtype=dtype, merge=fn, ram_bytes=4096, buckets=buckets, fsync=False,
-                    background=background)
+        opts = dict(
+            value_dtype=dtype,
+            merge=fn,
+            ram_bytes=4096,
+            buckets=buckets,
+            fsync=False,
+            background=background,
+        )
         drum = Drum(tmp, **opts)
         saved: tuple[dict, dict, list] | None = None
         for act in actions:
@@ -189,7 +199,7 @@ def test_stats_alpha_and_theorem_2_sizing(tmp_path: Path) -> None:
     rng = np.random.default_rng(3)
     noise = rng.integers(0, 256, 60 * len(keys), np.uint8).tobytes()
     drum = Drum(tmp_path / "raw", ram_bytes=1 << 20, fsync=False)
-    drum.check_update(keys, aux=[noise[i:i + 60] for i in range(0, len(noise), 60)])
+    drum.check_update(keys, aux=[noise[i : i + 60] for i in range(0, len(noise), 60)])
     drum.flush()
     list(drum.take_results())
     st_ = drum.stats()
@@ -233,8 +243,9 @@ def test_bad_input_is_rejected_clearly(tmp_path: Path) -> None:
 
 
 def test_bad_merge_function_result(tmp_path: Path) -> None:
-    drum = Drum(tmp_path, value_dtype=VALUE, merge=lambda s, i: s["n"], fsync=False,
-                ram_bytes=1 << 16)
+    drum = Drum(
+        tmp_path, value_dtype=VALUE, merge=lambda s, i: s["n"], fsync=False, ram_bytes=1 << 16
+    )
     drum.update(np.array([1, 1], np.uint64), np.zeros(2, VALUE))
     with pytest.raises(TypeError, match="merge function returned"):
         drum.flush()
@@ -290,7 +301,7 @@ def _url_log(tmp_path: Path) -> tuple[Path, list[tuple[int, int, bytes]], list[b
     urls = [b"https://www.example%03d.com/path/page-%06d.html" % (i % 7, i) for i in range(2000)]
     keys = np.arange(1, 2001, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
     for s in range(0, 2000, 500):  # a block per call (a list of aux is joined per call)
-        drum.check_update(keys[s:s + 500], aux=urls[s:s + 500])
+        drum.check_update(keys[s : s + 500], aux=urls[s : s + 500])
     drum.commit()
     drum.close()
     (path,) = tmp_path.glob("a-*.drum")
@@ -314,8 +325,8 @@ def _rewrite_block(path: Path, offset: int, payload: bytes) -> None:
     """Replace the payload of the block at ``offset`` with one of the same length and
     a valid checksum: only decoding it can find the damage."""
     data = bytearray(path.read_bytes())
-    count = int.from_bytes(data[offset:offset + 4], "little")
-    data[offset:offset + 12 + len(payload)] = encode_block(count, payload)
+    count = int.from_bytes(data[offset : offset + 4], "little")
+    data[offset : offset + 12 + len(payload)] = encode_block(count, payload)
     path.write_bytes(bytes(data))
 
 
@@ -324,8 +335,9 @@ def test_corrupted_compressed_arrival_block_is_named(tmp_path: Path) -> None:
     at, n, payload = blocks[1]
     # A damaged byte in the deflated aux: the block's checksum names file and offset.
     _flip(path, at + 12 + len(payload) - 5)
-    with pytest.raises(DrumCorruptError, match=f"{path.name}.*checksum mismatch in block "
-                                               f"at offset {at}"):
+    with pytest.raises(
+        DrumCorruptError, match=f"{path.name}.*checksum mismatch in block at offset {at}"
+    ):
         Drum(tmp_path, ram_bytes=1 << 20, fsync=False)
     # Garbage deflate data under a valid checksum: named when inflating.
     start = 8 * n + 9
@@ -397,8 +409,9 @@ def test_fsync_commit_syncs_only_at_commits(tmp_path: Path, monkeypatch) -> None
     synced: list[int] = []
     real_fsync = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
-    drum = Drum(tmp_path / "d", value_dtype=VALUE, merge="add", ram_bytes=1 << 14, buckets=4,
-                fsync="commit")
+    drum = Drum(
+        tmp_path / "d", value_dtype=VALUE, merge="add", ram_bytes=1 << 14, buckets=4, fsync="commit"
+    )
     synced.clear()
     keys = np.arange(3000, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
     values = np.ones(len(keys), VALUE)
@@ -431,12 +444,11 @@ def test_rollback_keeps_reusing_obsolete_files(tmp_path: Path, monkeypatch) -> N
     keys = np.arange(1, 401, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
     manifests = []
     for i in range(4):
-        drum.update(keys[i * 100:(i + 1) * 100], np.ones(100, VALUE), aux=[b"u"] * 100)
+        drum.update(keys[i * 100 : (i + 1) * 100], np.ones(100, VALUE), aux=[b"u"] * 100)
         drum.flush()
         list(drum.take_results())
         manifests.append(drum.commit())
-    assert sorted(p.name for p in tmp_path.glob("spare-*.tmp")) == ["spare-a.tmp",
-                                                                    "spare-c.tmp"]
+    assert sorted(p.name for p in tmp_path.glob("spare-*.tmp")) == ["spare-a.tmp", "spare-c.tmp"]
     # Uncommitted rounds touching one bucket each: the state then names a cache file
     # per bucket, all obsolete after the rollback, listed next to the old spare.
     for b in range(4):
@@ -446,8 +458,9 @@ def test_rollback_keeps_reusing_obsolete_files(tmp_path: Path, monkeypatch) -> N
     drum.close()
     (tmp_path / "spare-c.tmp").write_bytes(b"left by an earlier instance")
     # Listed in name order, the obsolete caches come before the old spare.
-    monkeypatch.setattr(Path, "iterdir", lambda self: iter(sorted(
-        self / name for name in os.listdir(self))))
+    monkeypatch.setattr(
+        Path, "iterdir", lambda self: iter(sorted(self / name for name in os.listdir(self)))
+    )
     drum = Drum.open(tmp_path, manifests[-1], **opts)
     for i in range(2):  # rounds that overwrite the spares
         drum.check(keys)
@@ -512,13 +525,12 @@ def test_small_rounds_write_deltas_and_values_reach_the_base(tmp_path: Path) -> 
 
 
 def test_deltas_fold_into_the_base(tmp_path: Path) -> None:
-    drum = Drum(tmp_path, value_dtype=VALUE, merge="max", ram_bytes=1 << 20, buckets=2,
-                fsync=False)
+    drum = Drum(tmp_path, value_dtype=VALUE, merge="max", ram_bytes=1 << 20, buckets=2, fsync=False)
     keys = np.arange(1, 1001, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
     for i in range(0, 1000, 100):  # every round adds a tenth: the base is soon rewritten
         values = np.zeros(100, VALUE)
         values["n"] = i
-        drum.update(keys[i:i + 100], values)
+        drum.update(keys[i : i + 100], values)
         drum.update(keys[:10], values[:10])
         drum.flush()
         list(drum.take_results())
@@ -570,8 +582,9 @@ def _aux(lo: int, hi: int) -> list[bytes]:
 
 def test_a_background_round_holds_later_tuples_and_ends_on_a_later_call(tmp_path: Path) -> None:
     sync = Drum(tmp_path / "sync", ram_bytes=1 << 16, buckets=4, fsync=False)
-    gated = _GatedDrum(tmp_path / "gated", ram_bytes=1 << 16, buckets=4, fsync=False,
-                       background=True)
+    gated = _GatedDrum(
+        tmp_path / "gated", ram_bytes=1 << 16, buckets=4, fsync=False, background=True
+    )
     for drum in (sync, gated):
         drum.check_update(_keys(0, 300), aux=_aux(0, 300))
         drum.flush(wait=False)
@@ -596,10 +609,12 @@ def _long_aux(lo: int, hi: int) -> list[bytes]:
 
 
 def test_held_tuples_past_their_share_are_written_ahead_and_begin_the_next_epoch(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     sync = Drum(tmp_path / "sync", ram_bytes=1 << 16, buckets=4, fsync=False)
-    gated = _GatedDrum(tmp_path / "gated", ram_bytes=1 << 16, buckets=4, fsync=False,
-                       background=True)
+    gated = _GatedDrum(
+        tmp_path / "gated", ram_bytes=1 << 16, buckets=4, fsync=False, background=True
+    )
     opener = threading.Timer(30, gated.gate.set)  # only if a submit waited (a failure)
     opener.start()
     for drum in (sync, gated):
@@ -633,7 +648,8 @@ def test_held_tuples_past_their_share_are_written_ahead_and_begin_the_next_epoch
 
 
 def test_a_submit_waits_for_the_round_when_the_next_epoch_cannot_take_what_is_held(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     drum = _GatedDrum(tmp_path, ram_bytes=1 << 16, buckets=4, fsync=False, background=True)
     drum.check_update(_keys(0, 100), aux=_long_aux(0, 100))
     drum.flush(wait=False)
@@ -653,7 +669,8 @@ def test_a_submit_waits_for_the_round_when_the_next_epoch_cannot_take_what_is_he
 
 
 def test_tuples_written_ahead_of_a_round_that_never_ended_are_gone_on_reopening(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """They were not committed: the state names them only once the round has ended."""
     drum = _GatedDrum(tmp_path, ram_bytes=1 << 16, buckets=4, fsync=False, background=True)
     drum.check_update(_keys(0, 300), aux=_long_aux(0, 300))
@@ -675,9 +692,11 @@ def test_tuples_written_ahead_of_a_round_that_never_ended_are_gone_on_reopening(
 
 
 def test_background_rounds_with_tuples_written_ahead_give_the_results_of_sync_ones(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """A long stream through a small repository: most background rounds have tuples
     held past their share and written ahead, and the outcomes are those without."""
+
     class SlowDrum(Drum):  # rounds last while a few batches come
         ahead = 0
 
@@ -700,16 +719,26 @@ def test_background_rounds_with_tuples_written_ahead_give_the_results_of_sync_on
     value = np.dtype([("n", "<i8")])
     got = {}
     for background in (False, True):
-        drum = SlowDrum(tmp_path / str(background), value_dtype=value, merge="add",
-                        ram_bytes=1 << 14, buckets=8, fsync=False, background=background)
+        drum = SlowDrum(
+            tmp_path / str(background),
+            value_dtype=value,
+            merge="add",
+            ram_bytes=1 << 14,
+            buckets=8,
+            fsync=False,
+            background=background,
+        )
         rng = np.random.default_rng(7)
         for i in range(200):
-            keys = (rng.integers(0, 4000, 150).astype(np.uint64)
-                    * np.uint64(0x9E3779B97F4A7C15))
+            keys = rng.integers(0, 4000, 150).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
             values = np.zeros(150, value)
             values["n"] = rng.integers(1, 100, 150)
-            drum.submit(rng.integers(0, 3, 150).astype(np.uint8), keys, values,
-                        [b"%d:%d" % (i, j) for j in range(150)])
+            drum.submit(
+                rng.integers(0, 3, 150).astype(np.uint8),
+                keys,
+                values,
+                [b"%d:%d" % (i, j) for j in range(150)],
+            )
             if i % 7 == 0:
                 drum.flush(wait=False)
         drum.flush()
@@ -721,8 +750,7 @@ def test_background_rounds_with_tuples_written_ahead_give_the_results_of_sync_on
     assert got[True] == got[False]
 
 
-def test_a_failed_background_round_breaks_the_repository_on_the_next_call(
-        tmp_path: Path) -> None:
+def test_a_failed_background_round_breaks_the_repository_on_the_next_call(tmp_path: Path) -> None:
     class FailingDrum(Drum):
         def __init__(self, *args, **kwargs) -> None:
             super().__init__(*args, **kwargs)

@@ -56,8 +56,14 @@ def model(batches: int, grow: bool = False) -> tuple[dict[int, int], list[tuple]
     return stored, expected
 
 
-def child_main(directory: str, seed: int, kill: str, fsync: bool | str,
-               ram: int = OPTS["ram_bytes"], background: bool = False) -> None:
+def child_main(
+    directory: str,
+    seed: int,
+    kill: str,
+    fsync: bool | str,
+    ram: int = OPTS["ram_bytes"],
+    background: bool = False,
+) -> None:
     """Run the stream; ``kill`` = "module.Owner.attr:n:mode" (a module of drumbeat.drum)
     SIGKILLs the child at that call (from the round's thread too, with ``background``:
     rounds then run there, and half the flushes do not wait)."""
@@ -106,9 +112,15 @@ def child_main(directory: str, seed: int, kill: str, fsync: bool | str,
             os.replace(tmp, progress)
 
 
-def run_child(directory: Path, seed: int, kill: str = "", fsync: bool | str = False,
-              kill_after_s: float | None = None, ram: int = OPTS["ram_bytes"],
-              background: bool = False) -> int:
+def run_child(
+    directory: Path,
+    seed: int,
+    kill: str = "",
+    fsync: bool | str = False,
+    kill_after_s: float | None = None,
+    ram: int = OPTS["ram_bytes"],
+    background: bool = False,
+) -> int:
     code = (
         f"import sys; sys.path.insert(0, {str(HERE)!r}); from test_drum_crash import child_main; "
         f"child_main({str(directory)!r}, {seed}, {kill!r}, {fsync!r}, {ram}, {background})"
@@ -124,9 +136,11 @@ def run_child(directory: Path, seed: int, kill: str = "", fsync: bool | str = Fa
 def drain(drum: Drum) -> list[tuple]:
     drum.flush()
     return [
-        row for r in drum.take_results()
-        for row in zip(r.keys.tolist(), r.ops.tolist(), r.unique.tolist(),
-                       r.values["n"].tolist(), r.aux)
+        row
+        for r in drum.take_results()
+        for row in zip(
+            r.keys.tolist(), r.ops.tolist(), r.unique.tolist(), r.values["n"].tolist(), r.aux
+        )
     ]
 
 
@@ -157,7 +171,7 @@ def verify(tmp_path: Path) -> None:
 
     # With the manifest: exactly the committed state.
     drum = Drum.open(saved, progress["manifest"], fsync=False, **OPTS)
-    assert drain(drum) == expected[progress["taken"]:]
+    assert drain(drum) == expected[progress["taken"] :]
     assert drum.stats().keys_stored == len(stored)
     drum.check(committed)
     drum.flush()
@@ -214,35 +228,50 @@ _SEED_NAMES = {
 def _seed(kill: str) -> int:
     for new, old in _SEED_NAMES.items():
         if kill.startswith(new):
-            kill = old + kill[len(new):]
+            kill = old + kill[len(new) :]
             break
     return zlib.crc32(kill.encode())
 
 
-@pytest.mark.parametrize("kill,ram,background", [(k, 1 << 14, False) for k in KILL_POINTS]
-                         + [(k, 1 << 17, False) for k in RAM_KILL_POINTS]
-                         + [(k, ram, True) for k, ram in BACKGROUND_KILL_POINTS])
-def test_killed_at_a_precise_point(tmp_path: Path, kill: str, ram: int,
-                                   background: bool) -> None:
-    rc = run_child(tmp_path / "drum", seed=_seed(kill), kill=kill, ram=ram,
-                   background=background)
+@pytest.mark.parametrize(
+    "kill,ram,background",
+    [(k, 1 << 14, False) for k in KILL_POINTS]
+    + [(k, 1 << 17, False) for k in RAM_KILL_POINTS]
+    + [(k, ram, True) for k, ram in BACKGROUND_KILL_POINTS],
+)
+def test_killed_at_a_precise_point(tmp_path: Path, kill: str, ram: int, background: bool) -> None:
+    rc = run_child(tmp_path / "drum", seed=_seed(kill), kill=kill, ram=ram, background=background)
     assert rc == -signal.SIGKILL, "the kill point was never reached"
     assert (tmp_path / "progress.json").exists(), "killed before the first commit"
     verify(tmp_path)
 
 
-@pytest.mark.parametrize("seed,fsync,ram", [
-    (1, False, 1 << 14), (2, False, 1 << 14), (3, True, 1 << 14), (4, "commit", 1 << 14),
-    # Epochs of several batches held in RAM (no spill to q files): after the kill the
-    # pending tuples come back from the arrival log.
-    (5, False, 1 << 17), (6, True, 1 << 17),
-])
+@pytest.mark.parametrize(
+    "seed,fsync,ram",
+    [
+        (1, False, 1 << 14),
+        (2, False, 1 << 14),
+        (3, True, 1 << 14),
+        (4, "commit", 1 << 14),
+        # Epochs of several batches held in RAM (no spill to q files): after the kill the
+        # pending tuples come back from the arrival log.
+        (5, False, 1 << 17),
+        (6, True, 1 << 17),
+    ],
+)
 @pytest.mark.parametrize("background", [False, True])
-def test_killed_at_random_times(tmp_path: Path, seed: int, fsync: bool | str, ram: int,
-                                background: bool) -> None:
+def test_killed_at_random_times(
+    tmp_path: Path, seed: int, fsync: bool | str, ram: int, background: bool
+) -> None:
     delay = random.Random(seed).uniform(0.4, 1.5)
-    run_child(tmp_path / "drum", seed=seed, fsync=fsync, kill_after_s=delay, ram=ram,
-              background=background)
+    run_child(
+        tmp_path / "drum",
+        seed=seed,
+        fsync=fsync,
+        kill_after_s=delay,
+        ram=ram,
+        background=background,
+    )
     verify(tmp_path)
 
 
@@ -268,8 +297,9 @@ def fill_until_full(directory: Path) -> dict | None:
 
 def _mount_tmpfs(path: Path) -> bool:
     path.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(path)],
-                          capture_output=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(path)], capture_output=True
+    )
     return done.returncode == 0
 
 
@@ -311,8 +341,7 @@ def test_fsize_limit_child_reports_clear_error(tmp_path: Path) -> None:
         "from test_drum_crash import fill_until_full; import pathlib;"
         f"print(fill_until_full(pathlib.Path({str(tmp_path / 'drum')!r}))['batches'])"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert int(done.stdout) > 0 and time.monotonic() - start < 60
     Drum(tmp_path / "drum", fsync=False, **OPTS)

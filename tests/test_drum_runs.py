@@ -16,17 +16,19 @@ def run_of(items: dict[int, int], chunk: int) -> list[tuple[np.ndarray, np.ndarr
     keys = np.array(sorted(items), np.uint64)
     values = np.zeros(len(keys), VALUE)
     values["n"] = [items[k] for k in keys.tolist()]
-    return [(keys[s:s + chunk], values[s:s + chunk]) for s in range(0, len(keys), chunk)]
+    return [(keys[s : s + chunk], values[s : s + chunk]) for s in range(0, len(keys), chunk)]
 
 
-runs_st = st.lists(st.dictionaries(st.integers(0, 60), st.integers(0, 999), max_size=30),
-                   max_size=6)
+runs_st = st.lists(
+    st.dictionaries(st.integers(0, 60), st.integers(0, 999), max_size=30), max_size=6
+)
 
 
 @settings(max_examples=300, deadline=None)
 @given(runs=runs_st, chunks=st.lists(st.integers(1, 7), min_size=6, max_size=6))
-def test_merge_runs_is_a_dict_update_in_run_order(runs: list[dict[int, int]],
-                                                  chunks: list[int]) -> None:
+def test_merge_runs_is_a_dict_update_in_run_order(
+    runs: list[dict[int, int]], chunks: list[int]
+) -> None:
     model: dict[int, int] = {}
     for r in runs:
         model.update(r)
@@ -38,11 +40,13 @@ def test_merge_runs_is_a_dict_update_in_run_order(runs: list[dict[int, int]],
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.dictionaries(st.integers(0, 99), st.integers(0, 9)),
-       st.dictionaries(st.integers(0, 99), st.integers(10, 19)))
+@given(
+    st.dictionaries(st.integers(0, 99), st.integers(0, 9)),
+    st.dictionaries(st.integers(0, 99), st.integers(10, 19)),
+)
 def test_merge_two_new_wins(old: dict[int, int], new: dict[int, int]) -> None:
-    (ok, ov), = run_of(old, 1000) or [(np.empty(0, np.uint64), np.empty(0, VALUE))]
-    (nk, nv), = run_of(new, 1000) or [(np.empty(0, np.uint64), np.empty(0, VALUE))]
+    ((ok, ov),) = run_of(old, 1000) or [(np.empty(0, np.uint64), np.empty(0, VALUE))]
+    ((nk, nv),) = run_of(new, 1000) or [(np.empty(0, np.uint64), np.empty(0, VALUE))]
     keys, values = merge_two(ok, ov, nk, nv)
     model = {**old, **new}
     assert keys.tolist() == sorted(model)
@@ -50,8 +54,7 @@ def test_merge_two_new_wins(old: dict[int, int], new: dict[int, int]) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(base=st.integers(0, 10**7), deltas=st.lists(st.integers(1, 10**5), min_size=1,
-                                                   max_size=400))
+@given(base=st.integers(0, 10**7), deltas=st.lists(st.integers(1, 10**5), min_size=1, max_size=400))
 def test_fold_policy_bounds_runs_and_rewrites(base: int, deltas: list[int]) -> None:
     """Rounds adding deltas of these sizes (no overlap): at most MAX_RUNS runs, and the
     records written stay a small multiple of the deltas plus the base rewrites."""

@@ -25,9 +25,11 @@ from drumbeat.settings import Settings
 from drumbeat.store.warc import WarcWriter, iter_records
 from drumbeat.urls import fingerprint
 
-PAGE_HTML = (b"<html><body><a href='/a'>a</a><a href='b?x=1#f'>b</a>"
-             b"<a rel=nofollow href='/secret'>s</a><a href='mailto:x@y'>m</a>"
-             b"<a href='http://other.test/'>o</a></body></html>")
+PAGE_HTML = (
+    b"<html><body><a href='/a'>a</a><a href='b?x=1#f'>b</a>"
+    b"<a rel=nofollow href='/secret'>s</a><a href='mailto:x@y'>m</a>"
+    b"<a href='http://other.test/'>o</a></body></html>"
+)
 
 
 CLIENTS = {"aiohttp": HttpClient, "curl": CurlHttpClient}
@@ -42,13 +44,14 @@ def backend(request: pytest.FixtureRequest):
 
 
 async def chunked_gzip(request: web.Request) -> web.StreamResponse:
-    resp = web.StreamResponse(headers={"Content-Type": "text/html; charset=utf-8",
-                                       "Content-Encoding": "gzip"})
+    resp = web.StreamResponse(
+        headers={"Content-Type": "text/html; charset=utf-8", "Content-Encoding": "gzip"}
+    )
     resp.enable_chunked_encoding()
     await resp.prepare(request)
     data = gzip.compress(PAGE_HTML)
     for i in range(0, len(data), 50):
-        await resp.write(data[i:i + 50])
+        await resp.write(data[i : i + 50])
     await resp.write_eof()
     return resp
 
@@ -72,6 +75,7 @@ async def one_by_one(fetcher: Fetcher, items: list[FetchItem]) -> list[ItemResul
 def run_fetches(tmp_path: Path, items: list[FetchItem], fetch_all=one_by_one):
     """``fetch_all(fetcher, items)`` with a fetcher of a loopback server's pages (PORT in
     the items' URLs is its port); by default Fetcher.process item by item."""
+
     async def go():
         app = web.Application()
         app.router.add_get("/chunked", chunked_gzip)
@@ -84,8 +88,9 @@ def run_fetches(tmp_path: Path, items: list[FetchItem], fetch_all=one_by_one):
         await site.start()
         port = site._server.sockets[0].getsockname()[1]
         settings = Settings(allow_loopback=True)
-        http = _client_class[0](user_agent="drumbeat-test",
-                                policy=AddressPolicy(allow_loopback=True), resolver=None)
+        http = _client_class[0](
+            user_agent="drumbeat-test", policy=AddressPolicy(allow_loopback=True), resolver=None
+        )
         warc = WarcWriter(tmp_path / "warc")
         fetcher = Fetcher(settings, LocalTaskQueue(), http, warc)
         try:
@@ -96,6 +101,7 @@ def run_fetches(tmp_path: Path, items: list[FetchItem], fetch_all=one_by_one):
             await http.close()
             warc.close()
             await runner.cleanup()
+
     (tmp_path / "warc").mkdir()
     return asyncio.run(go())
 
@@ -115,16 +121,19 @@ async def fetch_through_run(fetcher: Fetcher, items: list[FetchItem]) -> list[It
 
 
 def test_page_links_warc_and_log(tmp_path: Path):
-    port, [r] = run_fetches(tmp_path, [
-        FetchItem(1, "http://localhost:PORT/chunked", "127.0.0.1", PAGE, 2, "http://s.test/")])
+    port, [r] = run_fetches(
+        tmp_path,
+        [FetchItem(1, "http://localhost:PORT/chunked", "127.0.0.1", PAGE, 2, "http://s.test/")],
+    )
     base = f"http://localhost:{port}"
     assert r.status == 200 and r.error is None
     assert r.found is not None
     assert r.found.urls() == [f"{base}/a", f"{base}/b?x=1", "http://other.test/"]
     # Packed for URL-seen as the manager would have: fingerprints and payloads.
     assert list(memoryview(r.found.fingerprints).cast("Q")) == [
-        fingerprint(u) for u in r.found.urls()]
-    first = r.found.payloads[:memoryview(r.found.lengths).cast("I")[0]]
+        fingerprint(u) for u in r.found.urls()
+    ]
+    first = r.found.payloads[: memoryview(r.found.lengths).cast("I")[0]]
     assert first == encode_payload(f"{base}/a", 3, f"{base}/chunked")
     assert r.dropped.get("nofollow") == 1 and r.dropped.get("scheme") == 1
     assert r.pld_edges is not None and r.pld_edges.pairs() == [("localhost", "other.test")]
@@ -146,18 +155,22 @@ def test_page_links_warc_and_log(tmp_path: Path):
 
 
 def test_redirect_location_is_a_link_and_odd_bodies_are_harmless(tmp_path: Path):
-    port, (redir, binary_page) = run_fetches(tmp_path, [
-        FetchItem(1, "http://localhost:PORT/dir/redirect", "127.0.0.1"),
-        FetchItem(2, "http://localhost:PORT/binary", "127.0.0.1"),
-    ])
+    port, (redir, binary_page) = run_fetches(
+        tmp_path,
+        [
+            FetchItem(1, "http://localhost:PORT/dir/redirect", "127.0.0.1"),
+            FetchItem(2, "http://localhost:PORT/binary", "127.0.0.1"),
+        ],
+    )
     assert redir.status == 302 and redir.found is not None
     assert redir.found.urls() == [f"http://localhost:{port}/landing/x"]
     assert binary_page.status == 200 and binary_page.found is None
 
 
 def test_robots_item_returns_text(tmp_path: Path):
-    _, [r] = run_fetches(tmp_path, [
-        FetchItem(1, "http://localhost:PORT/robots.txt", "127.0.0.1", ROBOTS)])
+    _, [r] = run_fetches(
+        tmp_path, [FetchItem(1, "http://localhost:PORT/robots.txt", "127.0.0.1", ROBOTS)]
+    )
     assert r.status == 200 and "Disallow: /private/" in (r.robots_text or "")
     assert r.found is None
 
@@ -165,11 +178,13 @@ def test_robots_item_returns_text(tmp_path: Path):
 def test_run_gives_what_process_gives_item_by_item(tmp_path: Path):
     """Fetcher.run archives and parses the pages fetched in one turn of the loop as a
     batch, pass by pass; each item's result is the one process() makes alone."""
-    items = [FetchItem(1, "http://localhost:PORT/chunked", "127.0.0.1", PAGE, 2, "http://s.test/"),
-             FetchItem(2, "http://localhost:PORT/dir/redirect", "127.0.0.1"),
-             FetchItem(3, "http://localhost:PORT/binary", "127.0.0.1"),
-             FetchItem(4, "http://localhost:PORT/robots.txt", "127.0.0.1", ROBOTS),
-             FetchItem(5, "http://localhost:PORT/chunked", "127.0.0.1", PAGE, 0, None)]
+    items = [
+        FetchItem(1, "http://localhost:PORT/chunked", "127.0.0.1", PAGE, 2, "http://s.test/"),
+        FetchItem(2, "http://localhost:PORT/dir/redirect", "127.0.0.1"),
+        FetchItem(3, "http://localhost:PORT/binary", "127.0.0.1"),
+        FetchItem(4, "http://localhost:PORT/robots.txt", "127.0.0.1", ROBOTS),
+        FetchItem(5, "http://localhost:PORT/chunked", "127.0.0.1", PAGE, 0, None),
+    ]
 
     async def both_ways(fetcher: Fetcher, items: list[FetchItem]):
         alone = await one_by_one(fetcher, items)
@@ -184,16 +199,28 @@ def test_run_gives_what_process_gives_item_by_item(tmp_path: Path):
     def essence(r: ItemResult) -> tuple:
         log = {k: v for k, v in (r.log or {}).items() if k not in ("time", "fetch_ms", "warc")}
         found = r.found and (r.found.fingerprints, r.found.payloads, r.found.lengths)
-        return (r.index, r.status, r.error, found, r.pld_edges and r.pld_edges.pairs(),
-                r.dropped, r.robots_text, log)
+        return (
+            r.index,
+            r.status,
+            r.error,
+            found,
+            r.pld_edges and r.pld_edges.pairs(),
+            r.dropped,
+            r.robots_text,
+            log,
+        )
 
     port, (alone, together) = run_fetches(tmp_path, items, both_ways)
     assert [essence(r) for r in together] == [essence(r) for r in alone]
     assert [r.status for r in together] == [200, 302, 200, 200, 200]
     assert together[0].found is not None and together[0].found.urls() == [
-        f"http://localhost:{port}/a", f"http://localhost:{port}/b?x=1", "http://other.test/"]
+        f"http://localhost:{port}/a",
+        f"http://localhost:{port}/b?x=1",
+        "http://other.test/",
+    ]
     assert together[1].found is not None and together[1].found.urls() == [
-        f"http://localhost:{port}/landing/x"]
+        f"http://localhost:{port}/landing/x"
+    ]
     assert "Disallow: /private/" in (together[3].robots_text or "")
     assert all(r.log and r.log["warc"] for r in together)
     [path] = (tmp_path / "run").glob("*.warc.gz")
@@ -210,24 +237,40 @@ def test_a_failing_item_does_not_take_its_batch_with_it(tmp_path: Path):
     url = "http://s.test/p"
 
     def fetched(index: int, head: object = b"HTTP/1.1 200 OK\r\n\r\n", body: object = PAGE_HTML):
-        resp = FetchResponse(url=url, ip="127.0.0.1", fetch_time=1.0, status=200,
-                             request_head=b"GET /p HTTP/1.1\r\nHost: s.test\r\n\r\n",
-                             response_head=head, body=body,  # type: ignore[arg-type]
-                             decoded=PAGE_HTML, content_type="text/html")
+        resp = FetchResponse(
+            url=url,
+            ip="127.0.0.1",
+            fetch_time=1.0,
+            status=200,
+            request_head=b"GET /p HTTP/1.1\r\nHost: s.test\r\n\r\n",
+            response_head=head,
+            body=body,  # type: ignore[arg-type]
+            decoded=PAGE_HTML,
+            content_type="text/html",
+        )
         return 0, index, FetchItem(index, url, "127.0.0.1"), resp
 
     # Fields of the wrong type stand for bugs: one breaks the result, one the WARC write.
     results = fetcher.complete(
-        [fetched(0), fetched(1, body=None), fetched(2), fetched(3, head=None), fetched(4)])
+        [fetched(0), fetched(1, body=None), fetched(2), fetched(3, head=None), fetched(4)]
+    )
     warc.close()
     assert [r.error for r in results] == [
-        None, "internal:TypeError", None, "internal:TypeError", None]
+        None,
+        "internal:TypeError",
+        None,
+        "internal:TypeError",
+        None,
+    ]
     assert results[1].log is None and results[3].log is None
     good = [results[0], results[2], results[4]]
     for r in good:
         assert r.log is not None and r.log["warc"]
         assert r.found is not None and r.found.urls() == [
-            "http://s.test/a", "http://s.test/b?x=1", "http://other.test/"]
+            "http://s.test/a",
+            "http://s.test/b?x=1",
+            "http://other.test/",
+        ]
     [path] = tmp_path.glob("*.warc.gz")
     offsets = [rec.offset for rec in iter_records(path) if rec.rec_type == "response"]
     assert sorted(int(r.log["warc"].rsplit(":", 1)[1]) for r in good) == offsets

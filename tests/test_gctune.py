@@ -31,7 +31,6 @@ PROBE = textwrap.dedent("""
 
 
 def test_cycles_are_collected_after_the_threshold_not_before():
-    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
-                         timeout=60)
+    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"

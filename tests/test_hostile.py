@@ -101,17 +101,28 @@ def outcomes(sim: SimWeb, backend: str) -> dict[str, Outcome]:
 def make_client(sim: SimWeb, dns: DnsCache, backend: str = "aiohttp") -> HttpClient:
     policy = OnlyHostileServers(frozenset(hostile.address(c) for c in hostile.SERVED))
     return CLIENTS[backend](  # type: ignore[return-value]
-        user_agent=UA, policy=policy, resolver=dns,  # type: ignore[arg-type]
-        connect_timeout_s=1, read_timeout_s=1, total_timeout_s=TOTAL_TIMEOUT_S,
-        max_body_bytes=BODY_CAP, max_decoded_bytes=DECODED_CAP,
+        user_agent=UA,
+        policy=policy,
+        resolver=dns,  # type: ignore[arg-type]
+        connect_timeout_s=1,
+        read_timeout_s=1,
+        total_timeout_s=TOTAL_TIMEOUT_S,
+        max_body_bytes=BODY_CAP,
+        max_decoded_bytes=DECODED_CAP,
     )
 
 
 async def run_cases(sim: SimWeb, tmp: Path, backend: str = "aiohttp") -> dict[str, Outcome]:
     dns = DnsCache(nameserver=sim.dns_address, timeout_s=0.5, tries=1)
     http = make_client(sim, dns, backend)
-    store = RobotsStore(tmp / "robots", user_agent="drumbeat", expiry_s=3600, retry_s=60,
-                        max_attempts=3, fsync=False)
+    store = RobotsStore(
+        tmp / "robots",
+        user_agent="drumbeat",
+        expiry_s=3600,
+        retry_s=60,
+        max_attempts=3,
+        fsync=False,
+    )
     results: dict[str, Outcome] = {}
     # tracemalloc sees the server's thread too: let it build its bombs before measuring.
     for name in ("gzip-bomb", "deflate-bomb", "brotli-bomb"):
@@ -296,8 +307,9 @@ def test_long_location_is_rejected_by_normalization(outcomes: dict[str, Outcome]
     assert rejected.value.reason == "too_long"
 
 
-@pytest.mark.parametrize("name", ["charset-wrong", "charset-absent", "charset-invalid",
-                                  "charset-bogus", "binary-html"])
+@pytest.mark.parametrize(
+    "name", ["charset-wrong", "charset-absent", "charset-invalid", "charset-bogus", "binary-html"]
+)
 def test_bad_encodings_still_parse(outcomes: dict[str, Outcome], name: str) -> None:
     o = outcomes[name]
     assert o.response.status == 200
@@ -334,8 +346,11 @@ def test_retry_after(outcomes: dict[str, Outcome]) -> None:
     # The date is the server's clock + RETRY_AFTER_S when it answered, counted from when
     # the fetch began (fetch_time): up to the fetch's duration more (seconds, on a loaded
     # machine's full test run).
-    assert (hostile.RETRY_AFTER_S - 30 < late.retry_after_s
-            <= hostile.RETRY_AFTER_S + late.elapsed_ms / 1000)
+    assert (
+        hostile.RETRY_AFTER_S - 30
+        < late.retry_after_s
+        <= hostile.RETRY_AFTER_S + late.elapsed_ms / 1000
+    )
     assert outcomes["status-503-bad-retry"].response.retry_after_s is None
 
 

@@ -119,8 +119,9 @@ def bomb() -> bytes:
 
 def make_app(bomb_body: bytes, release: asyncio.Event) -> web.Application:
     async def page(request: web.Request) -> web.Response:
-        return web.Response(body=HTML, content_type="text/html", charset="utf-8",
-                            headers={"X-Host": request.host})
+        return web.Response(
+            body=HTML, content_type="text/html", charset="utf-8", headers={"X-Host": request.host}
+        )
 
     async def status(request: web.Request) -> web.Response:
         return web.Response(status=int(request.match_info["code"]), text="status")
@@ -186,8 +187,10 @@ def fixed(body: bytes, coding: str) -> Callable[[web.Request], Awaitable[web.Res
     """A handler serving ``body`` as is, labelled with Content-Encoding ``coding``."""
 
     async def handler(request: web.Request) -> web.Response:
-        return web.Response(body=body, headers={"Content-Encoding": coding,
-                                                "Content-Type": "text/html; charset=utf-8"})
+        return web.Response(
+            body=body,
+            headers={"Content-Encoding": coding, "Content-Type": "text/html; charset=utf-8"},
+        )
 
     return handler
 
@@ -482,11 +485,15 @@ def test_connection_refused_is_connect(dns: tuple[Zone, str]) -> None:
     [
         (b"HTTX/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi", "http:bad_status_line"),
         (b"hello there\r\n\r\n", "http:bad_status_line"),
-        (b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 5000 + b"\r\nContent-Length: 2\r\n\r\nhi",
-         "http:header_too_large"),
+        (
+            b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 5000 + b"\r\nContent-Length: 2\r\n\r\nhi",
+            "http:header_too_large",
+        ),
         (b"HTTP/1.1 200 " + b"O" * 5000 + b"\r\n\r\n", "http:header_too_large"),
-        (b"HTTP/1.1 200 OK\r\n" + b"".join(b"X-%d: a\r\n" % i for i in range(500)) + b"\r\n",
-         "http:header_too_large"),
+        (
+            b"HTTP/1.1 200 OK\r\n" + b"".join(b"X-%d: a\r\n" % i for i in range(500)) + b"\r\n",
+            "http:header_too_large",
+        ),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhi\r\n", "http:bad_message"),
         (b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhi", "http:incomplete_body"),
         (b"", "http:disconnected"),
@@ -506,8 +513,9 @@ def test_protocol_errors_have_reasons(
     assert r.error == reason
 
 
-@pytest.mark.parametrize("url", ["notaurl", "ftp://127.0.0.1/x", "http:///nohost", "http://[::1/",
-                                 "http://[]@"])  # yarl: IndexError
+@pytest.mark.parametrize(
+    "url", ["notaurl", "ftp://127.0.0.1/x", "http:///nohost", "http://[::1/", "http://[]@"]
+)  # yarl: IndexError
 def test_bad_urls_are_errors(dns: tuple[Zone, str], url: str) -> None:
     async def main() -> FetchResponse:
         async with client(dns[1]) as http:
@@ -517,8 +525,8 @@ def test_bad_urls_are_errors(dns: tuple[Zone, str], url: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("host", "ip"), [("127.0.0.1", None), ("guarded.test", "127.0.0.1"), ("localhost", None),
-                     ("[::1]", None)]
+    ("host", "ip"),
+    [("127.0.0.1", None), ("guarded.test", "127.0.0.1"), ("localhost", None), ("[::1]", None)],
 )
 def test_guard_refuses_before_any_connection(
     dns: tuple[Zone, str], host: str, ip: str | None
@@ -539,8 +547,10 @@ def test_guard_refuses_before_any_connection(
 
 
 def test_request_and_response_heads_are_exact(dns: tuple[Zone, str]) -> None:
-    head = (b"HTTP/1.1 200 OK\r\nContent-Type: Text/HTML; charset=ISO-8859-1\r\n"
-            b"Set-Cookie: a=1\r\nSet-Cookie: b=2\r\nContent-Length: 5\r\n\r\n")
+    head = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: Text/HTML; charset=ISO-8859-1\r\n"
+        b"Set-Cookie: a=1\r\nSet-Cookie: b=2\r\nContent-Length: 5\r\n\r\n"
+    )
 
     async def main() -> tuple[FetchResponse, RawServer]:
         async with raw_server(head + b"hello") as raw, client(dns[1]) as http:
@@ -637,7 +647,9 @@ def test_robots_body_is_capped(dns: tuple[Zone, str]) -> None:
 
 FROM = "crawler-ops@example.org"
 # Every answer a redirect back to robots.txt, and no keep-alive: one request a connection.
-LOOP = b"HTTP/1.1 301 Moved\r\nLocation: /robots.txt\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+LOOP = (
+    b"HTTP/1.1 301 Moved\r\nLocation: /robots.txt\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+)
 
 
 @pytest.mark.parametrize("from_header", ["", FROM])
@@ -656,14 +668,21 @@ def test_from_header_goes_with_every_request_robots_hops_included(
     assert len(raw.requests) == 7  # the page, robots.txt and its five redirects
     expected = [f"From: {from_header}".encode()] if from_header else []
     for request in raw.requests:
-        assert [line for line in request.split(b"\r\n") if line.lower().startswith(b"from:")
-                ] == expected
+        assert [
+            line for line in request.split(b"\r\n") if line.lower().startswith(b"from:")
+        ] == expected
     assert page.request_head == raw.requests[0]  # the WARC request record has it too
 
 
 def test_the_from_setting_reaches_the_client_open_http_makes(backend: str) -> None:
-    settings = Settings(from_header=FROM, user_agent=UA, http_client=backend,
-                        allow_loopback=True, dns_server="127.0.0.1:9", dns_timeout_s=0.2)
+    settings = Settings(
+        from_header=FROM,
+        user_agent=UA,
+        http_client=backend,
+        allow_loopback=True,
+        dns_server="127.0.0.1:9",
+        dns_timeout_s=0.2,
+    )
 
     async def main() -> tuple[object, FetchResponse, RawServer]:
         async with raw_server(LOOP) as raw:

@@ -62,7 +62,9 @@ def test_base_href() -> None:
     assert page.links == ["https://cdn.site1.test/b/c"]
 
 
-@pytest.mark.parametrize("base", ["http://[bad", "javascript:void(0)", "mailto:x@y.test", "http://"])
+@pytest.mark.parametrize(
+    "base", ["http://[bad", "javascript:void(0)", "mailto:x@y.test", "http://"]
+)
 def test_invalid_base_is_ignored(base: str) -> None:
     page = links_of(f'<base href="{base}"><base href="/second/"><a href="x">x</a>')
     # only the first <base href> counts; when it is invalid the page URL is the base
@@ -197,8 +199,11 @@ def test_latin1_declared() -> None:
 def test_latin1_undeclared_is_read_as_windows_1252() -> None:
     body = '<a href="/ok">ok</a><a href="/café">c</a><a href="/€">e</a>'.encode("cp1252")
     page = extract_links(body, PAGE)
-    assert page.links == ["http://www.site1.test/ok", "http://www.site1.test/caf%C3%A9",
-                          "http://www.site1.test/%E2%82%AC"]
+    assert page.links == [
+        "http://www.site1.test/ok",
+        "http://www.site1.test/caf%C3%A9",
+        "http://www.site1.test/%E2%82%AC",
+    ]
 
 
 def test_utf8_undeclared_is_read_as_utf8() -> None:
@@ -212,7 +217,10 @@ def test_shift_jis_declared() -> None:
         '</head><body><a href="/日本語/">日本</a><a href="/ascii">a</a></body></html>'
     ).encode("shift_jis")
     page = extract_links(body, PAGE)
-    assert page.links == ["http://www.site1.test/%E6%97%A5%E6%9C%AC%E8%AA%9E/", "http://www.site1.test/ascii"]
+    assert page.links == [
+        "http://www.site1.test/%E6%97%A5%E6%9C%AC%E8%AA%9E/",
+        "http://www.site1.test/ascii",
+    ]
 
 
 def test_utf16_with_bom() -> None:
@@ -238,10 +246,37 @@ def test_empty_body_and_bad_page_url() -> None:
 
 
 _FRAGMENTS = st.sampled_from(
-    [b"<a href=", b'"', b"'", b">", b"<", b"/", b"http://", b"<base href=", b"<meta ", b"name=robots ",
-     b"http-equiv=refresh ", b"content=", b"0;url=", b"<link rel=canonical href=", b"<iframe src=",
-     b"<frameset><frame src=", b"\x00", b"\xff", b"\xef\xbb\xbf", b"&#x0;", b"&amp", b"<!--", b"-->",
-     b"<script>", b"</script>", b"<svg>", b"charset=shift_jis", b"nofollow", b" rel="]
+    [
+        b"<a href=",
+        b'"',
+        b"'",
+        b">",
+        b"<",
+        b"/",
+        b"http://",
+        b"<base href=",
+        b"<meta ",
+        b"name=robots ",
+        b"http-equiv=refresh ",
+        b"content=",
+        b"0;url=",
+        b"<link rel=canonical href=",
+        b"<iframe src=",
+        b"<frameset><frame src=",
+        b"\x00",
+        b"\xff",
+        b"\xef\xbb\xbf",
+        b"&#x0;",
+        b"&amp",
+        b"<!--",
+        b"-->",
+        b"<script>",
+        b"</script>",
+        b"<svg>",
+        b"charset=shift_jis",
+        b"nofollow",
+        b" rel=",
+    ]
 )
 
 
@@ -280,7 +315,8 @@ def test_pld_edges() -> None:
     assert pld_edges("http://a.site1.test/", []) == set()
     # Shortest origins, both schemes, IPv6 and ports: the origin ends where the path starts.
     assert pld_edges("https://b/", ["http://a/x", "https://a:81/", "http://[::1]:8080/y/z"]) == {
-        ("b", "a"), ("b", "[::1]"),
+        ("b", "a"),
+        ("b", "[::1]"),
     }
 
 
@@ -288,19 +324,47 @@ def test_pld_edges() -> None:
 # attributes without values, rel lists, foreign content, templates, comments, scripts,
 # foster parenting, misnested tags); then the elements that send a page to the query.
 _AROUND_ANCHORS = [
-    '<a href="x">', "<A HREF='/y' REL='NoFollow'>", '<a href="z" rel="noopener nofollow">',
-    '<a href="w" rel="">', "<a>", "<a href>", '<a href="">', "</a>", "<a href=v rel=follow>",
-    '<base href="/b/">', "<base>", '<BASE HREF="http://o.test/">',
-    '<meta name="ROBOTS" content="NoFollow">', "<meta name=robots>", '<meta name=robots content="none">',
-    '<meta name=googlebot content=nofollow>', '<meta charset="utf-8">',
-    '<meta http-equiv="Content-Type" content="text/html">', '<link rel="stylesheet" href="s.css">',
-    "<svg><a href='s'></a></svg>", "<template><a href='t'></template>",
-    "<!-- <a href='c'> -->", "<script><a href='sc'></script>", "<noscript><a href='n'></noscript>",
-    "<table><a href='tb'><tr><td>", "<p>", "<b><p>", "</b>", "<head>", "<body>", "<html>", "text",
+    '<a href="x">',
+    "<A HREF='/y' REL='NoFollow'>",
+    '<a href="z" rel="noopener nofollow">',
+    '<a href="w" rel="">',
+    "<a>",
+    "<a href>",
+    '<a href="">',
+    "</a>",
+    "<a href=v rel=follow>",
+    '<base href="/b/">',
+    "<base>",
+    '<BASE HREF="http://o.test/">',
+    '<meta name="ROBOTS" content="NoFollow">',
+    "<meta name=robots>",
+    '<meta name=robots content="none">',
+    "<meta name=googlebot content=nofollow>",
+    '<meta charset="utf-8">',
+    '<meta http-equiv="Content-Type" content="text/html">',
+    '<link rel="stylesheet" href="s.css">',
+    "<svg><a href='s'></a></svg>",
+    "<template><a href='t'></template>",
+    "<!-- <a href='c'> -->",
+    "<script><a href='sc'></script>",
+    "<noscript><a href='n'></noscript>",
+    "<table><a href='tb'><tr><td>",
+    "<p>",
+    "<b><p>",
+    "</b>",
+    "<head>",
+    "<body>",
+    "<html>",
+    "text",
 ]
 _OTHER_REFERENCES = [
-    '<meta http-equiv="REFRESH" content="1;url=r">', '<link rel="Canonical" href="/c">',
-    "<link rel=canonical>", "<link rel=canonicals>", '<area href="/ar">', '<frame src="f">', '<iframe src="i"></iframe>',
+    '<meta http-equiv="REFRESH" content="1;url=r">',
+    '<link rel="Canonical" href="/c">',
+    "<link rel=canonical>",
+    "<link rel=canonicals>",
+    '<area href="/ar">',
+    '<frame src="f">',
+    '<iframe src="i"></iframe>',
     "<frameset>",
 ]
 
@@ -324,17 +388,28 @@ def test_anchor_path_leaves_other_references_to_the_css_query(parts: list[str]) 
 
 
 def test_anchor_path_is_taken_for_pages_of_anchors() -> None:
-    html = (b'<html><head><meta charset="utf-8"><link rel="stylesheet" href="/s.css">'
-            b'<meta name="robots" content="noindex"><base href="/b/"></head><body>'
-            b'<a href="x">x</a><a href="/y" rel="nofollow">y</a><a href="z">z</a></body></html>')
+    html = (
+        b'<html><head><meta charset="utf-8"><link rel="stylesheet" href="/s.css">'
+        b'<meta name="robots" content="noindex"><base href="/b/"></head><body>'
+        b'<a href="x">x</a><a href="/y" rel="nofollow">y</a><a href="z">z</a></body></html>'
+    )
     tree = LexborHTMLParser(html, encoding=True)
     fast = _anchor_references(tree, PAGE, Counter())
     assert fast is not None
     assert (fast.refs, fast.base_ref, fast.noindex, fast.dropped) == (
-        ["x", "z"], "/b/", True, {"nofollow": 1})
+        ["x", "z"],
+        "/b/",
+        True,
+        {"nofollow": 1},
+    )
     assert fast == _selected_references(tree, PAGE, Counter())
-    for other in (b'<link rel="canonical" href="/c">', b'<meta http-equiv="refresh" content="0">',
-                  b'<area href="/a">', b'<iframe src="/i">', b'<frameset><frame src="/f">'):
+    for other in (
+        b'<link rel="canonical" href="/c">',
+        b'<meta http-equiv="refresh" content="0">',
+        b'<area href="/a">',
+        b'<iframe src="/i">',
+        b'<frameset><frame src="/f">',
+    ):
         assert _anchor_references(LexborHTMLParser(other), PAGE, Counter()) is None
 
 
@@ -360,8 +435,15 @@ def test_http_charset_beats_meta_and_a_bom_beats_both() -> None:
     assert page.links == ["http://www.site1.test/%C3%A9?q=%C3%A9"]
 
 
-@pytest.mark.parametrize("content_type", ["text/html; charset=utf-7", "text/html; charset=base64",
-                                          "text/html; charset=x-no-such", "text/html"])
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        "text/html; charset=utf-7",
+        "text/html; charset=base64",
+        "text/html; charset=x-no-such",
+        "text/html",
+    ],
+)
 def test_unknown_or_unsafe_labels_are_ignored(content_type: str) -> None:
     body = b'<a href="/+ADw-x">u</a><a href="/\xc3\xa9">e</a>'  # UTF-8, undeclared
     page = extract_links(body, PAGE, content_type=content_type)
@@ -378,9 +460,11 @@ def test_query_in_a_multibyte_page_encoding() -> None:
 
 def _long_page(links: int, pad: int = 200) -> bytes:
     filler = "<p>" + "x" * pad + "</p>"
-    return ("<html><head><base href='http://base.test/d/'></head><body>"
-            + "".join(f'<a href="l{k}">{k}</a>{filler}' for k in range(links))
-            + "</body></html>").encode()
+    return (
+        "<html><head><base href='http://base.test/d/'></head><body>"
+        + "".join(f'<a href="l{k}">{k}</a>{filler}' for k in range(links))
+        + "</body></html>"
+    ).encode()
 
 
 def test_a_long_page_is_parsed_whole_one_segment_at_a_time() -> None:
@@ -395,9 +479,9 @@ def test_segments_are_cut_before_a_tag() -> None:
     from drumbeat.parse.links import _segment_end
 
     body = b"<p>" + b"x" * 50 + b'<a href="/y">' + b"z" * 50
-    assert body[_segment_end(body, 0, 80):].startswith(b'<a href="/y">')
+    assert body[_segment_end(body, 0, 80) :].startswith(b'<a href="/y">')
     text = "é".encode() * 100  # no tag at all: cut on a character boundary
-    assert text[:_segment_end(text, 0, 51)].decode() == "é" * 25
+    assert text[: _segment_end(text, 0, 51)].decode() == "é" * 25
 
 
 def test_the_parse_stops_at_the_references_bound() -> None:

@@ -30,10 +30,14 @@ RAM = 1_600
 
 def test_host_cap_follows_the_delay_floor() -> None:
     s = Settings()
-    assert beast_host_cap(s.with_changes(host_delay_s=2.0, host_delay_min_s=0.5,
-                                         budget_default=10)) == 40
-    assert beast_host_cap(s.with_changes(host_delay_s=1.0, host_delay_min_s=1.0,
-                                         budget_default=10)) == 10
+    assert (
+        beast_host_cap(s.with_changes(host_delay_s=2.0, host_delay_min_s=0.5, budget_default=10))
+        == 40
+    )
+    assert (
+        beast_host_cap(s.with_changes(host_delay_s=1.0, host_delay_min_s=1.0, budget_default=10))
+        == 10
+    )
     assert beast_host_cap(s.with_changes(host_delay_s=0.0, host_delay_min_s=0.0)) == 0
 
 
@@ -59,9 +63,14 @@ def test_idle_slots_read_beast_before_ram_is_half_empty(tmp_path: Path) -> None:
 
 async def _idle_slots_read_beast(tmp_path: Path) -> None:
     # Unpaced BEAST turns: this is about RAM, not budgets (paced: test_manager_pacing.py).
-    async with offline_manager(tmp_path, frontier_ram_urls=RAM, host_delay_s=1.0,
-                               host_delay_min_s=1.0, budget_max=10_000,
-                               beast_turn_s=0) as manager:
+    async with offline_manager(
+        tmp_path,
+        frontier_ram_urls=RAM,
+        host_delay_s=1.0,
+        host_delay_min_s=1.0,
+        budget_max=10_000,
+        beast_turn_s=0,
+    ) as manager:
         # Ten hosts with 100 URLs each fill RAM beyond half (1,000 of 1,600).
         big = [f"http://big{i}.test" for i in range(10)]
         _admit(manager, big, 100)
@@ -85,7 +94,8 @@ async def _idle_slots_read_beast(tmp_path: Path) -> None:
 
 
 def test_new_urls_are_placed_a_batch_at_a_time_and_a_checkpoint_keeps_their_place(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     asyncio.run(_placed_in_parts(tmp_path))
 
 
@@ -121,15 +131,21 @@ async def _placed_in_parts(tmp_path: Path) -> None:
 
 
 def test_urls_read_from_beast_are_routed_a_batch_at_a_time_and_a_checkpoint_keeps_all(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     asyncio.run(_routed_in_parts(tmp_path))
 
 
 async def _routed_in_parts(tmp_path: Path) -> None:
     # A BEAST read brings up to half of RAM at once (50,000 URLs by default): the crawl
     # loop routes them a batch per turn (TUNING.route_budget_s), and they count as in RAM.
-    changes = {"frontier_ram_urls": 10_000, "beast_turn_s": 0, "budget_max": 10_000,
-               "host_delay_s": 1.0, "host_delay_min_s": 1.0}
+    changes = {
+        "frontier_ram_urls": 10_000,
+        "beast_turn_s": 0,
+        "budget_max": 10_000,
+        "host_delay_s": 1.0,
+        "host_delay_min_s": 1.0,
+    }
     hosts = [f"http://r{i}.test" for i in range(20)]
     async with offline_manager(tmp_path, **changes) as manager:
         _admit(manager, hosts, 200)
@@ -155,7 +171,8 @@ async def _routed_in_parts(tmp_path: Path) -> None:
 
 
 def test_routing_takes_its_share_of_the_time_while_the_scheduler_holds_enough(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     asyncio.run(_routing_paced(tmp_path))
 
 
@@ -164,12 +181,18 @@ async def _routing_paced(tmp_path: Path) -> None:
     # once the scheduler holds route_full_speed_below of RAM, routing takes route_share
     # of the time; below that, or with fetch slots idle, it goes at full speed.
     clock = [0.0]
-    changes = {"frontier_ram_urls": 10_000, "beast_turn_s": 0, "budget_max": 10_000,
-               "host_delay_s": 1.0, "host_delay_min_s": 1.0}
+    changes = {
+        "frontier_ram_urls": 10_000,
+        "beast_turn_s": 0,
+        "budget_max": 10_000,
+        "host_delay_s": 1.0,
+        "host_delay_min_s": 1.0,
+    }
     hosts = [f"http://r{i}.test" for i in range(20)]
     async with offline_manager(tmp_path, **changes) as manager:
-        manager.state.routing = pace = Pace(TUNING.route_share, TUNING.route_budget_s,
-                                            clock=lambda: clock[0])
+        manager.state.routing = pace = Pace(
+            TUNING.route_share, TUNING.route_budget_s, clock=lambda: clock[0]
+        )
         manager.state.placing = Pace(1.0, 1.0)  # BEAST's re-splits are not what is paced here
         manager.state.slots_idle = False
         _admit(manager, hosts, 300)
@@ -248,12 +271,17 @@ async def _merged_early(tmp_path: Path) -> None:
     # empty) can force a merge of URL-seen's part-filled buffers; otherwise the URLs
     # found meanwhile wait for the buffers to fill, or for idle slots.
 
-    changes = {"host_delay_s": 1.0, "host_delay_min_s": 1.0, "budget_max": 10_000,
-               "beast_turn_s": 0}
+    changes = {
+        "host_delay_s": 1.0,
+        "host_delay_min_s": 1.0,
+        "budget_max": 10_000,
+        "beast_turn_s": 0,
+    }
     found = [f"http://new{i}.test/" for i in range(50)]
     for ram, merged in ((1_600, False), (2_400, True)):
-        async with offline_manager(tmp_path / str(ram), frontier_ram_urls=ram,
-                                   **changes) as manager:
+        async with offline_manager(
+            tmp_path / str(ram), frontier_ram_urls=ram, **changes
+        ) as manager:
             _admit(manager, [f"http://big{i}.test" for i in range(10)], 100)
             await _feed_until_settled(manager)
             assert manager.scheduler.queued_urls == 1_000 and len(manager.stores.beast) == 0
@@ -294,12 +322,17 @@ def _spend_placing_share(manager: Manager, clock: list[float]) -> None:
 
 # Budget 1 and a ring of 2 queues growing to 4: one host's URLs go mostly to QF, and the
 # pass that ends re-splits it.
-SMALL_RING = {"beast_turn_s": 0, "budget_default": 1, "host_delay_s": 1.0,
-              "host_delay_min_s": 1.0, "beast_queues": 2, "beast_max_queues": 4}
+SMALL_RING = {
+    "beast_turn_s": 0,
+    "budget_default": 1,
+    "host_delay_s": 1.0,
+    "host_delay_min_s": 1.0,
+    "beast_queues": 2,
+    "beast_max_queues": 4,
+}
 
 
-def test_placing_takes_its_share_of_the_time_and_comes_after_a_resplit(
-        tmp_path: Path) -> None:
+def test_placing_takes_its_share_of_the_time_and_comes_after_a_resplit(tmp_path: Path) -> None:
     asyncio.run(_placing_paced(tmp_path))
 
 
@@ -331,11 +364,16 @@ async def _placing_paced(tmp_path: Path) -> None:
             assert not beast.resplitting
             out += read_all(beast)
         assert [decode_payload(p)[0].rsplit("/", 1)[1] for p in out] == [
-            "0", "1", "2", "3", "4", "new"]
+            "0",
+            "1",
+            "2",
+            "3",
+            "4",
+            "new",
+        ]
 
 
-def test_a_resplit_takes_placing_s_share_of_the_time_unless_slots_idle(
-        tmp_path: Path) -> None:
+def test_a_resplit_takes_placing_s_share_of_the_time_unless_slots_idle(tmp_path: Path) -> None:
     asyncio.run(_resplit_paced(tmp_path))
 
 
@@ -360,8 +398,10 @@ async def _resplit_paced(tmp_path: Path) -> None:
             step()
             clock[0] += 0.050  # each step takes longer than placing's burst
 
-        with (mock.patch.object(beast_module, "RESPLIT_BATCH", 1),
-              mock.patch.object(beast, "resplit_step", slow_step)):
+        with (
+            mock.patch.object(beast_module, "RESPLIT_BATCH", 1),
+            mock.patch.object(beast, "resplit_step", slow_step),
+        ):
             out = beast.read(1) + beast.read(1)  # the pass ends: QF is placed again
             assert len(out) == 1 and beast.resplitting
             _spend_placing_share(manager, clock)
@@ -394,24 +434,32 @@ async def _robots_refused(tmp_path: Path) -> None:
     async with offline_manager(tmp_path) as manager:
         manager.stores.robots.record("http://a.test", 200, "User-agent: *\nDisallow: /private/\n")
         manager.stores.robots.record("http://c.test", 404, None)  # no robots.txt: all allowed
-        urls = ["http://a.test/private/1", "http://a.test/ok", "http://b.test/private/1",
-                "http://c.test/private/1", "http://a.test/private/2"]
+        urls = [
+            "http://a.test/private/1",
+            "http://a.test/ok",
+            "http://b.test/private/1",
+            "http://c.test/private/1",
+            "http://a.test/private/2",
+        ]
         manager.admission.place([encode_payload(u, 2, "http://a.test/") for u in urls])
         # b.test's rules are not known yet: its URL goes on, to be checked when read.
         assert manager.stores.beast.stats().refused == 2
         assert manager.counters["dropped.robots_disallowed"] == 2
         assert sorted(manager.stores.beast.read(10)) == sorted(
-            encode_payload(u, 2, "http://a.test/") for u in
-            ("http://a.test/ok", "http://b.test/private/1", "http://c.test/private/1"))
+            encode_payload(u, 2, "http://a.test/")
+            for u in ("http://a.test/ok", "http://b.test/private/1", "http://c.test/private/1")
+        )
         manager.crawl_log.flush()
         logged = [json.loads(line) for line in (tmp_path / "crawl.log").read_text().splitlines()]
         assert [(e["url"], e["error"], e["depth"], e["via"], e["status"]) for e in logged] == [
             (u, "robots_disallowed", 2, "http://a.test/", None)
-            for u in ("http://a.test/private/1", "http://a.test/private/2")]
+            for u in ("http://a.test/private/1", "http://a.test/private/2")
+        ]
 
 
 def test_urls_waiting_in_qf_are_checked_against_robots_rules_when_they_leave_it(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """URLs over budget wait in QF unchecked; when a re-split gives them a place in the
     ring, those that robots rules learnt meanwhile disallow are dropped then, and the
     places go to the next URLs of their site."""
@@ -419,9 +467,15 @@ def test_urls_waiting_in_qf_are_checked_against_robots_rules_when_they_leave_it(
 
 
 async def _qf_refused(tmp_path: Path) -> None:
-    async with offline_manager(tmp_path, budget_default=1, host_delay_s=1.0,
-                               host_delay_min_s=1.0, beast_queues=2, beast_max_queues=2,
-                               beast_turn_s=0) as manager:
+    async with offline_manager(
+        tmp_path,
+        budget_default=1,
+        host_delay_s=1.0,
+        host_delay_min_s=1.0,
+        beast_queues=2,
+        beast_max_queues=2,
+        beast_turn_s=0,
+    ) as manager:
         beast = manager.stores.beast
         paths = ["/ok/0", "/private/1", "/ok/2", "/private/3", "/ok/4"]
         manager.admission.place([encode_payload(f"http://a.test{p}", 1, None) for p in paths])
@@ -430,7 +484,8 @@ async def _qf_refused(tmp_path: Path) -> None:
         manager.stores.robots.record("http://a.test", 200, "User-agent: *\nDisallow: /private/\n")
         read = [beast.read(1) for _ in range(8)]
         assert [decode_payload(r)[0] for batch in read for r in batch] == [
-            f"http://a.test{p}" for p in ("/ok/0", "/ok/2", "/ok/4")]
+            f"http://a.test{p}" for p in ("/ok/0", "/ok/2", "/ok/4")
+        ]
         assert beast.stats().refused == 2 and len(beast) == 0
         assert manager.counters["dropped.robots_disallowed"] == 2
 
@@ -444,8 +499,13 @@ def test_places_give_each_url_its_pld_hash_budget_and_host(tmp_path: Path) -> No
 
 
 async def _places(tmp_path: Path) -> None:
-    urls = ["http://a.example.com/1", "http://b.example.com:8080/2", "https://popular.test/3",
-            "http://a.example.com/4", "http://other.test/5?q=1"]
+    urls = [
+        "http://a.example.com/1",
+        "http://b.example.com:8080/2",
+        "https://popular.test/3",
+        "http://a.example.com/4",
+        "http://other.test/5?q=1",
+    ]
     records = [encode_payload(u, 1, None) for u in urls]
     for scope in ("any", "domain"):
         async with offline_manager(tmp_path / scope, scope=scope) as manager:
@@ -454,14 +514,18 @@ async def _places(tmp_path: Path) -> None:
             manager.pricing.set_seeds(["http://other.test/"])
             popular = manager.star.budget("popular.test")
             assert popular > s.budget_default
-            budgets = {"example.com": s.budget_default, "popular.test": popular,
-                       "other.test": s.budget_max if scope == "domain" else s.budget_default}
+            budgets = {
+                "example.com": s.budget_default,
+                "popular.test": popular,
+                "other.test": s.budget_max if scope == "domain" else s.budget_default,
+            }
             for _ in range(2):  # the authorities' cache empty, then filled
                 hashes, got_budgets, hosts = manager.pricing.places(records)
                 assert hashes == [pld_hash(u_pld(u)) for u in urls]
                 assert got_budgets == [budgets[u_pld(u)] for u in urls]
-                assert hosts == [xxhash.xxh3_64_intdigest(u[:u.index("/", 8)].encode())
-                                 for u in urls]
+                assert hosts == [
+                    xxhash.xxh3_64_intdigest(u[: u.index("/", 8)].encode()) for u in urls
+                ]
                 assert manager.pricing.budgets_by_hash(np.array(hashes, np.uint64)) == got_budgets
 
 
@@ -479,8 +543,13 @@ def test_urls_are_routed_by_the_origin_and_host_of_their_authority(tmp_path: Pat
 
 async def _routed_by_authority(tmp_path: Path) -> None:
     rules = "User-agent: *\nDisallow: /private/\n"
-    found = ["http://a.test/ok", "http://user@a.test/x", "http://a.test:8080/private/1",
-             "http://user:pw@a.test/private/2", "http://[::1]:8080/y"]
+    found = [
+        "http://a.test/ok",
+        "http://user@a.test/x",
+        "http://a.test:8080/private/1",
+        "http://user:pw@a.test/private/2",
+        "http://[::1]:8080/y",
+    ]
     payloads = [encode_payload(u, 1, None) for u in found]
     async with offline_manager(tmp_path) as manager:
         manager.stores.robots.record("http://a.test", 200, rules)
@@ -488,13 +557,15 @@ async def _routed_by_authority(tmp_path: Path) -> None:
         with mock.patch.object(manager.pricing, "cache_entries", 3):
             for _ in range(2):  # the cache empty, then filled (and cleared when full)
                 assert [manager.pricing.authority(p)[3:] for p in payloads] == [
-                    (urls_module.origin_of(u), urls_module.host_of(u)) for u in found]
+                    (urls_module.origin_of(u), urls_module.host_of(u)) for u in found
+                ]
                 assert len(manager.pricing.authorities) <= 3
         assert [manager.gate.robots_admit(p) for p in payloads] == [True] * 5
         for payload in payloads:
             manager.gate.route(payload)
-        queued = {h.name: [q.url for q in h.queue]
-                  for h in manager.scheduler.hosts.values() if h.queue}
+        queued = {
+            h.name: [q.url for q in h.queue] for h in manager.scheduler.hosts.values() if h.queue
+        }
         # [::1]'s rules are not known: its URL waits for a robots check.
         assert queued == {"a.test": found[:3]}
         assert [origin for origin, _ in manager.gate.to_check] == ["http://[::1]:8080"]

@@ -27,8 +27,9 @@ class Clock:
 
 
 def _spam_in_ram(manager: Manager) -> int:
-    return sum(len(h.queue) for name, h in manager.scheduler.hosts.items()
-               if name.endswith(".spam.test"))
+    return sum(
+        len(h.queue) for name, h in manager.scheduler.hosts.items() if name.endswith(".spam.test")
+    )
 
 
 async def _feed(manager: Manager, clock: Clock, rounds: int = 6) -> None:
@@ -44,9 +45,14 @@ def test_a_spam_pld_gets_its_budget_per_turn(tmp_path: Path) -> None:
 
 async def _spam_budget_per_turn(tmp_path: Path) -> None:
     clock = Clock()
-    async with offline_manager(tmp_path, clock=clock, frontier_ram_urls=1_000,
-                               host_delay_s=TAU_H, budget_default=B0,
-                               budget_max=B0) as manager:
+    async with offline_manager(
+        tmp_path,
+        clock=clock,
+        frontier_ram_urls=1_000,
+        host_delay_s=TAU_H,
+        budget_default=B0,
+        budget_max=B0,
+    ) as manager:
         assert manager.settings.beast_turn() == B0 * TAU_H
         spam = [f"http://s{i}.spam.test/x" for i in range(60)]  # one PLD, 60 hosts
         legit = [f"http://legit.test/p/{i}" for i in range(3)]
@@ -86,9 +92,14 @@ async def _dropped_turns(tmp_path: Path) -> None:
     """200 URLs of one refused host (NXDOMAIN), B0 per turn: each turn's URLs are dropped
     as they are routed, so one feed ends turn after turn instead of waiting 40 turns."""
     clock = Clock()
-    async with offline_manager(tmp_path, clock=clock, frontier_ram_urls=1_000,
-                               host_delay_s=TAU_H, budget_default=B0,
-                               budget_max=B0) as manager:
+    async with offline_manager(
+        tmp_path,
+        clock=clock,
+        frontier_ram_urls=1_000,
+        host_delay_s=TAU_H,
+        budget_default=B0,
+        budget_max=B0,
+    ) as manager:
         manager.stores.robots.record_refused("http://dead.test", "dns:nxdomain", 300.0)
         manager.admission.admit([f"http://dead.test/d/{i}" for i in range(200)], 1, None)
         manager.stores.seen.flush()

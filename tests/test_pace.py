@@ -15,8 +15,14 @@ class Clock:
         return self.now
 
 
-def _run(pace: Pace, clock: Clock, seconds: float, step_s: float, other_s: float,
-         full_speed: bool = False) -> float:
+def _run(
+    pace: Pace,
+    clock: Clock,
+    seconds: float,
+    step_s: float,
+    other_s: float,
+    full_speed: bool = False,
+) -> float:
     """A loop that always has work: each turn does the other work (``other_s``), then
     asks for a slice of 10 ms and works in steps of ``step_s`` (at least one) until the
     slice is over. Returns the share of the time spent working."""
@@ -36,10 +42,13 @@ def _run(pace: Pace, clock: Clock, seconds: float, step_s: float, other_s: float
     return worked / seconds
 
 
-@pytest.mark.parametrize(("share", "step_s", "other_s"), [
-    (0.3, 0.003, 0.001), (0.3, 0.0005, 0.0002), (0.5, 0.004, 0.002), (0.1, 0.002, 0.0001)])
+@pytest.mark.parametrize(
+    ("share", "step_s", "other_s"),
+    [(0.3, 0.003, 0.001), (0.3, 0.0005, 0.0002), (0.5, 0.004, 0.002), (0.1, 0.002, 0.0001)],
+)
 def test_work_that_always_waits_gets_its_share_of_the_time(
-        share: float, step_s: float, other_s: float) -> None:
+    share: float, step_s: float, other_s: float
+) -> None:
     clock = Clock()
     pace = Pace(share, 0.010, clock=clock)
     assert _run(pace, clock, 100.0, step_s, other_s) == pytest.approx(share, abs=0.01)

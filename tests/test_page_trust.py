@@ -26,8 +26,10 @@ from drumbeat.settings import Settings
 from drumbeat.store.crawllog import CrawlLog
 from drumbeat.store.warc import WarcWriter
 
-LEGACY = '<html><head>{meta}</head><body><a href="/café.html">c</a>' \
-         '<a href="/search?q=café&amp;x=Ω">s</a><a href="/plain">p</a></body></html>'
+LEGACY = (
+    '<html><head>{meta}</head><body><a href="/café.html">c</a>'
+    '<a href="/search?q=café&amp;x=Ω">s</a><a href="/plain">p</a></body></html>'
+)
 # What a browser follows from LEGACY read as windows-1252: the path as UTF-8, the query
 # in windows-1252, Ω (not in windows-1252) as "&#937;".
 LEGACY_LINKS = ["/caf%C3%A9.html", "/search?q=caf%E9&x=%26%23937%3B", "/plain"]
@@ -50,16 +52,21 @@ def _big_page() -> bytes:
 
 
 def _many_page() -> bytes:
-    return ("<html><body>" + "".join(f'<a href="/many/{k}">{k}</a>' for k in range(MANY_LINKS))
-            + "</body></html>").encode()
+    return (
+        "<html><body>"
+        + "".join(f'<a href="/many/{k}">{k}</a>' for k in range(MANY_LINKS))
+        + "</body></html>"
+    ).encode()
 
 
 PAGES: dict[str, tuple[str, bytes]] = {
     # The HTTP charset, read from the header (a <meta> saying otherwise loses).
     "/header": ("text/html; charset=windows-1252", _legacy('<meta charset="utf-8">')),
     "/header-latin1": ('text/html; charset="ISO-8859-1"', _legacy()),
-    "/meta": ("text/html", _legacy('<meta http-equiv="Content-Type" '
-                                   'content="text/html; charset=latin1">')),
+    "/meta": (
+        "text/html",
+        _legacy('<meta http-equiv="Content-Type" content="text/html; charset=latin1">'),
+    ),
     "/undeclared": ("text/html", _legacy()),
     "/undeclared-utf8": ("text/html", LEGACY.format(meta="").encode()),
     # A byte order mark beats the header's charset.
@@ -81,9 +88,11 @@ async def _serve(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": content_type})
 
 
-def fetch(tmp_path: Path, client_class: type, paths: list[str],
-          settings: Settings | None = None) -> tuple[str, list[ItemResult]]:
+def fetch(
+    tmp_path: Path, client_class: type, paths: list[str], settings: Settings | None = None
+) -> tuple[str, list[ItemResult]]:
     """The fetcher's results for ``paths`` of a loopback server, and its origin."""
+
     async def go() -> tuple[str, list[ItemResult]]:
         app = web.Application()
         app.router.add_get("/{tail:.*}", _serve)
@@ -93,28 +102,42 @@ def fetch(tmp_path: Path, client_class: type, paths: list[str],
         await site.start()
         origin = f"http://localhost:{site._server.sockets[0].getsockname()[1]}"
         s = settings or Settings(allow_loopback=True)
-        http = client_class(user_agent="drumbeat-test", policy=AddressPolicy(allow_loopback=True),
-                            resolver=None, max_body_bytes=s.max_body_bytes)
+        http = client_class(
+            user_agent="drumbeat-test",
+            policy=AddressPolicy(allow_loopback=True),
+            resolver=None,
+            max_body_bytes=s.max_body_bytes,
+        )
         (tmp_path / "warc").mkdir(exist_ok=True)
         warc = WarcWriter(tmp_path / "warc")
         fetcher = Fetcher(s, LocalTaskQueue(), http, warc)
         try:
             return origin, [
                 await fetcher.process(0, i, FetchItem(i, origin + path, "127.0.0.1", PAGE, 0, None))
-                for i, path in enumerate(paths)]
+                for i, path in enumerate(paths)
+            ]
         finally:
             await http.close()
             warc.close()
             await runner.cleanup()
+
     return asyncio.run(go())
 
 
-@pytest.mark.parametrize("path, expected", [
-    ("/header", LEGACY_LINKS), ("/header-latin1", LEGACY_LINKS), ("/meta", LEGACY_LINKS),
-    ("/undeclared", LEGACY_LINKS), ("/undeclared-utf8", UTF8_LINKS), ("/bom", UTF8_LINKS),
-])
-def test_links_are_read_with_the_pages_encoding(tmp_path: Path, client_class: type, path: str,
-                                                expected: list[str]) -> None:
+@pytest.mark.parametrize(
+    "path, expected",
+    [
+        ("/header", LEGACY_LINKS),
+        ("/header-latin1", LEGACY_LINKS),
+        ("/meta", LEGACY_LINKS),
+        ("/undeclared", LEGACY_LINKS),
+        ("/undeclared-utf8", UTF8_LINKS),
+        ("/bom", UTF8_LINKS),
+    ],
+)
+def test_links_are_read_with_the_pages_encoding(
+    tmp_path: Path, client_class: type, path: str, expected: list[str]
+) -> None:
     origin, [r] = fetch(tmp_path, client_class, [path])
     assert r.status == 200 and r.found is not None
     assert r.found.urls() == [origin + link for link in expected]
@@ -146,9 +169,19 @@ def test_cut_links_are_on_the_log_line_and_in_stats(tmp_path: Path, client_class
         for r in results:
             assert r.log is not None
             log.append(json.loads(json.dumps(r.log)))  # as the manager writes it
-    out = subprocess.run([sys.executable, "-m", "drumbeat", "stats", str(state), "--json"],
-                         capture_output=True, text=True, timeout=60, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "drumbeat", "stats", str(state), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
     assert json.loads(out)["links_cut"] == {"max_links": 1, "bytes": 1}
-    table = subprocess.run([sys.executable, "-m", "drumbeat", "stats", str(state)],
-                           capture_output=True, text=True, timeout=60, check=True).stdout
+    table = subprocess.run(
+        [sys.executable, "-m", "drumbeat", "stats", str(state)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
     assert "links cut by" in table and "max_links" in table

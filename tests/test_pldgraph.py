@@ -18,7 +18,10 @@ def test_each_edge_counts_once(tmp_path):
     g.add([("a.test", "hub.test"), ("b.test", "hub.test"), ("a.test", "hub.test")])
     g.add([("c.test", "hub.test"), ("hub.test", "a.test"), ("b.test", "hub.test")])
     assert g.lookup(["hub.test", "a.test", "nobody.test"]) == {
-        "hub.test": 3, "a.test": 1, "nobody.test": 0}
+        "hub.test": 3,
+        "a.test": 1,
+        "nobody.test": 0,
+    }
     g.add([("d.test", "hub.test"), ("a.test", "hub.test")])
     assert g.lookup(["hub.test"]) == {"hub.test": 4}
     assert g.new_edges == 5
@@ -39,10 +42,20 @@ def test_each_target_of_new_edges_reports_its_exact_new_indegree(tmp_path):
     """A merge's new edges are counted per target: the target hears its in-degree after
     all of them, once."""
     heard: list[tuple[str, int]] = []
-    g = PLDIndegree(tmp_path / "g", ram_bytes=2 << 20, fsync=False,
-                    on_indegree=lambda plds, counts: heard.extend(zip(plds, counts)))
-    g.add([("a.test", "hub.test"), ("b.test", "hub.test"), ("a.test", "hub.test"),
-           ("a.test", "x.test")])
+    g = PLDIndegree(
+        tmp_path / "g",
+        ram_bytes=2 << 20,
+        fsync=False,
+        on_indegree=lambda plds, counts: heard.extend(zip(plds, counts)),
+    )
+    g.add(
+        [
+            ("a.test", "hub.test"),
+            ("b.test", "hub.test"),
+            ("a.test", "hub.test"),
+            ("a.test", "x.test"),
+        ]
+    )
     g.flush()
     assert heard == [("hub.test", 2), ("x.test", 1)]
     g.add([("c.test", "hub.test"), ("b.test", "hub.test")])
@@ -56,8 +69,12 @@ def test_counts_of_one_target_from_several_pumps_add_up(tmp_path):
     is the in-degree before it, so the later tuple has both counts, and a target is
     reported once a round, with its last tuple's."""
     heard: list[tuple[str, int]] = []
-    g = PLDIndegree(tmp_path / "g", ram_bytes=2 << 20, fsync=False,
-                    on_indegree=lambda plds, counts: heard.extend(zip(plds, counts)))
+    g = PLDIndegree(
+        tmp_path / "g",
+        ram_bytes=2 << 20,
+        fsync=False,
+        on_indegree=lambda plds, counts: heard.extend(zip(plds, counts)),
+    )
     g.add([("a.test", "hub.test"), ("b.test", "hub.test")])
     g.edges.flush()
     g.pump()
@@ -76,8 +93,12 @@ def test_a_pump_with_a_budget_goes_on_where_it_stopped(tmp_path):
     what a stopped pump left."""
     edges = [(f"s{i}.test", f"t{i % 50}.test") for i in range(20_000)]
     heard: list[tuple[str, int]] = []
-    g = PLDIndegree(tmp_path / "g", ram_bytes=1 << 20, fsync=False,
-                    on_indegree=lambda plds, counts: heard.extend(zip(plds, counts)))
+    g = PLDIndegree(
+        tmp_path / "g",
+        ram_bytes=1 << 20,
+        fsync=False,
+        on_indegree=lambda plds, counts: heard.extend(zip(plds, counts)),
+    )
     g.add(edges)
     g.edges.flush()
     calls = 1
@@ -102,8 +123,12 @@ def test_a_refresh_reports_what_pumps_queued_and_leaves_the_rest_to_them(tmp_pat
     that merge finds new, and a round a budgeted pump is part way through, reach the
     in-degrees by later pumps and are heard at the next refresh."""
     heard: list[tuple[str, int]] = []
-    g = PLDIndegree(tmp_path / "g", ram_bytes=1 << 20, fsync=False,
-                    on_indegree=lambda plds, counts: heard.extend(zip(plds, counts)))
+    g = PLDIndegree(
+        tmp_path / "g",
+        ram_bytes=1 << 20,
+        fsync=False,
+        on_indegree=lambda plds, counts: heard.extend(zip(plds, counts)),
+    )
     g.add([("a.test", "hub.test"), ("b.test", "hub.test")])
     g.edges.flush()
     assert g.pump() == 2
@@ -126,12 +151,18 @@ def test_a_target_of_several_rounds_is_reported_once_with_its_last_count(tmp_pat
     """Rounds of the in-degree repository not yet reported are reported together: a
     target in several of them is heard once, with the in-degree after the last."""
     heard: list[tuple[str, int]] = []
-    g = PLDIndegree(tmp_path / "g", ram_bytes=2 << 20, fsync=False,
-                    on_indegree=lambda plds, counts: heard.extend(zip(plds, counts)))
+    g = PLDIndegree(
+        tmp_path / "g",
+        ram_bytes=2 << 20,
+        fsync=False,
+        on_indegree=lambda plds, counts: heard.extend(zip(plds, counts)),
+    )
     for target, count in (("hub.test", 2), ("x.test", 1), ("hub.test", 1)):
-        g.indegree.check_update(np.array([pld_key(target)], np.uint64),
-                                np.array([(count,)], INDEGREE_DTYPE),
-                                aux=[_counted((target.encode(), count))])
+        g.indegree.check_update(
+            np.array([pld_key(target)], np.uint64),
+            np.array([(count,)], INDEGREE_DTYPE),
+            aux=[_counted((target.encode(), count))],
+        )
         g.indegree.flush()  # a round each, none taken yet
     g.refresh()
     assert heard == [("x.test", 1), ("hub.test", 3)]
@@ -147,13 +178,21 @@ def test_a_format_1_manifest_reports_its_pending_edges_on_open(tmp_path, first):
     g.add([("a.test", "hub.test")])
     g.flush()
     # Two edges to hub.test queued the way format 1 queued them.
-    g.indegree.check_update(np.full(2, pld_key("hub.test"), np.uint64),
-                            np.ones(2, INDEGREE_DTYPE), aux=[b"hub.test", b"hub.test"])
+    g.indegree.check_update(
+        np.full(2, pld_key("hub.test"), np.uint64),
+        np.ones(2, INDEGREE_DTYPE),
+        aux=[b"hub.test", b"hub.test"],
+    )
     manifest = g.commit()
     assert manifest.pop("format") == 2
     heard: list[tuple[str, int]] = []
-    again = PLDIndegree(tmp_path / "g", ram_bytes=2 << 20, fsync=False, manifest=manifest,
-                        on_indegree=lambda plds, counts: heard.extend(zip(plds, counts)))
+    again = PLDIndegree(
+        tmp_path / "g",
+        ram_bytes=2 << 20,
+        fsync=False,
+        manifest=manifest,
+        on_indegree=lambda plds, counts: heard.extend(zip(plds, counts)),
+    )
     assert heard == []
     getattr(again, first)()
     assert heard == [("hub.test", 3)]
@@ -172,21 +211,33 @@ def test_an_unknown_manifest_format_is_refused(tmp_path):
 def test_edges_packed_by_fetchers_count_as_added_ones(tmp_path):
     """Fetchers pack a page's edges (keys and target names); the manager concatenates
     the pages' packs. Counts must be those of the same edges given as pairs."""
-    pages = [("a.test", ["hub.test", "x.test"]), ("b.test", ["hub.test"]),
-             ("a.test", ["hub.test"]), ("hub.test", ["a.test", "b.test", "x.test"])]
+    pages = [
+        ("a.test", ["hub.test", "x.test"]),
+        ("b.test", ["hub.test"]),
+        ("a.test", ["hub.test"]),
+        ("hub.test", ["a.test", "b.test", "x.test"]),
+    ]
     packs = [pack_edges(source, targets) for source, targets in pages]
     assert pack_edges("a.test", []) is None
     assert packs[0] is not None
     assert packs[0].pairs() == [("a.test", "hub.test"), ("a.test", "x.test")]
     assert list(memoryview(packs[0].keys).cast("Q")) == [
-        edge_key("a.test", "hub.test"), edge_key("a.test", "x.test")]
+        edge_key("a.test", "hub.test"),
+        edge_key("a.test", "x.test"),
+    ]
     packed = PLDIndegree(tmp_path / "packed", ram_bytes=2 << 20, fsync=False)
-    packed.add_packed(b"".join(p.keys for p in packs if p), b"".join(p.targets for p in packs if p),
-                      b"".join(p.lengths for p in packs if p))
+    packed.add_packed(
+        b"".join(p.keys for p in packs if p),
+        b"".join(p.targets for p in packs if p),
+        b"".join(p.lengths for p in packs if p),
+    )
     packed.add_packed(b"", b"", b"")
     pairs = PLDIndegree(tmp_path / "pairs", ram_bytes=2 << 20, fsync=False)
     pairs.add([pair for p in packs if p for pair in p.pairs()])
     names = ["hub.test", "a.test", "b.test", "x.test", "nobody.test"]
-    assert packed.lookup(names) == pairs.lookup(names) == {
-        "hub.test": 2, "a.test": 1, "b.test": 1, "x.test": 2, "nobody.test": 0}
+    assert (
+        packed.lookup(names)
+        == pairs.lookup(names)
+        == {"hub.test": 2, "a.test": 1, "b.test": 1, "x.test": 2, "nobody.test": 0}
+    )
     assert packed.new_edges == pairs.new_edges == 6

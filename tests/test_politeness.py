@@ -89,8 +89,13 @@ def test_delays_scale_down_with_budget_to_the_floors():
     assert scaled_delay(2.0, 0.5, 20, 10) == 1.0
     assert scaled_delay(2.0, 0.5, 10_000, 10) == 0.5  # never below the floor
     assert scaled_delay(0.2, 0.5, 10_000, 10) == 0.2  # a floor above the delay never raises it
-    s = PolitenessScheduler(host_delay_s=2.0, ip_delay_s=1.0, host_delay_min_s=0.5,
-                            ip_delay_min_s=0.25, default_budget=10)
+    s = PolitenessScheduler(
+        host_delay_s=2.0,
+        ip_delay_s=1.0,
+        host_delay_min_s=0.5,
+        ip_delay_min_s=0.25,
+        default_budget=10,
+    )
     big, small = s.host("big.test", budget=40), s.host("small.test", budget=10)
     assert (big.delay_s, small.delay_s) == (0.5, 2.0)
     s.set_ip(big, "127.0.0.9")
@@ -126,13 +131,13 @@ def test_hosts_that_leave_the_line_do_not_hold_it_up():
     first = s.next_ready(0.0)
     assert s.next_ready(0.0) is None  # the three others are in the IP's line
     waiting = [h for h in (a, b, c, d) if h is not first]
-    s.block(waiting[0])            # being re-resolved: out of the line
-    s.drain(waiting[1])            # nothing left to fetch: out of the line
+    s.block(waiting[0])  # being re-resolved: out of the line
+    s.drain(waiting[1])  # nothing left to fetch: out of the line
     s.pop_url(first)
     s.done(first, now=0.1)
     assert s.next_ready(0.59) is None
     assert s.next_ready(0.6) is waiting[2]  # the line goes on past them
-    s.set_ip(waiting[0], "127.1.0.2")       # its new IP is idle: served at once
+    s.set_ip(waiting[0], "127.1.0.2")  # its new IP is idle: served at once
     assert s.next_ready(0.6) is waiting[0]
     s.push(waiting[1], QueuedURL("http://again.test/", 0, None))  # back in the heap, then line
     assert s.next_ready(0.6) is None

@@ -18,8 +18,7 @@ from drumbeat.manager.checkpointer import Laps
 from drumbeat.store.durable import sync_filesystem
 
 
-def test_sync_filesystem_syncs_an_existing_path_and_names_a_missing_one(
-        tmp_path: Path) -> None:
+def test_sync_filesystem_syncs_an_existing_path_and_names_a_missing_one(tmp_path: Path) -> None:
     (tmp_path / "f").write_bytes(b"x" * 100_000)
     sync_filesystem(tmp_path)
     sync_filesystem(tmp_path / "f")
@@ -28,15 +27,15 @@ def test_sync_filesystem_syncs_an_existing_path_and_names_a_missing_one(
     assert "missing" in str(e.value)
 
 
-def test_a_presync_starts_once_per_checkpoint_just_before_it_falls_due(
-        tmp_path: Path) -> None:
+def test_a_presync_starts_once_per_checkpoint_just_before_it_falls_due(tmp_path: Path) -> None:
     asyncio.run(_presync_once_per_checkpoint(tmp_path))
 
 
 async def _presync_once_per_checkpoint(tmp_path: Path) -> None:
     clock = [1000.0]
-    async with offline_manager(tmp_path, clock=lambda: clock[0],
-                               checkpoint_interval_s=60.0) as manager:
+    async with offline_manager(
+        tmp_path, clock=lambda: clock[0], checkpoint_interval_s=60.0
+    ) as manager:
         due = manager.checkpointer.last_checkpoint + 60.0
         manager.checkpointer.presync_if_due(due - TUNING.presync_lead_s - 0.1)
         assert manager.checkpointer.presync is None  # too early

@@ -12,8 +12,9 @@ class Clock:
 
 
 def make(tmp_path, clock, state=None, **kw):
-    return RobotsWaitQueue(tmp_path / "qr", state=state, max_wait_s=30.0, clock=clock,
-                           fsync=False, **kw)
+    return RobotsWaitQueue(
+        tmp_path / "qr", state=state, max_wait_s=30.0, clock=clock, fsync=False, **kw
+    )
 
 
 def test_a_generation_waits_for_the_requests_issued_up_to_its_close(tmp_path):

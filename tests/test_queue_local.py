@@ -5,8 +5,9 @@ from drumbeat.queue.local import LocalTaskQueue
 
 
 def _task(tid: int, n: int) -> Task:
-    return Task(tid, [FetchItem(tid * 100 + i, f"http://h{i}.test/", "127.0.0.1")
-                      for i in range(n)])
+    return Task(
+        tid, [FetchItem(tid * 100 + i, f"http://h{i}.test/", "127.0.0.1") for i in range(n)]
+    )
 
 
 def test_claim_report_collect_and_ownership():
@@ -26,6 +27,7 @@ def test_claim_report_collect_and_ownership():
         assert q.stats().owned_tasks == 0 and q.stats().completed_tasks == 1
         results = await q.collect(10, 0.01)
         assert [r.item.item_id for r in results] == [100, 101]
+
     asyncio.run(go())
 
 
@@ -43,6 +45,7 @@ def test_release_hands_unreported_items_out_again():
         await q.report("b", [ItemResult(t2.task_id, 0, t2.items[0])])
         ids = [r.item.item_id for r in await q.collect(10, 0.01)]
         assert ids == [101, 100]
+
     asyncio.run(go())
 
 
@@ -54,4 +57,5 @@ def test_close_wakes_waiters():
         await q.close()
         assert await asyncio.wait_for(waiter, 1.0) == []
         assert q.closed
+
     asyncio.run(go())

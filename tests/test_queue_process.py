@@ -18,7 +18,7 @@ import pytest
 from drumbeat.queue.base import FetchItem, Task
 from drumbeat.queue.process import WORKER_DIED, ProcessTaskQueue, WorkerFailed
 
-ECHO_WORKER = textwrap.dedent('''
+ECHO_WORKER = textwrap.dedent("""
     import asyncio, os, pickle, sys
     from drumbeat.queue.base import ItemResult
     from drumbeat.queue.process import WorkerQueue, read_frame
@@ -50,7 +50,7 @@ ECHO_WORKER = textwrap.dedent('''
         await asyncio.sleep(0.05)
 
     asyncio.run(main())
-''')
+""")
 
 
 def tasks(n_tasks: int, per_task: int, first_id: int = 0) -> list[Task]:
@@ -157,8 +157,9 @@ def test_a_dead_workers_items_come_back_failed_and_a_replacement_starts(tmp_path
 
 def test_workers_that_keep_dying_fail_clearly(tmp_path):
     async def go():
-        queue = ProcessTaskQueue([sys.executable, "-c", "import sys; sys.exit(3)"], None, 1,
-                                 max_restarts=2)
+        queue = ProcessTaskQueue(
+            [sys.executable, "-c", "import sys; sys.exit(3)"], None, 1, max_restarts=2
+        )
         await queue.start()
         try:
             with pytest.raises(WorkerFailed, match="keep dying"):
@@ -178,14 +179,31 @@ def test_frames_carry_every_field_of_tasks_and_results() -> None:
     from drumbeat.queue.base import FoundEdges, FoundURLs, ItemResult
     from drumbeat.queue.process import encode_frame
 
-    item = FetchItem(7, "http://a.test/x", "127.0.0.9", kind="robots", depth=3,
-                     via="http://b.test/", attempts=2, hops=1)
+    item = FetchItem(
+        7,
+        "http://a.test/x",
+        "127.0.0.9",
+        kind="robots",
+        depth=3,
+        via="http://b.test/",
+        attempts=2,
+        hops=1,
+    )
     task = Task(11, [item, FetchItem(8, "http://a.test/y", "127.0.0.9")], partition=5)
-    full = ItemResult(11, 0, item, status=200, error="warc_write",
-                      found=FoundURLs(b"\1" * 8, b"http://c.test/\n4\nv", b"\x13\0\0\0"),
-                      pld_edges=FoundEdges("a.test", b"\2" * 8, b"c.test", b"\6\0\0\0"),
-                      dropped={"nofollow": 2}, robots_text="User-agent: *", body_bytes=99,
-                      retry_after_s=1.5, log={"url": item.url, "status": 200})
+    full = ItemResult(
+        11,
+        0,
+        item,
+        status=200,
+        error="warc_write",
+        found=FoundURLs(b"\1" * 8, b"http://c.test/\n4\nv", b"\x13\0\0\0"),
+        pld_edges=FoundEdges("a.test", b"\2" * 8, b"c.test", b"\6\0\0\0"),
+        dropped={"nofollow": 2},
+        robots_text="User-agent: *",
+        body_bytes=99,
+        retry_after_s=1.5,
+        log={"url": item.url, "status": 200},
+    )
     bare = ItemResult(11, 1, task.items[1])
     message = ("results", [full, bare], {"pid": 1}), ("tasks", [task])
     frame = encode_frame(message)

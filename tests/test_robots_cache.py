@@ -39,9 +39,17 @@ class Clock:
 
 
 def _store(path: Path, clock=None, manifest=None, ram_entries=10_000, fsync=False):
-    return RobotsStore(path, user_agent=UA, expiry_s=100, retry_s=10, max_attempts=3,
-                       ram_entries=ram_entries, manifest=manifest, clock=clock or Clock(),
-                       fsync=fsync)
+    return RobotsStore(
+        path,
+        user_agent=UA,
+        expiry_s=100,
+        retry_s=10,
+        max_attempts=3,
+        ram_entries=ram_entries,
+        manifest=manifest,
+        clock=clock or Clock(),
+        fsync=fsync,
+    )
 
 
 def _checked(store, origins):
@@ -154,8 +162,13 @@ def test_evicted_entries_come_back_from_disk_with_the_same_answers(tmp_path):
     found = _checked(s, origins + ["http://refused.test"])
     for i, o in enumerate(origins):
         e, r = found[o], recorded[o]
-        assert (e.state, e.text, e.fetched_at, e.expires_at, e.attempts) == \
-            (r.state, r.text, r.fetched_at, r.expires_at, r.attempts)
+        assert (e.state, e.text, e.fetched_at, e.expires_at, e.attempts) == (
+            r.state,
+            r.text,
+            r.fetched_at,
+            r.expires_at,
+            r.attempts,
+        )
         for path in (f"/p{i}/x", f"/p{i + 1}/x", "/"):
             assert e.allows(o + path, UA) == r.allows(o + path, UA)
         assert e.crawl_delay(UA) == r.crawl_delay(UA) == float(i)
@@ -261,7 +274,10 @@ def test_request_is_new_once_per_origin(tmp_path):
     s.flush()
     assert not s.pending
     assert list(s.take_requested()) == [
-        ("http://a.test", True), ("http://b.test", True), ("http://a.test", False)]
+        ("http://a.test", True),
+        ("http://b.test", True),
+        ("http://a.test", False),
+    ]
     s.request(["http://b.test", "http://c.test"])
     s.flush()
     assert list(s.take_requested()) == [("http://b.test", False), ("http://c.test", True)]
@@ -276,9 +292,20 @@ def _state(store, origins):
     found = _checked(store, origins)
     out = {}
     for o, e in found.items():
-        out[o] = None if e is None else (
-            e.state, e.text, e.fetched_at, e.expires_at, e.attempts,
-            e.allows(o + "/p1/", UA), e.allows(o + "/p2/", UA), e.crawl_delay(UA))
+        out[o] = (
+            None
+            if e is None
+            else (
+                e.state,
+                e.text,
+                e.fetched_at,
+                e.expires_at,
+                e.attempts,
+                e.allows(o + "/p1/", UA),
+                e.allows(o + "/p2/", UA),
+                e.crawl_delay(UA),
+            )
+        )
     return out
 
 
@@ -365,8 +392,9 @@ for i in range(20, 100_000):
 
 
 def test_sigkill_rolls_back_to_the_commit(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path)], cwd=ROOT,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(tmp_path)], cwd=ROOT, stderr=subprocess.PIPE
+    )
     try:
         deadline = time.monotonic() + 20
         while not (tmp_path / "more").exists():
@@ -420,13 +448,19 @@ def test_corrupt_rules_log_names_the_file(tmp_path):
 
 # ---------------------------------------------------------------- against a dict model
 
-OPS = st.lists(st.tuples(st.sampled_from(["record", "refuse", "check", "flush"]),
-                         st.integers(0, 7), st.sampled_from([200, 404, 503, None])),
-               max_size=40)
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["record", "refuse", "check", "flush"]),
+        st.integers(0, 7),
+        st.sampled_from([200, 404, 503, None]),
+    ),
+    max_size=40,
+)
 
 
-@settings(max_examples=25, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(ops=OPS)
 def test_matches_a_dict_model(tmp_path_factory, ops):
     """A check answers with a state the origin had between its submission and the take."""
@@ -441,7 +475,7 @@ def test_matches_a_dict_model(tmp_path_factory, ops):
     def take():
         for token, origin, entry in s.take_checked():
             o, since = waiting.pop(token)
-            assert o == origin and key(entry) in history[origin][since - 1:]
+            assert o == origin and key(entry) in history[origin][since - 1 :]
 
     for n, (op, i, status) in enumerate(ops):
         origin = f"http://h{i}.test"

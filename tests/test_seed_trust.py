@@ -32,8 +32,9 @@ def test_seeded_subdomains_of_one_pld_each_get_a_sites_budget(tmp_path: Path) ->
 
 
 async def _place(work: Path, *, trust: bool) -> dict:
-    async with offline_manager(work, trust_seeds=trust, host_delay_s=1.0,
-                               host_delay_min_s=1.0, budget_default=10) as manager:
+    async with offline_manager(
+        work, trust_seeds=trust, host_delay_s=1.0, host_delay_min_s=1.0, budget_default=10
+    ) as manager:
         seen, beast = manager.stores.seen, manager.stores.beast
         hosts = [f"http://h{i}.campus.test" for i in range(HOSTS)]
         manager.add_seeds([f"{h}/" for h in hosts])
@@ -44,9 +45,8 @@ async def _place(work: Path, *, trust: bool) -> dict:
         # A re-split of QF budgets by the hashes kept with each URL: the same answer.
         records = [encode_payload(f"{h}/q", 1, None) for h in hosts[:3]]
         hashes, budgets, _ = manager.pricing.places(records)
-        units = [h[len("http://"):] if trust else "campus.test" for h in hosts[:3]]
+        units = [h[len("http://") :] if trust else "campus.test" for h in hosts[:3]]
         assert hashes == [pld_hash(u) for u in units]
         assert manager.pricing.budgets_by_hash(np.array(hashes, np.uint64)) == budgets == [10] * 3
-        first = Counter(urls.host_of(decode_payload(p)[0])
-                        for p in beast.read(10_000))
+        first = Counter(urls.host_of(decode_payload(p)[0]) for p in beast.read(10_000))
         return {"qf": beast.stats().qf_records, "first_read": dict(first)}

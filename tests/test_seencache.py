@@ -47,18 +47,20 @@ def _delivered(seen: DrumURLSeen) -> list[tuple]:
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.lists(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 3)), max_size=30),
-                max_size=6),
-       st.sampled_from([8, 64, 1 << 12]))
+@given(
+    st.lists(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 3)), max_size=30), max_size=6),
+    st.sampled_from([8, 64, 1 << 12]),
+)
 def test_urlseen_delivers_the_same_with_a_cache_of_any_size(
-        tmp_path_factory: pytest.TempPathFactory, batches: list[list[tuple[int, int]]],
-        cache_bytes: int) -> None:
+    tmp_path_factory: pytest.TempPathFactory, batches: list[list[tuple[int, int]]], cache_bytes: int
+) -> None:
     # Batches of links (URL number, depth), some merged before the next arrive: with a
     # cache, even one of a single slot, the same URLs come out new with the same payloads
     # (the first copy's depth), in the same order; the cache drops only repeats.
     plain = DrumURLSeen(tmp_path_factory.mktemp("plain"), ram_bytes=1 << 20, fsync=False)
-    cached = DrumURLSeen(tmp_path_factory.mktemp("cached"), ram_bytes=1 << 20, fsync=False,
-                         cache_bytes=cache_bytes)
+    cached = DrumURLSeen(
+        tmp_path_factory.mktemp("cached"), ram_bytes=1 << 20, fsync=False, cache_bytes=cache_bytes
+    )
     submitted = dropped = 0
     for i, batch in enumerate(batches):
         for seen in (plain, cached):
@@ -81,11 +83,15 @@ def test_urlseen_delivers_the_same_with_a_cache_of_any_size(
 def test_repeated_links_do_not_reach_drum_and_are_counted(tmp_path) -> None:
     seen = DrumURLSeen(tmp_path / "u", ram_bytes=1 << 20, fsync=False, cache_bytes=1 << 16)
     links = [f"http://a.test/{i}" for i in range(100)]
-    assert seen.submit([fingerprint(u) for u in links],
-                       [encode_payload(u, 1, None) for u in links]) == 0
+    assert (
+        seen.submit([fingerprint(u) for u in links], [encode_payload(u, 1, None) for u in links])
+        == 0
+    )
     again = [*links[::2], "http://b.test/"]
-    assert seen.submit([fingerprint(u) for u in again],
-                       [encode_payload(u, 2, None) for u in again]) == 50
+    assert (
+        seen.submit([fingerprint(u) for u in again], [encode_payload(u, 2, None) for u in again])
+        == 50
+    )
     assert seen.drum.stats().pending == 101  # the 50 repeats never reached DRUM
     assert [u for u, *_ in _delivered(seen)] == [*links, "http://b.test/"]
     with pytest.raises(ValueError, match="2 payloads for 1 fingerprints"):
@@ -100,11 +106,12 @@ def test_a_crawl_reopened_at_a_checkpoint_finds_again_what_it_lost(tmp_path) -> 
     manifest = seen.commit()
     seen.submit([fingerprint("http://a.test/2")], [encode_payload("http://a.test/2", 1, None)])
     seen.drum.close()
-    again = DrumURLSeen(tmp_path / "u", ram_bytes=1 << 20, manifest=manifest,
-                        cache_bytes=1 << 16)
+    again = DrumURLSeen(tmp_path / "u", ram_bytes=1 << 20, manifest=manifest, cache_bytes=1 << 16)
     urls = ["http://a.test/1", "http://a.test/2"]
-    assert again.submit([fingerprint(u) for u in urls],
-                        [encode_payload(u, 1, None) for u in urls]) == 0
+    assert (
+        again.submit([fingerprint(u) for u in urls], [encode_payload(u, 1, None) for u in urls])
+        == 0
+    )
     assert [u for u, *_ in _delivered(again)] == urls
 
 

@@ -19,17 +19,20 @@ def test_layers_override_in_order(tmp_path: Path):
     assert (s.host_delay_s, s.concurrency, s.scope, s.ip_delay_s) == (1.5, 9, "host", 0.0)
 
 
-@pytest.mark.parametrize("layer, name", [
-    ({"host_delay_s": -1}, "host_delay_s"),
-    ({"host_delay_s": "fast"}, "host_delay_s"),
-    ({"concurrency": 0}, "concurrency"),
-    ({"concurrency": 1.5}, "concurrency"),
-    ({"scope": "galaxy"}, "scope"),
-    ({"allow_loopback": "yes"}, "allow_loopback"),
-    ({"no_such_thing": 1}, "no_such_thing"),
-    ({"dns_server": "127.0.0.1:99999"}, "dns_server"),
-    ({"user_agent": ""}, "user_agent"),
-])
+@pytest.mark.parametrize(
+    "layer, name",
+    [
+        ({"host_delay_s": -1}, "host_delay_s"),
+        ({"host_delay_s": "fast"}, "host_delay_s"),
+        ({"concurrency": 0}, "concurrency"),
+        ({"concurrency": 1.5}, "concurrency"),
+        ({"scope": "galaxy"}, "scope"),
+        ({"allow_loopback": "yes"}, "allow_loopback"),
+        ({"no_such_thing": 1}, "no_such_thing"),
+        ({"dns_server": "127.0.0.1:99999"}, "dns_server"),
+        ({"user_agent": ""}, "user_agent"),
+    ],
+)
 def test_bad_values_name_the_setting(layer, name):
     with pytest.raises(SettingsError, match=name):
         build(Settings(), layer)
@@ -53,22 +56,33 @@ def test_hostport():
 def test_saved_settings_round_trip(tmp_path: Path):
     from drumbeat.settings import load_saved, save_for_resume
 
-    s = build(Settings(), {"state_dir": str(tmp_path), "host_delay_s": 0.7,
-                           "dns_server": "127.0.0.1:5353", "seeds": ["http://a.test/"]})
+    s = build(
+        Settings(),
+        {
+            "state_dir": str(tmp_path),
+            "host_delay_s": 0.7,
+            "dns_server": "127.0.0.1:5353",
+            "seeds": ["http://a.test/"],
+        },
+    )
     save_for_resume(s)
     saved = load_saved(tmp_path)
     assert "seeds" not in saved and "state_dir" not in saved
     resumed = build(Settings(), saved, {"state_dir": str(tmp_path), "ip_delay_s": 0.1})
     assert (resumed.host_delay_s, resumed.dns_server, resumed.ip_delay_s) == (
-        0.7, "127.0.0.1:5353", 0.1)
+        0.7,
+        "127.0.0.1:5353",
+        0.1,
+    )
     assert load_saved(tmp_path / "nothing-here") == {}
 
 
 def test_max_time_limits_one_run_and_is_not_saved(tmp_path: Path):
     from drumbeat.settings import SAVED_FILE, load_saved, save_for_resume
 
-    save_for_resume(build(Settings(), {"state_dir": str(tmp_path), "max_time_s": 5,
-                                       "max_pages": 100}))
+    save_for_resume(
+        build(Settings(), {"state_dir": str(tmp_path), "max_time_s": 5, "max_pages": 100})
+    )
     saved = load_saved(tmp_path)
     assert "max_time_s" not in saved and saved["max_pages"] == 100
     # A state dir an older drumbeat saved it in: a resume ignores it.

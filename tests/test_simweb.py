@@ -28,7 +28,12 @@ from drumbeat.simweb.model import REFUSED_IP
 from drumbeat.simweb.render import Renderer
 
 SMALL = SimWebConfig(
-    seed=7, hosts=12, ips=4, pages_per_host=5, page_bytes=4_000, links_per_page=15,
+    seed=7,
+    hosts=12,
+    ips=4,
+    pages_per_host=5,
+    page_bytes=4_000,
+    links_per_page=15,
     crawl_delay_s=0.05,
 )
 
@@ -50,9 +55,12 @@ async def fetch(web: SimWeb, url: str, method: str = "GET") -> tuple[int, dict[s
     host = web.model.host(parts.hostname or "")
     assert host is not None, url
     target = f"http://{host.ip}:{web.port}" + _split(url)[1]
-    async with aiohttp.ClientSession() as session, session.request(
-        method, target, headers={"Host": parts.netloc}, allow_redirects=False
-    ) as resp:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.request(
+            method, target, headers={"Host": parts.netloc}, allow_redirects=False
+        ) as resp,
+    ):
         return resp.status, dict(resp.headers), await resp.read()
 
 
@@ -77,7 +85,13 @@ def test_same_seed_same_bytes_other_seed_other_bytes() -> None:
 def test_default_web_has_every_feature() -> None:
     model = SimWebModel(SimWebConfig(port=8080))
     assert {h.robots_variant for h in model.hosts} == {
-        "allow_all", "private", "wildcard", "crawl_delay", "missing", "error", "garbage"
+        "allow_all",
+        "private",
+        "wildcard",
+        "crawl_delay",
+        "missing",
+        "error",
+        "garbage",
     }
     assert len({h.ip for h in model.hosts}) == 8 and "127.0.0.1" not in {h.ip for h in model.hosts}
     assert len({h.pld for h in model.hosts}) < len(model.hosts)
@@ -282,7 +296,11 @@ def test_requests_are_recorded_in_memory_and_in_the_log(sim: SimWeb, log_path: P
     host = sim.model.host("site2.test")
     assert host is not None
     assert (last.host, last.path, last.status, last.server_ip, last.method) == (
-        "site2.test", "/search?q=1", status, host.ip, "GET"
+        "site2.test",
+        "/search?q=1",
+        status,
+        host.ip,
+        "GET",
     )
     lines = [json.loads(line) for line in log_path.read_text().splitlines()]
     assert len(lines) == len(records)
@@ -360,8 +378,23 @@ def test_http_crawl_agrees_with_the_oracle(sim: SimWeb) -> None:
 def test_module_runs_as_a_process_and_stops_on_sigterm(tmp_path: Path) -> None:
     log = tmp_path / "sub.jsonl"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "drumbeat.simweb", "--hosts", "3", "--ips", "2",
-         "--pages-per-host", "2", "--seed", "5", "--request-log", str(log), "--crawl-delay", "0.1"],
+        [
+            sys.executable,
+            "-m",
+            "drumbeat.simweb",
+            "--hosts",
+            "3",
+            "--ips",
+            "2",
+            "--pages-per-host",
+            "2",
+            "--seed",
+            "5",
+            "--request-log",
+            str(log),
+            "--crawl-delay",
+            "0.1",
+        ],
         stdout=subprocess.PIPE,
         cwd=Path(__file__).resolve().parents[1],
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
@@ -535,8 +568,9 @@ def test_spam_farm_answers_any_name_and_path_with_new_links() -> None:
         assert (page.status, page.kind) == (200, "html")
         assert len(page.links) == SCENARIOS.spam_links_per_page
         targets = [_split(link.url) for link in page.links if link.url]
-        assert all(model.pld_class(h) == "spam" and model.host(h).pld == host.pld
-                   for h, _ in targets)
+        assert all(
+            model.pld_class(h) == "spam" and model.host(h).pld == host.pld for h, _ in targets
+        )
         assert sum(h != name for h, _ in targets) >= len(targets) // 3
         assert renderer.body(page) == again.body(again.model.page(name, path))
     assert model.host("spamfarm0.test.evil") is None and model.host("x..spamfarm0.test") is None
@@ -560,8 +594,17 @@ def test_calendar_pages_and_their_spellings() -> None:
     assert targets("/cal/0/01")[0] == "/cal/-1/12"  # no year zero wall: endless backwards
     assert targets("/cal/-1/12/31") == ["/cal/-1/12/30", "/cal/0/01/01", "/cal/-1/12"]
     assert targets("/cal/1900/02/28")[1] == "/cal/1900/03/01"  # 1900 is no leap year
-    for missing in ("/cal/2024/13", "/cal/02024/01", "/cal/-0/01", "/cal/2023/02/29",
-                    "/cal/2024/1", "/cal/", "/cal/2024/01/", "/p/1", "/cal/" + "9" * 5000 + "/01"):
+    for missing in (
+        "/cal/2024/13",
+        "/cal/02024/01",
+        "/cal/-0/01",
+        "/cal/2023/02/29",
+        "/cal/2024/1",
+        "/cal/",
+        "/cal/2024/01/",
+        "/p/1",
+        "/cal/" + "9" * 5000 + "/01",
+    ):
         assert model.page(cal, missing).status == 404, missing
     with pytest.raises(ValueError):
         model.paths(cal)
@@ -571,9 +614,13 @@ def test_scenario_html_matches_the_model() -> None:
     model = SimWebModel(dataclasses.replace(SCENARIOS, port=8080))
     renderer = Renderer(model)
     pages = [
-        ("free1.spamfarm0.test", "/"), ("spamfarm1.test", "/top/9.html"),
-        ("calendar0.test", "/"), ("calendar0.test", "/cal/2024/05"),
-        ("calendar0.test", "/cal/2024/05/31"), ("bigsite.test", "/"), ("bigsite.test", "/p/13"),
+        ("free1.spamfarm0.test", "/"),
+        ("spamfarm1.test", "/top/9.html"),
+        ("calendar0.test", "/"),
+        ("calendar0.test", "/cal/2024/05"),
+        ("calendar0.test", "/cal/2024/05/31"),
+        ("bigsite.test", "/"),
+        ("bigsite.test", "/p/13"),
     ]
     for name, path in pages:
         page = model.page(name, path)
@@ -589,7 +636,9 @@ def test_oracle_walks_the_finite_part_and_records_where_it_meets_endless_plds() 
     model = SimWebModel(dataclasses.replace(SCENARIOS, port=8080))
     truth = model.crawl()
     assert truth.endless == {
-        "http://spamfarm0.test:8080/", "http://spamfarm1.test:8080/", "http://calendar0.test:8080/"
+        "http://spamfarm0.test:8080/",
+        "http://spamfarm1.test:8080/",
+        "http://calendar0.test:8080/",
     }
     assert {model.pld_class(u) for u in truth.fetched} == {"legit", "big"}
     big = {model.url("bigsite.test", p) for p in model.paths("bigsite.test")}
@@ -603,8 +652,15 @@ def test_wildcard_dns_through_the_responder(scenario_web: SimWeb) -> None:
 
     async def go() -> None:
         resolver = aiodns.DNSResolver(nameservers=[scenario_web.dns_address], timeout=2, tries=2)
-        names = ["spamfarm0.test", "x.spamfarm0.test", "A.B.C.spamfarm1.TEST",
-                 "casino123456.spamfarm1.test", "calendar0.test", "bigsite.test", "site0.test"]
+        names = [
+            "spamfarm0.test",
+            "x.spamfarm0.test",
+            "A.B.C.spamfarm1.TEST",
+            "casino123456.spamfarm1.test",
+            "calendar0.test",
+            "bigsite.test",
+            "site0.test",
+        ]
         farm_ips = set(model.ips[SCENARIOS.ips : SCENARIOS.ips + 2 * SCENARIOS.spam_ips])
         for name in names:
             result = await resolver.query_dns(name, "A")
@@ -636,8 +692,9 @@ def test_bfs_walk_over_http_drowns_in_the_spam_farm(scenario_web: SimWeb) -> Non
     assert classes["legit"] and classes["big"]
     last = [model.pld_class(url) for url, _, _ in walk.fetched[-100:]]
     assert last.count("spam") >= 90  # and it only gets worse from there
-    spam = [(url, status, new) for url, status, new in walk.fetched
-            if model.pld_class(url) == "spam"]
+    spam = [
+        (url, status, new) for url, status, new in walk.fetched if model.pld_class(url) == "spam"
+    ]
     assert all(status == 200 for _, status, _ in spam)
     # Endless fan-out: every spam page brings (nearly) all-new URLs, on new host names.
     assert all(new >= 0.9 * SCENARIOS.spam_links_per_page for _, _, new in spam)
@@ -688,7 +745,8 @@ def test_big_site_is_linked_from_most_plds_over_http(scenario_web: SimWeb) -> No
                 tree = LexborHTMLParser(body)
                 targets = {_resolve(url, href) for href in _followed_hrefs(tree)}
                 linked[host.pld] = linked.get(host.pld, set()) | {
-                    model.host(_split(t)[0]).pld for t in targets
+                    model.host(_split(t)[0]).pld
+                    for t in targets
                     if t and t.startswith("http") and model.host(_split(t)[0]) is not None
                 }
         return linked
@@ -707,11 +765,27 @@ def test_module_flags_for_scenarios() -> None:
     from drumbeat.simweb.__main__ import build_parser, config_from_args, main
 
     args = build_parser().parse_args(
-        ["--spam-farms", "3", "--spam-ips", "4", "--spam-links-per-page", "25",
-         "--calendar-traps", "2", "--big-site-pages", "5000", "--hosts", "9"]
+        [
+            "--spam-farms",
+            "3",
+            "--spam-ips",
+            "4",
+            "--spam-links-per-page",
+            "25",
+            "--calendar-traps",
+            "2",
+            "--big-site-pages",
+            "5000",
+            "--hosts",
+            "9",
+        ]
     )
     assert config_from_args(args) == SimWebConfig(
-        hosts=9, spam_farms=3, spam_ips=4, spam_links_per_page=25, calendar_traps=2,
+        hosts=9,
+        spam_farms=3,
+        spam_ips=4,
+        spam_links_per_page=25,
+        calendar_traps=2,
         big_site_pages=5000,
     )
     assert config_from_args(build_parser().parse_args([])) == SimWebConfig()

@@ -9,9 +9,18 @@ import pytest
 
 from drumbeat.simweb import SimWebConfig, SimWebModel, scenarios
 
-SCENARIOS = SimWebConfig(seed=7, hosts=12, ips=4, pages_per_host=5, page_bytes=4_000,
-                         links_per_page=15, crawl_delay_s=0.05, spam_farms=2,
-                         calendar_traps=1, big_site_pages=60)
+SCENARIOS = SimWebConfig(
+    seed=7,
+    hosts=12,
+    ips=4,
+    pages_per_host=5,
+    page_bytes=4_000,
+    links_per_page=15,
+    crawl_delay_s=0.05,
+    spam_farms=2,
+    calendar_traps=1,
+    big_site_pages=60,
+)
 
 
 def _split(url: str) -> tuple[str, str]:
@@ -33,7 +42,7 @@ def test_spammed_hosts_append_comment_spam_into_the_farms() -> None:
                 continue
             before = plain.page(host.name, path).links
             assert page.links[: len(before)] == before  # the page's own links are unchanged
-            extra = page.links[len(before):]
+            extra = page.links[len(before) :]
             assert len(extra) == 7
             names = {_split(link.url)[0] for link in extra if link.url}
             assert len(names) == 7 and all(model.host(n).pld == farm for n in names)

@@ -6,8 +6,13 @@ from drumbeat.runtime.stalls import Stalls
 def test_short_turns_are_not_counted():
     stalls = Stalls(threshold_s=0.1)
     assert not stalls.turn(1.0, {"place": 0.04, "feed": 0.05})
-    assert stalls.as_dict() == {"threshold_s": 0.1, "turns": 0, "seconds": 0.0,
-                                "by_part_s": {}, "worst": []}
+    assert stalls.as_dict() == {
+        "threshold_s": 0.1,
+        "turns": 0,
+        "seconds": 0.0,
+        "by_part_s": {},
+        "worst": [],
+    }
 
 
 def test_a_turn_counts_by_its_total_and_names_its_largest_part():
@@ -18,8 +23,10 @@ def test_a_turn_counts_by_its_total_and_names_its_largest_part():
     d = stalls.as_dict()
     assert d["turns"] == 2 and d["seconds"] == 0.44
     assert d["by_part_s"] == {"place": 0.36, "merge": 0.07, "feed": 0.01}
-    assert d["worst"] == [{"s": 0.31, "at_s": 9.0, "part": "place"},
-                          {"s": 0.13, "at_s": 5.0, "part": "merge"}]
+    assert d["worst"] == [
+        {"s": 0.31, "at_s": 9.0, "part": "place"},
+        {"s": 0.13, "at_s": 5.0, "part": "merge"},
+    ]
 
 
 def test_only_the_worst_turns_are_kept_longest_first():

@@ -11,8 +11,17 @@ def make_star(table_size: int = 100) -> Star:
 
 def test_budget_shape():
     f = irlbot_budget(10, 1000, 5)
-    assert [f(d) for d in (0, 1, 5, 6, 10, 50, 499, 500, 10**6)] == \
-        [10, 10, 10, 12, 20, 100, 998, 1000, 1000]
+    assert [f(d) for d in (0, 1, 5, 6, 10, 50, 499, 500, 10**6)] == [
+        10,
+        10,
+        10,
+        12,
+        20,
+        100,
+        998,
+        1000,
+        1000,
+    ]
 
 
 def test_budgets_follow_indegree_from_the_pld_graph(tmp_path):
@@ -68,14 +77,18 @@ def test_seed_hosts_are_units_of_their_own_with_their_plds_budget():
     trust = _trust()
     # Seed hosts of a shared PLD are their own units; a host the crawl finds in that PLD,
     # and a seed host that is its PLD, are budgeted by the PLD, as STAR alone would.
-    assert [trust.unit(h, pld(h)) for h in ("a.uni.test", "b.uni.test", "c.uni.test",
-                                            "solo.test")] == \
-        ["a.uni.test", "b.uni.test", "uni.test", "solo.test"]
+    assert [
+        trust.unit(h, pld(h)) for h in ("a.uni.test", "b.uni.test", "c.uni.test", "solo.test")
+    ] == ["a.uni.test", "b.uni.test", "uni.test", "solo.test"]
     units = ["a.uni.test", "uni.test", "solo.test", "other.test"]
     assert trust.budgets(units, star.budgets(units), star.budget) == [100, 100, 10, 10]
     hashes = [pld_hash(u) for u in units]
-    assert trust.budgets_by_hash(hashes, star.budgets_by_hash(hashes), star.budget) == \
-        [100, 100, 10, 10]
+    assert trust.budgets_by_hash(hashes, star.budgets_by_hash(hashes), star.budget) == [
+        100,
+        100,
+        10,
+        10,
+    ]
     star.observe(["uni.test"], [500])  # the PLD's budget, whenever asked
     assert trust.budgets(["b.uni.test"], [10], star.budget) == [1000]
 

@@ -141,19 +141,26 @@ def test_distinct_counter_matches_a_set(values: list[int]) -> None:
 
 
 def test_a_page_fetched_again_after_a_crash_counts_once_and_gaps_are_not_duration(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "crawl.log"
     note_run_start(tmp_path, 0)
     with CrawlLog(path) as log:
-        for t, url in ((100.0, "http://a.test/"), (105.0, "http://a.test/b"),
-                       (110.0, "http://a.test/c")):
+        for t, url in (
+            (100.0, "http://a.test/"),
+            (105.0, "http://a.test/b"),
+            (110.0, "http://a.test/c"),
+        ):
             log.append(line(t, url, 200))
     # The run was killed after b and c, before its checkpoint: the next run, an hour
     # later, fetches them again, then goes on.
     note_run_start(tmp_path, path.stat().st_size)
     with CrawlLog(path) as log:
-        for t, url in ((3700.0, "http://a.test/c"), (3702.0, "http://a.test/b"),
-                       (3705.0, "http://a.test/d")):
+        for t, url in (
+            (3700.0, "http://a.test/c"),
+            (3702.0, "http://a.test/b"),
+            (3705.0, "http://a.test/d"),
+        ):
             log.append(line(t, url, 200))
     summary = summarize(tmp_path)
     assert summary["runs"] == 2

@@ -32,8 +32,10 @@ async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             await reader.readuntil(b"\r\n\r\n")
         else:
             await reader.read(1)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n"
-                     b"Content-Length: %d\r\n\r\n" % len(BODY) + BODY)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(BODY) + BODY
+        )
         await writer.drain()
     except (OSError, asyncio.IncompleteReadError, ssl.SSLError):
         pass  # a client that refused our certificate hangs up during the handshake
@@ -42,8 +44,13 @@ async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
 
 
 async def _fetch(client_class, url: str, *, verify_tls: bool):
-    client = client_class(user_agent="drumbeat-test", policy=AddressPolicy(allow_loopback=True),
-                          resolver=None, total_timeout_s=10, verify_tls=verify_tls)
+    client = client_class(
+        user_agent="drumbeat-test",
+        policy=AddressPolicy(allow_loopback=True),
+        resolver=None,
+        total_timeout_s=10,
+        verify_tls=verify_tls,
+    )
     try:
         return await client.fetch(url, "127.0.0.1")
     finally:

@@ -151,8 +151,19 @@ def test_too_long_applies_to_normalized_result() -> None:
 
 
 _URL_CHARS = st.sampled_from(
-    [*"aZ09-._~!$&'()*+,;=:@/?#[]%\\ \t\"<>^`{|}",
-     "%2e", "%2E", "%7e", "%41", "%%", "..", "ü", "日", "\x00", "\x7f"]
+    [
+        *"aZ09-._~!$&'()*+,;=:@/?#[]%\\ \t\"<>^`{|}",
+        "%2e",
+        "%2E",
+        "%7e",
+        "%41",
+        "%%",
+        "..",
+        "ü",
+        "日",
+        "\x00",
+        "\x7f",
+    ]
 )
 
 
@@ -163,8 +174,19 @@ def url_like(draw: st.DrawFn) -> str:
     userinfo = draw(st.sampled_from(["", "u:p@", "%41@", "@"]))
     host = draw(
         st.sampled_from(
-            ["a.com", "A.COM", "bücher.example", "127.0.0.1", "0x7F.1", "[::1]",
-             "xn--bcher-kva.example", "a.com.", "", "www.site17.test", "a%41.com"]
+            [
+                "a.com",
+                "A.COM",
+                "bücher.example",
+                "127.0.0.1",
+                "0x7F.1",
+                "[::1]",
+                "xn--bcher-kva.example",
+                "a.com.",
+                "",
+                "www.site17.test",
+                "a%41.com",
+            ]
         )
     )
     port = draw(st.sampled_from(["", ":80", ":443", ":8080", ":0", ":", ":65536"]))
@@ -204,7 +226,8 @@ def test_fingerprint() -> None:
     # pinned: URLseen keys on disk depend on this value never changing
     assert fingerprint("http://a.com/") == 0x3624_99FE_78D4_C700
     assert fingerprints(["http://a.com/"]).tobytes() == (0x3624_99FE_78D4_C700).to_bytes(
-        8, sys.byteorder)  # as the fetchers pack them for URL-seen
+        8, sys.byteorder
+    )  # as the fetchers pack them for URL-seen
     assert 0 <= fingerprint(url) < 2**64
     assert fingerprint(normalize("HTTP://A.com")) == fingerprint(normalize("http://a.com:80/#x"))
     assert fingerprint("http://a.com/x") != fingerprint("http://a.com/y")
@@ -236,16 +259,26 @@ def test_host_origin_robots(url: str, host: str, origin: str) -> None:
     assert robots_url(url) == origin + "/robots.txt"
 
 
-_SITES = ["http://www.site1.test", "http://img.site1.test", "https://site2.test:8443",
-          "http://a.example.co.uk", "http://127.0.0.1:8080", "http://[::1]", "https://b"]
+_SITES = [
+    "http://www.site1.test",
+    "http://img.site1.test",
+    "https://site2.test:8443",
+    "http://a.example.co.uk",
+    "http://127.0.0.1:8080",
+    "http://[::1]",
+    "https://b",
+]
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.sampled_from(_SITES), st.lists(st.tuples(st.sampled_from(_SITES),
-                                                   st.sampled_from(["/", "/x/y", "/p?q"]))),
-       st.booleans())
-def test_pld_targets_are_the_other_plds_linked(source: str, links: list[tuple[str, str]],
-                                               forget: bool) -> None:
+@given(
+    st.sampled_from(_SITES),
+    st.lists(st.tuples(st.sampled_from(_SITES), st.sampled_from(["/", "/x/y", "/p?q"]))),
+    st.booleans(),
+)
+def test_pld_targets_are_the_other_plds_linked(
+    source: str, links: list[tuple[str, str]], forget: bool
+) -> None:
     """pld_targets gives what the PLDs of the links' hosts give, sorted, without the
     source's own, whatever its cache of origins holds (cleared when full)."""
     if forget:
@@ -253,15 +286,19 @@ def test_pld_targets_are_the_other_plds_linked(source: str, links: list[tuple[st
     hrefs = [site + path for site, path in links]
     own = pld(host_of(source + "/"))
     assert pld_targets(source + "/page", hrefs) == (
-        own, sorted({pld(host_of(h)) for h in hrefs} - {own}))
+        own,
+        sorted({pld(host_of(h)) for h in hrefs} - {own}),
+    )
 
 
 def test_pld_targets_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(urls, "_ORIGIN_PLDS_MAX", 3)
     urls._ORIGIN_PLDS.clear()
     hrefs = [f"http://h{i}.site{i}.test/" for i in range(10)]
-    assert pld_targets("http://a.test/", hrefs) == ("a.test", sorted(f"site{i}.test"
-                                                                    for i in range(10)))
+    assert pld_targets("http://a.test/", hrefs) == (
+        "a.test",
+        sorted(f"site{i}.test" for i in range(10)),
+    )
     assert len(urls._ORIGIN_PLDS) <= 3
 
 
@@ -314,8 +351,18 @@ def test_in_scope() -> None:
 
 
 def test_normalize_links_dedupes_in_order_and_counts() -> None:
-    hrefs = ["b", "/c", "b", "b#x", "./b", "mailto:q@a", "http://", "javascript:x",
-             "HTTP://A.COM/c", "http://[x"]
+    hrefs = [
+        "b",
+        "/c",
+        "b",
+        "b#x",
+        "./b",
+        "mailto:q@a",
+        "http://",
+        "javascript:x",
+        "HTTP://A.COM/c",
+        "http://[x",
+    ]
     links, dropped = normalize_links("http://a.com/dir/page", iter(hrefs))
     assert links == ["http://a.com/dir/b", "http://a.com/c"]
     assert dropped == {"scheme": 2, "no_host": 1, "unparsable": 1}
@@ -331,7 +378,9 @@ def test_normalize_links_limits() -> None:
     assert dropped == {"too_long": 1}
     assert normalize_links("http://a.com/", []) == ([], {})
     assert normalize_links(None, ["/rel", "http://abs.com"]) == (
-        ["http://abs.com/"], {"unparsable": 1})
+        ["http://abs.com/"],
+        {"unparsable": 1},
+    )
 
 
 @settings(max_examples=300, deadline=None)
@@ -351,17 +400,29 @@ _ABSOLUTE = st.builds(
     "".join,
     st.tuples(
         st.sampled_from(["http://", "https://", "HTTP://", "http:/", "http:\\\\"]),
-        st.lists(st.sampled_from(["a", "b-", "9", "0x1", "xn--", "xn--abc", "Z", "_", "", "-"]),
-                 min_size=1, max_size=4).map(".".join),
+        st.lists(
+            st.sampled_from(["a", "b-", "9", "0x1", "xn--", "xn--abc", "Z", "_", "", "-"]),
+            min_size=1,
+            max_size=4,
+        ).map(".".join),
         st.sampled_from(["", ":", ":80", ":443", ":8080", ":08", ":65535", ":65536", ":0"]),
         st.text(alphabet="ab/.~-_Z9?#=&:%x ", max_size=12),
     ),
 )
-_BASES = st.sampled_from([
-    "http://h.test/", "http://h.test/p/x.html", "https://h.test:8443/a/b/", "http://h.test/d/?q=/x/y",
-    "http://[::1]/a", "http://h.test/a//b", "http://h.test/%C3%A9/x", "http://h.test",
-    "HTTP://H.test/not/normal", "mailto:x@y.test",
-])
+_BASES = st.sampled_from(
+    [
+        "http://h.test/",
+        "http://h.test/p/x.html",
+        "https://h.test:8443/a/b/",
+        "http://h.test/d/?q=/x/y",
+        "http://[::1]/a",
+        "http://h.test/a//b",
+        "http://h.test/%C3%A9/x",
+        "http://h.test",
+        "HTTP://H.test/not/normal",
+        "mailto:x@y.test",
+    ]
+)
 
 
 @settings(max_examples=400)
@@ -389,11 +450,19 @@ _NEAR_NORMAL = st.builds(
     "".join,
     st.tuples(
         st.sampled_from(["http://", "https://"]),
-        st.lists(st.sampled_from(["a", "b-c", "-", "z9", "a", "b-c", "9", "0x1", "xn--a", "A", "",
-                                  "a_b"]), min_size=1, max_size=3).map(".".join),
+        st.lists(
+            st.sampled_from(
+                ["a", "b-c", "-", "z9", "a", "b-c", "9", "0x1", "xn--a", "A", "", "a_b"]
+            ),
+            min_size=1,
+            max_size=3,
+        ).map(".".join),
         st.sampled_from(["", "", ":8080", ":80", ":443", ":1", ":65535", ":65536", ":08"]),
-        st.lists(st.sampled_from(["a", "", ".b", "x.html", "~u", "-", "B", ".", "..", "%41"]),
-                 min_size=1, max_size=4).map(lambda segments: "".join("/" + s for s in segments)),
+        st.lists(
+            st.sampled_from(["a", "", ".b", "x.html", "~u", "-", "B", ".", "..", "%41"]),
+            min_size=1,
+            max_size=4,
+        ).map(lambda segments: "".join("/" + s for s in segments)),
         st.sampled_from(["", "", "?", "?q=1&r=a:b/c", "?a b", "#f", "?q#f"]),
     ),
 )
@@ -408,10 +477,18 @@ def test_urls_taken_as_already_normal_are_fixed_points(ref):
         assert whatwg(ref) == ref
 
 
-@pytest.mark.parametrize("ref", [
-    "http://a.test/", "https://a.b-c.test:8443/p/x.html?q=1&r=a:b", "http://a.test/.well-known/x",
-    "http://a.test//x/...", "https://a.test:80/x", "http://-.test/", "http://a.test/x?",
-])
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "http://a.test/",
+        "https://a.b-c.test:8443/p/x.html?q=1&r=a:b",
+        "http://a.test/.well-known/x",
+        "http://a.test//x/...",
+        "https://a.test:80/x",
+        "http://-.test/",
+        "http://a.test/x?",
+    ],
+)
 def test_already_normal_examples(ref):
     assert _NORMAL_ABSOLUTE_RE.fullmatch(ref) and whatwg(ref) == ref == normalize(ref)
 
@@ -421,22 +498,57 @@ def whatwg(url: str) -> str:
     return _normalize(url, None, DEFAULT_MAX_URL_BYTES)
 
 
-@pytest.mark.parametrize("ref", [
-    "http://a.test", "http://a.test:80/", "https://a.test:443/", "http://a.test/./x",
-    "http://a.test/x/..", "http://a.test/x/..?q", "http://xn--nxasmq6b.com/", "http://1.2.3.4/",
-    "http://a.test/x#f", "http://a.test:65536/", "http://a.test:080/", "HTTP://a.test/",
-    "http://A.test/", "http://a.test/%41", "http://a.test/ x",
-])
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "http://a.test",
+        "http://a.test:80/",
+        "https://a.test:443/",
+        "http://a.test/./x",
+        "http://a.test/x/..",
+        "http://a.test/x/..?q",
+        "http://xn--nxasmq6b.com/",
+        "http://1.2.3.4/",
+        "http://a.test/x#f",
+        "http://a.test:65536/",
+        "http://a.test:080/",
+        "HTTP://a.test/",
+        "http://A.test/",
+        "http://a.test/%41",
+        "http://a.test/ x",
+    ],
+)
 def test_not_already_normal_examples(ref):
     assert not _NORMAL_ABSOLUTE_RE.fullmatch(ref)
 
 
-@pytest.mark.parametrize("ref", [
-    "../p/0366.html", "./x", ".", "..", "a/../../b", "a/./b/.", "/p/../..", "a//../b",
-    "0076.html#section", "x.html?a=1&b=c:d#f", "http://h.test:8080/p/../q?x=1#y",
-    "http://a.b/", "http://a.b", "https://a.b:443/x", "http://a.b:80/", "http://1.2.3.4/",
-    "http://a.09/", "http://xn--nxasmq6b.com/", "http://a.b:08/", "#only", "?only", "",
-])
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "../p/0366.html",
+        "./x",
+        ".",
+        "..",
+        "a/../../b",
+        "a/./b/.",
+        "/p/../..",
+        "a//../b",
+        "0076.html#section",
+        "x.html?a=1&b=c:d#f",
+        "http://h.test:8080/p/../q?x=1#y",
+        "http://a.b/",
+        "http://a.b",
+        "https://a.b:443/x",
+        "http://a.b:80/",
+        "http://1.2.3.4/",
+        "http://a.09/",
+        "http://xn--nxasmq6b.com/",
+        "http://a.b:08/",
+        "#only",
+        "?only",
+        "",
+    ],
+)
 def test_plain_fast_path_examples(ref):
     for base in ("http://h.test/p/x.html", "https://h.test/a/b/c?q=1", "http://h.test"):
         test_plain_relative_fast_path_agrees_with_whatwg.hypothesis.inner_test(base, ref)
@@ -447,8 +559,14 @@ def test_plain_join_cache_keeps_bases_apart():
     paths): a reference seen under one base still joins to every other base's origin
     and directory, and to nothing under a base that is not an http(s) URL."""
     refs = ["x.html", "../y.html", "/z?q=1", "http://o.test/p", "//o.test/", "x.html#f"]
-    bases = ["http://a.test/d/e.html", "https://b.test:8443/f/g/", "http://a.test/",
-             "mailto:x@y.test", None, "http://a.test/d/e.html"]
+    bases = [
+        "http://a.test/d/e.html",
+        "https://b.test:8443/f/g/",
+        "http://a.test/",
+        "mailto:x@y.test",
+        None,
+        "http://a.test/d/e.html",
+    ]
     for _ in range(2):  # the second round runs on a warm cache
         for base in bases:
             expected: dict[str, None] = {}

@@ -8,8 +8,9 @@ from drumbeat.urls import fingerprint
 
 
 def _submit(seen: DrumURLSeen, urls: list[str], depth: int = 1) -> None:
-    seen.submit([fingerprint(u) for u in urls],
-                [encode_payload(u, depth, "http://v.test/") for u in urls])
+    seen.submit(
+        [fingerprint(u) for u in urls], [encode_payload(u, depth, "http://v.test/") for u in urls]
+    )
 
 
 def _new(seen: DrumURLSeen) -> list[str]:
@@ -25,10 +26,18 @@ def test_new_urls_come_out_once_in_arrival_order(tmp_path):
     assert _new(seen) == ["http://b.test/", "http://a.test/3"]
     assert len(seen) == 4 and seen.pending == 0
     assert decode_payload(encode_payload("http://x.test/", 3, None)) == (
-        "http://x.test/", 3, None, 0)
+        "http://x.test/",
+        3,
+        None,
+        0,
+    )
     # A redirect's target carries its hop count; the fetcher packs it the same way.
-    assert decode_payload(encode_payload("http://x.test/", 3, "http://v.test/", 2)) \
-        == ("http://x.test/", 3, "http://v.test/", 2)
+    assert decode_payload(encode_payload("http://x.test/", 3, "http://v.test/", 2)) == (
+        "http://x.test/",
+        3,
+        "http://v.test/",
+        2,
+    )
     found = pack_found(["http://x.test/"], 3, "http://v.test/", 2)
     assert found.payloads_list() == [encode_payload("http://x.test/", 3, "http://v.test/", 2)]
 

@@ -111,8 +111,10 @@ def test_records_are_fastwarcs_own_serialization() -> None:
 
     def record() -> WarcRecord:
         made = WarcRecord()
-        made.init_headers(record_type=WarcRecordType.response,
-                          record_urn=b"urn:uuid:00000000-0000-4000-8000-000000000007")
+        made.init_headers(
+            record_type=WarcRecordType.response,
+            record_urn=b"urn:uuid:00000000-0000-4000-8000-000000000007",
+        )
         made.headers[WarcHeader.WARC_DATE] = "2023-11-14T22:13:20Z"
         made.headers[WarcHeader.WARC_TARGET_URI] = "http://example.test/p7"
         return made
@@ -128,8 +130,8 @@ def test_records_are_fastwarcs_own_serialization() -> None:
         assert serialize(ours) == written.getvalue()
     # The writer's own record has the same layout, but for its id and date.
     _, record_bytes = WarcWriter._record(
-        WarcRecordType.response, [(WarcHeader.WARC_TARGET_URI, "http://example.test/p7")],
-        block)
+        WarcRecordType.response, [(WarcHeader.WARC_TARGET_URI, "http://example.test/p7")], block
+    )
     assert _without_id_and_date(record_bytes) == _without_id_and_date(written.getvalue())
 
 
@@ -218,18 +220,29 @@ def test_sync_off_loop_goes_on_through_writes_rotation_and_cancellation(tmp_path
     assert writer.stats().files_finished > 3
     writer.close()
     assert open_descriptors() == before
-    urls = [r.header("WARC-Target-URI") for f in warc_files(tmp_path) for r in iter_records(f)
-            if r.rec_type == "response"]
+    urls = [
+        r.header("WARC-Target-URI")
+        for f in warc_files(tmp_path)
+        for r in iter_records(f)
+        if r.rec_type == "response"
+    ]
     assert urls == [f"http://example.test/p{i}" for i in range(30)]
 
 
 def exchanges(n: int) -> list[FetchResponse]:
     """The exchanges write_pages writes, as the fetcher hands them over."""
-    return [FetchResponse(url=f"http://example.test/p{i}", ip="127.0.0.1",
-                          request_head=REQUEST_HEAD, response_head=response_head(body_for(i)),
-                          body=body_for(i), truncated="length" if i % 3 == 0 else None,
-                          fetch_time=1_700_000_000.25 + i)
-            for i in range(n)]
+    return [
+        FetchResponse(
+            url=f"http://example.test/p{i}",
+            ip="127.0.0.1",
+            request_head=REQUEST_HEAD,
+            response_head=response_head(body_for(i)),
+            body=body_for(i),
+            truncated="length" if i % 3 == 0 else None,
+            fetch_time=1_700_000_000.25 + i,
+        )
+        for i in range(n)
+    ]
 
 
 def test_write_fetches_is_write_fetch_for_each(tmp_path: Path) -> None:
@@ -246,10 +259,20 @@ def test_write_fetches_is_write_fetch_for_each(tmp_path: Path) -> None:
         # Record IDs and the warcinfo's date are made at write time; member lengths and
         # so offsets follow from how they compress.
         made_now = ("WARC-Record-ID", "WARC-Concurrent-To", "WARC-Filename", "WARC-Block-Digest")
-        return [(f.name.rsplit("-", 2)[-2], r.rec_type, r.content,
-                 [(k, v) for k, v in r.rec_headers.headers if k not in made_now
-                  and not (r.rec_type == "warcinfo" and k == "WARC-Date")])
-                for f in warc_files(directory) for r in iter_records(f)]
+        return [
+            (
+                f.name.rsplit("-", 2)[-2],
+                r.rec_type,
+                r.content,
+                [
+                    (k, v)
+                    for k, v in r.rec_headers.headers
+                    if k not in made_now and not (r.rec_type == "warcinfo" and k == "WARC-Date")
+                ],
+            )
+            for f in warc_files(directory)
+            for r in iter_records(f)
+        ]
 
     assert records(tmp_path / "all") == records(tmp_path / "one")
     assert len(warc_files(tmp_path / "all")) > 3
@@ -278,7 +301,10 @@ def test_write_fetches_returns_os_errors_and_raises_bugs_before_writing(tmp_path
     writer.close()
     assert isinstance(location, WarcLocation)
     assert [r.rec_type for r in iter_records(warc_files(tmp_path / "gone")[0])] == [
-        "warcinfo", "response", "request"]
+        "warcinfo",
+        "response",
+        "request",
+    ]
 
 
 def test_idle_writer_leaves_no_file_and_never_reuses_names(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ def benchmarks() -> dict[str, str]:
         doc = ast.get_docstring(ast.parse(source)) or ""
         head = f"``drumbeat bench {m.name}``:"
         if doc.startswith(head):
-            first = doc[len(head):].split("\n\n", 1)[0]
+            first = doc[len(head) :].split("\n\n", 1)[0]
             # A closing aside (why the benchmark exists) stays in the module's docstring.
             found[m.name] = re.sub(r"\s*\([^()]*\)\.?$", "", " ".join(first.split()))
     return dict(sorted(found.items()))
@@ -40,8 +40,10 @@ def usage() -> str:
     rows = benchmarks()
     width = max(map(len, rows), default=0)
     lines = [f"  {name:<{width}}  {what}" for name, what in rows.items()]
-    return ("usage: drumbeat bench NAME [options]   (drumbeat bench NAME --help for its options)\n"
-            "\nbenchmarks:\n" + "\n".join(lines) + "\n")
+    return (
+        "usage: drumbeat bench NAME [options]   (drumbeat bench NAME --help for its options)\n"
+        "\nbenchmarks:\n" + "\n".join(lines) + "\n"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,8 +54,9 @@ def main(argv: list[str] | None = None) -> int:
         print(usage(), end="", file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
     if argv[0] not in names:
-        print(f"drumbeat bench: error: no benchmark {argv[0]!r}\n\n{usage()}", end="",
-              file=sys.stderr)
+        print(
+            f"drumbeat bench: error: no benchmark {argv[0]!r}\n\n{usage()}", end="", file=sys.stderr
+        )
         return 2
     module = importlib.import_module(f"drumbeat.bench.{argv[0]}")
     return int(module.main(argv[1:]) or 0)

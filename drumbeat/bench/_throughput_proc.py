@@ -44,7 +44,7 @@ def _children_map() -> dict[int, list[int]]:
         except OSError:
             continue  # exited meanwhile
         # The command name may hold spaces and parentheses: fields follow the last ")".
-        ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
+        ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
         children.setdefault(ppid, []).append(int(entry.name))
     return children
 
@@ -100,16 +100,26 @@ class TreeSampler:
             self._stop.wait(self.interval_s)
 
 
-def run_measured(cmd: Sequence[str], *, log_path: Path, limit_s: float,
-                 during: Callable[[TreeSampler], None] | None = None) -> Usage:
+def run_measured(
+    cmd: Sequence[str],
+    *,
+    log_path: Path,
+    limit_s: float,
+    during: Callable[[TreeSampler], None] | None = None,
+) -> Usage:
     """Run ``cmd`` (stdout and stderr to ``log_path``) to its end and measure it.
 
     At ``limit_s`` the child's process group gets SIGTERM, ``_KILL_GRACE_S`` later SIGKILL.
     ``during(sampler)`` runs in this thread while the child runs (e.g. to profile it)."""
     started_at, started = time.time(), time.monotonic()
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(list(cmd), stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            list(cmd),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     timed_out = threading.Event()
 
     def terminate(sig: int) -> None:
@@ -119,8 +129,10 @@ def run_measured(cmd: Sequence[str], *, log_path: Path, limit_s: float,
         except ProcessLookupError:
             pass
 
-    timers = [threading.Timer(limit_s, terminate, (signal.SIGTERM,)),
-              threading.Timer(limit_s + _KILL_GRACE_S, terminate, (signal.SIGKILL,))]
+    timers = [
+        threading.Timer(limit_s, terminate, (signal.SIGTERM,)),
+        threading.Timer(limit_s + _KILL_GRACE_S, terminate, (signal.SIGKILL,)),
+    ]
     sampler = TreeSampler(proc.pid)
     sampler.start()
     for t in timers:
@@ -136,7 +148,12 @@ def run_measured(cmd: Sequence[str], *, log_path: Path, limit_s: float,
         sampler.stop()
     # wait4 reaped the child: tell Popen so it does not wait for it again.
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return Usage(exit_code=proc.returncode, started_at=started_at, wall_s=time.monotonic() - started,
-                 cpu_s=rusage.ru_utime + rusage.ru_stime,
-                 peak_rss_bytes=sampler.peak_rss_bytes, max_processes=sampler.max_processes,
-                 timed_out=timed_out.is_set())
+    return Usage(
+        exit_code=proc.returncode,
+        started_at=started_at,
+        wall_s=time.monotonic() - started,
+        cpu_s=rusage.ru_utime + rusage.ru_stime,
+        peak_rss_bytes=sampler.peak_rss_bytes,
+        max_processes=sampler.max_processes,
+        timed_out=timed_out.is_set(),
+    )

@@ -76,12 +76,16 @@ class WebShape:
     pld: str | None = None  # every host a subdomain of this PLD; None: each its own PLD
 
     @classmethod
-    def make(cls, hosts: int, pages: int, ips: int, seeds: int,
-             pld: str | None = None) -> WebShape:
+    def make(cls, hosts: int, pages: int, ips: int, seeds: int, pld: str | None = None) -> WebShape:
         """A shape whose absolute links can name every host at least once."""
         pages = max(pages, math.ceil(hosts / ABSOLUTE_LINKS))
-        return cls(hosts=hosts, pages=pages, ips=max(1, min(ips, hosts)),
-                   seeds=max(1, min(seeds, hosts)), pld=pld)
+        return cls(
+            hosts=hosts,
+            pages=pages,
+            ips=max(1, min(ips, hosts)),
+            seeds=max(1, min(seeds, hosts)),
+            pld=pld,
+        )
 
     def host(self, i: int) -> str:
         return f"h{i:05d}.{self.pld or TLD}"
@@ -100,8 +104,9 @@ class WebShape:
 
     def seed_urls(self, port: int) -> list[str]:
         """Front pages of ``seeds`` hosts spread evenly over the host range."""
-        return [f"http://{self.host(k * self.hosts // self.seeds)}:{port}/"
-                for k in range(self.seeds)]
+        return [
+            f"http://{self.host(k * self.hosts // self.seeds)}:{port}/" for k in range(self.seeds)
+        ]
 
 
 def build_tree(root: Path, shape: WebShape, port: int, seed: int = 5) -> int:
@@ -109,19 +114,24 @@ def build_tree(root: Path, shape: WebShape, port: int, seed: int = 5) -> int:
     rng = random.Random(seed)
     slots = (shape.pages + 1) * ABSOLUTE_LINKS
     # Every host once (make() leaves enough slots), the rest at random, in random order.
-    targets = list(range(shape.hosts)) + [rng.randrange(shape.hosts)
-                                          for _ in range(slots - shape.hosts)]
+    targets = list(range(shape.hosts)) + [
+        rng.randrange(shape.hosts) for _ in range(slots - shape.hosts)
+    ]
     rng.shuffle(targets)
     filler = " ".join(rng.choices(_VOCABULARY, k=PAGE_BYTES // 3))
     (root / "p").mkdir(parents=True, exist_ok=True)
     (root / "robots.txt").write_text(ROBOTS_TXT, encoding="ascii")
     for n in range(shape.pages + 1):
         front = n == 0
-        abs_targets = targets[n * ABSOLUTE_LINKS:(n + 1) * ABSOLUTE_LINKS]
-        links = _relative_links(rng, shape, front) + [
-            f"http://{shape.host(h)}:{port}/p/{rng.randrange(shape.pages):04d}.html"
-            for h in abs_targets
-        ] + [f"{PRIVATE_PREFIX}{rng.randrange(shape.pages)}.html"]
+        abs_targets = targets[n * ABSOLUTE_LINKS : (n + 1) * ABSOLUTE_LINKS]
+        links = (
+            _relative_links(rng, shape, front)
+            + [
+                f"http://{shape.host(h)}:{port}/p/{rng.randrange(shape.pages):04d}.html"
+                for h in abs_targets
+            ]
+            + [f"{PRIVATE_PREFIX}{rng.randrange(shape.pages)}.html"]
+        )
         rng.shuffle(links)
         title = "front page" if front else f"page {n - 1}"
         html = _page(title, links, filler, rng, PAGE_BYTES)
@@ -148,8 +158,10 @@ def _relative_links(rng: random.Random, shape: WebShape, front: bool) -> list[st
 
 
 def _page(title: str, links: list[str], filler: str, rng: random.Random, size: int) -> str:
-    head = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f"<title>{title}</title></head>\n<body><h1>{title}</h1>\n")
+    head = (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{title}</title></head>\n<body><h1>{title}</h1>\n"
+    )
     per_paragraph = 4
     paragraphs = math.ceil(len(links) / per_paragraph)
     anchors = sum(len(u) + 30 for u in links)
@@ -157,8 +169,8 @@ def _page(title: str, links: list[str], filler: str, rng: random.Random, size: i
     parts = [head]
     for p in range(paragraphs):
         start = rng.randrange(max(1, len(filler) - text_bytes))
-        parts.append(f"<p>{filler[start:start + text_bytes]} ")
-        for url in links[p * per_paragraph:(p + 1) * per_paragraph]:
+        parts.append(f"<p>{filler[start : start + text_bytes]} ")
+        for url in links[p * per_paragraph : (p + 1) * per_paragraph]:
             parts.append(f'<a href="{url}">{rng.choice(_VOCABULARY)}</a> ')
         parts.append("</p>\n")
     parts.append("</body></html>\n")
@@ -194,8 +206,15 @@ class Nginx:
     gracefully (which flushes the buffered access log) and waits for it.
     """
 
-    def __init__(self, binary: str, prefix: Path, docroot: Path, addresses: list[str],
-                 port: int, workers: int) -> None:
+    def __init__(
+        self,
+        binary: str,
+        prefix: Path,
+        docroot: Path,
+        addresses: list[str],
+        port: int,
+        workers: int,
+    ) -> None:
         self.binary = binary
         self.prefix = prefix
         self.docroot = docroot
@@ -216,7 +235,7 @@ class Nginx:
 {user}worker_processes {self.workers};
 worker_rlimit_nofile {NGINX_RLIMIT_NOFILE};
 daemon off;
-pid {self.prefix / 'nginx.pid'};
+pid {self.prefix / "nginx.pid"};
 error_log {self.error_log} warn;
 events {{ worker_connections {NGINX_WORKER_CONNECTIONS}; }}
 http {{
@@ -230,11 +249,11 @@ http {{
     tcp_nopush on;
     keepalive_timeout 65s;
     keepalive_requests 1000000;
-    client_body_temp_path {temp / 'body'};
-    proxy_temp_path {temp / 'proxy'};
-    fastcgi_temp_path {temp / 'fastcgi'};
-    uwsgi_temp_path {temp / 'uwsgi'};
-    scgi_temp_path {temp / 'scgi'};
+    client_body_temp_path {temp / "body"};
+    proxy_temp_path {temp / "proxy"};
+    fastcgi_temp_path {temp / "fastcgi"};
+    uwsgi_temp_path {temp / "uwsgi"};
+    scgi_temp_path {temp / "scgi"};
     server {{
 {listens}
         server_name _;
@@ -253,7 +272,10 @@ http {{
         # -e: the compiled-in error log (/var/log/nginx) is never opened.
         self._proc = subprocess.Popen(
             [self.binary, "-p", str(self.prefix), "-c", str(conf), "-e", str(self.error_log)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + _START_TIMEOUT_S
         pending = [self.addresses[0], self.addresses[-1]]
         while pending:
@@ -364,7 +386,16 @@ def read_access_log(path: Path, delay_s: float) -> ServerLog:
             continue
         min_gap = gap if min_gap is None else min(min_gap, gap)
         under += gap < delay_s - GAP_TOLERANCE_S
-    return ServerLog(requests=requests, pages=requests - robots, robots=robots,
-                     disallowed=disallowed, errors=errors, hosts=len(times), statuses=dict(statuses),
-                     delay_s=delay_s, min_gap_s=min_gap, hosts_under_delay=under,
-                     connections=connections)
+    return ServerLog(
+        requests=requests,
+        pages=requests - robots,
+        robots=robots,
+        disallowed=disallowed,
+        errors=errors,
+        hosts=len(times),
+        statuses=dict(statuses),
+        delay_s=delay_s,
+        min_gap_s=min_gap,
+        hosts_under_delay=under,
+        connections=connections,
+    )

@@ -50,8 +50,10 @@ def keys_of(ids: np.ndarray) -> np.ndarray:
 
 
 def urls_of(ids: np.ndarray) -> list[bytes]:
-    return [b"https://www.site%05d.example.com/articles/2009/page-%012d.html" % (i % 99991, i)
-            for i in ids.tolist()]
+    return [
+        b"https://www.site%05d.example.com/articles/2009/page-%012d.html" % (i % 99991, i)
+        for i in ids.tolist()
+    ]
 
 
 def load_batches(stored: int) -> Iterator[np.ndarray]:
@@ -69,7 +71,7 @@ def sorted_load_keys(stored: int, signed: bool = False) -> Iterator[list[int]]:
         keys = keys.view(np.int64)
     keys.sort()
     for start in range(0, stored, BATCH):
-        yield keys[start:start + BATCH].tolist()
+        yield keys[start : start + BATCH].tolist()
 
 
 def measure_batches(stored: int, measure: int, seed: int = 1) -> Iterator[np.ndarray]:
@@ -80,8 +82,7 @@ def measure_batches(stored: int, measure: int, seed: int = 1) -> Iterator[np.nda
     while done < measure:
         n = min(BATCH, measure - done)
         new = int(n * P_UNIQUE)
-        ids = np.concatenate([np.arange(next_id, next_id + new),
-                              rng.integers(0, next_id, n - new)])
+        ids = np.concatenate([np.arange(next_id, next_id + new), rng.integers(0, next_id, n - new)])
         rng.shuffle(ids)
         next_id += new
         done += n
@@ -99,8 +100,15 @@ FSYNC_MODES: dict[str, bool | str] = {"round": True, "commit": "commit"}
 AUX_FORMS = ("blob", "list")
 
 
-def run_drumbeat(work: Path, ram: int, stored: int, measure: int, fsync: str = "round",
-                 aux_form: str = "blob", compress: str = "on") -> dict:
+def run_drumbeat(
+    work: Path,
+    ram: int,
+    stored: int,
+    measure: int,
+    fsync: str = "round",
+    aux_form: str = "blob",
+    compress: str = "on",
+) -> dict:
     drum = Drum(work, ram_bytes=ram, fsync=FSYNC_MODES[fsync], compress_log=compress == "on")
     for ids in load_batches(stored):
         drum.check_update(keys_of(ids))
@@ -138,25 +146,41 @@ def run_drumbeat(work: Path, ram: int, stored: int, measure: int, fsync: str = "
     checked = after.checked_bytes - before.checked_bytes
     b = checked / measure
     return {
-        "urls_per_s": measure / elapsed, "unique": unique,
+        "urls_per_s": measure / elapsed,
+        "unique": unique,
         "alpha": moved / checked,
         "alpha_theorem2": predicted_alpha(
-            stored=stored, checked=measure, unique=P_UNIQUE, url_bytes=b, ram_bytes=ram,
-            buffer_bytes=drum.sizing.buffer_bytes, pointer_bytes=WORK_BYTES),
-        "url_bytes": b, "buckets": drum.sizing.buckets, "merges": after.merges - before.merges,
-        "base_rewrites": after.base_rewrites - before.base_rewrites, "runs": after.runs,
-        "sort_s": after.sort_s - before.sort_s, "merge_s": after.merge_s - before.merge_s,
+            stored=stored,
+            checked=measure,
+            unique=P_UNIQUE,
+            url_bytes=b,
+            ram_bytes=ram,
+            buffer_bytes=drum.sizing.buffer_bytes,
+            pointer_bytes=WORK_BYTES,
+        ),
+        "url_bytes": b,
+        "buckets": drum.sizing.buckets,
+        "merges": after.merges - before.merges,
+        "base_rewrites": after.base_rewrites - before.base_rewrites,
+        "runs": after.runs,
+        "sort_s": after.sort_s - before.sort_s,
+        "merge_s": after.merge_s - before.merge_s,
         # Where the measured time went: check_update calls (their merge rounds
         # included), the final flush's round, reading results back; CPU seconds of
         # the process; bytes the process wrote to / read from the disk (/proc/self/io).
-        "submit_s": submit_s, "flush_s": flush_s, "deliver_s": deliver_s,
+        "submit_s": submit_s,
+        "flush_s": flush_s,
+        "deliver_s": deliver_s,
         "cpu_s": cpu1 - cpu0,
         "disk_write_bytes_per_url": (io1["write_bytes"] - io0["write_bytes"]) / measure,
         "disk_read_bytes_per_url": (io1["read_bytes"] - io0["read_bytes"]) / measure,
         "notes": ("" if fsync == "round" else f"fsync={fsync}: no commit is timed; ")
         + ("" if compress == "on" else "arrival log not compressed; ")
-        + ("aux as a list of bytes, joined in the timed call" if aux_form == "list"
-           else "aux as one AuxArray, built untimed (as URL-seen's caller does)"),
+        + (
+            "aux as a list of bytes, joined in the timed call"
+            if aux_form == "list"
+            else "aux as one AuxArray, built untimed (as URL-seen's caller does)"
+        ),
     }
 
 
@@ -201,8 +225,11 @@ def run_sqlite(work: Path, ram: int, stored: int, measure: int) -> dict:
         unique += db.total_changes - before
         elapsed += time.perf_counter() - t0
     db.close()
-    return {"urls_per_s": measure / elapsed, "unique": unique,
-            "notes": "INSERT OR IGNORE per batch: no per-URL answer"}
+    return {
+        "urls_per_s": measure / elapsed,
+        "unique": unique,
+        "notes": "INSERT OR IGNORE per batch: no per-URL answer",
+    }
 
 
 def run_lmdb(work: Path, ram: int, stored: int, measure: int) -> dict:
@@ -226,8 +253,11 @@ def run_lmdb(work: Path, ram: int, stored: int, measure: int) -> dict:
         unique += len(new)
         elapsed += time.perf_counter() - t0
     env.close()
-    return {"urls_per_s": measure / elapsed, "unique": unique,
-            "notes": "no RAM knob (mmap, OS page cache)"}
+    return {
+        "urls_per_s": measure / elapsed,
+        "unique": unique,
+        "notes": "no RAM knob (mmap, OS page cache)",
+    }
 
 
 def run_rocksdb(work: Path, ram: int, stored: int, measure: int) -> dict:
@@ -267,7 +297,10 @@ def run_rocksdb(work: Path, ram: int, stored: int, measure: int) -> dict:
 
 
 RUNNERS: dict[str, Callable[[Path, int, int, int], dict]] = {
-    "drumbeat": run_drumbeat, "set": run_set, "sqlite": run_sqlite, "lmdb": run_lmdb,
+    "drumbeat": run_drumbeat,
+    "set": run_set,
+    "sqlite": run_sqlite,
+    "lmdb": run_lmdb,
     "rocksdb": run_rocksdb,
 }
 MODULES = {"lmdb": "lmdb", "rocksdb": "rocksdict"}
@@ -303,14 +336,39 @@ def _disk_bytes(path: Path) -> int:
     return sum(p.stat().st_blocks * 512 for p in path.rglob("*") if p.is_file())
 
 
-def run_peer(name: str, work: Path, ram: int, stored: int, measure: int,
-             drum_fsync: str = "round", drum_aux: str = "blob",
-             drum_compress: str = "on") -> dict:
+def run_peer(
+    name: str,
+    work: Path,
+    ram: int,
+    stored: int,
+    measure: int,
+    drum_fsync: str = "round",
+    drum_aux: str = "blob",
+    drum_compress: str = "on",
+) -> dict:
     """Run one contender in a fresh process; its peak RSS is its own."""
     work.mkdir(parents=True)
-    cmd = [sys.executable, "-m", "drumbeat.bench.drum", "--peer", name, "--dir", str(work),
-           "--ram", str(ram), "--keys", str(stored), "--measure", str(measure),
-           "--drum-fsync", drum_fsync, "--drum-aux", drum_aux, "--drum-compress", drum_compress]
+    cmd = [
+        sys.executable,
+        "-m",
+        "drumbeat.bench.drum",
+        "--peer",
+        name,
+        "--dir",
+        str(work),
+        "--ram",
+        str(ram),
+        "--keys",
+        str(stored),
+        "--measure",
+        str(measure),
+        "--drum-fsync",
+        drum_fsync,
+        "--drum-aux",
+        drum_aux,
+        "--drum-compress",
+        drum_compress,
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode:
         return {"error": done.stderr.strip().splitlines()[-1] if done.stderr else "failed"}
@@ -330,18 +388,33 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true", help="10 M keys, database peers on 1 M")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--dir", type=Path, default=None, help="work directory (default: a temp dir)")
-    ap.add_argument("--drum-fsync", choices=sorted(FSYNC_MODES), default="round",
-                    help="drumbeat's fsync policy: every merge round (default) or commits only")
-    ap.add_argument("--drum-compress", choices=("on", "off"), default="on",
-                    help="drumbeat: deflate its arrival log (off: stored raw, as before "
-                    "format 6)")
-    ap.add_argument("--drum-aux", choices=AUX_FORMS, default="blob",
-                    help="how drumbeat gets the URLs: one (blob, offsets) AuxArray built untimed "
-                    "by the caller, as the crawler's URL-seen does (default), or a list of "
-                    "bytes, joined in the timed call")
-    ap.add_argument("--only", type=lambda v: v.split(","), default=list(PEERS),
-                    metavar="NAME[,NAME]", help=f"contenders to run (of {', '.join(PEERS)}); "
-                    "e.g. --only drumbeat at 1 B")
+    ap.add_argument(
+        "--drum-fsync",
+        choices=sorted(FSYNC_MODES),
+        default="round",
+        help="drumbeat's fsync policy: every merge round (default) or commits only",
+    )
+    ap.add_argument(
+        "--drum-compress",
+        choices=("on", "off"),
+        default="on",
+        help="drumbeat: deflate its arrival log (off: stored raw, as before format 6)",
+    )
+    ap.add_argument(
+        "--drum-aux",
+        choices=AUX_FORMS,
+        default="blob",
+        help="how drumbeat gets the URLs: one (blob, offsets) AuxArray built untimed "
+        "by the caller, as the crawler's URL-seen does (default), or a list of "
+        "bytes, joined in the timed call",
+    )
+    ap.add_argument(
+        "--only",
+        type=lambda v: v.split(","),
+        default=list(PEERS),
+        metavar="NAME[,NAME]",
+        help=f"contenders to run (of {', '.join(PEERS)}); e.g. --only drumbeat at 1 B",
+    )
     ap.add_argument("--peer", choices=PEERS, help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
@@ -350,14 +423,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     unknown = sorted(set(args.only) - set(PEERS))
     if unknown or "drumbeat" not in args.only:
-        print(f"drumbeat bench drum: --only takes names of {', '.join(PEERS)} and must "
-              f"include drumbeat (the reference of the ratios), got {','.join(args.only)}",
-              file=sys.stderr)
+        print(
+            f"drumbeat bench drum: --only takes names of {', '.join(PEERS)} and must "
+            f"include drumbeat (the reference of the ratios), got {','.join(args.only)}",
+            file=sys.stderr,
+        )
         return 2
     if args.peer:  # child mode
-        extra = {"fsync": args.drum_fsync, "aux_form": args.drum_aux,
-                 "compress": args.drum_compress} \
-            if args.peer == "drumbeat" else {}
+        extra = (
+            {"fsync": args.drum_fsync, "aux_form": args.drum_aux, "compress": args.drum_compress}
+            if args.peer == "drumbeat"
+            else {}
+        )
         out = RUNNERS[args.peer](args.dir, args.ram, args.keys, args.measure, **extra)
         out["peak_rss"] = _vmhwm()
         print(json.dumps(out))
@@ -382,10 +459,20 @@ def main(argv: list[str] | None = None) -> int:
             if args.quick and name in ("sqlite", "lmdb", "rocksdb"):
                 n_stored, n_measure = 1_000_000, 500_000
             if not args.json:
-                print(f"running {name}: {n_stored:,} stored, {n_measure:,} checked ...",
-                      file=sys.stderr)
-            out = run_peer(name, base / name, args.ram, n_stored, n_measure, args.drum_fsync,
-                           args.drum_aux, args.drum_compress)
+                print(
+                    f"running {name}: {n_stored:,} stored, {n_measure:,} checked ...",
+                    file=sys.stderr,
+                )
+            out = run_peer(
+                name,
+                base / name,
+                args.ram,
+                n_stored,
+                n_measure,
+                args.drum_fsync,
+                args.drum_aux,
+                args.drum_compress,
+            )
             out.update(stored=n_stored, checked=n_measure)
             out["notes"] = note + out.get("notes", "")
             results[name] = out
@@ -396,8 +483,7 @@ def main(argv: list[str] | None = None) -> int:
     for out in results.values():
         if ref and "urls_per_s" in out:
             out["ratio_vs_drumbeat"] = out["urls_per_s"] / ref
-    report = {"ram_bytes": args.ram, "p_unique": P_UNIQUE, "quick": args.quick,
-              "results": results}
+    report = {"ram_bytes": args.ram, "p_unique": P_UNIQUE, "quick": args.quick, "results": results}
     if args.json:
         print(json.dumps(report))
     else:
@@ -417,10 +503,20 @@ def _print_table(report: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"URLseen check+update, RAM budget {report['ram_bytes'] >> 20} MiB, "
-                  f"p = {report['p_unique']}")
-    for col in ("contender", "stored", "checked", "URLs/s", "drumbeat speedup", "peak RSS MiB",
-                "disk MiB", "notes"):
+    table = Table(
+        title=f"URLseen check+update, RAM budget {report['ram_bytes'] >> 20} MiB, "
+        f"p = {report['p_unique']}"
+    )
+    for col in (
+        "contender",
+        "stored",
+        "checked",
+        "URLs/s",
+        "drumbeat speedup",
+        "peak RSS MiB",
+        "disk MiB",
+        "notes",
+    ):
         table.add_column(col, justify="left" if col in ("contender", "notes") else "right")
     for name, out in report["results"].items():
         if "urls_per_s" not in out:
@@ -428,9 +524,14 @@ def _print_table(report: dict) -> None:
             continue
         ratio = out.get("ratio_vs_drumbeat")
         table.add_row(
-            name, f"{out['stored']:,}", f"{out['checked']:,}", f"{out['urls_per_s']:,.0f}",
-            f"{1 / ratio:.1f}x" if ratio else "", f"{out['peak_rss'] / 2**20:,.0f}",
-            f"{out['disk_bytes'] / 2**20:,.0f}", out.get("notes", ""),
+            name,
+            f"{out['stored']:,}",
+            f"{out['checked']:,}",
+            f"{out['urls_per_s']:,.0f}",
+            f"{1 / ratio:.1f}x" if ratio else "",
+            f"{out['peak_rss'] / 2**20:,.0f}",
+            f"{out['disk_bytes'] / 2**20:,.0f}",
+            out.get("notes", ""),
         )
     console = Console(width=150)
     console.print(table)
@@ -445,8 +546,10 @@ def _print_table(report: dict) -> None:
             "(it rewrites the whole sorted file every round)"
         )
     if report["quick"]:
-        console.print("--quick: sqlite, lmdb and rocksdb ran on 1 M stored keys; their ratio "
-                      "is per URL checked, at a smaller (easier) size than drumbeat's 10 M.")
+        console.print(
+            "--quick: sqlite, lmdb and rocksdb ran on 1 M stored keys; their ratio "
+            "is per URL checked, at a smaller (easier) size than drumbeat's 10 M."
+        )
 
 
 if __name__ == "__main__":

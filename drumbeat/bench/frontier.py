@@ -134,21 +134,50 @@ class Plan:
     rss_hosts: int  # hosts the queued URLs spread over (PLDs: half of that)
 
 
-def _web(hosts: int, pages_per_host: int, ips: int, farms: int, farm_ips: int, links: int,
-         traps: int, big: int, spammed: int) -> SimWebConfig:
-    return SimWebConfig(seed=3, hosts=hosts, ips=ips, pages_per_host=pages_per_host,
-                        spam_farms=farms, spam_ips=farm_ips, spam_links_per_page=links,
-                        calendar_traps=traps, big_site_pages=big, spammed_hosts=spammed,
-                        spammed_links_per_page=SPAMMED_LINKS)
+def _web(
+    hosts: int,
+    pages_per_host: int,
+    ips: int,
+    farms: int,
+    farm_ips: int,
+    links: int,
+    traps: int,
+    big: int,
+    spammed: int,
+) -> SimWebConfig:
+    return SimWebConfig(
+        seed=3,
+        hosts=hosts,
+        ips=ips,
+        pages_per_host=pages_per_host,
+        spam_farms=farms,
+        spam_ips=farm_ips,
+        spam_links_per_page=links,
+        calendar_traps=traps,
+        big_site_pages=big,
+        spammed_hosts=spammed,
+        spammed_links_per_page=SPAMMED_LINKS,
+    )
 
 
 PLANS = {
-    "full": Plan(_web(1000, 20, 16, 2, FARM_IPS, SPAM_LINKS, 2, 5000, SPAMMED_HOSTS), 20000,
-                 1, 1000, (100_000, 1_000_000, 10_000_000), 10_000),
-    "quick": Plan(_web(300, 20, 16, 2, FARM_IPS, SPAM_LINKS, 2, 2000, SPAMMED_HOSTS), 1500, 2,
-                  1000, (100_000, 1_000_000), 10_000),
-    "tiny": Plan(_web(40, 6, 4, 1, FARM_IPS, SPAM_LINKS, 1, 100, 2), 80, 4, 200, (10_000,),
-                 1_000),
+    "full": Plan(
+        _web(1000, 20, 16, 2, FARM_IPS, SPAM_LINKS, 2, 5000, SPAMMED_HOSTS),
+        20000,
+        1,
+        1000,
+        (100_000, 1_000_000, 10_000_000),
+        10_000,
+    ),
+    "quick": Plan(
+        _web(300, 20, 16, 2, FARM_IPS, SPAM_LINKS, 2, 2000, SPAMMED_HOSTS),
+        1500,
+        2,
+        1000,
+        (100_000, 1_000_000),
+        10_000,
+    ),
+    "tiny": Plan(_web(40, 6, 4, 1, FARM_IPS, SPAM_LINKS, 1, 100, 2), 80, 4, 200, (10_000,), 1_000),
 }
 
 
@@ -157,15 +186,33 @@ PLANS = {
 
 def _start_web(config: SimWebConfig) -> tuple[subprocess.Popen[str], dict]:
     """Serve the web from its own process (the crawler gets the other core)."""
-    cmd = [sys.executable, "-m", "drumbeat.simweb", "--hosts", str(config.hosts),
-           "--ips", str(config.ips), "--pages-per-host", str(config.pages_per_host),
-           "--seed", str(config.seed), "--spam-farms", str(config.spam_farms),
-           "--spam-ips", str(config.spam_ips),
-           "--spam-links-per-page", str(config.spam_links_per_page),
-           "--calendar-traps", str(config.calendar_traps),
-           "--big-site-pages", str(config.big_site_pages),
-           "--spammed-hosts", str(config.spammed_hosts),
-           "--spammed-links-per-page", str(config.spammed_links_per_page)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "drumbeat.simweb",
+        "--hosts",
+        str(config.hosts),
+        "--ips",
+        str(config.ips),
+        "--pages-per-host",
+        str(config.pages_per_host),
+        "--seed",
+        str(config.seed),
+        "--spam-farms",
+        str(config.spam_farms),
+        "--spam-ips",
+        str(config.spam_ips),
+        "--spam-links-per-page",
+        str(config.spam_links_per_page),
+        "--calendar-traps",
+        str(config.calendar_traps),
+        "--big-site-pages",
+        str(config.big_site_pages),
+        "--spammed-hosts",
+        str(config.spammed_hosts),
+        "--spammed-links-per-page",
+        str(config.spammed_links_per_page),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     line = proc.stdout.readline()
@@ -182,21 +229,40 @@ def seed_urls(model: SimWebModel, n: int) -> list[str]:
     hosts: a seed list is curated, and the crawl meets spam through links, as IRLbot's did."""
     linkers = {name for _, hosts in model._endless_linkers for name in hosts}
     spammed = set(spammed_host_indices(model.config))
-    homes = [model.url(h.name, "/") for h in model.hosts
-             if h.robots_variant != "error" and h.index not in linkers | spammed]
+    homes = [
+        model.url(h.name, "/")
+        for h in model.hosts
+        if h.robots_variant != "error" and h.index not in linkers | spammed
+    ]
     step = max(1, len(homes) // max(1, n))
     return homes[::step][:n]
 
 
-def _crawl(name: str, seeds: list[str], info: dict, state: Path, pages: int,
-           toml: str) -> float:
+def _crawl(name: str, seeds: list[str], info: dict, state: Path, pages: int, toml: str) -> float:
     """Run ``drumbeat crawl`` to ``pages`` pages; returns the wall time."""
     config = state.parent / f"{name}.toml"
     config.write_text(toml, encoding="utf-8")
-    cmd = [sys.executable, "-m", "drumbeat", "crawl", *seeds, "--state", str(state),
-           "--dns-server", info["dns"], "--allow-loopback", "--host-delay", str(HOST_DELAY_S),
-           "--ip-delay", str(IP_DELAY_S), "--max-pages", str(pages), "--no-progress",
-           "--config", str(config)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "drumbeat",
+        "crawl",
+        *seeds,
+        "--state",
+        str(state),
+        "--dns-server",
+        info["dns"],
+        "--allow-loopback",
+        "--host-delay",
+        str(HOST_DELAY_S),
+        "--ip-delay",
+        str(IP_DELAY_S),
+        "--max-pages",
+        str(pages),
+        "--no-progress",
+        "--config",
+        str(config),
+    ]
     t0 = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -220,8 +286,9 @@ def _answered(state: Path) -> list[dict]:
 def _tenths(flags: list[bool]) -> list[float]:
     """The share of True in each tenth of ``flags``."""
     tenth = max(len(flags) // 10, 1)
-    return [sum(flags[i:i + tenth]) / tenth for i in range(0, tenth * 10, tenth)
-            if i < len(flags)]
+    return [
+        sum(flags[i : i + tenth]) / tenth for i in range(0, tenth * 10, tenth) if i < len(flags)
+    ]
 
 
 def _shares(model: SimWebModel, answered: list[dict], n: int) -> dict:
@@ -240,7 +307,7 @@ def _shares(model: SimWebModel, answered: list[dict], n: int) -> dict:
         for i, e in enumerate(answered):
             seen += e["kind"] == "page"
             if seen == n:
-                window = answered[:i + 1]
+                window = answered[: i + 1]
                 break
     req_classes = [model.pld_class(e["url"]) for e in window]
     req_counts = Counter(req_classes)
@@ -253,9 +320,17 @@ def _shares(model: SimWebModel, answered: list[dict], n: int) -> dict:
     def bucket(entry: dict, cls: str) -> dict:
         host = model.host(urlsplit(entry["url"]).hostname or "")
         assert host is not None  # spam and trap URLs are hosts of the web
-        b = breakdown.setdefault(host.pld, {"class": cls, "pages": 0, "robots": 0,
-                                            "hosts": set(), "via_legit": 0,
-                                            "pages_by_tenth": [0] * 10})
+        b = breakdown.setdefault(
+            host.pld,
+            {
+                "class": cls,
+                "pages": 0,
+                "robots": 0,
+                "hosts": set(),
+                "via_legit": 0,
+                "pages_by_tenth": [0] * 10,
+            },
+        )
         b["hosts"].add(host.name)
         return b
 
@@ -276,14 +351,14 @@ def _shares(model: SimWebModel, answered: list[dict], n: int) -> dict:
         "share": {c: counts[c] / total for c in CLASSES},
         "spam_trap_share": (counts["spam"] + counts["trap"]) / total,
         "spam_trap_share_by_tenth": _tenths(endless),
-        "spam_trap_max_depth": max((e["depth"] for e, c in zip(first, classes)
-                                    if c in ("spam", "trap")), default=None),
+        "spam_trap_max_depth": max(
+            (e["depth"] for e, c in zip(first, classes) if c in ("spam", "trap")), default=None
+        ),
         "requests": len(window),
         "robots_requests": len(robots),
         "request_share": {c: req_counts[c] / req_total for c in CLASSES},
         "spam_trap_request_share": (req_counts["spam"] + req_counts["trap"]) / req_total,
-        "spam_trap_request_share_by_tenth": _tenths([c in ("spam", "trap")
-                                                     for c in req_classes]),
+        "spam_trap_request_share_by_tenth": _tenths([c in ("spam", "trap") for c in req_classes]),
         "spam_trap_robots": sum(c in ("spam", "trap") for c in robots),
         "spam_trap_breakdown": dict(sorted(breakdown.items())),
     }
@@ -307,12 +382,17 @@ def _beast_io(state: Path, pages: int, fetched: list[dict]) -> dict:
     links = admitted / max(pages, 1)
     bound = theorem7_bound(1.0, b, links)  # S = 1: bytes per page
     return {
-        "pages": pages, "urls_admitted": admitted, "L": links, "b": b,
-        "bytes_written": written, "bytes_read": read,
+        "pages": pages,
+        "urls_admitted": admitted,
+        "L": links,
+        "b": b,
+        "bytes_written": written,
+        "bytes_read": read,
         "bytes_per_page": (written + read) / max(pages, 1),
         "theorem7_bytes_per_page": bound,
         "ratio_to_bound": (written + read) / max(pages, 1) / bound if bound > 0 else None,
-        "queues": beast["queues"], "qf_rescans": beast["counters"]["qf_rescans"],
+        "queues": beast["queues"],
+        "qf_rescans": beast["counters"]["qf_rescans"],
         "deferred_to_qf": beast["counters"]["deferred_to_qf"],
     }
 
@@ -341,7 +421,7 @@ def spam_share(plan: Plan, work: Path, log: bool) -> dict:
     contenders = {
         "drumbeat": CRAWL_TOML + ram,
         "bfs": CRAWL_TOML + ram + f"budget_default = {BFS_BUDGET}\nbudget_max = {BFS_BUDGET}\n"
-               "beast_turn_s = 0\n",
+        "beast_turn_s = 0\n",
     }
     results: dict[str, dict] = {}
     io: dict[str, dict] = {}
@@ -362,15 +442,23 @@ def spam_share(plan: Plan, work: Path, log: bool) -> dict:
         proc.terminate()
         proc.wait(timeout=10)
     return {
-        "web": {**{k: v for k, v in asdict(plan.web).items()
-                   if k not in ("port", "dns_port", "tld", "seed")},
-                "legit_pages": sum(len(model.paths(h.name)) for h in model.hosts),
-                "legit_plds": len({h.pld for h in model.hosts})},
+        "web": {
+            **{
+                k: v
+                for k, v in asdict(plan.web).items()
+                if k not in ("port", "dns_port", "tld", "seed")
+            },
+            "legit_pages": sum(len(model.paths(h.name)) for h in model.hosts),
+            "legit_plds": len({h.pld for h in model.hosts}),
+        },
         "pages": plan.pages,
         "seeds": len(seeds),
-        "settings": {"host_delay_s": HOST_DELAY_S, "ip_delay_s": IP_DELAY_S,
-                     "frontier_ram_urls": plan.frontier_ram_urls,
-                     "bfs_budget": BFS_BUDGET},
+        "settings": {
+            "host_delay_s": HOST_DELAY_S,
+            "ip_delay_s": IP_DELAY_S,
+            "frontier_ram_urls": plan.frontier_ram_urls,
+            "bfs_budget": BFS_BUDGET,
+        },
         "contenders": results,
         "beast_io": io,
     }
@@ -413,8 +501,11 @@ async def _rss_child(n: int, hosts: int, work: Path) -> dict:
         settings = manager.settings
         t0 = time.perf_counter()
         for start in range(0, n, RSS_BATCH):
-            manager.admission.admit([f"{rss_origin(i, hosts)}/x/{i}"
-                            for i in range(start, min(n, start + RSS_BATCH))], 1, None)
+            manager.admission.admit(
+                [f"{rss_origin(i, hosts)}/x/{i}" for i in range(start, min(n, start + RSS_BATCH))],
+                1,
+                None,
+            )
             manager.admission.take_new_urls(manager.clock())
         manager.stores.seen.flush()
         manager.admission.take_new_urls(manager.clock())
@@ -425,8 +516,11 @@ async def _rss_child(n: int, hosts: int, work: Path) -> dict:
         t0 = time.perf_counter()
         bound = settings.frontier_ram_urls
         feeds = 0
-        while (feeds < RSS_FEEDS and manager.scheduler.queued_urls < bound
-               and (len(manager.stores.beast) or manager.gate.checking or len(manager.stores.qr))):
+        while (
+            feeds < RSS_FEEDS
+            and manager.scheduler.queued_urls < bound
+            and (len(manager.stores.beast) or manager.gate.checking or len(manager.stores.qr))
+        ):
             # Each round is past every flush interval (it merges what it asked for) and
             # past a whole paced BEAST turn (each PLD passes its budget once more).
             clock[0] += max(1.0, settings.beast_turn())
@@ -437,15 +531,23 @@ async def _rss_child(n: int, hosts: int, work: Path) -> dict:
         memory = _memory()  # before _live_rss trims the heap
         drum = manager.stores.seen.drum
         return {
-            "urls": n, "hosts": hosts, "queued_beast": queued,
+            "urls": n,
+            "hosts": hosts,
+            "queued_beast": queued,
             "queued_ram": manager.scheduler.queued_urls,
-            "ram_bound": bound, "hosts_in_ram": len(manager.scheduler.hosts),
-            "feed_rounds": feeds, "queue_s": queue_s, "feed_s": feed_s,
-            "urls_per_s": n / queue_s, **memory, "live_rss": _live_rss(),
+            "ram_bound": bound,
+            "hosts_in_ram": len(manager.scheduler.hosts),
+            "feed_rounds": feeds,
+            "queue_s": queue_s,
+            "feed_s": feed_s,
+            "urls_per_s": n / queue_s,
+            **memory,
+            "live_rss": _live_rss(),
             # RAM the configuration grants DRUM (URL-seen, PLD graph, robots), used only
             # as the DRUMs fill: the 100 k run does not fill URL-seen's buffers.
-            "drum_ram_bytes": (settings.urlseen_ram_bytes + settings.pld_ram_bytes
-                               + settings.robots_ram_bytes),
+            "drum_ram_bytes": (
+                settings.urlseen_ram_bytes + settings.pld_ram_bytes + settings.robots_ram_bytes
+            ),
             "urlseen_buffer_records": drum.buffer.spill_at,
             "urlseen_merges": drum.stats().merges,
         }
@@ -459,8 +561,17 @@ def manager_rss(sizes: tuple[int, ...], hosts: int, work: Path, log: bool) -> di
             print(f"manager RSS: {n:,} URLs ...", file=sys.stderr)
         state = work / f"rss-{n}"
         state.mkdir(parents=True)
-        cmd = [sys.executable, "-m", "drumbeat.bench.frontier", "--rss-child", str(n),
-               "--rss-hosts", str(hosts), "--dir", str(state)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "drumbeat.bench.frontier",
+            "--rss-child",
+            str(n),
+            "--rss-hosts",
+            str(hosts),
+            "--dir",
+            str(state),
+        ]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode:
             raise RuntimeError(f"RSS run of {n:,} URLs failed: {done.stderr.strip()[-500:]}")
@@ -469,12 +580,13 @@ def manager_rss(sizes: tuple[int, ...], hosts: int, work: Path, log: bool) -> di
     first, last = runs[str(sizes[0])], runs[str(sizes[-1])]
     for run in runs.values():
         run["peak_rss_vs_smallest"] = run["peak_rss"] / first["peak_rss"]
-    live = (last["live_rss"] / first["live_rss"]
-            if last["live_rss"] and first["live_rss"] else None)
+    live = last["live_rss"] / first["live_rss"] if last["live_rss"] and first["live_rss"] else None
     return {
-        "sizes": list(sizes), "runs": runs,
+        "sizes": list(sizes),
+        "runs": runs,
         "peak_rss_ratio": last["peak_rss"] / first["peak_rss"],
-        "rss_ratio": last["rss"] / first["rss"], "live_rss_ratio": live,
+        "rss_ratio": last["rss"] / first["rss"],
+        "live_rss_ratio": live,
         "ratio_sizes": [sizes[0], sizes[-1]],
     }
 
@@ -483,11 +595,15 @@ def manager_rss(sizes: tuple[int, ...], hosts: int, work: Path, log: bool) -> di
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="drumbeat bench frontier",
-                                 description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="drumbeat bench frontier", description=__doc__.splitlines()[0]
+    )
     mode = ap.add_mutually_exclusive_group()
-    mode.add_argument("--quick", action="store_true",
-                      help="smaller web and N, RSS at 100 k and 1 M (about a minute)")
+    mode.add_argument(
+        "--quick",
+        action="store_true",
+        help="smaller web and N, RSS at 100 k and 1 M (about a minute)",
+    )
     mode.add_argument("--tiny", action="store_true", help="smallest run, for tests")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--dir", type=Path, default=None, help="work directory (default: a temp dir)")
@@ -510,9 +626,14 @@ def main(argv: list[str] | None = None) -> int:
         rss = manager_rss(plan.rss_sizes, plan.rss_hosts, base, not args.json)
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    report = {"mode": mode, "spam_share": share, "manager_rss": rss,
-              "beast_io": share.pop("beast_io"), "elapsed_s": time.perf_counter() - t0,
-              "cpus": os.cpu_count()}
+    report = {
+        "mode": mode,
+        "spam_share": share,
+        "manager_rss": rss,
+        "beast_io": share.pop("beast_io"),
+        "elapsed_s": time.perf_counter() - t0,
+        "cpus": os.cpu_count(),
+    }
     if args.json:
         print(json.dumps(report))
     else:
@@ -527,40 +648,93 @@ def _print_tables(report: dict) -> None:
     console = Console(width=150)
     share = report["spam_share"]
     web, s = share["web"], share["settings"]
-    table = Table(title=f"Share of the first {share['pages']:,} page fetches by PLD class "
-                  f"(targets: drumbeat <= 5 % spam+trap, BFS >= 50 %)")
-    for col in ("frontier", "spam", "trap", "big", "legit", "spam+trap", "by tenth of N",
-                "pages/s", "wall s"):
+    table = Table(
+        title=f"Share of the first {share['pages']:,} page fetches by PLD class "
+        f"(targets: drumbeat <= 5 % spam+trap, BFS >= 50 %)"
+    )
+    for col in (
+        "frontier",
+        "spam",
+        "trap",
+        "big",
+        "legit",
+        "spam+trap",
+        "by tenth of N",
+        "pages/s",
+        "wall s",
+    ):
         table.add_column(col, justify="left" if col in ("frontier", "by tenth of N") else "right")
     for name, out in share["contenders"].items():
-        table.add_row(name, *(f"{out['share'][c]:.1%}" for c in CLASSES),
-                      f"{out['spam_trap_share']:.1%}",
-                      " ".join(f"{x:.0%}" for x in out["spam_trap_share_by_tenth"]),
-                      f"{out['pages_per_s']:,.0f}", f"{out['wall_s']:,.1f}")
+        table.add_row(
+            name,
+            *(f"{out['share'][c]:.1%}" for c in CLASSES),
+            f"{out['spam_trap_share']:.1%}",
+            " ".join(f"{x:.0%}" for x in out["spam_trap_share_by_tenth"]),
+            f"{out['pages_per_s']:,.0f}",
+            f"{out['wall_s']:,.1f}",
+        )
     console.print(table)
-    table = Table(title=f"Every request up to the {share['pages']:,}th page fetch "
-                  "(robots.txt included) by the PLD class of its host")
-    for col in ("frontier", "requests", "robots.txt", "spam", "trap", "big", "legit",
-                "spam+trap", "of which robots.txt", "by tenth of the requests"):
-        table.add_column(col, justify="left" if col in ("frontier", "by tenth of the requests")
-                         else "right")
+    table = Table(
+        title=f"Every request up to the {share['pages']:,}th page fetch "
+        "(robots.txt included) by the PLD class of its host"
+    )
+    for col in (
+        "frontier",
+        "requests",
+        "robots.txt",
+        "spam",
+        "trap",
+        "big",
+        "legit",
+        "spam+trap",
+        "of which robots.txt",
+        "by tenth of the requests",
+    ):
+        table.add_column(
+            col, justify="left" if col in ("frontier", "by tenth of the requests") else "right"
+        )
     for name, out in share["contenders"].items():
-        table.add_row(name, f"{out['requests']:,}", f"{out['robots_requests']:,}",
-                      *(f"{out['request_share'][c]:.1%}" for c in CLASSES),
-                      f"{out['spam_trap_request_share']:.1%}", f"{out['spam_trap_robots']:,}",
-                      " ".join(f"{x:.0%}" for x in out["spam_trap_request_share_by_tenth"]))
+        table.add_row(
+            name,
+            f"{out['requests']:,}",
+            f"{out['robots_requests']:,}",
+            *(f"{out['request_share'][c]:.1%}" for c in CLASSES),
+            f"{out['spam_trap_request_share']:.1%}",
+            f"{out['spam_trap_robots']:,}",
+            " ".join(f"{x:.0%}" for x in out["spam_trap_request_share_by_tenth"]),
+        )
     console.print(table)
-    table = Table(title="Spam and trap requests by PLD (first N pages; robots.txt up to the "
-                  "Nth page)")
-    for col in ("frontier", "PLD", "class", "pages", "robots.txt", "hosts",
-                "pages linked from legit", "pages by tenth of N"):
-        table.add_column(col, justify="left" if col in ("frontier", "PLD", "class",
-                                                         "pages by tenth of N") else "right")
+    table = Table(
+        title="Spam and trap requests by PLD (first N pages; robots.txt up to the Nth page)"
+    )
+    for col in (
+        "frontier",
+        "PLD",
+        "class",
+        "pages",
+        "robots.txt",
+        "hosts",
+        "pages linked from legit",
+        "pages by tenth of N",
+    ):
+        table.add_column(
+            col,
+            justify="left"
+            if col in ("frontier", "PLD", "class", "pages by tenth of N")
+            else "right",
+        )
     for name, out in share["contenders"].items():
         for pld, b in out["spam_trap_breakdown"].items():
-            table.add_row(name, pld, b["class"], f"{b['pages']:,}", f"{b['robots']:,}",
-                          f"{b['hosts']:,}", f"{b['via_legit']:,}",
-                          " ".join(str(x) for x in b["pages_by_tenth"]))
+            table.add_row(
+                name,
+                pld,
+                b["class"],
+                f"{b['pages']:,}",
+                f"{b['robots']:,}",
+                f"{b['hosts']:,}",
+                f"{b['via_legit']:,}",
+                " ".join(str(x) for x in b["pages_by_tenth"]),
+            )
     console.print(table)
     console.print(
         f"seeds: {share['seeds']:,} legit home pages (curated: none links to spam or a trap); "
@@ -573,21 +747,43 @@ def _print_tables(report: dict) -> None:
         f"pages; host delay {s['host_delay_s']:g} s, IP delay {s['ip_delay_s']:g} s, "
         f"frontier_ram_urls {s['frontier_ram_urls']:,} for both; BFS = budgets of "
         f"{s['bfs_budget']:.0e} (one FIFO). Requests count every answered fetch, robots.txt "
-        f"included: a spam host's robots.txt is a request the crawler spent on spam.")
+        f"included: a spam host's robots.txt is a request the crawler spent on spam."
+    )
 
     rss = report["manager_rss"]
-    table = Table(title="Manager RSS with queued URLs (each size in a fresh process; "
-                  "target: largest <= 1.2x smallest)")
-    for col in ("queued URLs", "in RAM", "hosts in RAM", "queue s", "URLs/s", "feed s",
-                "URL-seen merges", "peak RSS MiB", "RSS MiB", "live MiB", "peak vs smallest"):
+    table = Table(
+        title="Manager RSS with queued URLs (each size in a fresh process; "
+        "target: largest <= 1.2x smallest)"
+    )
+    for col in (
+        "queued URLs",
+        "in RAM",
+        "hosts in RAM",
+        "queue s",
+        "URLs/s",
+        "feed s",
+        "URL-seen merges",
+        "peak RSS MiB",
+        "RSS MiB",
+        "live MiB",
+        "peak vs smallest",
+    ):
         table.add_column(col, justify="right")
     for run in rss["runs"].values():
         live = run["live_rss"]
-        table.add_row(f"{run['urls']:,}", f"{run['queued_ram']:,}", f"{run['hosts_in_ram']:,}",
-                      f"{run['queue_s']:.1f}", f"{run['urls_per_s']:,.0f}",
-                      f"{run['feed_s']:.1f}", str(run["urlseen_merges"]),
-                      f"{run['peak_rss'] / 2**20:,.0f}", f"{run['rss'] / 2**20:,.0f}",
-                      f"{live / 2**20:,.0f}" if live else "", f"{run['peak_rss_vs_smallest']:.2f}x")
+        table.add_row(
+            f"{run['urls']:,}",
+            f"{run['queued_ram']:,}",
+            f"{run['hosts_in_ram']:,}",
+            f"{run['queue_s']:.1f}",
+            f"{run['urls_per_s']:,.0f}",
+            f"{run['feed_s']:.1f}",
+            str(run["urlseen_merges"]),
+            f"{run['peak_rss'] / 2**20:,.0f}",
+            f"{run['rss'] / 2**20:,.0f}",
+            f"{live / 2**20:,.0f}" if live else "",
+            f"{run['peak_rss_vs_smallest']:.2f}x",
+        )
     console.print(table)
     lo, hi = rss["ratio_sizes"]
     first = rss["runs"][str(lo)]
@@ -600,19 +796,39 @@ def _print_tables(report: dict) -> None:
         f"(URL-seen's record buffer holds {first['urlseen_buffer_records']:,} URLs, its merge "
         f"works on buckets of up to about as many); DRUM touches those pages only as its "
         f"buffers fill, which {lo:,} URLs do not, so peak growth up to the largest size is "
-        f"configured memory coming into use, not memory per queued URL.")
+        f"configured memory coming into use, not memory per queued URL."
+    )
 
     table = Table(title="BEAST disk I/O per page fetched vs Theorem 7, 2b(2L-1)")
-    for col in ("crawl", "pages", "L (URLs/page)", "b (bytes)", "written/page", "read/page",
-                "I/O per page", "Theorem 7", "ratio", "queues", "QF rescans"):
+    for col in (
+        "crawl",
+        "pages",
+        "L (URLs/page)",
+        "b (bytes)",
+        "written/page",
+        "read/page",
+        "I/O per page",
+        "Theorem 7",
+        "ratio",
+        "queues",
+        "QF rescans",
+    ):
         table.add_column(col, justify="left" if col == "crawl" else "right")
     for name, io in report["beast_io"].items():
         pages = max(io["pages"], 1)
-        table.add_row(name, f"{io['pages']:,}", f"{io['L']:.1f}", f"{io['b']:.0f}",
-                      f"{io['bytes_written'] / pages:,.0f}", f"{io['bytes_read'] / pages:,.0f}",
-                      f"{io['bytes_per_page']:,.0f}", f"{io['theorem7_bytes_per_page']:,.0f}",
-                      f"{io['ratio_to_bound']:.2f}" if io["ratio_to_bound"] else "",
-                      str(io["queues"]), str(io["qf_rescans"]))
+        table.add_row(
+            name,
+            f"{io['pages']:,}",
+            f"{io['L']:.1f}",
+            f"{io['b']:.0f}",
+            f"{io['bytes_written'] / pages:,.0f}",
+            f"{io['bytes_read'] / pages:,.0f}",
+            f"{io['bytes_per_page']:,.0f}",
+            f"{io['theorem7_bytes_per_page']:,.0f}",
+            f"{io['ratio_to_bound']:.2f}" if io["ratio_to_bound"] else "",
+            str(io["queues"]),
+            str(io["qf_rescans"]),
+        )
     console.print(table)
     console.print(f"{report['mode']} run, {report['elapsed_s']:.0f} s")
 

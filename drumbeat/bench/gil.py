@@ -73,15 +73,20 @@ def measure(interval_s: float, seconds: float, sock: socket.socket) -> dict[str,
         elapsed = time.perf_counter() - started
     finally:
         sys.setswitchinterval(previous)
-    return {"switch_interval_s": interval_s, "loop_alone_per_s": alone,
-            "loop_beside_thread_per_s": beside, "share_of_alone": beside / alone,
-            "thread_rows_per_s": rows[0] / elapsed}
+    return {
+        "switch_interval_s": interval_s,
+        "loop_alone_per_s": alone,
+        "loop_beside_thread_per_s": beside,
+        "share_of_alone": beside / alone,
+        "thread_rows_per_s": rows[0] / elapsed,
+    }
 
 
 def run(seconds: float, intervals: tuple[float, ...]) -> list[dict[str, float]]:
     mine, theirs = socket.socketpair()
-    peer = subprocess.Popen([sys.executable, "-c", _ECHO, str(theirs.fileno())],
-                            pass_fds=(theirs.fileno(),))
+    peer = subprocess.Popen(
+        [sys.executable, "-c", _ECHO, str(theirs.fileno())], pass_fds=(theirs.fileno(),)
+    )
     theirs.close()
     try:
         mine.setblocking(False)
@@ -92,19 +97,28 @@ def run(seconds: float, intervals: tuple[float, ...]) -> list[dict[str, float]]:
 
 
 def _table(results: list[dict[str, Any]]) -> str:
-    head = (f"{'switch interval':>16} {'loop alone':>12} {'beside thread':>14} {'share':>7} "
-            f"{'thread rows/s':>14}")
-    rows = [f"{r['switch_interval_s'] * 1000:>13.1f} ms {r['loop_alone_per_s']:>10,.0f}/s "
-            f"{r['loop_beside_thread_per_s']:>12,.0f}/s {r['share_of_alone']:>7.3f} "
-            f"{r['thread_rows_per_s']:>14,.0f}" for r in results]
+    head = (
+        f"{'switch interval':>16} {'loop alone':>12} {'beside thread':>14} {'share':>7} "
+        f"{'thread rows/s':>14}"
+    )
+    rows = [
+        f"{r['switch_interval_s'] * 1000:>13.1f} ms {r['loop_alone_per_s']:>10,.0f}/s "
+        f"{r['loop_beside_thread_per_s']:>12,.0f}/s {r['share_of_alone']:>7.3f} "
+        f"{r['thread_rows_per_s']:>14,.0f}"
+        for r in results
+    ]
     return "\n".join([head, *rows])
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="drumbeat bench gil", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seconds", type=float, default=2.0,
-                    help="length of each measurement (default 2)")
+    ap = argparse.ArgumentParser(
+        prog="drumbeat bench gil",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument(
+        "--seconds", type=float, default=2.0, help="length of each measurement (default 2)"
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object instead")
     args = ap.parse_args(argv)
     if not args.seconds > 0:

@@ -148,9 +148,14 @@ def steady_rate(times: list[float], started: float, warmup_s: float, seconds: fl
     counts = Counter(int((t - start) // window) for t in times if start <= t < start + seconds)
     windows = tuple(counts.get(k, 0) for k in range(max(1, int(seconds // window))))
     steady = sum(counts.values())
-    return Rate(pages=len(times), steady_pages=steady, pages_per_s=steady / seconds,
-                slowest_window_pages_per_s=min(windows) / window, window_pages=windows,
-                first_page_s=times[0] - started)
+    return Rate(
+        pages=len(times),
+        steady_pages=steady,
+        pages_per_s=steady / seconds,
+        slowest_window_pages_per_s=min(windows) / window,
+        window_pages=windows,
+        first_page_s=times[0] - started,
+    )
 
 
 def ip_delay_for(shape: WebShape, host_delay_s: float) -> float:
@@ -159,8 +164,12 @@ def ip_delay_for(shape: WebShape, host_delay_s: float) -> float:
 
 
 def crawl_has_flag(flag: str) -> bool:
-    done = subprocess.run([sys.executable, "-m", "drumbeat", "crawl", "--help"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "drumbeat", "crawl", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return flag in done.stdout
 
 
@@ -172,8 +181,13 @@ class Bench:
         self.work = work
         self.nginx = nginx
         self.log = log
-        self.shape = WebShape.make(plan.hosts, PAGES_PER_HOST, plan.ips, plan.seeds,
-                                   pld=ONE_PLD if plan.web == "one-pld" else None)
+        self.shape = WebShape.make(
+            plan.hosts,
+            PAGES_PER_HOST,
+            plan.ips,
+            plan.seeds,
+            pld=ONE_PLD if plan.web == "one-pld" else None,
+        )
         self.docroot = work / "web"
         self.port = 0
         self.dns: DnsThread | None = None
@@ -194,14 +208,21 @@ class Bench:
         self.dns = dns
         self.port = pick_port(self.shape.ip(0), random.Random())
         build_tree(self.docroot, self.shape, self.port)
-        self.seeds_file.write_text("\n".join(self.shape.seed_urls(self.port)) + "\n",
-                                   encoding="utf-8")
+        self.seeds_file.write_text(
+            "\n".join(self.shape.seed_urls(self.port)) + "\n", encoding="utf-8"
+        )
         self.table_file.write_text(json.dumps(self.shape.dns_table()), encoding="utf-8")
 
     def run(self, crawler: str, polite: bool) -> CrawlRun:
         tag = f"{crawler}-{'polite' if polite else 'off'}"
-        server = Nginx(self.nginx, self.work / f"nginx-{tag}", self.docroot,
-                       self.shape.addresses(), self.port, self.plan.nginx_workers)
+        server = Nginx(
+            self.nginx,
+            self.work / f"nginx-{tag}",
+            self.docroot,
+            self.shape.addresses(),
+            self.port,
+            self.plan.nginx_workers,
+        )
         host_delay = HOST_DELAY_S if polite else 0.0
         ip_delay = ip_delay_for(self.shape, host_delay) if polite else 0.0
         self.say(f"{tag}: crawling for {self.crawl_seconds():.0f} s ...")
@@ -214,72 +235,126 @@ class Bench:
         finally:
             server_cpu = server.stop()
         times, usage, stages, extra, log_path = result
-        rate = steady_rate(times, usage.started_at, self.plan.warmup_s,
-                           self.plan.seconds)
+        rate = steady_rate(times, usage.started_at, self.plan.warmup_s, self.plan.seconds)
         failed = usage.exit_code != 0 or not times
         tail = _tail(log_path) if failed else ""
-        run = CrawlRun(crawler=crawler, polite=polite, host_delay_s=host_delay,
-                       ip_delay_s=ip_delay, rate=rate, usage=usage,
-                       server=read_access_log(server.access_log, host_delay),
-                       server_cpu_s=server_cpu, stages=stages, extra=extra, log_tail=tail)
-        self.say(f"{tag}: {rate.pages_per_s:,.0f} pages/s steady, {rate.pages:,} pages"
-                 + (f" (exit {usage.exit_code})" if usage.exit_code else ""))
+        run = CrawlRun(
+            crawler=crawler,
+            polite=polite,
+            host_delay_s=host_delay,
+            ip_delay_s=ip_delay,
+            rate=rate,
+            usage=usage,
+            server=read_access_log(server.access_log, host_delay),
+            server_cpu_s=server_cpu,
+            stages=stages,
+            extra=extra,
+            log_tail=tail,
+        )
+        self.say(
+            f"{tag}: {rate.pages_per_s:,.0f} pages/s steady, {rate.pages:,} pages"
+            + (f" (exit {usage.exit_code})" if usage.exit_code else "")
+        )
         return run
 
-    def _drumbeat(self, tag: str, polite: bool, host_delay: float, ip_delay: float
-                  ) -> tuple[list[float], Usage, dict | None, dict, Path]:
+    def _drumbeat(
+        self, tag: str, polite: bool, host_delay: float, ip_delay: float
+    ) -> tuple[list[float], Usage, dict | None, dict, Path]:
         state = self.work / tag
         config = self.work / f"{tag}.toml"
         # Budget scaling may not shorten the delays: the floors are the delays themselves.
-        config.write_text(f"host_delay_min_s = {host_delay}\nip_delay_min_s = {ip_delay}\n"
-                          f'http_client = "{self.plan.http_client}"\n', encoding="utf-8")
+        config.write_text(
+            f"host_delay_min_s = {host_delay}\nip_delay_min_s = {ip_delay}\n"
+            f'http_client = "{self.plan.http_client}"\n',
+            encoding="utf-8",
+        )
         assert self.dns is not None
-        cmd = [sys.executable, "-m", "drumbeat", "crawl", "--seeds", str(self.seeds_file),
-               "--state", str(state), "--dns-server", self.dns.address, "--allow-loopback",
-               "--max-time", str(self.crawl_seconds()), "--no-progress",
-               "--host-delay", str(host_delay), "--ip-delay", str(ip_delay),
-               "--concurrency", str(self.plan.concurrency), "--config", str(config)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "drumbeat",
+            "crawl",
+            "--seeds",
+            str(self.seeds_file),
+            "--state",
+            str(state),
+            "--dns-server",
+            self.dns.address,
+            "--allow-loopback",
+            "--max-time",
+            str(self.crawl_seconds()),
+            "--no-progress",
+            "--host-delay",
+            str(host_delay),
+            "--ip-delay",
+            str(ip_delay),
+            "--concurrency",
+            str(self.plan.concurrency),
+            "--config",
+            str(config),
+        ]
         if self.fetchers_flag and self.plan.fetchers is not None:
             cmd += ["--fetchers", str(self.plan.fetchers)]
         log_path = self.work / f"{tag}.out"
         profile: dict[str, Any] = {}
-        during = (lambda sampler: self._profile(sampler, profile)) if self.plan.profile \
-            else None
-        usage = run_measured(cmd, log_path=log_path,
-                             limit_s=self.crawl_seconds() + LIMIT_SLACK_S, during=during)
+        during = (lambda sampler: self._profile(sampler, profile)) if self.plan.profile else None
+        usage = run_measured(
+            cmd, log_path=log_path, limit_s=self.crawl_seconds() + LIMIT_SLACK_S, during=during
+        )
         times = _drumbeat_page_times(state / "crawl.log")
         stages_path = state / "stages.json"
-        stages = json.loads(stages_path.read_text(encoding="utf-8")) if stages_path.exists() \
-            else None
-        extra = {"concurrency": self.plan.concurrency,
-                 "fetchers": self.plan.fetchers if self.fetchers_flag else None,
-                 "fetchers_flag": self.fetchers_flag, "http_client": self.plan.http_client,
-                 "warc_bytes": _tree_bytes(state / "warc")}
+        stages = (
+            json.loads(stages_path.read_text(encoding="utf-8")) if stages_path.exists() else None
+        )
+        extra = {
+            "concurrency": self.plan.concurrency,
+            "fetchers": self.plan.fetchers if self.fetchers_flag else None,
+            "fetchers_flag": self.fetchers_flag,
+            "http_client": self.plan.http_client,
+            "warc_bytes": _tree_bytes(state / "warc"),
+        }
         if profile:
             extra["profile"] = profile
         return times, usage, stages, extra, log_path
 
-    def _scrapy(self, tag: str, polite: bool, host_delay: float
-                ) -> tuple[list[float], Usage, dict | None, dict, Path]:
+    def _scrapy(
+        self, tag: str, polite: bool, host_delay: float
+    ) -> tuple[list[float], Usage, dict | None, dict, Path]:
         out = self.work / f"{tag}.json"
         config = self.work / f"{tag}-config.json"
         concurrency = self.plan.scrapy_concurrency
-        config.write_text(json.dumps({
-            "seeds": self.shape.seed_urls(self.port), "dns_table": str(self.table_file),
-            "delay_s": host_delay, "per_host": 1 if polite else concurrency,
-            "concurrency": concurrency, "seconds": self.crawl_seconds(), "out": str(out),
-        }), encoding="utf-8")
+        config.write_text(
+            json.dumps(
+                {
+                    "seeds": self.shape.seed_urls(self.port),
+                    "dns_table": str(self.table_file),
+                    "delay_s": host_delay,
+                    "per_host": 1 if polite else concurrency,
+                    "concurrency": concurrency,
+                    "seconds": self.crawl_seconds(),
+                    "out": str(out),
+                }
+            ),
+            encoding="utf-8",
+        )
         cmd = [sys.executable, "-m", "drumbeat.bench._scrapy_spider", str(config)]
         log_path = self.work / f"{tag}.out"
-        usage = run_measured(cmd, log_path=log_path,
-                             limit_s=self.crawl_seconds() + LIMIT_SLACK_S)
+        usage = run_measured(cmd, log_path=log_path, limit_s=self.crawl_seconds() + LIMIT_SLACK_S)
         result = json.loads(out.read_text(encoding="utf-8")) if out.exists() else {}
         stats = result.get("stats", {})
-        keep = ("response_received_count", "downloader/request_count",
-                "robotstxt/request_count", "dupefilter/filtered", "scheduler/enqueued",
-                "finish_reason")
-        extra = {"concurrency": concurrency, "per_host": 1 if polite else concurrency,
-                 "stats": {k: stats[k] for k in keep if k in stats}}
+        keep = (
+            "response_received_count",
+            "downloader/request_count",
+            "robotstxt/request_count",
+            "dupefilter/filtered",
+            "scheduler/enqueued",
+            "finish_reason",
+        )
+        extra = {
+            "concurrency": concurrency,
+            "per_host": 1 if polite else concurrency,
+            "stats": {k: stats[k] for k in keep if k in stats},
+        }
         return result.get("page_times", []), usage, None, extra, log_path
 
     def _profile(self, sampler: TreeSampler, into: dict[str, Any]) -> None:
@@ -294,10 +369,28 @@ class Bench:
         procs = {}
         for pid in sampler.pids:
             out = self.work / f"profile-{pid}.txt"
-            procs[pid] = (out, subprocess.Popen(
-                [py_spy, "record", "--pid", str(pid), "--duration", str(duration),
-                 "--format", "raw", "--output", str(out), "--rate", "100", "--nonblocking"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            procs[pid] = (
+                out,
+                subprocess.Popen(
+                    [
+                        py_spy,
+                        "record",
+                        "--pid",
+                        str(pid),
+                        "--duration",
+                        str(duration),
+                        "--format",
+                        "raw",
+                        "--output",
+                        str(out),
+                        "--rate",
+                        "100",
+                        "--nonblocking",
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                ),
+            )
         for pid, (out, proc) in procs.items():
             proc.wait()
             role = "manager" if pid == sampler.root else f"child {pid}"
@@ -354,9 +447,11 @@ def _top_frames(path: Path, top: int = 15) -> dict[str, Any]:
         return {"samples": 0, "self": [], "inclusive": []}
     entry = 0.95 * max(inclusive.values())
     below = [(f, n) for f, n in inclusive.most_common() if n < entry][:top]
-    return {"samples": total,
-            "self": [(f, n / total) for f, n in own.most_common(top)],
-            "inclusive": [(f, n / total) for f, n in below]}
+    return {
+        "samples": total,
+        "self": [(f, n / total) for f, n in own.most_common(top)],
+        "inclusive": [(f, n / total) for f, n in below],
+    }
 
 
 # ------------------------------------------------------------------ report
@@ -382,9 +477,12 @@ def interpreter() -> dict[str, Any]:
                     break
     except OSError:
         libpython = "unknown"
-    return {"version": platform.python_version(),
-            "implementation": platform.python_implementation(),
-            "executable": sys.executable, "libpython": libpython}
+    return {
+        "version": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "executable": sys.executable,
+        "libpython": libpython,
+    }
 
 
 def processor() -> str:
@@ -415,11 +513,20 @@ def processor() -> str:
 
 def report(plan: Plan, bench: Bench, runs: list[CrawlRun], elapsed_s: float) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "mode": plan.mode, "seconds": plan.seconds, "warmup_s": plan.warmup_s,
-        "web": {"kind": plan.web, "pld": bench.shape.pld, "hosts": bench.shape.hosts, "pages_per_host": bench.shape.pages + 1,
-                "ips": bench.shape.ips, "hosts_per_ip": bench.shape.hosts_per_ip(),
-                "seeds": bench.shape.seeds, "port": bench.port,
-                "nginx_workers": plan.nginx_workers},
+        "mode": plan.mode,
+        "seconds": plan.seconds,
+        "warmup_s": plan.warmup_s,
+        "web": {
+            "kind": plan.web,
+            "pld": bench.shape.pld,
+            "hosts": bench.shape.hosts,
+            "pages_per_host": bench.shape.pages + 1,
+            "ips": bench.shape.ips,
+            "hosts_per_ip": bench.shape.hosts_per_ip(),
+            "seeds": bench.shape.seeds,
+            "port": bench.port,
+            "nginx_workers": plan.nginx_workers,
+        },
         "cpus": len(os.sched_getaffinity(0)),
         "cpu_model": processor(),
         "python": interpreter(),
@@ -435,9 +542,13 @@ def report(plan: Plan, bench: Bench, runs: list[CrawlRun], elapsed_s: float) -> 
     out["ratio_drumbeat_to_scrapy"] = ratios
     polite_run = _find(runs, "drumbeat", True)
     out["targets"] = {
-        "pages_per_s": TARGET_PAGES_PER_S, "ratio": TARGET_RATIO,
-        "pages_per_s_reached": bool(polite_run and polite_run.rate.slowest_window_pages_per_s
-                                    >= TARGET_PAGES_PER_S and plan.seconds >= 60),
+        "pages_per_s": TARGET_PAGES_PER_S,
+        "ratio": TARGET_RATIO,
+        "pages_per_s_reached": bool(
+            polite_run
+            and polite_run.rate.slowest_window_pages_per_s >= TARGET_PAGES_PER_S
+            and plan.seconds >= 60
+        ),
         "ratio_reached": bool(ratios.get("polite", 0) >= TARGET_RATIO),
     }
     return out
@@ -452,17 +563,29 @@ def _run_dict(r: CrawlRun) -> dict[str, Any]:
     if r.stages is not None:
         pages = r.stages.get("pages") or 0
         seconds = r.stages.get("seconds", {})
-        stages = {**r.stages, "pages": pages, "seconds": seconds,
-                  "us_per_page": {k: 1e6 * v / pages for k, v in seconds.items()} if pages
-                  else {}}
+        stages = {
+            **r.stages,
+            "pages": pages,
+            "seconds": seconds,
+            "us_per_page": {k: 1e6 * v / pages for k, v in seconds.items()} if pages else {},
+        }
     return {
-        "crawler": r.crawler, "polite": r.polite, "host_delay_s": r.host_delay_s,
-        "ip_delay_s": r.ip_delay_s, **dataclasses.asdict(r.rate),
-        "cpu_s": r.usage.cpu_s, "cpu_ms_per_page": r.cpu_ms_per_page,
-        "peak_rss_bytes": r.usage.peak_rss_bytes, "processes": r.usage.max_processes,
-        "wall_s": r.usage.wall_s, "exit_code": r.usage.exit_code,
-        "timed_out": r.usage.timed_out, "server": dataclasses.asdict(r.server),
-        "server_cpu_s": r.server_cpu_s, "stages": stages, **r.extra,
+        "crawler": r.crawler,
+        "polite": r.polite,
+        "host_delay_s": r.host_delay_s,
+        "ip_delay_s": r.ip_delay_s,
+        **dataclasses.asdict(r.rate),
+        "cpu_s": r.usage.cpu_s,
+        "cpu_ms_per_page": r.cpu_ms_per_page,
+        "peak_rss_bytes": r.usage.peak_rss_bytes,
+        "processes": r.usage.max_processes,
+        "wall_s": r.usage.wall_s,
+        "exit_code": r.usage.exit_code,
+        "timed_out": r.usage.timed_out,
+        "server": dataclasses.asdict(r.server),
+        "server_cpu_s": r.server_cpu_s,
+        "stages": stages,
+        **r.extra,
         **({"log_tail": r.log_tail} if r.log_tail else {}),
     }
 
@@ -474,35 +597,57 @@ def print_report(rep: dict[str, Any]) -> None:
     console = Console(width=160)
     web = rep["web"]
     one_pld = f" of one PLD ({web['pld']})" if web.get("pld") else ""
-    table = Table(title=f"Throughput on {web['hosts']:,} hosts{one_pld} x "
-                        f"{web['pages_per_host']} pages, {web['seeds']:,} seeds "
-                        f"(nginx, {web['ips']} loopback IPs), {rep['seconds']:.0f} s measured "
-                        f"after {rep['warmup_s']:.0f} s warm-up, {rep['cpus']} CPUs "
-                        f"({rep['cpu_model']})")
-    for col in ("run", "pages/s", "slowest 5 s", "pages", "CPU ms/page", "peak RSS MB",
-                "procs", "req/conn", "min gap/host", "hosts < delay", "robots viol.", "HTTP errors", "exit"):
+    table = Table(
+        title=f"Throughput on {web['hosts']:,} hosts{one_pld} x "
+        f"{web['pages_per_host']} pages, {web['seeds']:,} seeds "
+        f"(nginx, {web['ips']} loopback IPs), {rep['seconds']:.0f} s measured "
+        f"after {rep['warmup_s']:.0f} s warm-up, {rep['cpus']} CPUs "
+        f"({rep['cpu_model']})"
+    )
+    for col in (
+        "run",
+        "pages/s",
+        "slowest 5 s",
+        "pages",
+        "CPU ms/page",
+        "peak RSS MB",
+        "procs",
+        "req/conn",
+        "min gap/host",
+        "hosts < delay",
+        "robots viol.",
+        "HTTP errors",
+        "exit",
+    ):
         table.add_column(col, justify="left" if col == "run" else "right")
     for name, r in rep["runs"].items():
         gap = r["server"]["min_gap_s"]
         polite = r["polite"]
         table.add_row(
-            name, f"{r['pages_per_s']:,.0f}", f"{r['slowest_window_pages_per_s']:,.0f}",
+            name,
+            f"{r['pages_per_s']:,.0f}",
+            f"{r['slowest_window_pages_per_s']:,.0f}",
             f"{r['pages']:,}",
             "n/a" if r["cpu_ms_per_page"] is None else f"{r['cpu_ms_per_page']:.2f}",
-            f"{r['peak_rss_bytes'] / 2**20:,.0f}", str(r["processes"]),
+            f"{r['peak_rss_bytes'] / 2**20:,.0f}",
+            str(r["processes"]),
             f"{r['server']['requests'] / max(1, r['server']['connections']):.1f}",
             "n/a" if gap is None else f"{gap:.3f} s",
             str(r["server"]["hosts_under_delay"]) if polite else "-",
             str(r["server"]["disallowed"]),
             str(r["server"]["errors"]),
-            str(r["exit_code"]))
+            str(r["exit_code"]),
+        )
     console.print(table)
     python = rep["python"]
-    console.print(f"Both crawlers ran on {python['implementation']} {python['version']} "
-                  f"({python['executable']}; libpython {python['libpython']})")
+    console.print(
+        f"Both crawlers ran on {python['implementation']} {python['version']} "
+        f"({python['executable']}; libpython {python['libpython']})"
+    )
     for mode, ratio in rep["ratio_drumbeat_to_scrapy"].items():
-        console.print(f"drumbeat / Scrapy, politeness {'on' if mode == 'polite' else 'off'}: "
-                      f"{ratio:.1f}x")
+        console.print(
+            f"drumbeat / Scrapy, politeness {'on' if mode == 'polite' else 'off'}: {ratio:.1f}x"
+        )
     for name, r in rep["runs"].items():
         if r["crawler"] != "drumbeat":
             continue
@@ -512,24 +657,29 @@ def print_report(rep: dict[str, Any]) -> None:
             continue
         malloc = stages.get("allocator") or {}
         compiled = ", ".join((stages.get("compiled") or {}).get("fetchers", []))
-        st = Table(title=f"{name}: time per page by stage (summed over processes, "
-                         f"{stages['pages']:,} pages; malloc: manager "
-                         f"{malloc.get('manager', 'n/a')}, fetchers "
-                         f"{'/'.join(malloc.get('fetchers', [])) or 'n/a'})")
+        st = Table(
+            title=f"{name}: time per page by stage (summed over processes, "
+            f"{stages['pages']:,} pages; malloc: manager "
+            f"{malloc.get('manager', 'n/a')}, fetchers "
+            f"{'/'.join(malloc.get('fetchers', [])) or 'n/a'})"
+        )
         st.add_column("stage")
         st.add_column("µs/page", justify="right")
         st.add_column("seconds", justify="right")
         for stage, us in stages["us_per_page"].items():
             st.add_row(stage, f"{us:,.1f}", f"{stages['seconds'][stage]:,.2f}")
         console.print(st)
-        console.print(f"{name}: compiled in the fetchers: "
-                      f"{compiled or 'nothing, pure Python (see setup.py)'}")
+        console.print(
+            f"{name}: compiled in the fetchers: {compiled or 'nothing, pure Python (see setup.py)'}"
+        )
         stalls = stages.get("stalls")
         if stalls:
             _print_stalls(console, name, stalls)
-        others = {k: v for k, v in stages.items()
-                  if k not in ("pages", "seconds", "us_per_page", "allocator", "compiled",
-                               "stalls")}
+        others = {
+            k: v
+            for k, v in stages.items()
+            if k not in ("pages", "seconds", "us_per_page", "allocator", "compiled", "stalls")
+        }
         if others:
             console.print(f"{name}, stages.json also says: {json.dumps(others)}")
     for name, r in rep["runs"].items():
@@ -542,7 +692,8 @@ def print_report(rep: dict[str, Any]) -> None:
     console.print(
         f"Targets: >= {targets['pages_per_s']:,.0f} pages/s sustained for 60 s with politeness "
         f"on: {'reached' if targets['pages_per_s_reached'] else 'not reached'}; >= "
-        f"{targets['ratio']:.0f}x Scrapy: {'reached' if targets['ratio_reached'] else 'not reached'}.")
+        f"{targets['ratio']:.0f}x Scrapy: {'reached' if targets['ratio_reached'] else 'not reached'}."
+    )
     console.print(
         "Notes: polite = 1 s per host (both crawlers; drumbeat's budget scaling floored at the "
         "delay), drumbeat's IP delay = host delay / (2 x hosts per IP); off = no delays. "
@@ -554,18 +705,22 @@ def print_report(rep: dict[str, Any]) -> None:
         "same table (it cannot be pointed at a DNS server) and fails any other name. Scrapy "
         "runs its default scheduler without cookies or retries, one request per host in "
         "flight when polite; its delay runs from one request's dispatch to the next, so a "
-        "busy Scrapy can send two requests closer than the delay.")
+        "busy Scrapy can send two requests closer than the delay."
+    )
     console.print(f"{rep['mode']} run, {rep['elapsed_s']:.0f} s")
 
 
 def _print_stalls(console: Any, name: str, stalls: dict[str, Any]) -> None:
     """One line on the manager's long loop turns (drumbeat.runtime.stalls)."""
     parts = ", ".join(f"{k} {v:.2f} s" for k, v in stalls["by_part_s"].items() if v >= 0.005)
-    worst = ", ".join(f"{w['s']:.2f} s at {w['at_s']:.0f} s ({w['part']})"
-                      for w in stalls["worst"][:3])
-    console.print(f"{name}: manager turns >= {stalls['threshold_s']:g} s (the fetchers may "
-                  f"wait): {stalls['turns']}, {stalls['seconds']:.2f} s in all"
-                  + (f" ({parts}); longest: {worst}" if stalls["turns"] else ""))
+    worst = ", ".join(
+        f"{w['s']:.2f} s at {w['at_s']:.0f} s ({w['part']})" for w in stalls["worst"][:3]
+    )
+    console.print(
+        f"{name}: manager turns >= {stalls['threshold_s']:g} s (the fetchers may "
+        f"wait): {stalls['turns']}, {stalls['seconds']:.2f} s in all"
+        + (f" ({parts}); longest: {worst}" if stalls["turns"] else "")
+    )
 
 
 def _print_profile(console: Any, run: str, profile: dict[str, Any]) -> None:
@@ -578,8 +733,9 @@ def _print_profile(console: Any, run: str, profile: dict[str, Any]) -> None:
         if "error" in prof or not prof["self"]:
             console.print(f"profile of {run}, {role}: {prof.get('error', 'no samples')}")
             continue
-        table = Table(title=f"py-spy, {run}, {role}: share of {prof['samples']} samples "
-                            "(busy threads only)")
+        table = Table(
+            title=f"py-spy, {run}, {role}: share of {prof['samples']} samples (busy threads only)"
+        )
         table.add_column("function (self)")
         table.add_column("self", justify="right")
         table.add_column("function (inclusive)")
@@ -593,35 +749,62 @@ def _print_profile(console: Any, run: str, profile: dict[str, Any]) -> None:
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="drumbeat bench throughput",
-                                 description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="drumbeat bench throughput", description=__doc__.splitlines()[0]
+    )
     mode = ap.add_mutually_exclusive_group()
-    mode.add_argument("--quick", action="store_true",
-                      help="about 30 s per crawl (25 s measured) instead of 70 s")
-    mode.add_argument("--tiny", action="store_true",
-                      help="50 hosts, 3 s measured: a smoke test")
+    mode.add_argument(
+        "--quick", action="store_true", help="about 30 s per crawl (25 s measured) instead of 70 s"
+    )
+    mode.add_argument("--tiny", action="store_true", help="50 hosts, 3 s measured: a smoke test")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--only", choices=CRAWLERS, help="run one crawler (default: both)")
-    ap.add_argument("--politeness", choices=("on", "off", "both"), default="both",
-                    help="polite runs, runs without delays, or both (default)")
-    ap.add_argument("--seconds", type=float, help="seconds measured per crawl, after warm-up "
-                    "(default 60; --quick 25)")
+    ap.add_argument(
+        "--politeness",
+        choices=("on", "off", "both"),
+        default="both",
+        help="polite runs, runs without delays, or both (default)",
+    )
+    ap.add_argument(
+        "--seconds",
+        type=float,
+        help="seconds measured per crawl, after warm-up (default 60; --quick 25)",
+    )
     ap.add_argument("--hosts", type=int, help="host names in the web (default 5000)")
-    ap.add_argument("--web", choices=WEBS, default="distinct",
-                    help="distinct: each host its own pay-level domain (default); one-pld: "
-                    "every host a subdomain of one PLD, no links from other PLDs")
-    ap.add_argument("--seeds", type=int, help="front pages the crawls start from (default "
-                    f"{SEEDS}; with --web one-pld every host)")
+    ap.add_argument(
+        "--web",
+        choices=WEBS,
+        default="distinct",
+        help="distinct: each host its own pay-level domain (default); one-pld: "
+        "every host a subdomain of one PLD, no links from other PLDs",
+    )
+    ap.add_argument(
+        "--seeds",
+        type=int,
+        help=f"front pages the crawls start from (default {SEEDS}; with --web one-pld every host)",
+    )
     ap.add_argument("--concurrency", type=int, default=200, help="drumbeat --concurrency")
-    ap.add_argument("--fetchers", type=int, default=None,
-                    help="drumbeat --fetchers (default: its own, one per core)")
-    ap.add_argument("--scrapy-concurrency", type=int, default=500,
-                    help="Scrapy CONCURRENT_REQUESTS")
+    ap.add_argument(
+        "--fetchers",
+        type=int,
+        default=None,
+        help="drumbeat --fetchers (default: its own, one per core)",
+    )
+    ap.add_argument(
+        "--scrapy-concurrency", type=int, default=500, help="Scrapy CONCURRENT_REQUESTS"
+    )
     ap.add_argument("--nginx-workers", type=int, default=1)
-    ap.add_argument("--http-client", choices=("aiohttp", "curl"), default="curl",
-                    help="drumbeat's HTTP client (its http_client setting; default curl)")
-    ap.add_argument("--profile", action="store_true",
-                    help="py-spy each drumbeat crawl's processes and print the top functions")
+    ap.add_argument(
+        "--http-client",
+        choices=("aiohttp", "curl"),
+        default="curl",
+        help="drumbeat's HTTP client (its http_client setting; default curl)",
+    )
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="py-spy each drumbeat crawl's processes and print the top functions",
+    )
     ap.add_argument("--dir", type=Path, default=None, help="work directory (default: a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     return ap.parse_args(argv)
@@ -629,18 +812,30 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def make_plan(args: argparse.Namespace) -> Plan:
     mode = "tiny" if args.tiny else "quick" if args.quick else "full"
-    seconds, warmup, hosts, seeds = {"full": (60.0, 10.0, 5000, SEEDS),
-                                     "quick": (25.0, 5.0, 5000, SEEDS),
-                                     "tiny": (3.0, 1.0, 50, 10)}[mode]
+    seconds, warmup, hosts, seeds = {
+        "full": (60.0, 10.0, 5000, SEEDS),
+        "quick": (25.0, 5.0, 5000, SEEDS),
+        "tiny": (3.0, 1.0, 50, 10),
+    }[mode]
     hosts = args.hosts or hosts
     seeds = args.seeds or (hosts if args.web == "one-pld" else seeds)
-    return Plan(mode=mode, seconds=args.seconds or seconds, warmup_s=warmup, hosts=hosts,
-                seeds=min(seeds, hosts), ips=min(IPS, max(1, hosts // 5)),
-                crawlers=(args.only,) if args.only else CRAWLERS,
-                politeness={"on": (True,), "off": (False,), "both": (True, False)}[args.politeness],
-                concurrency=args.concurrency, fetchers=args.fetchers,
-                scrapy_concurrency=args.scrapy_concurrency, nginx_workers=args.nginx_workers,
-                profile=args.profile, http_client=args.http_client, web=args.web)
+    return Plan(
+        mode=mode,
+        seconds=args.seconds or seconds,
+        warmup_s=warmup,
+        hosts=hosts,
+        seeds=min(seeds, hosts),
+        ips=min(IPS, max(1, hosts // 5)),
+        crawlers=(args.only,) if args.only else CRAWLERS,
+        politeness={"on": (True,), "off": (False,), "both": (True, False)}[args.politeness],
+        concurrency=args.concurrency,
+        fetchers=args.fetchers,
+        scrapy_concurrency=args.scrapy_concurrency,
+        nginx_workers=args.nginx_workers,
+        profile=args.profile,
+        http_client=args.http_client,
+        web=args.web,
+    )
 
 
 def missing_tools(plan: Plan) -> list[str]:
@@ -655,8 +850,10 @@ def main(argv: list[str] | None = None) -> int:
     plan = make_plan(args)
     missing = missing_tools(plan)
     if missing:
-        print(f"drumbeat bench throughput needs {' and '.join(missing)}: {INSTALL_HINT}",
-              file=sys.stderr)
+        print(
+            f"drumbeat bench throughput needs {' and '.join(missing)}: {INSTALL_HINT}",
+            file=sys.stderr,
+        )
         return 2
     nginx = nginx_binary()
     assert nginx is not None

@@ -44,13 +44,13 @@ class AuxArray:
             start, stop, step = i.indices(len(self))
             if step != 1:
                 raise ValueError("AuxArray slices must be contiguous")
-            return AuxArray(self.blob, self.offsets[start:max(start, stop) + 1])
+            return AuxArray(self.blob, self.offsets[start : max(start, stop) + 1])
         n = len(self)
         if i < 0:
             i += n
         if not 0 <= i < n:
             raise IndexError(f"aux index {i} out of range for {n} items")
-        return self.blob[int(self.offsets[i]):int(self.offsets[i + 1])]
+        return self.blob[int(self.offsets[i]) : int(self.offsets[i + 1])]
 
     def __iter__(self) -> Iterator[bytes]:
         return iter(self.tolist())
@@ -77,7 +77,7 @@ class AuxArray:
 
     def data(self) -> memoryview:
         """The items' bytes back to back, without copying."""
-        return memoryview(self.blob)[int(self.offsets[0]):int(self.offsets[-1])]
+        return memoryview(self.blob)[int(self.offsets[0]) : int(self.offsets[-1])]
 
     def tolist(self) -> list[bytes]:
         """Every item as ``bytes``."""
@@ -89,8 +89,9 @@ class AuxArray:
         """The items at ``indices`` (e.g. ``np.flatnonzero(result.unique)``), in that order."""
         idx = np.asarray(indices, np.intp)
         blob = self.blob
-        return [blob[s:e] for s, e in zip(self.offsets[idx].tolist(),
-                                           self.offsets[idx + 1].tolist())]
+        return [
+            blob[s:e] for s, e in zip(self.offsets[idx].tolist(), self.offsets[idx + 1].tolist())
+        ]
 
     def take(self, indices: np.ndarray) -> AuxArray:
         """The items at ``indices``, in that order, as a new AuxArray.
@@ -102,8 +103,9 @@ class AuxArray:
         offsets = np.zeros(len(idx) + 1, np.int64)
         np.cumsum(ends - starts, out=offsets[1:])
         blob = self.blob
-        return AuxArray(b"".join([blob[s:e] for s, e in zip(starts.tolist(), ends.tolist())]),
-                        offsets)
+        return AuxArray(
+            b"".join([blob[s:e] for s, e in zip(starts.tolist(), ends.tolist())]), offsets
+        )
 
     @classmethod
     def from_strs(cls, items: Sequence[str]) -> AuxArray:
@@ -146,13 +148,17 @@ class AuxArray:
             return aux
         if isinstance(aux, tuple) and len(aux) == 2 and isinstance(aux[1], np.ndarray):
             blob, offsets = aux
-            blob = blob if isinstance(blob, bytes) else (
-                blob.tobytes() if isinstance(blob, np.ndarray) else bytes(blob))
+            blob = (
+                blob
+                if isinstance(blob, bytes)
+                else (blob.tobytes() if isinstance(blob, np.ndarray) else bytes(blob))
+            )
             offsets = np.ascontiguousarray(offsets, np.int64)
             if offsets.ndim != 1 or len(offsets) < 1:
                 raise ValueError("aux offsets must be a 1-d array of n + 1 positions")
             if len(offsets) > 1 and (
-                    offsets[0] < 0 or offsets[-1] > len(blob) or (np.diff(offsets) < 0).any()):
+                offsets[0] < 0 or offsets[-1] > len(blob) or (np.diff(offsets) < 0).any()
+            ):
                 raise ValueError("aux offsets must be non-decreasing positions within the blob")
             return cls(blob, offsets)
         n = len(aux)

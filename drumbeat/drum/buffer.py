@@ -52,8 +52,9 @@ class WriteAheadBuffer:
     unusable (:meth:`Drum._guard <drumbeat.drum.repository.Drum._guard>`).
     """
 
-    def __init__(self, st: DrumState, record: np.dtype[Any], guard: Guard,
-                 compress_log: bool) -> None:
+    def __init__(
+        self, st: DrumState, record: np.dtype[Any], guard: Guard, compress_log: bool
+    ) -> None:
         self.st = st
         self.record = record
         self.value_dtype = st.value_dtype
@@ -74,8 +75,9 @@ class WriteAheadBuffer:
         # Tuples of the epoch not spilled to q files, in arrival order: (keys, ops,
         # values or None). At most a quarter of the RAM (Theorem 2's 2k buffers of
         # M bytes, half of them for records) and one merge unit.
-        self.spill_at = max(1, min(self.sizing.bucket_records,
-                                   self.sizing.ram_bytes // 4 // record.itemsize))
+        self.spill_at = max(
+            1, min(self.sizing.bucket_records, self.sizing.ram_bytes // 4 // record.itemsize)
+        )
         self.ram_keys: np.ndarray | None = None  # and ram_ops, ram_ids, ram_values
         self.ram_ops = self.ram_ids = self.ram_values = np.empty(0)
         self.ram_n = 0
@@ -89,11 +91,16 @@ class WriteAheadBuffer:
 
     def pending(self) -> int:
         """Tuples submitted and not yet merged."""
-        return (self.st.live["an"] + self.arrivals_n + self.held_n
-                + (self.next["an"] if self.next else 0))
+        return (
+            self.st.live["an"]
+            + self.arrivals_n
+            + self.held_n
+            + (self.next["an"] if self.next else 0)
+        )
 
-    def validate(self, ops: Any, keys: Any, values: Any) -> Columns | tuple[
-            np.ndarray, np.ndarray, None]:
+    def validate(
+        self, ops: Any, keys: Any, values: Any
+    ) -> Columns | tuple[np.ndarray, np.ndarray, None]:
         if not isinstance(keys, np.ndarray) or keys.dtype != np.uint64 or keys.ndim != 1:
             raise TypeError(f"keys must be a 1-d numpy uint64 array, got {_describe(keys)}")
         n = len(keys)
@@ -118,8 +125,9 @@ class WriteAheadBuffer:
         per = self.arrival_bytes + (aux.nbytes / max(1, len(aux)) if aux else 0)
         return max(1, int(self.sizing.chunk_bytes // per))
 
-    def add(self, ops: np.ndarray, keys: np.ndarray, values: np.ndarray | None,
-            aux: AuxArray | None) -> None:
+    def add(
+        self, ops: np.ndarray, keys: np.ndarray, values: np.ndarray | None, aux: AuxArray | None
+    ) -> None:
         """Buffer tuples: in RAM, and in the arrival log."""
         m = len(keys)
         keys, ops, values = self.keep(keys, ops, values)
@@ -133,8 +141,7 @@ class WriteAheadBuffer:
         if self.arrivals_bytes >= self.sizing.chunk_bytes:
             self.guard(self.flush_arrivals)
 
-    def keep(self, keys: np.ndarray, ops: np.ndarray, values: np.ndarray | None
-             ) -> Columns:
+    def keep(self, keys: np.ndarray, ops: np.ndarray, values: np.ndarray | None) -> Columns:
         """Copy tuples into the RAM buffer, after those held (values None: zeros);
         return views of them there (the caller may reuse its arrays)."""
         a, b = self.ram_n, self.ram_n + len(keys)
@@ -168,8 +175,12 @@ class WriteAheadBuffer:
         """The RAM tuples as (keys, ops, values, bucket ids), in arrival order (views)."""
         n = self.ram_n
         if self.ram_keys is None:
-            return (np.empty(0, np.uint64), np.empty(0, np.uint8),
-                    np.empty(0, self.value_dtype), np.empty(0, np.uint16))
+            return (
+                np.empty(0, np.uint64),
+                np.empty(0, np.uint8),
+                np.empty(0, self.value_dtype),
+                np.empty(0, np.uint16),
+            )
         return self.ram_keys[:n], self.ram_ops[:n], self.ram_values[:n], self.ram_ids[:n]
 
     def ram_by_bucket(self) -> dict[int, Columns]:
@@ -183,13 +194,22 @@ class WriteAheadBuffer:
     def full(self) -> bool:
         """A bucket of a spilled epoch reached ``bucket_records``: a round is due."""
         live = self.st.live
-        return bool(live["sn"]) and int((np.asarray(live["qn"]) + self.ram_bn).max()) \
-            >= self.sizing.bucket_records
+        return (
+            bool(live["sn"])
+            and int((np.asarray(live["qn"]) + self.ram_bn).max()) >= self.sizing.bucket_records
+        )
 
     # ------------------------------------------------------------------ disk appends
 
-    def append(self, path: Path, length: int, kind: bytes, bucket: int, itemsize: int,
-               *block: bytes | memoryview) -> int:
+    def append(
+        self,
+        path: Path,
+        length: int,
+        kind: bytes,
+        bucket: int,
+        itemsize: int,
+        *block: bytes | memoryview,
+    ) -> int:
         """Write the buffers of ``block`` (from :func:`block_parts`) at ``length`` of
         ``path`` (creating it); return the new length."""
         if length == 0:
@@ -222,23 +242,30 @@ class WriteAheadBuffer:
         """Append tuples per bucket to the q files of ``epoch``, whose valid lengths and
         counts are in ``live`` (the tuples are spilled: ``sn`` counts them too)."""
         for b, (keys, ops, values) in by_bucket.items():
-            live["q"][b] = self.append(self.st.file("q", epoch, b), live["q"][b],
-                                       b"q", b, self.record.itemsize,
-                                       *block_parts(len(keys), [keys, ops, values]))
+            live["q"][b] = self.append(
+                self.st.file("q", epoch, b),
+                live["q"][b],
+                b"q",
+                b,
+                self.record.itemsize,
+                *block_parts(len(keys), [keys, ops, values]),
+            )
             live["qn"][b] += len(keys)
             live["sn"] += len(keys)
 
     def flush_arrivals(self) -> None:
         if not self.arrivals:
             return
-        self.log_block(self.arrivals, self.arrivals_n, self.arrivals_bytes,
-                       self.st.snap["epoch"], self.st.live)
+        self.log_block(
+            self.arrivals, self.arrivals_n, self.arrivals_bytes, self.st.snap["epoch"], self.st.live
+        )
         self.arrivals.clear()
         self.arrivals_n = 0
         self.arrivals_bytes = 0
 
-    def log_block(self, pieces: list[LogPiece], n: int, nbytes: int, epoch: int,
-                  live: Live) -> None:
+    def log_block(
+        self, pieces: list[LogPiece], n: int, nbytes: int, epoch: int, live: Live
+    ) -> None:
         """Append ``pieces`` (keys, aux lengths, ops, values, aux data) of ``n`` tuples
         and about ``nbytes`` as one block to the arrival log of ``epoch``, whose valid
         length and count are ``live["a"]`` and ``live["an"]``."""
@@ -248,15 +275,22 @@ class WriteAheadBuffer:
             rest.append(_cat(values))
         if self.compress_log and len(self.log_scratch) < nbytes:
             self.log_scratch = bytearray(nbytes)  # grows to ~2 chunks
-        block = block_parts(n, arrival_parts(_cat(keys).astype("<u8", copy=False),
-                                             [*rest, *data], self.compress_log,
-                                             self.log_scratch))
+        block = block_parts(
+            n,
+            arrival_parts(
+                _cat(keys).astype("<u8", copy=False),
+                [*rest, *data],
+                self.compress_log,
+                self.log_scratch,
+            ),
+        )
         path = self.st.file("a", epoch)
         live["a"] = self.append(path, live["a"], b"a", 0, 0, *block)
         live["an"] += n
 
-    def arrival_block(self, path: Path, at: int, n: int, payload: bytes
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, AuxArray]:
+    def arrival_block(
+        self, path: Path, at: int, n: int, payload: bytes
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, AuxArray]:
         """(keys, ops, values, aux) of the arrival-log block at offset ``at`` of ``path``
         (views of ``payload``, or of its inflated rest)."""
         vsize = self.value_dtype.itemsize
@@ -264,15 +298,19 @@ class WriteAheadBuffer:
         rest, o = arrival_rest(path, at, n, payload)
         lengths = np.frombuffer(rest, "<u4", n, offset=o)
         ops = np.frombuffer(rest, "u1", n, offset=o + 4 * n)
-        values = np.frombuffer(rest, self.value_dtype, n, offset=o + 5 * n) if vsize else \
-            np.empty(n, self.value_dtype)
+        values = (
+            np.frombuffer(rest, self.value_dtype, n, offset=o + 5 * n)
+            if vsize
+            else np.empty(n, self.value_dtype)
+        )
         offsets = np.empty(n + 1, np.int64)
         offsets[0] = o + (self.arrival_bytes - 8) * n
         np.cumsum(lengths, out=offsets[1:])
         offsets[1:] += offsets[0]
         if int(offsets[-1]) != len(rest):
-            raise DrumCorruptError(path, f"arrival block at offset {at}: aux lengths "
-                                   "do not match its size")
+            raise DrumCorruptError(
+                path, f"arrival block at offset {at}: aux lengths do not match its size"
+            )
         return keys, ops, values, AuxArray(rest, offsets)
 
     def reload(self) -> None:
@@ -298,8 +336,13 @@ class WriteAheadBuffer:
 
     # ------------------------------------------------------------------ held tuples
 
-    def hold(self, ops: np.ndarray, keys: np.ndarray, values: np.ndarray | None,
-             aux: AuxArray | Sequence[bytes] | None) -> bool:
+    def hold(
+        self,
+        ops: np.ndarray,
+        keys: np.ndarray,
+        values: np.ndarray | None,
+        aux: AuxArray | Sequence[bytes] | None,
+    ) -> bool:
         """Keep (a copy of) a submit that came while a round runs in the background;
         return whether what is held now passes HELD_SHARE of the RAM budget (then
         :meth:`write_ahead` is due)."""
@@ -307,12 +350,11 @@ class WriteAheadBuffer:
             aux = AuxArray(aux.blob, aux.offsets.copy())  # the blob is immutable bytes
         elif aux is not None:
             aux = list(aux)
-        self.held.append((ops.copy(), keys.copy(), None if values is None else values.copy(),
-                          aux))
+        self.held.append((ops.copy(), keys.copy(), None if values is None else values.copy(), aux))
         self.held_n += len(keys)
         self.held_bytes += self.record.itemsize * len(keys) + (
-            0 if aux is None else aux.nbytes if isinstance(aux, AuxArray)
-            else sum(map(len, aux)))
+            0 if aux is None else aux.nbytes if isinstance(aux, AuxArray) else sum(map(len, aux))
+        )
         return self.held_bytes >= self.sizing.ram_bytes * HELD_SHARE
 
     def take_held(self) -> list[Held]:
@@ -368,8 +410,9 @@ class WriteAheadBuffer:
                     log, log_n, log_bytes = [], 0, 0
                 keys_, ops_, values_ = (np.concatenate([g[j] for g in group]) for j in range(3))
                 ids = self.bucket_of(keys_)
-                self.write_q(by_bucket(keys_, ops_, values_, ids,
-                                       np.bincount(ids, minlength=k)), e, nxt)
+                self.write_q(
+                    by_bucket(keys_, ops_, values_, ids, np.bincount(ids, minlength=k)), e, nxt
+                )
                 group, group_n = [], 0
         self.next = nxt
         self.held = []
@@ -377,8 +420,9 @@ class WriteAheadBuffer:
         return True
 
 
-def by_bucket(keys: np.ndarray, ops: np.ndarray, values: np.ndarray, ids: np.ndarray,
-              counts: np.ndarray) -> dict[int, Columns]:
+def by_bucket(
+    keys: np.ndarray, ops: np.ndarray, values: np.ndarray, ids: np.ndarray, counts: np.ndarray
+) -> dict[int, Columns]:
     """Tuples per bucket (``ids``, ``counts`` tuples in each) in their order, as columns.
 
     Columns, not packed records: gathering three plain arrays is about half the
@@ -387,8 +431,9 @@ def by_bucket(keys: np.ndarray, ops: np.ndarray, values: np.ndarray, ids: np.nda
     order = np.argsort(ids, kind="stable")  # u16: radix sort
     keys = np.take(keys, order).astype("<u8", copy=False)
     ops = np.take(ops, order)
-    values = take_records(values, order) if values.dtype.itemsize else \
-        np.empty(len(order), values.dtype)
+    values = (
+        take_records(values, order) if values.dtype.itemsize else np.empty(len(order), values.dtype)
+    )
     end = np.cumsum(counts)
     out = {}
     for b in np.flatnonzero(counts).tolist():

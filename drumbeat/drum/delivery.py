@@ -73,13 +73,17 @@ class Delivery:
             for s in range(0, n, step):
                 t = slice(s, s + step)
                 if entry["arrival"]:
-                    res = res_streams[0].take(len(keys[t])) if res_streams else \
-                        np.empty(0, self.result)
+                    res = (
+                        res_streams[0].take(len(keys[t]))
+                        if res_streams
+                        else np.empty(0, self.result)
+                    )
                     res = res.copy()
                 else:
                     res = self._reorder(keys[t], res_streams)
-                yield DrumResult(e, keys[t].copy(), ops[t].copy(), res["unique"], res["value"],
-                                 aux[t])
+                yield DrumResult(
+                    e, keys[t].copy(), ops[t].copy(), res["unique"], res["value"], aux[t]
+                )
 
     def _reorder(self, keys: np.ndarray, res_streams: dict[int, _Stream]) -> np.ndarray:
         """The results of ``keys`` (bucket mode: a run per bucket), in arrival order."""
@@ -97,8 +101,9 @@ class Delivery:
 class _Stream:
     """Reads exactly ``n`` records at a time from blocks in ``[start, end)`` of a file."""
 
-    def __init__(self, st: DrumState, path: Path, start: int, end: int,
-                 dtype: np.dtype[Any]) -> None:
+    def __init__(
+        self, st: DrumState, path: Path, start: int, end: int, dtype: np.dtype[Any]
+    ) -> None:
         self.st = st
         self.blocks = iter_blocks(path, b"r", start=start, end=end)
         self.dtype = dtype
@@ -116,7 +121,7 @@ class _Stream:
         while n:
             if self.pos == len(self.left):
                 self._next()
-            got = self.left[self.pos:self.pos + n]
+            got = self.left[self.pos : self.pos + n]
             self.pos += len(got)
             n -= len(got)
             parts.append(got)

@@ -170,8 +170,9 @@ def _raw(part: Any) -> memoryview:
     return memoryview(part).cast("B")
 
 
-def arrival_parts(keys: np.ndarray, rest: list[Any], compress: bool,
-                  scratch: bytearray | None = None) -> list[Any]:
+def arrival_parts(
+    keys: np.ndarray, rest: list[Any], compress: bool, scratch: bytearray | None = None
+) -> list[Any]:
     """The payload of an ``a`` block as parts for :func:`block_parts`: the u64
     ``keys``, then ``rest`` (the other columns and the aux bytes), deflated when
     ``compress`` and that makes it smaller.
@@ -186,7 +187,7 @@ def arrival_parts(keys: np.ndarray, rest: list[Any], compress: bool,
             whole = memoryview(scratch)
             at = 0
             for v in views:
-                whole[at:at + len(v)] = v
+                whole[at : at + len(v)] = v
                 at += len(v)
             joined: bytes | memoryview = whole[:raw_len]
         else:
@@ -218,8 +219,9 @@ def arrival_rest(path: Path, offset: int, count: int, payload: bytes) -> tuple[b
         ) from None
     if len(rest) != raw_len:
         raise DrumCorruptError(
-            path, f"arrival block at offset {offset}: inflated to {len(rest)} bytes, "
-            f"{raw_len} recorded")
+            path,
+            f"arrival block at offset {offset}: inflated to {len(rest)} bytes, {raw_len} recorded",
+        )
     return rest, 0
 
 
@@ -248,7 +250,11 @@ def read_block(path: Path, f: IO[bytes], offset: int, end: int) -> tuple[int, by
 
 
 def iter_blocks(
-    path: Path, kind: bytes, *, start: int = HEADER_SIZE, end: int | None = None,
+    path: Path,
+    kind: bytes,
+    *,
+    start: int = HEADER_SIZE,
+    end: int | None = None,
     footer: bool = False,
 ) -> Iterator[tuple[int, bytes]]:
     """Yield ``(count, payload)`` for each block of ``path`` from ``start`` up to ``end``.
@@ -261,7 +267,11 @@ def iter_blocks(
 
 
 def iter_blocks_at(
-    path: Path, kind: bytes, *, start: int = HEADER_SIZE, end: int | None = None,
+    path: Path,
+    kind: bytes,
+    *,
+    start: int = HEADER_SIZE,
+    end: int | None = None,
     footer: bool = False,
 ) -> Iterator[tuple[int, int, bytes]]:
     """:func:`iter_blocks` yielding ``(offset, count, payload)``: where each block starts."""

@@ -132,8 +132,9 @@ def _argsort_ties(keys: np.ndarray) -> np.ndarray:
     return (comp & np.uint64(0xFFFFFFFF)).astype(np.intp)
 
 
-def merge_two(old_keys: np.ndarray, old_values: np.ndarray, new_keys: np.ndarray,
-              new_values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def merge_two(
+    old_keys: np.ndarray, old_values: np.ndarray, new_keys: np.ndarray, new_values: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """The sorted union of two sorted runs of distinct keys; ``new`` wins a tie.
 
     One ``searchsorted`` of the smaller side and one insert: for a big old chunk
@@ -164,8 +165,14 @@ class BucketOutcome:
     sort_s: float
 
 
-def _lookup(uk: np.ndarray, ck: np.ndarray, cv: np.ndarray, present: np.ndarray,
-            stored: np.ndarray, has_values: bool) -> None:
+def _lookup(
+    uk: np.ndarray,
+    ck: np.ndarray,
+    cv: np.ndarray,
+    present: np.ndarray,
+    stored: np.ndarray,
+    has_values: bool,
+) -> None:
     """Mark the keys of ``uk`` (sorted, distinct) found in the sorted chunk ``ck`` and
     take their values from ``cv`` (over any found in an older run).
 
@@ -216,8 +223,9 @@ def merge_bucket(
         for ck, cv in cache:
             if len(ck):
                 emit(ck, cv)
-        return BucketOutcome(np.empty(0, bool), np.empty(0, merger.dtype),
-                             np.empty(0, np.uint64), 0.0)
+        return BucketOutcome(
+            np.empty(0, bool), np.empty(0, merger.dtype), np.empty(0, np.uint64), 0.0
+        )
     dt = merger.dtype
     has_values = dt.itemsize > 0
     t0 = time.perf_counter()

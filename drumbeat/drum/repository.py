@@ -90,8 +90,7 @@ from drumbeat.drum.sizing import Sizing
 from drumbeat.drum.state import STATE, STATE_VERSION, DrumState, Snapshot
 from drumbeat.store.durable import Durable
 
-__all__ = ["HELD_SHARE", "STATE", "STATE_VERSION", "Drum", "DrumIOError", "DrumResult",
-           "DrumStats"]
+__all__ = ["HELD_SHARE", "STATE", "STATE_VERSION", "Drum", "DrumIOError", "DrumResult", "DrumStats"]
 
 _EMPTY = np.dtype([])
 _LIST_PIECE = 1 << 16  # aux items joined at once when aux is a list of bytes
@@ -182,9 +181,15 @@ class Drum:
             raise ValueError(f'fsync must be True, False or "commit", got {fsync!r}')
         record = np.dtype([("key", "<u8"), ("op", "u1"), ("value", self.value_dtype)])
         self._broken: str | None = None
-        self.state = DrumState(self.directory, self.value_dtype, fsync=fsync,
-                               ram_bytes=ram_bytes, record_bytes=record.itemsize,
-                               buckets=buckets, manifest=manifest)
+        self.state = DrumState(
+            self.directory,
+            self.value_dtype,
+            fsync=fsync,
+            ram_bytes=ram_bytes,
+            record_bytes=record.itemsize,
+            buckets=buckets,
+            manifest=manifest,
+        )
         self.sizing: Sizing = self.state.sizing
         self.buffer = WriteAheadBuffer(self.state, record, self._guard, compress_log)
         self.rounds = MergeRounds(self.state, self.buffer, merger)
@@ -195,8 +200,9 @@ class Drum:
         self.state.collect()
 
     @classmethod
-    def open(cls, directory: Path | str, manifest: Mapping[str, Any] | None = None,
-             **options: Any) -> Drum:
+    def open(
+        cls, directory: Path | str, manifest: Mapping[str, Any] | None = None, **options: Any
+    ) -> Drum:
         """Same as ``Drum(directory, manifest=manifest, **options)``."""
         return cls(directory, manifest=manifest, **options)
 
@@ -218,14 +224,19 @@ class Drum:
         self.submit(np.full(len(keys), UPDATE, np.uint8), keys, values, aux)
 
     def check_update(
-        self, keys: np.ndarray, values: np.ndarray | None = None,
+        self,
+        keys: np.ndarray,
+        values: np.ndarray | None = None,
         aux: AuxInput | None = None,
     ) -> None:
         """Queue check+update (values default to zeros, merged like an update)."""
         self.submit(np.full(len(keys), CHECK_UPDATE, np.uint8), keys, values, aux)
 
     def submit(
-        self, ops: np.ndarray, keys: np.ndarray, values: np.ndarray | None = None,
+        self,
+        ops: np.ndarray,
+        keys: np.ndarray,
+        values: np.ndarray | None = None,
         aux: AuxInput | None = None,
     ) -> None:
         """Queue a mixed batch; ``ops`` holds CHECK (0), UPDATE (1) or CHECK_UPDATE (2).
@@ -254,7 +265,8 @@ class Drum:
         while start < len(keys):
             end = min(len(keys), start + piece, start + buf.spill_at - buf.ram_n)
             buf.add(
-                ops[start:end], keys[start:end],
+                ops[start:end],
+                keys[start:end],
                 None if values is None else values[start:end],
                 None if items is None else AuxArray.of(items[start:end]),
             )
@@ -264,18 +276,25 @@ class Drum:
             if buf.full():
                 self._start_round()
                 if self._running is not None and start < len(keys):
-                    self._hold(ops[start:], keys[start:],
-                               None if values is None else values[start:],
-                               None if items is None else items[start:])
+                    self._hold(
+                        ops[start:],
+                        keys[start:],
+                        None if values is None else values[start:],
+                        None if items is None else items[start:],
+                    )
                     return
 
-    def _hold(self, ops: np.ndarray, keys: np.ndarray, values: np.ndarray | None,
-              aux: AuxArray | Sequence[bytes] | None) -> None:
+    def _hold(
+        self,
+        ops: np.ndarray,
+        keys: np.ndarray,
+        values: np.ndarray | None,
+        aux: AuxArray | Sequence[bytes] | None,
+    ) -> None:
         """Keep a submit that came while a round runs in the background. Once what is
         held would pass HELD_SHARE of the RAM budget, write it ahead to the next epoch's
         files, or, when the next epoch cannot take it, wait for the round."""
-        if self.buffer.hold(ops, keys, values, aux) \
-                and not self._guard(self.buffer.write_ahead):
+        if self.buffer.hold(ops, keys, values, aux) and not self._guard(self.buffer.write_ahead):
             self._settle(wait=True)
 
     # ------------------------------------------------------------------ merge rounds
@@ -403,12 +422,18 @@ class Drum:
         return DrumStats(
             keys_stored=int(self.state.snap["stored"]),
             pending=int(self.buffer.pending()),
-            bytes_read=c["bytes_read"], bytes_written=c["bytes_written"], merges=c["merges"],
-            sort_s=c["sort_s"], merge_s=c["merge_s"], last_batch=c["last_batch"],
+            bytes_read=c["bytes_read"],
+            bytes_written=c["bytes_written"],
+            merges=c["merges"],
+            sort_s=c["sort_s"],
+            merge_s=c["merge_s"],
+            last_batch=c["last_batch"],
             checked_bytes=c["checked_bytes"],
             alpha=moved / c["checked_bytes"] if c["checked_bytes"] else 0.0,
-            ram_bytes=self.sizing.ram_bytes, buckets=self.state.k,
-            runs=len(self.state.snap["runs"]), base_rewrites=c["base_rewrites"],
+            ram_bytes=self.sizing.ram_bytes,
+            buckets=self.state.k,
+            runs=len(self.state.snap["runs"]),
+            base_rewrites=c["base_rewrites"],
         )
 
     def _usable(self) -> None:
@@ -426,7 +451,8 @@ class Drum:
         except OSError as exc:
             self._broken = repr(exc)  # not the exception: its traceback pins open files
             raise DrumIOError(
-                exc.errno, f"DRUM write in {self.directory} failed: {exc.strerror or exc}; "
+                exc.errno,
+                f"DRUM write in {self.directory} failed: {exc.strerror or exc}; "
                 "the repository keeps its last committed state, reopen it",
                 getattr(exc, "filename", None),
             ) from exc
@@ -436,5 +462,6 @@ class Drum:
 
 
 if TYPE_CHECKING:
+
     def _durable(drum: Drum) -> Durable[Snapshot]:
         return drum  # Drum keeps the store contract: commit() -> its Snapshot

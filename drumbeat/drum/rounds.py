@@ -90,9 +90,14 @@ class MergeRounds:
         # The spare is the largest obsolete run (see DrumState.collect): worth
         # overwriting only by a new base; a delta run is small, and cutting a big spare
         # down costs as much as unlinking it.
-        writer = CacheWriter(st.directory / cache_file(e + 1), self.buf.shift, st.k,
-                             self.value_dtype, st.sizing.chunk_bytes,
-                             (lambda: st.take_spare("c")) if rebase else (lambda: None))
+        writer = CacheWriter(
+            st.directory / cache_file(e + 1),
+            self.buf.shift,
+            st.k,
+            self.value_dtype,
+            st.sizing.chunk_bytes,
+            (lambda: st.take_spare("c")) if rebase else (lambda: None),
+        )
         return Round(e, started, r_file, writer, plan, rebase, arrival=not st.live["sn"])
 
     def body(self, rnd: Round) -> Round:
@@ -111,8 +116,9 @@ class MergeRounds:
                 pending = np.asarray(self.st.live["qn"]) + self.buf.ram_bn
                 # Folding rewrites the folded runs of every bucket, pending tuples or not.
                 for unit in _units(pending, UNIT_RECORDS, every=bool(rnd.plan[1])):
-                    rnd.sort_s += self._merge_unit(unit, rnd.epoch, rnd.r_file, rnd.r_lens,
-                                                   rnd.writer, ram, rnd.plan)
+                    rnd.sort_s += self._merge_unit(
+                        unit, rnd.epoch, rnd.r_file, rnd.r_lens, rnd.writer, ram, rnd.plan
+                    )
             rnd.r_size = rnd.r_file.tell()
             rnd.c_size = rnd.writer.close(self.st.fsync_rounds)
         finally:
@@ -136,8 +142,7 @@ class MergeRounds:
             if not st.fsync_rounds:
                 st.dirty.add(writer.path)
             st.counters["bytes_written"] += rnd.c_size
-            run: Run = {"gen": e + 1, "offs": [0] * st.k,
-                        "sizes": [0] * st.k, "counts": [0] * st.k}
+            run: Run = {"gen": e + 1, "offs": [0] * st.k, "sizes": [0] * st.k, "counts": [0] * st.k}
             for b, (offset, length, count) in writer.sections.items():
                 run["offs"][b], run["sizes"][b], run["counts"][b] = offset, length, count
             new_runs.append(run)
@@ -149,8 +154,15 @@ class MergeRounds:
         self.buf.clear_ram()
         if st.fsync_rounds:
             st.sync_dirty()
-        snap["results"].append({"epoch": e, "a": live["a"], "an": live["an"],
-                                "r": rnd.r_lens or [], "arrival": rnd.arrival})
+        snap["results"].append(
+            {
+                "epoch": e,
+                "a": live["a"],
+                "an": live["an"],
+                "r": rnd.r_lens or [],
+                "arrival": rnd.arrival,
+            }
+        )
         snap["epoch"] = e + 1
         snap["q"], snap["qn"] = [0] * st.k, [0] * st.k
         snap["sn"] = snap["a"] = snap["an"] = 0
@@ -168,8 +180,9 @@ class MergeRounds:
         st.write()
         st.collect()
 
-    def _merge_ram(self, r_file: IO[bytes], writer: CacheWriter, plan: Plan
-                   ) -> tuple[list[int], float]:
+    def _merge_ram(
+        self, r_file: IO[bytes], writer: CacheWriter, plan: Plan
+    ) -> tuple[list[int], float]:
         """Merge an epoch held wholly in RAM (no spill) in units of consecutive buckets.
 
         Its results are put back in arrival order and written as one run, which is
@@ -182,14 +195,21 @@ class MergeRounds:
         res = np.empty(len(keys), self.result)
         sort_s = 0.0
         for unit in _units(counts, UNIT_RECORDS, every=bool(plan[1])):
-            idx = order[ends[unit[0]] - int(counts[unit[0]]):ends[unit[-1]]]
+            idx = order[ends[unit[0]] - int(counts[unit[0]]) : ends[unit[-1]]]
             out = self._merge_stream(unit, keys[idx], ops[idx], values[idx], writer, plan)
             as_void(res)[idx] = as_void(self._results(out))
             sort_s += out.sort_s
         return [self.write_blocks(r_file, res)], sort_s
 
-    def _merge_stream(self, unit: list[int], keys: np.ndarray, ops: np.ndarray,
-                      values: np.ndarray, writer: CacheWriter, plan: Plan) -> Any:
+    def _merge_stream(
+        self,
+        unit: list[int],
+        keys: np.ndarray,
+        ops: np.ndarray,
+        values: np.ndarray,
+        writer: CacheWriter,
+        plan: Plan,
+    ) -> Any:
         """Merge tuples of the consecutive buckets ``unit`` with their runs, one stream:
         looked up in every run, written to the new run with the folded runs."""
         older = [self._run_chunks(run, unit) for run in plan[0]]
@@ -210,8 +230,16 @@ class MergeRounds:
             res["value"] = out.before
         return res
 
-    def _merge_unit(self, unit: list[int], e: int, r_file: IO[bytes], r_lens: list[int],
-                    writer: CacheWriter, ram: dict[int, Columns], plan: Plan) -> float:
+    def _merge_unit(
+        self,
+        unit: list[int],
+        e: int,
+        r_file: IO[bytes],
+        r_lens: list[int],
+        writer: CacheWriter,
+        ram: dict[int, Columns],
+        plan: Plan,
+    ) -> float:
         """Merge the pending tuples of the consecutive buckets ``unit`` (in q files, then
         in RAM) as one sorted stream; return sort seconds."""
         live = self.st.live
@@ -227,13 +255,16 @@ class MergeRounds:
         if parts:
             keys, ops, values = (np.concatenate([p[i] for p in parts]) for i in range(3))
         else:
-            keys, ops, values = (np.empty(0, np.uint64), np.empty(0, np.uint8),
-                                 np.empty(0, self.value_dtype))
+            keys, ops, values = (
+                np.empty(0, np.uint64),
+                np.empty(0, np.uint8),
+                np.empty(0, self.value_dtype),
+            )
         out = self._merge_stream(unit, keys, ops, values, writer, plan)
         res = self._results(out)
         start = 0
         for b, n in zip(unit, counts):
-            r_lens[b] = self.write_blocks(r_file, res[start:start + n])
+            r_lens[b] = self.write_blocks(r_file, res[start : start + n])
             start += n
         return float(out.sort_s)
 
@@ -243,12 +274,13 @@ class MergeRounds:
         parts = []
         for at, n, p in iter_blocks_at(path, b"q", end=end):
             if len(p) != n * self.buf.record.itemsize:
-                raise DrumCorruptError(path, f"block at offset {at}: {len(p)} bytes "
-                                       f"for {n} records")
-            values = np.frombuffer(p, vdt, n, offset=9 * n) if vdt.itemsize else \
-                np.empty(n, vdt)
-            parts.append((np.frombuffer(p, "<u8", n), np.frombuffer(p, "u1", n, offset=8 * n),
-                          values))
+                raise DrumCorruptError(
+                    path, f"block at offset {at}: {len(p)} bytes for {n} records"
+                )
+            values = np.frombuffer(p, vdt, n, offset=9 * n) if vdt.itemsize else np.empty(n, vdt)
+            parts.append(
+                (np.frombuffer(p, "<u8", n), np.frombuffer(p, "u1", n, offset=8 * n), values)
+            )
         self._read += end
         return parts
 
@@ -264,8 +296,9 @@ class MergeRounds:
         for n, payload in iter_blocks(path, b"c", start=start, end=start + size, footer=True):
             self._read += len(payload) + 12
             keys = np.frombuffer(payload, "<u8", n)
-            values = np.frombuffer(payload, vdt, n, offset=8 * n) if vdt.itemsize else \
-                np.zeros(n, vdt)
+            values = (
+                np.frombuffer(payload, vdt, n, offset=8 * n) if vdt.itemsize else np.zeros(n, vdt)
+            )
             yield keys, values
 
     def write_blocks(self, f: IO[bytes], recs: np.ndarray) -> int:
@@ -273,7 +306,7 @@ class MergeRounds:
         per = max(1, self.st.sizing.chunk_bytes // max(1, recs.dtype.itemsize))
         start = f.tell()
         for s in range(0, len(recs), per):
-            part = recs[s:s + per]
+            part = recs[s : s + per]
             write_parts(f, block_parts(len(part), [part]))
         return f.tell() - start
 
@@ -306,8 +339,15 @@ class CacheWriter:
     ``sections`` maps each bucket written to ``(offset, length, records)``.
     """
 
-    def __init__(self, path: Path, shift: np.uint64, buckets: int, value_dtype: np.dtype[Any],
-                 chunk_bytes: int, take_spare: Callable[[], Path | None]) -> None:
+    def __init__(
+        self,
+        path: Path,
+        shift: np.uint64,
+        buckets: int,
+        value_dtype: np.dtype[Any],
+        chunk_bytes: int,
+        take_spare: Callable[[], Path | None],
+    ) -> None:
         self.path = path
         self.take_spare = take_spare
         self.shift = shift
@@ -351,7 +391,7 @@ class CacheWriter:
                 self.f.write(encode_header(b"c", 0, self.itemsize))
             self.bucket, self.start, self.total = b, self.f.tell(), 0
         for s in range(0, len(keys), self.per):
-            k, v = keys[s:s + self.per], values[s:s + self.per]
+            k, v = keys[s : s + self.per], values[s : s + self.per]
             write_parts(self.f, block_parts(len(k), [k.astype("<u8", copy=False), v]))
             self.total += len(k)
 

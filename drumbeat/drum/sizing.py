@@ -89,8 +89,15 @@ def plan(ram_bytes: int, record_bytes: int, buckets: int | None = None) -> Sizin
 
 
 def predicted_alpha(
-    *, stored: float, checked: float, unique: float, url_bytes: float, ram_bytes: float,
-    buffer_bytes: float = DEFAULT_M, key_bytes: float = KEY_BYTES, pointer_bytes: float = WORK_BYTES,
+    *,
+    stored: float,
+    checked: float,
+    unique: float,
+    url_bytes: float,
+    ram_bytes: float,
+    buffer_bytes: float = DEFAULT_M,
+    key_bytes: float = KEY_BYTES,
+    pointer_bytes: float = WORK_BYTES,
     disk_bytes: float | None = None,
 ) -> float:
     """alpha(n, R) of Theorem 2, eq. (7): disk bytes moved per byte of URL checked.

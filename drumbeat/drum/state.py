@@ -119,8 +119,13 @@ def empty_live(k: int) -> Live:
 
 def live_of(snap: Snapshot) -> Live:
     """A copy of the live fields of ``snap``."""
-    return {"q": list(snap["q"]), "qn": list(snap["qn"]), "sn": snap["sn"], "a": snap["a"],
-            "an": snap["an"]}
+    return {
+        "q": list(snap["q"]),
+        "qn": list(snap["qn"]),
+        "sn": snap["sn"],
+        "a": snap["a"],
+        "an": snap["an"],
+    }
 
 
 def store_live(snap: Snapshot, live: Live) -> None:
@@ -139,9 +144,17 @@ class DrumState:
     fsynced, ``spares`` the obsolete files kept to be overwritten.
     """
 
-    def __init__(self, directory: Path, value_dtype: np.dtype[Any], *, fsync: bool | str,
-                 ram_bytes: int, record_bytes: int, buckets: int | None,
-                 manifest: Mapping[str, Any] | None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        value_dtype: np.dtype[Any],
+        *,
+        fsync: bool | str,
+        ram_bytes: int,
+        record_bytes: int,
+        buckets: int | None,
+        manifest: Mapping[str, Any] | None,
+    ) -> None:
         self.directory = directory
         self.value_dtype = value_dtype
         self.fsync = bool(fsync)  # at commits
@@ -192,7 +205,8 @@ class DrumState:
             raise DrumError(
                 f"{path} is in DRUM state format {state.get('format')}, this drumbeat reads "
                 f"only format {STATE_VERSION}: the directory was written by another version "
-                "(there is no converter; start it anew)")
+                "(there is no converter; start it anew)"
+            )
         stored = np.dtype(_descr(state["value_dtype"]))
         if stored != self.value_dtype:
             raise ValueError(f"{self.directory} stores values of {stored}, not {self.value_dtype}")
@@ -203,17 +217,39 @@ class DrumState:
     def _create(self) -> StateFile:
         k = self.k
         self.snap = {
-            "seq": 0, "id": "", "epoch": 1, "runs": [], "stored": 0, "files": {},
-            "q": [0] * k, "qn": [0] * k, "sn": 0, "a": 0, "an": 0, "results": [],
-            "counters": {"bytes_read": 0, "bytes_written": 0, "merges": 0, "sort_s": 0.0,
-                         "merge_s": 0.0, "last_batch": 0, "checked_bytes": 0,
-                         "base_rewrites": 0},
+            "seq": 0,
+            "id": "",
+            "epoch": 1,
+            "runs": [],
+            "stored": 0,
+            "files": {},
+            "q": [0] * k,
+            "qn": [0] * k,
+            "sn": 0,
+            "a": 0,
+            "an": 0,
+            "results": [],
+            "counters": {
+                "bytes_read": 0,
+                "bytes_written": 0,
+                "merges": 0,
+                "sort_s": 0.0,
+                "merge_s": 0.0,
+                "last_batch": 0,
+                "checked_bytes": 0,
+                "base_rewrites": 0,
+            },
         }
         self.commits = []
         self.counters = self.snap["counters"].copy()
         self.write(durable=True)
-        return {"format": STATE_VERSION, "value_dtype": None, "buckets": k,
-                "current": self.snap, "commits": []}
+        return {
+            "format": STATE_VERSION,
+            "value_dtype": None,
+            "buckets": k,
+            "current": self.snap,
+            "commits": [],
+        }
 
     def write(self, durable: bool = False) -> None:
         """Replace STATE.json; fsynced if ``durable`` (commits) or rounds are synced too."""
@@ -287,8 +323,9 @@ class DrumState:
             if (match and path.name not in keep) or path.name.endswith(".tmp"):
                 kind = match.group(1) if match else ""
                 spare = self.spares.get(kind)
-                if kind in _SPARE_KINDS and (spare is None or (
-                        kind == "c" and path.stat().st_size > spare.stat().st_size)):
+                if kind in _SPARE_KINDS and (
+                    spare is None or (kind == "c" and path.stat().st_size > spare.stat().st_size)
+                ):
                     # Kept for the next file of its kind: overwriting a file costs no
                     # new pages and no freed blocks (unlinking a large cache is slow,
                     # and so are fresh page-cache pages on some VMs).

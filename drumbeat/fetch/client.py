@@ -123,7 +123,10 @@ class ClientFactory(Protocol):
     """A client class, as :func:`client_class` gives it."""
 
     def __call__(
-        self, options: ClientOptions | None = None, *, policy: AddressPolicy,
+        self,
+        options: ClientOptions | None = None,
+        *,
+        policy: AddressPolicy,
         resolver: Resolver | None,
     ) -> HttpClient: ...
 

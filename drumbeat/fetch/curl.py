@@ -122,7 +122,8 @@ _FIELD_RE: Final = re.compile(rb"([^:\r\n]+):([^\r\n]*)\r\n")
 _PLAIN_URL_RE: Final = re.compile(
     r"(https?)://((?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)*[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)"
     r"(?::([1-9][0-9]{0,4}))?"
-    r"((?:/[A-Za-z0-9._~!$&'()*+,;=:@-]*)+(?:\?[A-Za-z0-9._~!$&'()*+,;=:@/?-]+)?)")
+    r"((?:/[A-Za-z0-9._~!$&'()*+,;=:@-]*)+(?:\?[A-Za-z0-9._~!$&'()*+,;=:@/?-]+)?)"
+)
 _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 
 
@@ -131,12 +132,12 @@ class _PlainURL:
     yarl's: a regular expression and a few slots cost a fraction of what building a
     yarl URL and reading its parts does."""
 
-    __slots__ = ("url", "scheme", "raw_host", "port", "host_port_subcomponent",
-                 "raw_path_qs")
+    __slots__ = ("url", "scheme", "raw_host", "port", "host_port_subcomponent", "raw_path_qs")
     raw_user = None
 
-    def __init__(self, url: str, scheme: str, host: str, port: int, written_port: str | None,
-                 path_qs: str) -> None:
+    def __init__(
+        self, url: str, scheme: str, host: str, port: int, written_port: str | None, path_qs: str
+    ) -> None:
         self.url, self.scheme, self.raw_host, self.raw_path_qs = url, scheme, host, path_qs
         self.port = port
         self.host_port_subcomponent = f"{host}:{written_port}" if written_port else host
@@ -154,14 +155,18 @@ def parse_url(url: str) -> _PlainURL | URL:
         default = _DEFAULT_PORTS[scheme]
         port = int(written_port) if written_port else default
         if "/." not in path_qs.partition("?")[0] and (
-                written_port is None or port != default and port <= 65535):
+            written_port is None or port != default and port <= 65535
+        ):
             return _PlainURL(url, scheme, host, port, written_port, path_qs)
     return URL(url)
 
 
 # curl's socket wishes as epoll event masks (CURL_POLL_REMOVE and CURL_POLL_NONE: none).
-_EPOLL_MASK: Final = {pycurl.POLL_IN: select.EPOLLIN, pycurl.POLL_OUT: select.EPOLLOUT,
-                      pycurl.POLL_INOUT: select.EPOLLIN | select.EPOLLOUT}
+_EPOLL_MASK: Final = {
+    pycurl.POLL_IN: select.EPOLLIN,
+    pycurl.POLL_OUT: select.EPOLLOUT,
+    pycurl.POLL_INOUT: select.EPOLLIN | select.EPOLLOUT,
+}
 _EPOLL_ERR: Final = select.EPOLLERR | select.EPOLLHUP
 # A loop timer may fire a little before its time (the loop's clock resolution):
 # curl's deadline counts as due this close to it.
@@ -189,9 +194,24 @@ def _ca_file() -> str | None:
 class _Handle:
     """One reusable curl easy handle and the state of the transfer it runs."""
 
-    __slots__ = ("curl", "response", "chunks", "size", "head", "lines", "headers",
-                 "request_head", "head_done", "status", "cap", "reason", "future", "dead",
-                 "last", "_limit")
+    __slots__ = (
+        "curl",
+        "response",
+        "chunks",
+        "size",
+        "head",
+        "lines",
+        "headers",
+        "request_head",
+        "head_done",
+        "status",
+        "cap",
+        "reason",
+        "future",
+        "dead",
+        "last",
+        "_limit",
+    )
 
     def __init__(self, client: CurlHttpClient) -> None:
         c = self.curl = pycurl.Curl()
@@ -239,8 +259,15 @@ class _Handle:
         self.reason: str | None = None
         self._limit = client._max_header_bytes
 
-    def start(self, response: FetchResponse, url: str, connect_to: str | None,
-              headers: list[str], cap: int, future: asyncio.Future[tuple[int, str]]) -> None:
+    def start(
+        self,
+        response: FetchResponse,
+        url: str,
+        connect_to: str | None,
+        headers: list[str],
+        cap: int,
+        future: asyncio.Future[tuple[int, str]],
+    ) -> None:
         self.response, self.future, self.cap = response, future, cap
         self.chunks, self.size = [], 0
         self.head = b""
@@ -333,9 +360,13 @@ def parse_fields(lines: list[bytes]) -> tuple[bytes, list[tuple[str, str]]] | No
     if _PLAIN_FIELDS_RE.fullmatch(fields) and b"transfer-encoding" not in fields.lower():
         # Most heads: every line "name:value" CRLF, nothing to rename, join or reject.
         # Two regular-expression passes give what the loop below would.
-        return fields, [(name.decode("utf-8", "surrogateescape"),
-                         value.strip(b" \t").decode("utf-8", "surrogateescape"))
-                        for name, value in _FIELD_RE.findall(fields)]
+        return fields, [
+            (
+                name.decode("utf-8", "surrogateescape"),
+                value.strip(b" \t").decode("utf-8", "surrogateescape"),
+            )
+            for name, value in _FIELD_RE.findall(fields)
+        ]
     return _parse_fields_by_line(lines)
 
 
@@ -352,12 +383,15 @@ def _parse_fields_by_line(lines: list[bytes]) -> tuple[bytes, list[tuple[str, st
             head.append(line + b"\r\n")
             continue
         name, colon, value = line.partition(b":")
-        if not colon or not name or name[-1:] in (b" ", b"\t") or b"\0" in line \
-                or b"\r" in line:
+        if not colon or not name or name[-1:] in (b" ", b"\t") or b"\0" in line or b"\r" in line:
             return None
         head.append(head_name(name) + b":" + value + b"\r\n")
-        headers.append((name.decode("utf-8", "surrogateescape"),
-                        value.strip(b" \t").decode("utf-8", "surrogateescape")))
+        headers.append(
+            (
+                name.decode("utf-8", "surrogateescape"),
+                value.strip(b" \t").decode("utf-8", "surrogateescape"),
+            )
+        )
     return b"".join(head), headers
 
 
@@ -397,8 +431,7 @@ class CurlHttpClient:
         self._max_header_bytes = options.max_header_bytes
         self._max_retry_after_s = options.max_retry_after_s
         # As aiohttp sends them: after Host, these, then Accept.
-        self._request_headers = [f"{name}: {value}"
-                                 for name, value in options.request_headers()]
+        self._request_headers = [f"{name}: {value}" for name, value in options.request_headers()]
         self._request_headers.append("Accept: */*")
         self._ca_file = _ca_file()
         self._free: list[_Handle] = []
@@ -448,8 +481,7 @@ class CurlHttpClient:
             await self._own_dns.close()
 
     def __repr__(self) -> str:
-        return (f"<CurlHttpClient [{len(self._active)} in flight, "
-                f"limit {self._max_connections}]>")
+        return f"<CurlHttpClient [{len(self._active)} in flight, limit {self._max_connections}]>"
 
     # -- one exchange -----------------------------------------------------------------
 
@@ -464,26 +496,30 @@ class CurlHttpClient:
             response.error = "url:invalid"
         else:
             response.error = await choose_address(
-                response, target.scheme, target.raw_host, self._dns, self._policy)
+                response, target.scheme, target.raw_host, self._dns, self._policy
+            )
             if response.error is None:
                 async with self._transfers:  # at most max_connections in flight
                     response.error = await self._exchange(response, target, body_cap)
         finish_response(response, started, decoded_cap, self._max_retry_after_s)
         return response
 
-    async def _exchange(self, response: FetchResponse, target: _PlainURL | URL,
-                        body_cap: int) -> str | None:
+    async def _exchange(
+        self, response: FetchResponse, target: _PlainURL | URL, body_cap: int
+    ) -> str | None:
         ip = response.ip
         host = target.raw_host
         assert ip is not None and host is not None
         headers = [f"Host: {target.host_port_subcomponent}", *self._request_headers]
         if target.raw_user is not None:  # credentials in the URL: Basic auth, as aiohttp
             credentials = f"{target.user or ''}:{target.password or ''}".encode(
-                "latin-1", "replace")
+                "latin-1", "replace"
+            )
             headers.append(f"Authorization: Basic {base64.b64encode(credentials).decode()}")
             target = target.with_user(None)  # curl would add its own Authorization line
-        request_head = (f"GET {target.raw_path_qs} HTTP/1.1\r\n"
-                        + "".join(h + "\r\n" for h in headers) + "\r\n")
+        request_head = (
+            f"GET {target.raw_path_qs} HTTP/1.1\r\n" + "".join(h + "\r\n" for h in headers) + "\r\n"
+        )
         connect_to = None
         if host != ip:  # a name (an IP-literal URL is connected to as written)
             port = target.port
@@ -522,8 +558,9 @@ class CurlHttpClient:
             handle.head, handle.lines, handle.headers = b"", [], []
             self._free.append(handle)
 
-    def _collect(self, handle: _Handle, response: FetchResponse, errno: int,
-                 message: str) -> str | None:
+    def _collect(
+        self, handle: _Handle, response: FetchResponse, errno: int, message: str
+    ) -> str | None:
         """Move what curl received into ``response``; return the error reason."""
         response.body = handle.body()
         if handle.head_done and handle.status is not None:
@@ -712,9 +749,12 @@ class CurlHttpClient:
             if not watched.get(fd):  # parked: an idle connection closed or sent bytes
                 self._unpark(fd)
                 continue
-            action(fd, (pycurl.CSELECT_IN if events & select.EPOLLIN else 0)
-                   | (pycurl.CSELECT_OUT if events & select.EPOLLOUT else 0)
-                   | (pycurl.CSELECT_ERR if events & _EPOLL_ERR else 0))
+            action(
+                fd,
+                (pycurl.CSELECT_IN if events & select.EPOLLIN else 0)
+                | (pycurl.CSELECT_OUT if events & select.EPOLLOUT else 0)
+                | (pycurl.CSELECT_ERR if events & _EPOLL_ERR else 0),
+            )
         deadline = self._deadline
         if deadline is not None and deadline <= loop.time() + _TIMER_SLACK_S:
             self._deadline = None

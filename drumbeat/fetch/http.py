@@ -87,7 +87,8 @@ class AiohttpClient:
         self._dns: Resolver = resolver
         self._max_connections = options.max_connections
         self._timeout = aiohttp.ClientTimeout(
-            total=options.total_timeout_s, sock_connect=options.connect_timeout_s,
+            total=options.total_timeout_s,
+            sock_connect=options.connect_timeout_s,
             sock_read=options.read_timeout_s,
         )
         self._max_body_bytes = options.max_body_bytes

@@ -111,21 +111,21 @@ _FULL_CHECK_MIN = 64
 
 @dataclass(frozen=True, slots=True)
 class BeastStats:
-    queues: int          # j, queues in the ring
-    current: int         # index of the queue being read
-    qf_records: int      # records waiting in QF
-    queued: int          # records anywhere (ring and QF), not yet read
-    placed: int          # records given to place()/place_many()
+    queues: int  # j, queues in the ring
+    current: int  # index of the queue being read
+    qf_records: int  # records waiting in QF
+    queued: int  # records anywhere (ring and QF), not yet read
+    placed: int  # records given to place()/place_many()
     deferred_to_qf: int  # appends to QF, at placement and again at re-splits
-    qf_rescans: int      # times QF was read in full and split (begun, for the last one)
+    qf_rescans: int  # times QF was read in full and split (begun, for the last one)
     qf_resplit_left: int  # QF records still to place in the re-split under way
     slot_collisions: int  # placements that shared a live table entry with another PLD
-    bytes_written: int   # bytes appended to all queues incl. QF (Theorem 7)
-    bytes_read: int      # bytes read from all queues incl. QF
+    bytes_written: int  # bytes appended to all queues incl. QF (Theorem 7)
+    bytes_read: int  # bytes read from all queues incl. QF
     host_deferrals: int  # placements put in a later queue by the host cap
-    refused: int         # records dropped as admit() refused them a place in the ring
-    turns: int           # queues made current so far (incl. re-split passes)
-    holding: bool        # the current queue is empty and its turn has not run its time
+    refused: int  # records dropped as admit() refused them a place in the ring
+    turns: int  # queues made current so far (incl. re-split passes)
+    holding: bool  # the current queue is empty and its turn has not run its time
 
 
 def theorem7_bound(pages_per_s: float, url_bytes: float, links_per_page: float) -> float:
@@ -188,12 +188,23 @@ class Beast:
     crawl wait in QF, and are asked about when they leave it.
     """
 
-    def __init__(self, directory: Path, *, state: dict[str, Any] | None = None, queues: int = 2,
-                 max_queues: int = 64, pld_slots: int = 1 << 20, host_cap: int = 0,
-                 host_slots: int = 1 << 20, fsync: bool = True,
-                 rebudget: Rebudget, budgets_of: BudgetsOf | None = None,
-                 turn_s: float = 0.0, clock: Callable[[], float] = time.monotonic,
-                 admit: Callable[[bytes], bool] | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        state: dict[str, Any] | None = None,
+        queues: int = 2,
+        max_queues: int = 64,
+        pld_slots: int = 1 << 20,
+        host_cap: int = 0,
+        host_slots: int = 1 << 20,
+        fsync: bool = True,
+        rebudget: Rebudget,
+        budgets_of: BudgetsOf | None = None,
+        turn_s: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+        admit: Callable[[bytes], bool] | None = None,
+    ) -> None:
         if not 1 <= queues <= max_queues:
             raise ValueError(f"need 1 <= queues <= max_queues, got {queues}, {max_queues}")
         if max_queues < 2:
@@ -244,32 +255,53 @@ class Beast:
 
     # -- placing -----------------------------------------------------------------------
 
-    def place(self, record: bytes, pld_hash: int, budget: int,
-              host_hash: int | None = None) -> None:
+    def place(
+        self, record: bytes, pld_hash: int, budget: int, host_hash: int | None = None
+    ) -> None:
         """Queue one URL record of PLD ``pld_hash`` with budget ``budget`` (from STAR),
         and of host ``host_hash`` if the host cap is to apply (a host hash of 0, taken
         modulo 2**64, counts as none)."""
-        self.place_many((record,), (pld_hash,), (budget,),
-                        None if host_hash is None else (host_hash,))
+        self.place_many(
+            (record,), (pld_hash,), (budget,), None if host_hash is None else (host_hash,)
+        )
 
-    def place_many(self, records: Sequence[bytes], pld_hashes: Sequence[int],
-                   budgets: Sequence[int], host_hashes: Sequence[int] | None = None) -> None:
+    def place_many(
+        self,
+        records: Sequence[bytes],
+        pld_hashes: Sequence[int],
+        budgets: Sequence[int],
+        host_hashes: Sequence[int] | None = None,
+    ) -> None:
         """:meth:`place` for each record, in order."""
         self._spread_checked(records, pld_hashes, budgets, host_hashes)
         self._placed += len(records)
 
-    def _spread_checked(self, records: Sequence[bytes], pld_hashes: Sequence[int],
-                        budgets: Sequence[int], host_hashes: Sequence[int] | None) -> None:
+    def _spread_checked(
+        self,
+        records: Sequence[bytes],
+        pld_hashes: Sequence[int],
+        budgets: Sequence[int],
+        host_hashes: Sequence[int] | None,
+    ) -> None:
         """:meth:`_spread` of arguments checked and made arrays (hashes modulo 2**64)."""
         if not len(records) == len(pld_hashes) == len(budgets):
             raise ValueError("records, pld_hashes and budgets differ in length")
         if host_hashes is not None and len(host_hashes) != len(records):
             raise ValueError("records and host_hashes differ in length")
-        self._spread(records, _hashes(pld_hashes), np.array(budgets, np.int64),
-                     None if host_hashes is None else _hashes(host_hashes))
+        self._spread(
+            records,
+            _hashes(pld_hashes),
+            np.array(budgets, np.int64),
+            None if host_hashes is None else _hashes(host_hashes),
+        )
 
-    def _spread(self, records: Sequence[bytes] | PackedRecords, plds: np.ndarray,
-                budgets: np.ndarray, hosts: np.ndarray | None) -> None:
+    def _spread(
+        self,
+        records: Sequence[bytes] | PackedRecords,
+        plds: np.ndarray,
+        budgets: np.ndarray,
+        hosts: np.ndarray | None,
+    ) -> None:
         """Place each record (of PLD hash ``plds[i]`` with ``budgets[i]``, of host hash
         ``hosts[i]`` if hosts are given, and not 0), appending to each queue once. The
         records bound for QF go there with their two hashes as their key (a host hash of
@@ -296,16 +328,21 @@ class Beast:
         if host_cap == 0:
             hosts = None  # no cap: host places are neither checked nor kept
         if len(records) >= _FULL_CHECK_MIN:
-            to_qf, collisions, deferrals = self._full_from_start(plds, budgets, hosts, first,
-                                                                 beyond)
+            to_qf, collisions, deferrals = self._full_from_start(
+                plds, budgets, hosts, first, beyond
+            )
             looped = np.flatnonzero(~to_qf)
         else:
             to_qf, collisions, deferrals = np.zeros(len(records), bool), 0, 0
             looped = np.arange(len(records))
         also_to_qf: list[int] = []
-        items = zip(looped.tolist(), _at(records, looped), plds[looped].tolist(),
-                    budgets[looped].tolist(),
-                    repeat(0) if hosts is None else hosts[looped].tolist())
+        items = zip(
+            looped.tolist(),
+            _at(records, looped),
+            plds[looped].tolist(),
+            budgets[looped].tolist(),
+            repeat(0) if hosts is None else hosts[looped].tolist(),
+        )
         for i, record, pld, budget, host in items:
             slot = pld % slots
             turn = turns[slot]
@@ -357,12 +394,19 @@ class Beast:
         else:
             qf = list(compress(records, to_qf.tolist()))
             if qf:
-                self._qf.extend(qf, _keys(plds[to_qf], None if given_hosts is None
-                                          else given_hosts[to_qf]))
+                self._qf.extend(
+                    qf, _keys(plds[to_qf], None if given_hosts is None else given_hosts[to_qf])
+                )
         self._deferred += len(qf)
 
-    def _full_from_start(self, plds: np.ndarray, budgets: np.ndarray, hosts: np.ndarray | None,
-                         first: int, beyond: int) -> tuple[np.ndarray, int, int]:
+    def _full_from_start(
+        self,
+        plds: np.ndarray,
+        budgets: np.ndarray,
+        hosts: np.ndarray | None,
+        first: int,
+        beyond: int,
+    ) -> tuple[np.ndarray, int, int]:
         """Which records go to QF because their place is full from the start of the
         batch, with the slot collisions and host deferrals :meth:`_spread`'s loop would
         have counted for them. Once a large crawl's sites have filled their places in
@@ -381,8 +425,12 @@ class Beast:
         host_full = np.zeros_like(full)
         if hosts is not None:
             hslot = hosts % np.uint64(self._host_slots)
-            host_full = ((self._hturn[hslot] == beyond - 1)
-                         & (self._hcount[hslot] >= self._host_cap) & ~full & (hosts != 0))
+            host_full = (
+                (self._hturn[hslot] == beyond - 1)
+                & (self._hcount[hslot] >= self._host_cap)
+                & ~full
+                & (hosts != 0)
+            )
         either = full | host_full
         fast = either & ~np.isin(slot, slot[~either])
         collisions = int(np.count_nonzero(fast & (turn >= first) & (self._tag[slot] != plds)))
@@ -427,8 +475,7 @@ class Beast:
     def _turn_running(self) -> bool:
         """The current turn has not yet lasted ``turn_s`` since its first read."""
         started = self._turn_started
-        return (self.turn_s > 0 and started is not None
-                and self._clock() - started < self.turn_s)
+        return self.turn_s > 0 and started is not None and self._clock() - started < self.turn_s
 
     @property
     def resplitting(self) -> bool:
@@ -438,8 +485,12 @@ class Beast:
     @property
     def holding(self) -> bool:
         """Records are queued, but none may be read before the current turn is over."""
-        return (not len(self._ring[self._cur]) and not self._resplit_left and bool(len(self))
-                and self._turn_running())
+        return (
+            not len(self._ring[self._cur])
+            and not self._resplit_left
+            and bool(len(self))
+            and self._turn_running()
+        )
 
     def _advance(self) -> None:
         self._turn_started = None
@@ -482,14 +533,21 @@ class Beast:
     def stats(self) -> BeastStats:
         queues = [*self._ring, self._qf]
         return BeastStats(
-            queues=self._j, current=self._cur, qf_records=len(self._qf), queued=len(self),
-            placed=self._placed, deferred_to_qf=self._deferred, qf_rescans=self._rescans,
+            queues=self._j,
+            current=self._cur,
+            qf_records=len(self._qf),
+            queued=len(self),
+            placed=self._placed,
+            deferred_to_qf=self._deferred,
+            qf_rescans=self._rescans,
             qf_resplit_left=self._resplit_left,
             slot_collisions=self._collisions,
             bytes_written=sum(q.bytes_written for q in queues),
             bytes_read=sum(q.bytes_read for q in queues),
-            host_deferrals=self._host_deferrals, refused=self._refused,
-            turns=self._turns, holding=self.holding,
+            host_deferrals=self._host_deferrals,
+            refused=self._refused,
+            turns=self._turns,
+            holding=self.holding,
         )
 
     # -- commits -----------------------------------------------------------------------
@@ -513,30 +571,48 @@ class Beast:
             durable.fsync_dir(self.directory)
         self._drop_tables()
         return {
-            "format": FORMAT_VERSION, "commit": self._commits, "table": name,
-            "pld_slots": self._slots, "queues": self._j, "pass_start": self._start,
-            "current": self._cur, "ring": ring, "qf": qf, "resplit_left": self._resplit_left,
+            "format": FORMAT_VERSION,
+            "commit": self._commits,
+            "table": name,
+            "pld_slots": self._slots,
+            "queues": self._j,
+            "pass_start": self._start,
+            "current": self._cur,
+            "ring": ring,
+            "qf": qf,
+            "resplit_left": self._resplit_left,
             # Seconds the current turn has run (None: it has read nothing yet).
-            "turn_elapsed_s": (None if self._turn_started is None
-                               else self._clock() - self._turn_started),
-            "counters": {"placed": self._placed, "deferred_to_qf": self._deferred,
-                         "qf_rescans": self._rescans, "slot_collisions": self._collisions,
-                         "host_deferrals": self._host_deferrals,
-                         "refused": self._refused, "turns": self._turns},
+            "turn_elapsed_s": (
+                None if self._turn_started is None else self._clock() - self._turn_started
+            ),
+            "counters": {
+                "placed": self._placed,
+                "deferred_to_qf": self._deferred,
+                "qf_rescans": self._rescans,
+                "slot_collisions": self._collisions,
+                "host_deferrals": self._host_deferrals,
+                "refused": self._refused,
+                "turns": self._turns,
+            },
         }
 
     def _tables(self) -> dict[str, np.ndarray]:
         """The budget and host tables, as saved at a commit (see _used_slots)."""
-        return {**_used_slots({"tag": self._tag, "turn": self._turn, "count": self._count}),
-                **_used_slots({"host_turn": self._hturn, "host_count": self._hcount}, "host_")}
+        return {
+            **_used_slots({"tag": self._tag, "turn": self._turn, "count": self._count}),
+            **_used_slots({"host_turn": self._hturn, "host_count": self._hcount}, "host_"),
+        }
 
     def _reopen(self, state: dict[str, Any]) -> None:
         if state.get("format") != FORMAT_VERSION:
-            raise ValueError(f"BEAST state format {state.get('format')!r}, "
-                             f"expected {FORMAT_VERSION}")
+            raise ValueError(
+                f"BEAST state format {state.get('format')!r}, expected {FORMAT_VERSION}"
+            )
         if state["pld_slots"] != self._slots:
-            raise ValueError(f"the checkpoint's budget table has {state['pld_slots']} slots, "
-                             f"pld_slots is {self._slots}")
+            raise ValueError(
+                f"the checkpoint's budget table has {state['pld_slots']} slots, "
+                f"pld_slots is {self._slots}"
+            )
         self._j, self._start, self._cur = state["queues"], state["pass_start"], state["current"]
         self._commits = state["commit"]
         counters = state["counters"]
@@ -550,21 +626,23 @@ class Beast:
         elapsed = state.get("turn_elapsed_s")
         self._turn_started = None if elapsed is None else self._clock() - elapsed
         with np.load(self.directory / state["table"]) as table:
-            loaded = _load_slots(table, {"tag": self._tag, "turn": self._turn,
-                                         "count": self._count})
+            loaded = _load_slots(
+                table, {"tag": self._tag, "turn": self._turn, "count": self._count}
+            )
             assert loaded, "pld_slots was checked above"
             # A host table of another size (or none, from an older checkpoint) is not
             # reused: hosts start with no places, which can only admit them sooner.
             if "host_turn" in table:
-                _load_slots(table, {"host_turn": self._hturn, "host_count": self._hcount},
-                            "host_")
+                _load_slots(table, {"host_turn": self._hturn, "host_count": self._hcount}, "host_")
         self._drop_tables()
         for path in self.directory.glob("q[0-9][0-9][0-9]"):
             if int(path.name[1:]) >= self._j:
                 # A queue of a ring grown after this commit.
                 shutil.rmtree(path)
-        self._ring = [DiskQueue(self._queue_dir(i), state=s, fsync=self._fsync)
-                      for i, s in enumerate(state["ring"])]
+        self._ring = [
+            DiskQueue(self._queue_dir(i), state=s, fsync=self._fsync)
+            for i, s in enumerate(state["ring"])
+        ]
         self._qf = DiskQueue(self.directory / "qf", state=state["qf"], fsync=self._fsync)
 
     def _drop_tables(self) -> None:
@@ -586,8 +664,10 @@ class Beast:
             q.close()
 
     def __repr__(self) -> str:
-        return (f"<Beast {self.directory} [queue {self._cur} of {self._j} | "
-                f"{len(self)} queued, {len(self._qf)} in QF]>")
+        return (
+            f"<Beast {self.directory} [queue {self._cur} of {self._j} | "
+            f"{len(self)} queued, {len(self._qf)} in QF]>"
+        )
 
 
 def _used_slots(arrays: dict[str, np.ndarray], prefix: str = "") -> dict[str, np.ndarray]:
@@ -600,12 +680,16 @@ def _used_slots(arrays: dict[str, np.ndarray], prefix: str = "") -> dict[str, np
     used = np.flatnonzero(np.logical_or.reduce([a != 0 for a in arrays.values()]))
     if 2 * len(used) >= length:
         return dict(arrays)
-    return {prefix + "used": used, prefix + "slots": np.array(length),
-            **{name: a[used] for name, a in arrays.items()}}
+    return {
+        prefix + "used": used,
+        prefix + "slots": np.array(length),
+        **{name: a[used] for name, a in arrays.items()},
+    }
 
 
-def _load_slots(table: Mapping[str, np.ndarray], arrays: dict[str, np.ndarray],
-                prefix: str = "") -> bool:
+def _load_slots(
+    table: Mapping[str, np.ndarray], arrays: dict[str, np.ndarray], prefix: str = ""
+) -> bool:
     """Fill zeroed ``arrays`` from a table file saved by :func:`_used_slots` (or whole, as
     older commits were); False, with nothing filled, when it has another length."""
     length = len(next(iter(arrays.values())))
@@ -624,5 +708,6 @@ def _load_slots(table: Mapping[str, np.ndarray], arrays: dict[str, np.ndarray],
 
 
 if TYPE_CHECKING:
+
     def _durable(beast: Beast) -> durable.Durable[dict[str, Any]]:
         return beast  # Beast keeps the store contract: commit() -> its state

@@ -126,8 +126,9 @@ def _check_header(path: Path, raw: bytes, seg: int) -> int:
     if magic != MAGIC:
         raise DiskQueueCorruptError(path, 0, "bad magic, not a disk queue segment")
     if version not in _READABLE_VERSIONS:
-        raise DiskQueueCorruptError(path, 0, f"format version {version}, expected "
-                                             f"one of {_READABLE_VERSIONS}")
+        raise DiskQueueCorruptError(
+            path, 0, f"format version {version}, expected one of {_READABLE_VERSIONS}"
+        )
     if struct.unpack_from("<I", raw, _HEADER.size)[0] != zlib.crc32(body):
         raise DiskQueueCorruptError(path, 0, "header checksum mismatch")
     if number != seg:
@@ -143,8 +144,9 @@ class PackedRecords:
 
     __slots__ = ("data", "keys", "offsets")
 
-    def __init__(self, offsets: np.ndarray, data: bytes | memoryview,
-                 keys: np.ndarray | None = None) -> None:
+    def __init__(
+        self, offsets: np.ndarray, data: bytes | memoryview, keys: np.ndarray | None = None
+    ) -> None:
         self.offsets = offsets  # int64, one more than the records, the first 0
         self.data = data
         self.keys = keys
@@ -187,14 +189,16 @@ class PackedRecords:
         copied a run of consecutive records at a time."""
         index = np.flatnonzero(mask)
         if not len(index):
-            return PackedRecords(np.zeros(1, np.int64), b"",
-                                 None if self.keys is None else self.keys[:0])
+            return PackedRecords(
+                np.zeros(1, np.int64), b"", None if self.keys is None else self.keys[:0]
+            )
         breaks = np.flatnonzero(np.diff(index) != 1) + 1
         firsts = index[np.concatenate(([0], breaks))]
         lasts = index[np.concatenate((breaks - 1, [len(index) - 1]))] + 1
         data = memoryview(self.data)
-        joined = b"".join([data[a:b] for a, b in zip(self.offsets[firsts].tolist(),
-                                                      self.offsets[lasts].tolist())])
+        joined = b"".join(
+            [data[a:b] for a, b in zip(self.offsets[firsts].tolist(), self.offsets[lasts].tolist())]
+        )
         offsets = np.zeros(len(index) + 1, np.int64)
         np.cumsum(self.lengths()[index], out=offsets[1:])
         return PackedRecords(offsets, joined, None if self.keys is None else self.keys[index])
@@ -207,9 +211,15 @@ class DiskQueue:
     :meth:`commit` (one of the last two) reopens exactly that commit's contents.
     """
 
-    def __init__(self, directory: Path, *, state: dict[str, Any] | None = None,
-                 segment_bytes: int = 64 << 20, fsync: bool = True,
-                 buffer_bytes: int = 1 << 20) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        state: dict[str, Any] | None = None,
+        segment_bytes: int = 64 << 20,
+        fsync: bool = True,
+        buffer_bytes: int = 1 << 20,
+    ) -> None:
         if segment_bytes <= HEADER_SIZE:
             raise ValueError(f"segment_bytes must exceed the {HEADER_SIZE}-byte header")
         self.directory = Path(directory)
@@ -273,11 +283,16 @@ class DiskQueue:
         :meth:`extend` would)."""
         self._usable()
         offsets, data = packed.offsets.tolist(), memoryview(packed.data)
-        self._append_blocks(packed.lengths(), lambda i, j: data[offsets[i]:offsets[j]],
-                            packed.keys)
+        self._append_blocks(
+            packed.lengths(), lambda i, j: data[offsets[i] : offsets[j]], packed.keys
+        )
 
-    def _append_blocks(self, lengths: np.ndarray, data: Callable[[int, int], bytes | memoryview],
-                       keys: np.ndarray | None) -> None:
+    def _append_blocks(
+        self,
+        lengths: np.ndarray,
+        data: Callable[[int, int], bytes | memoryview],
+        keys: np.ndarray | None,
+    ) -> None:
         """Append records of ``lengths`` as block frames; ``data(i, j)`` gives records i
         to j - 1 back to back."""
         count = len(lengths)
@@ -304,11 +319,12 @@ class DiskQueue:
                     self._rotate()
                     continue
                 j = i + 1  # a block of its own (past buffer_bytes, or a whole segment)
-            self._append_block(lengths[i:j], table[i * width:j * width], data(i, j), width)
+            self._append_block(lengths[i:j], table[i * width : j * width], data(i, j), width)
             i = j
 
-    def _append_block(self, lengths: np.ndarray, keys: bytes, data: bytes | memoryview,
-                      width: int) -> None:
+    def _append_block(
+        self, lengths: np.ndarray, keys: bytes, data: bytes | memoryview, width: int
+    ) -> None:
         """Append one block frame of records of ``lengths`` (``data`` back to back, with
         ``keys`` of ``width`` bytes each) to the write segment."""
         table = lengths.astype("<u4").tobytes()
@@ -384,14 +400,18 @@ class DiskQueue:
                 self._read_block(out, n)
                 continue
             if self._roff + FRAME_SIZE + length > self._read_end():
-                raise DiskQueueCorruptError(self._read_path(), self._roff,
-                                            f"record of {length} bytes runs past the segment end")
+                raise DiskQueueCorruptError(
+                    self._read_path(),
+                    self._roff,
+                    f"record of {length} bytes runs past the segment end",
+                )
             self._ensure(FRAME_SIZE + length)
             start = self._rpos + FRAME_SIZE
-            record = self._rbuf[start:start + length]
+            record = self._rbuf[start : start + length]
             if digest(record, length) != check:
-                raise DiskQueueCorruptError(self._read_path(), self._roff,
-                                            "record checksum mismatch")
+                raise DiskQueueCorruptError(
+                    self._read_path(), self._roff, "record checksum mismatch"
+                )
             self._rpos = start + length
             self._roff += FRAME_SIZE + length
             self._count -= 1
@@ -421,13 +441,14 @@ class DiskQueue:
             parts_width = width
             base, first = self._rpos, self._rin
             last = self._take_from_block(offsets, n)
-            data = memoryview(self._rbuf)[base + offsets[first]:base + offsets[last]]
+            data = memoryview(self._rbuf)[base + offsets[first] : base + offsets[last]]
             keys = None
             if width:
                 at = base + keys_at + first * width
-                keys = np.frombuffer(self._rbuf, np.uint8, (last - first) * width,
-                                     at).reshape(last - first, width)
-            parts.append(PackedRecords(array[first:last + 1] - offsets[first], data, keys))
+                keys = np.frombuffer(self._rbuf, np.uint8, (last - first) * width, at).reshape(
+                    last - first, width
+                )
+            parts.append(PackedRecords(array[first : last + 1] - offsets[first], data, keys))
             n -= last - first
         return PackedRecords.joined(parts)
 
@@ -447,8 +468,8 @@ class DiskQueue:
         offsets = self._checked_block()[1]
         first, base, rbuf = self._rin, self._rpos, self._rbuf
         last = self._take_from_block(offsets, n - len(out))
-        bounds = offsets[first:last + 1]
-        out += [rbuf[base + a:base + b] for a, b in pairwise(bounds)]
+        bounds = offsets[first : last + 1]
+        out += [rbuf[base + a : base + b] for a, b in pairwise(bounds)]
 
     def _take_from_block(self, offsets: list[int], n: int) -> int:
         """Count up to ``n`` more records of the checked block at the read position as
@@ -483,11 +504,15 @@ class DiskQueue:
             count, width = head & MAX_BLOCK_RECORDS, head >> _WIDTH_SHIFT & MAX_KEY_BYTES
         total = BLOCK_HEAD_SIZE + (4 + width) * count + size
         if not count or self._roff + total > self._read_end():
-            raise DiskQueueCorruptError(self._read_path(), self._roff,
-                                        f"block of {total} bytes runs past the segment end"
-                                        if count else "block of no records")
+            raise DiskQueueCorruptError(
+                self._read_path(),
+                self._roff,
+                f"block of {total} bytes runs past the segment end"
+                if count
+                else "block of no records",
+            )
         self._ensure(total)
-        frame = memoryview(self._rbuf)[self._rpos:self._rpos + total]
+        frame = memoryview(self._rbuf)[self._rpos : self._rpos + total]
         if xxhash.xxh3_64_intdigest(frame[BLOCK_HEAD_SIZE:], head << 32 | size) != check:
             raise DiskQueueCorruptError(self._read_path(), self._roff, "block checksum mismatch")
         lengths = np.frombuffer(frame, "<u4", count, BLOCK_HEAD_SIZE)
@@ -498,8 +523,9 @@ class DiskQueue:
         np.cumsum(lengths, out=offsets[1:])
         offsets[1:] += data_start
         if offsets[-1] != total:
-            raise DiskQueueCorruptError(self._read_path(), self._roff,
-                                        "block lengths do not add up to its size")
+            raise DiskQueueCorruptError(
+                self._read_path(), self._roff, "block lengths do not add up to its size"
+            )
         self._block = (self._roff, offsets.tolist(), offsets, keys_at, width)
         return self._block
 
@@ -542,8 +568,11 @@ class DiskQueue:
         if self._rs == self._ws:
             return self._wlen
         if self._rsize is None:
-            self._rsize = (os.fstat(self._rfile.fileno()).st_size if self._rfile is not None
-                           else self._read_path().stat().st_size)
+            self._rsize = (
+                os.fstat(self._rfile.fileno()).st_size
+                if self._rfile is not None
+                else self._read_path().stat().st_size
+            )
         return self._rsize
 
     def _open_read(self) -> None:
@@ -553,8 +582,9 @@ class DiskQueue:
             self._rfile = open(path, "rb", buffering=0)  # noqa: SIM115
         except FileNotFoundError:
             raise DiskQueueCorruptError(path, None, "segment file missing") from None
-        self._rversion = _check_header(path, os.pread(self._rfile.fileno(), HEADER_SIZE, 0),
-                                       self._rs)
+        self._rversion = _check_header(
+            path, os.pread(self._rfile.fileno(), HEADER_SIZE, 0), self._rs
+        )
 
     def _next_segment(self) -> None:
         if self._rfile is not None:
@@ -574,9 +604,10 @@ class DiskQueue:
         start = self._roff + have
         more = self._fetch(start, max(k - have, self.buffer_bytes))
         if have + len(more) < k:
-            raise DiskQueueCorruptError(self._read_path(), self._roff,
-                                        f"segment ends {k - have - len(more)} bytes early")
-        self._rbuf = self._rbuf[self._rpos:] + more
+            raise DiskQueueCorruptError(
+                self._read_path(), self._roff, f"segment ends {k - have - len(more)} bytes early"
+            )
+        self._rbuf = self._rbuf[self._rpos :] + more
         self._rpos = 0
 
     def _fetch(self, offset: int, want: int) -> bytes:
@@ -590,7 +621,7 @@ class DiskQueue:
             parts.append(os.pread(self._rfile.fileno(), min(end, on_disk) - offset, offset))
         if end > on_disk:
             lo = max(offset, on_disk) - on_disk
-            parts.append(bytes(self._wbuf[lo:end - on_disk]))
+            parts.append(bytes(self._wbuf[lo : end - on_disk]))
         return b"".join(parts)
 
     # -- commits -----------------------------------------------------------------------
@@ -627,8 +658,10 @@ class DiskQueue:
 
     def _reopen(self, state: dict[str, Any]) -> None:
         if state.get("format") not in _READABLE_VERSIONS:
-            raise ValueError(f"disk queue state format {state.get('format')!r}, "
-                             f"expected one of {_READABLE_VERSIONS}")
+            raise ValueError(
+                f"disk queue state format {state.get('format')!r}, "
+                f"expected one of {_READABLE_VERSIONS}"
+            )
         self._ws, self._wlen = state["write"]
         self._rs, self._roff = state["read"]
         self._rin = state.get("read_in_block", 0)  # version 1: no blocks
@@ -642,8 +675,11 @@ class DiskQueue:
             raise DiskQueueCorruptError(self.directory, None, "queue directory missing")
         for path in self.directory.iterdir():
             stem = path.name.removesuffix(".seg")
-            if path.suffix == ".seg" and stem.isdigit() and \
-                    not self._floor <= int(stem) <= self._ws:
+            if (
+                path.suffix == ".seg"
+                and stem.isdigit()
+                and not self._floor <= int(stem) <= self._ws
+            ):
                 path.unlink()
         for seg in range(self._rs, self._ws + 1):  # the write segment's version last
             path = self.directory / _seg_name(seg)
@@ -655,8 +691,9 @@ class DiskQueue:
         path = self.directory / _seg_name(self._ws)
         size = path.stat().st_size
         if size < self._wlen:
-            raise DiskQueueCorruptError(path, size, f"truncated: {size} bytes, "
-                                                    f"{self._wlen} committed")
+            raise DiskQueueCorruptError(
+                path, size, f"truncated: {size} bytes, {self._wlen} committed"
+            )
         # Held open (no with-block): appends go on until the next segment replaces it.
         self._wfile = open(path, "r+b", buffering=0)  # noqa: SIM115
         self._wfile.truncate(self._wlen)
@@ -681,10 +718,12 @@ class DiskQueue:
             raise ValueError(f"disk queue {self.directory} is closed")
 
     def __repr__(self) -> str:
-        return (f"<DiskQueue {self.directory} [{self._count} queued | "
-                f"segments {self._rs}..{self._ws}]>")
+        return (
+            f"<DiskQueue {self.directory} [{self._count} queued | segments {self._rs}..{self._ws}]>"
+        )
 
 
 if TYPE_CHECKING:
+
     def _durable(queue: DiskQueue) -> durable.Durable[dict[str, Any]]:
         return queue  # DiskQueue keeps the store contract: commit() -> its state

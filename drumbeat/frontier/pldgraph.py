@@ -61,24 +61,43 @@ OnIndegree = Callable[[list[str], list[int]], None]
 
 
 class PLDIndegree:
-    def __init__(self, directory: Path, *, ram_bytes: int, manifest: dict[str, Any] | None = None,
-                 fsync: bool | str = True, on_indegree: OnIndegree | None = None,
-                 background: bool = False) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        ram_bytes: int,
+        manifest: dict[str, Any] | None = None,
+        fsync: bool | str = True,
+        on_indegree: OnIndegree | None = None,
+        background: bool = False,
+    ) -> None:
         """``on_indegree(plds, counts)`` hears the targets of new edges and their new
         in-degrees (see the module docstring). ``background``: the edges DRUM, the large
         one, merges in a thread (see Drum); its new edges are pumped once a round ends."""
         version = MANIFEST_FORMAT if manifest is None else manifest.get("format", 1)
         if version not in (1, MANIFEST_FORMAT):
-            raise ValueError(f"PLD graph manifest format {version} is not {MANIFEST_FORMAT}: "
-                             "written by another version of drumbeat")
+            raise ValueError(
+                f"PLD graph manifest format {version} is not {MANIFEST_FORMAT}: "
+                "written by another version of drumbeat"
+            )
         if manifest is None and directory.exists():
             shutil.rmtree(directory)  # no checkpoint names it: a run that died before one
         half = max(ram_bytes // 2, 1 << 20)
-        self.edges = Drum(directory / "edges", ram_bytes=half, fsync=fsync,
-                          manifest=(manifest or {}).get("edges"), background=background)
-        self.indegree = Drum(directory / "indegree", value_dtype=INDEGREE_DTYPE, merge="add",
-                             ram_bytes=half, fsync=fsync,
-                             manifest=(manifest or {}).get("indegree"))
+        self.edges = Drum(
+            directory / "edges",
+            ram_bytes=half,
+            fsync=fsync,
+            manifest=(manifest or {}).get("edges"),
+            background=background,
+        )
+        self.indegree = Drum(
+            directory / "indegree",
+            value_dtype=INDEGREE_DTYPE,
+            merge="add",
+            ram_bytes=half,
+            fsync=fsync,
+            manifest=(manifest or {}).get("indegree"),
+        )
         self.new_edges = 0
         self.on_indegree = on_indegree
         # In-degree tuples of format 1 (the bare name of one edge's target as aux) may be
@@ -134,8 +153,9 @@ class PLDIndegree:
         if counts:
             keys = np.fromiter(map(xxhash.xxh3_64_intdigest, counts), np.uint64, len(counts))
             values = np.fromiter(counts.values(), INDEGREE_DTYPE["indegree"], len(counts))
-            self.indegree.check_update(keys, values.view(INDEGREE_DTYPE),
-                                       aux=list(map(_counted, counts.items())))
+            self.indegree.check_update(
+                keys, values.view(INDEGREE_DTYPE), aux=list(map(_counted, counts.items()))
+            )
         self._report_indegrees()
         self.new_edges += moved
         return moved
@@ -173,8 +193,11 @@ class PLDIndegree:
         if counted:
             self.on_indegree(
                 [item[_COUNT_BYTES:].decode() for item in items],
-                [b + int.from_bytes(item[:_COUNT_BYTES], "little")
-                 for b, item in zip(counts, items)])
+                [
+                    b + int.from_bytes(item[:_COUNT_BYTES], "little")
+                    for b, item in zip(counts, items)
+                ],
+            )
         else:
             self.on_indegree([item.decode() for item in items], [b + 1 for b in counts])
 
@@ -222,8 +245,11 @@ class PLDIndegree:
         background round is waited for)."""
         self.edges.settle()
         self.pump()
-        return {"format": MANIFEST_FORMAT, "edges": self.edges.commit(),
-                "indegree": self.indegree.commit()}
+        return {
+            "format": MANIFEST_FORMAT,
+            "edges": self.edges.commit(),
+            "indegree": self.indegree.commit(),
+        }
 
 
 def _last_of_each(keys: np.ndarray) -> np.ndarray:
@@ -239,5 +265,6 @@ def _counted(item: tuple[bytes, int]) -> bytes:
 
 
 if TYPE_CHECKING:
+
     def _durable(graph: PLDIndegree) -> Durable[dict[str, Any]]:
         return graph  # PLDIndegree keeps the store contract: commit() -> its state

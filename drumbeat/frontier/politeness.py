@@ -85,9 +85,15 @@ def scaled_delay(base_s: float, floor_s: float, budget: float, default_budget: i
 
 
 class PolitenessScheduler:
-    def __init__(self, *, host_delay_s: float, ip_delay_s: float,
-                 host_delay_min_s: float | None = None, ip_delay_min_s: float | None = None,
-                 default_budget: int = 1) -> None:
+    def __init__(
+        self,
+        *,
+        host_delay_s: float,
+        ip_delay_s: float,
+        host_delay_min_s: float | None = None,
+        ip_delay_min_s: float | None = None,
+        default_budget: int = 1,
+    ) -> None:
         self.host_delay_s = host_delay_s
         self.ip_delay_s = ip_delay_s
         self.host_delay_min_s = host_delay_s if host_delay_min_s is None else host_delay_min_s
@@ -235,8 +241,13 @@ class PolitenessScheduler:
         while parked:
             h = parked.popleft()
             h.parked = False
-            if (h.busy or h.blocked or not h.queue or h.due > now
-                    or self.ips.get(h.ip or "") is not ip):
+            if (
+                h.busy
+                or h.blocked
+                or not h.queue
+                or h.due > now
+                or self.ips.get(h.ip or "") is not ip
+            ):
                 self._schedule(h)
                 continue
             h.heap_token = -1  # an entry it may also have in the heap is void now
@@ -294,12 +305,15 @@ class PolitenessScheduler:
     def sweep(self, now: float) -> int:
         """Forget idle hosts and IPs whose delays have run out (their state is no longer needed)."""
         gone = [
-            name for name, h in self.hosts.items()
+            name
+            for name, h in self.hosts.items()
             if not h.queue and not h.busy and not h.blocked and h.due <= now
         ]
         for name in gone:
             self._unlink_ip(self.hosts.pop(name))
-        for key in [k for k, ip in self.ips.items() if not ip.busy and not ip.parked and ip.due <= now]:
+        for key in [
+            k for k, ip in self.ips.items() if not ip.busy and not ip.parked and ip.due <= now
+        ]:
             del self.ips[key]
         return len(gone)
 

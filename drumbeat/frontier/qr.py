@@ -39,9 +39,17 @@ class _Generation:
 
 
 class RobotsWaitQueue:
-    def __init__(self, directory: Path, *, state: dict[str, Any] | None, max_wait_s: float,
-                 min_wait_s: float = 0.0, gen_s: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic, fsync: bool = True) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        state: dict[str, Any] | None,
+        max_wait_s: float,
+        min_wait_s: float = 0.0,
+        gen_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+        fsync: bool = True,
+    ) -> None:
         self.queue = DiskQueue(directory, state=state["queue"] if state else None, fsync=fsync)
         self.max_wait_s = max_wait_s
         self.gen_s = gen_s  # a generation takes arrivals for this long at most
@@ -146,14 +154,17 @@ class RobotsWaitQueue:
     # -- durability ------------------------------------------------------------------------
 
     def commit(self) -> dict[str, Any]:
-        return {"queue": self.queue.commit(),
-                "gens": [[g.gen, g.records] for g in self._gens if g.records],
-                "next_gen": self._next_gen}
+        return {
+            "queue": self.queue.commit(),
+            "gens": [[g.gen, g.records] for g in self._gens if g.records],
+            "next_gen": self._next_gen,
+        }
 
     def close(self) -> None:
         self.queue.close()
 
 
 if TYPE_CHECKING:
+
     def _durable(queue: RobotsWaitQueue) -> Durable[dict[str, Any]]:
         return queue  # RobotsWaitQueue keeps the store contract: commit() -> its state

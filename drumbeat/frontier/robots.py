@@ -55,14 +55,16 @@ MANIFEST_FORMAT = 2  # 2 adds "stores"; a format-1 manifest still opens (see _ST
 
 # The RobotsCache value. No crawl delay: an entry is only usable parsed (allows() needs the
 # rules), and the parse yields the delay too. State code 0 is never written.
-VALUE_DTYPE = np.dtype([
-    ("state", "u1"),
-    ("attempts", "<u4"),  # consecutive failures
-    ("fetched_at", "<f8"),  # wall-clock seconds
-    ("expires_at", "<f8"),
-    ("text_at", "<u8"),  # offset of the body's record in rules.log (when text_len > 0)
-    ("text_len", "<u4"),  # UTF-8 bytes of the body (0: no record, text "")
-])
+VALUE_DTYPE = np.dtype(
+    [
+        ("state", "u1"),
+        ("attempts", "<u4"),  # consecutive failures
+        ("fetched_at", "<f8"),  # wall-clock seconds
+        ("expires_at", "<f8"),
+        ("text_at", "<u8"),  # offset of the body's record in rules.log (when text_len > 0)
+        ("text_len", "<u4"),  # UTF-8 bytes of the body (0: no record, text "")
+    ]
+)
 _CODES = {RULES: 1, ALLOW_ALL: 2, UNAVAILABLE: 3, GIVEN_UP: 4, REFUSED: 5}
 _STATES = {code: state for state, code in _CODES.items()}
 _TOKEN_LEN = struct.Struct("<I")
@@ -141,8 +143,9 @@ class RulesLog:
             else:
                 size = os.fstat(self._fd).st_size
                 if size < committed:
-                    raise RulesLogCorruptError(path, size,
-                                               f"truncated: {size} bytes, manifest says {committed}")
+                    raise RulesLogCorruptError(
+                        path, size, f"truncated: {size} bytes, manifest says {committed}"
+                    )
                 if os.pread(self._fd, len(self.HEADER), 0) != self.HEADER:
                     raise RulesLogCorruptError(path, 0, "not a drumbeat rules log (bad header)")
                 # Safe: the DRUMs accepted the same commit and dropped any later one, so no
@@ -168,10 +171,11 @@ class RulesLog:
         want = self.RECORD.size + length
         data = os.pread(self._fd, want, at) if at + want <= self.length else b""
         if len(data) != want:
-            raise RulesLogCorruptError(self.path, at,
-                                       f"record of {want} bytes runs past the end ({self.length})")
+            raise RulesLogCorruptError(
+                self.path, at, f"record of {want} bytes runs past the end ({self.length})"
+            )
         rkey, rlen, digest = self.RECORD.unpack_from(data)
-        body = data[self.RECORD.size:]
+        body = data[self.RECORD.size :]
         if rkey != key or rlen != length:
             raise RulesLogCorruptError(self.path, at, "record header does not match the cache")
         if xxhash.xxh3_64_intdigest(body) != digest:
@@ -218,10 +222,20 @@ class RobotsStore:
     origins is remembered to decide that; an older check is answered without caching.
     """
 
-    def __init__(self, directory: Path, *, user_agent: str, expiry_s: float, retry_s: float,
-                 max_attempts: int, ram_entries: int = 10_000, drum_ram_bytes: int = 4 << 20,
-                 manifest: dict | None = None, clock: Callable[[], float] = time.time,
-                 fsync: bool | str = True) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        user_agent: str,
+        expiry_s: float,
+        retry_s: float,
+        max_attempts: int,
+        ram_entries: int = 10_000,
+        drum_ram_bytes: int = 4 << 20,
+        manifest: dict | None = None,
+        clock: Callable[[], float] = time.time,
+        fsync: bool | str = True,
+    ) -> None:
         """``manifest`` None wipes ``directory`` (state of a run that died before its first
         checkpoint) and starts empty; otherwise the state of that commit is restored."""
         if ram_entries < 1:
@@ -237,21 +251,33 @@ class RobotsStore:
             if self.directory.exists():
                 shutil.rmtree(self.directory)
         elif manifest.get("format") not in (1, MANIFEST_FORMAT):
-            raise DrumError(f"robots manifest format {manifest.get('format')!r}, "
-                            f"expected {MANIFEST_FORMAT}")
+            raise DrumError(
+                f"robots manifest format {manifest.get('format')!r}, expected {MANIFEST_FORMAT}"
+            )
         self.directory.mkdir(parents=True, exist_ok=True)
         # Cache records are ~5x the size of RobotsRequested's (42 vs 9 bytes).
         cache_ram = max(drum_ram_bytes * 3 // 4, 1 << 20)
         requested_ram = max(drum_ram_bytes - cache_ram, 1 << 20)
         m = manifest or {}
-        self.cache = Drum(self.directory / "cache", value_dtype=VALUE_DTYPE, ram_bytes=cache_ram,
-                          fsync=fsync, manifest=m.get("cache"))
-        self.requested = Drum(self.directory / "requested", ram_bytes=requested_ram,
-                              fsync=fsync, manifest=m.get("requested"))
+        self.cache = Drum(
+            self.directory / "cache",
+            value_dtype=VALUE_DTYPE,
+            ram_bytes=cache_ram,
+            fsync=fsync,
+            manifest=m.get("cache"),
+        )
+        self.requested = Drum(
+            self.directory / "requested",
+            ram_bytes=requested_ram,
+            fsync=fsync,
+            manifest=m.get("requested"),
+        )
         self._fsync = fsync is not False
-        self.log = RulesLog(self.directory / "rules.log",
-                            None if manifest is None else int(manifest["rules_log_bytes"]),
-                            self._fsync)
+        self.log = RulesLog(
+            self.directory / "rules.log",
+            None if manifest is None else int(manifest["rules_log_bytes"]),
+            self._fsync,
+        )
         self._dir_synced = manifest is not None
         self._lru: OrderedDict[str, RobotsEntry] = OrderedDict()
         # Stores are counted; _recent_stores holds the count after the last store of the
@@ -302,8 +328,12 @@ class RobotsStore:
         if not origins:
             return
         stamp = _STAMP.pack(self._stores)
-        aux = AuxArray.of([_TOKEN_LEN.pack(len(t) | _STAMPED) + stamp + t + o.encode()
-                           for o, t in zip(origins, tokens)])
+        aux = AuxArray.of(
+            [
+                _TOKEN_LEN.pack(len(t) | _STAMPED) + stamp + t + o.encode()
+                for o, t in zip(origins, tokens)
+            ]
+        )
         self.cache.check(_keys(origins), aux)
         self._check_mark = self.cache.stats().merges
 
@@ -319,15 +349,19 @@ class RobotsStore:
             if not len(idx):
                 continue
             values = result.values[idx]
-            for aux, key, unique, value in zip(result.aux.select(idx), result.keys[idx].tolist(),
-                                               result.unique[idx].tolist(), values):
+            for aux, key, unique, value in zip(
+                result.aux.select(idx),
+                result.keys[idx].tolist(),
+                result.unique[idx].tolist(),
+                values,
+            ):
                 (n,) = _TOKEN_LEN.unpack_from(aux)
                 since, at = None, _TOKEN_LEN.size
                 if n & _STAMPED:
                     n ^= _STAMPED
                     (since,) = _STAMP.unpack_from(aux, at)
                     at += _STAMP.size
-                token, origin = aux[at:at + n], aux[at + n:].decode()
+                token, origin = aux[at : at + n], aux[at + n :].decode()
                 entry = self._lru.get(origin)
                 if entry is not None:
                     self._lru.move_to_end(origin)
@@ -345,13 +379,22 @@ class RobotsStore:
 
     def _load(self, key: int, origin: str, value: np.void) -> RobotsEntry:
         length = int(value["text_len"])
-        text = self.log.read(key, int(value["text_at"]), length).decode(
-            "utf-8", "surrogatepass") if length else ""
+        text = (
+            self.log.read(key, int(value["text_at"]), length).decode("utf-8", "surrogatepass")
+            if length
+            else ""
+        )
         code = int(value["state"])
         if code not in _STATES:
             raise DrumCorruptError(self.cache.directory, f"robots state code {code} for {origin}")
-        entry = RobotsEntry(origin, _STATES[code], text, float(value["fetched_at"]),
-                            float(value["expires_at"]), int(value["attempts"]))
+        entry = RobotsEntry(
+            origin,
+            _STATES[code],
+            text,
+            float(value["fetched_at"]),
+            float(value["expires_at"]),
+            int(value["attempts"]),
+        )
         if entry.state == RULES:
             entry.parsed = _parse(text)
             if entry.parsed is None:  # as record() would have decided
@@ -359,8 +402,9 @@ class RobotsStore:
         self._loaded += 1
         return entry
 
-    def record(self, origin: str, status: int | None, text: str | None,
-               failures: int | None = None) -> RobotsEntry:
+    def record(
+        self, origin: str, status: int | None, text: str | None, failures: int | None = None
+    ) -> RobotsEntry:
         """Store the outcome of a robots.txt fetch (status None = no HTTP response).
 
         ``failures``: consecutive failures before this one, when the caller keeps them;
@@ -430,10 +474,9 @@ class RobotsStore:
     @property
     def pending(self) -> bool:
         """Checks or requests were submitted and not merged yet (:meth:`flush` merges them)."""
-        return (self._check_mark is not None
-                and self.cache.stats().merges == self._check_mark) or \
-            (self._request_mark is not None
-             and self.requested.stats().merges == self._request_mark)
+        return (self._check_mark is not None and self.cache.stats().merges == self._check_mark) or (
+            self._request_mark is not None and self.requested.stats().merges == self._request_mark
+        )
 
     def flush(self) -> None:
         """Merge both DRUMs now; their answers become available to the take_* methods."""

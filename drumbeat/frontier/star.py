@@ -80,8 +80,9 @@ class Star:
                 if budgets.get(pld) != b:  # hashed only when its budget changes
                     budgets[pld] = by_hash[pld_hash(pld)] = b
         if len(table) > self.table_size:
-            for pld, _ in heapq.nsmallest(len(table) - self.table_size, table.items(),
-                                          key=lambda kv: kv[1]):
+            for pld, _ in heapq.nsmallest(
+                len(table) - self.table_size, table.items(), key=lambda kv: kv[1]
+            ):
                 del table[pld], budgets[pld]
                 by_hash.pop(pld_hash(pld), None)
 
@@ -123,8 +124,9 @@ class Star:
     def load(self, directory: Path) -> None:
         path = directory / self.FILE
         if path.exists():
-            self._indegree = {str(k): int(v) for k, v in
-                              json.loads(path.read_text(encoding="utf-8")).items()}
+            self._indegree = {
+                str(k): int(v) for k, v in json.loads(path.read_text(encoding="utf-8")).items()
+            }
             self._budget_of = {pld: self._budget(d) for pld, d in self._indegree.items()}
             self._budget_by_hash = {pld_hash(pld): b for pld, b in self._budget_of.items()}
 
@@ -163,25 +165,30 @@ class SeedTrust:
         """The unit a URL of ``host`` (of ``pld``) is placed and budgeted by in BEAST."""
         return host if host in self._pld_of else pld
 
-    def budgets(self, units: Sequence[str], budgets: list[int],
-                star_budget: Callable[[str], int]) -> list[int]:
+    def budgets(
+        self, units: Sequence[str], budgets: list[int], star_budget: Callable[[str], int]
+    ) -> list[int]:
         """``budgets`` (STAR's, of ``units`` in order) with the seeds' units given theirs:
         a seed host its PLD's STAR budget, at least ``scoped_budget`` in a scoped crawl."""
         return self._raise(units, budgets, star_budget, self._pld_of)
 
-    def budgets_by_hash(self, hashes: Sequence[int], budgets: list[int],
-                        star_budget: Callable[[str], int]) -> list[int]:
+    def budgets_by_hash(
+        self, hashes: Sequence[int], budgets: list[int], star_budget: Callable[[str], int]
+    ) -> list[int]:
         """:meth:`budgets` of units given by their :func:`pld_hash`."""
         return self._raise(hashes, budgets, star_budget, self._pld_of_hash)
 
-    def _raise(self, keys: Sequence, budgets: list[int], star_budget: Callable[[str], int],
-               pld_of: dict) -> list[int]:
+    def _raise(
+        self, keys: Sequence, budgets: list[int], star_budget: Callable[[str], int], pld_of: dict
+    ) -> list[int]:
         if not pld_of:
             return budgets
         floor = self.scoped_budget or 0
         get = pld_of.get
-        return [b if (pld := get(k)) is None else max(star_budget(pld), floor)
-                for k, b in zip(keys, budgets)]
+        return [
+            b if (pld := get(k)) is None else max(star_budget(pld), floor)
+            for k, b in zip(keys, budgets)
+        ]
 
     def __len__(self) -> int:
         return len(self._pld_of)

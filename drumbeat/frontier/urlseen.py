@@ -45,8 +45,9 @@ def encode_payload(url: str, depth: int, via: str | None, hops: int = 0) -> byte
     return (url + payload_tail(depth, via, hops)).encode()
 
 
-def encode_payloads(urls: Sequence[str], depths: Sequence[int],
-                    vias: Sequence[str | None]) -> AuxArray:
+def encode_payloads(
+    urls: Sequence[str], depths: Sequence[int], vias: Sequence[str | None]
+) -> AuxArray:
     """Payloads of found links (no redirect hops) as one AuxArray (one join and encode)."""
     return AuxArray.from_strs([u + payload_tail(d, v) for u, d, v in zip(urls, depths, vias)])
 
@@ -59,7 +60,7 @@ def decode_payload(data: bytes) -> tuple[str, int, str | None, int]:
 
 def payload_url(data: bytes) -> str:
     """The URL of a payload, without decoding the rest (see :func:`payload_tail`)."""
-    return data[:data.index(b"\n")].decode()
+    return data[: data.index(b"\n")].decode()
 
 
 _TAKEN = "urlseen_taken"  # the manifest's key for DrumURLSeen's place in a round
@@ -68,9 +69,16 @@ _TAKEN = "urlseen_taken"  # the manifest's key for DrumURLSeen's place in a roun
 class DrumURLSeen:
     """URL-seen for one crawl, stored in ``directory``."""
 
-    def __init__(self, directory: Path, *, ram_bytes: int, manifest: dict[str, Any] | None = None,
-                 fsync: bool | str = True, background: bool = False,
-                 cache_bytes: int = 0) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        ram_bytes: int,
+        manifest: dict[str, Any] | None = None,
+        fsync: bool | str = True,
+        background: bool = False,
+        cache_bytes: int = 0,
+    ) -> None:
         """``background``: DRUM's merge rounds run in a thread (see Drum). ``cache_bytes``
         (0: none): a :class:`RecentFingerprints` of that size drops the copies of URLs
         sent lately before they reach DRUM."""
@@ -78,8 +86,9 @@ class DrumURLSeen:
             # No checkpoint names this state: it belongs to a run that died before its
             # first checkpoint, whose URLs will all be discovered again.
             shutil.rmtree(directory)
-        self.drum = Drum(directory, ram_bytes=ram_bytes, manifest=manifest, fsync=fsync,
-                         background=background)
+        self.drum = Drum(
+            directory, ram_bytes=ram_bytes, manifest=manifest, fsync=fsync, background=background
+        )
         self._cache = RecentFingerprints(cache_bytes) if cache_bytes else None
         self._submitted_since_flush = 0
         # [epoch, new URLs] of a round taken that far before the commit reopened here.
@@ -90,8 +99,7 @@ class DrumURLSeen:
         self._chunk: Iterator[bytes]
         self._epoch, self._done, self._chunk, self._chunk_n = -1, 0, iter(()), 0
 
-    def submit(self, fingerprints: Sequence[int],
-               payloads: Sequence[bytes] | AuxArray) -> int:
+    def submit(self, fingerprints: Sequence[int], payloads: Sequence[bytes] | AuxArray) -> int:
         """Queue URLs for the check; new ones come out of :meth:`take_new` after a merge.
         Returns how many of them the cache dropped as sent before.
 
@@ -188,8 +196,7 @@ class DrumURLSeen:
         if self._epoch == -1:  # nothing delivered yet: the place reopened at still holds
             manifest[_TAKEN] = list(self._taken_before)
         else:
-            manifest[_TAKEN] = [self._epoch,
-                                self._done + self._chunk_n - length_hint(self._chunk)]
+            manifest[_TAKEN] = [self._epoch, self._done + self._chunk_n - length_hint(self._chunk)]
         return manifest
 
     def stats(self) -> DrumStats:
@@ -200,5 +207,6 @@ class DrumURLSeen:
 
 
 if TYPE_CHECKING:
+
     def _durable(seen: DrumURLSeen) -> Durable[dict[str, Any]]:
         return seen  # DrumURLSeen keeps the store contract: commit() -> its state

@@ -25,10 +25,19 @@ _T = TypeVar("_T")
 
 
 class Admission:
-    def __init__(self, settings: Settings, tuning: LoopTuning, stores: Stores,
-                 pricing: Pricing, scheduler: PolitenessScheduler, gate: RobotsGate,
-                 state: LoopState, counters: Counter[str], stage_s: defaultdict[str, float],
-                 started: float) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        tuning: LoopTuning,
+        stores: Stores,
+        pricing: Pricing,
+        scheduler: PolitenessScheduler,
+        gate: RobotsGate,
+        state: LoopState,
+        counters: Counter[str],
+        stage_s: defaultdict[str, float],
+        started: float,
+    ) -> None:
         self.settings = settings
         self.tuning = tuning
         self.seen = stores.seen
@@ -58,7 +67,8 @@ class Admission:
         n = len(candidates)
         self.counters["urlseen_cache_hits"] += self.seen.submit(
             [urls.fingerprint(u) for u in candidates],
-            encode_payloads(candidates, [depth] * n, [via] * n))
+            encode_payloads(candidates, [depth] * n, [via] * n),
+        )
         self.stage_s["urlseen"] += thread_time() - started
         return len(candidates)
 
@@ -83,16 +93,24 @@ class Admission:
             self.counters["urlseen_cache_hits"] += self.seen.submit(fingerprints, payloads)
             return
         self.counters["urlseen_cache_hits"] += self.seen.submit_packed(
-            b"".join(f.fingerprints for f in found), b"".join(f.payloads for f in found),
-            b"".join(f.lengths for f in found))
+            b"".join(f.fingerprints for f in found),
+            b"".join(f.payloads for f in found),
+            b"".join(f.lengths for f in found),
+        )
 
     def frontier_short(self) -> bool:
         """Fetch slots are idle because no host in RAM is ready (Polybot: load more when
         fewer than H hosts are ready), and BEAST has nothing more to give (now: a paced
         turn holds the next queues back, and new URLs should be placed before it ends)."""
-        return (self.state.slots_idle and not self.gate.to_route
-                and (len(self.beast) == 0 or self.beast.holding or self.scheduler.queued_urls
-                     >= self.settings.frontier_ram_urls // 2))
+        return (
+            self.state.slots_idle
+            and not self.gate.to_route
+            and (
+                len(self.beast) == 0
+                or self.beast.holding
+                or self.scheduler.queued_urls >= self.settings.frontier_ram_urls // 2
+            )
+        )
 
     def frontier_low(self) -> bool:
         """BEAST is empty and the scheduler's RAM has fallen to half of
@@ -103,8 +121,7 @@ class Admission:
         robots.txt fetch; a merge that waits for idle slots can deliver the URLs of
         thousands of new hosts at once, and the crawl stalls while they are checked
         (docs/benchmarks.md)."""
-        return (len(self.beast) == 0
-                and self.gate.ram_room() >= self.settings.frontier_ram_urls // 2)
+        return len(self.beast) == 0 and self.gate.ram_room() >= self.settings.frontier_ram_urls // 2
 
     def seen_merge_due(self, now: float) -> bool:
         """URL-seen's part-filled buffers are to be merged now (see take_new_urls)."""
@@ -115,8 +132,10 @@ class Admission:
             return False
         if self.frontier_short():
             return True
-        return (self.frontier_low()
-                and since >= self.seen.last_round_s / self.tuning.early_seen_merge_share)
+        return (
+            self.frontier_low()
+            and since >= self.seen.last_round_s / self.tuning.early_seen_merge_share
+        )
 
     def take_new_urls(self, now: float, budget_s: float | None = None) -> None:
         """Move URLs that URL-seen found new into BEAST with their STAR budget.
@@ -178,8 +197,8 @@ class Admission:
         ended into the in-degrees, ``pump_budget_s`` at a time."""
         plds = self.plds
         if now - self.last_pld_flush >= max(
-                self.settings.budget_refresh_s,
-                plds.last_round_s / self.tuning.forced_pld_merge_share):
+            self.settings.budget_refresh_s, plds.last_round_s / self.tuning.forced_pld_merge_share
+        ):
             plds.refresh()
             self.last_pld_flush = now
         plds.pump(budget_s=self.tuning.pump_budget_s)

@@ -32,13 +32,27 @@ _T = TypeVar("_T")
 
 
 class Checkpointer:
-    def __init__(self, settings: Settings, tuning: LoopTuning, checkpoints: Checkpoints,
-                 state_dir: Path, *,
-                 queue: ManagerQueue, durables: list[Callable[[], None]],
-                 crawl_log: CrawlLog, stores: Stores, gate: RobotsGate,
-                 admission: Admission, pricing: Pricing, dispatch: Dispatcher,
-                 scheduler: PolitenessScheduler, star: Star, counters: Counter[str],
-                 clock: Callable[[], float], started: float) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        tuning: LoopTuning,
+        checkpoints: Checkpoints,
+        state_dir: Path,
+        *,
+        queue: ManagerQueue,
+        durables: list[Callable[[], None]],
+        crawl_log: CrawlLog,
+        stores: Stores,
+        gate: RobotsGate,
+        admission: Admission,
+        pricing: Pricing,
+        dispatch: Dispatcher,
+        scheduler: PolitenessScheduler,
+        star: Star,
+        counters: Counter[str],
+        clock: Callable[[], float],
+        started: float,
+    ) -> None:
         self.settings = settings
         self.tuning = tuning
         self.state_dir = state_dir
@@ -86,13 +100,17 @@ class Checkpointer:
         lead = self.tuning.presync_lead_s
         interval = self.settings.checkpoint_interval_s
         due = self.last_checkpoint + interval
-        if (interval < 2 * lead or now < due - lead
-                or self._presynced_for == due
-                or (self.presync is not None and not self.presync.done())):
+        if (
+            interval < 2 * lead
+            or now < due - lead
+            or self._presynced_for == due
+            or (self.presync is not None and not self.presync.done())
+        ):
             return
         self._presynced_for = due
         self.presync = asyncio.get_running_loop().run_in_executor(
-            None, sync_filesystem, self.state_dir)
+            None, sync_filesystem, self.state_dir
+        )
         self.presync.add_done_callback(_presync_done)
 
     async def synced(self, *, final: bool = False) -> None:
@@ -111,8 +129,10 @@ class Checkpointer:
         """
         laps = Laps()
         if not await self.queue.sync():
-            log.warning("fetchers did not confirm their WARC files are synced%s",
-                        "; checkpointing anyway at stop" if final else "; checkpoint postponed")
+            log.warning(
+                "fetchers did not confirm their WARC files are synced%s",
+                "; checkpointing anyway at stop" if final else "; checkpoint postponed",
+            )
             if not final:
                 self.last_checkpoint = self.clock()
                 return
@@ -210,29 +230,32 @@ class Checkpointer:
 def _presync_done(future: asyncio.Future[None]) -> None:
     """Log a failed presync (the checkpoint's own fsyncs do not depend on it)."""
     if not future.cancelled() and future.exception() is not None:
-        log.warning("writing out the state directory before a checkpoint failed: %s",
-                    future.exception())
+        log.warning(
+            "writing out the state directory before a checkpoint failed: %s", future.exception()
+        )
 
 
-def _ram_rows(flying: list[FetchItem], queued: list[QueuedURL],
-              unrouted: list[bytes]) -> Iterator[tuple[Any, ...]]:
+def _ram_rows(
+    flying: list[FetchItem], queued: list[QueuedURL], unrouted: list[bytes]
+) -> Iterator[tuple[Any, ...]]:
     """Checkpoint rows (checkpoint.read_queue) of the pages in flight, then of the URLs
     queued in RAM, then of those read from BEAST and not yet routed (payloads):
     [url, depth, via], hops appended if any."""
     # Unreported pages first: they were next in line.
     for item in flying:
         if item.kind == PAGE:
-            yield (item.url, item.depth, item.via, item.hops)[:4 if item.hops else 3]
+            yield (item.url, item.depth, item.via, item.hops)[: 4 if item.hops else 3]
     for q in queued:
         if not q.robots:
-            yield (q.url, q.depth, q.via, q.hops)[:4 if q.hops else 3]
+            yield (q.url, q.depth, q.via, q.hops)[: 4 if q.hops else 3]
     for payload in unrouted:
         url, depth, via, hops = decode_payload(payload)
-        yield (url, depth, via, hops)[:4 if hops else 3]
+        yield (url, depth, via, hops)[: 4 if hops else 3]
 
 
-def napping(rows: Iterable[_T], awake: int, nap_s: float, *,
-            sleep: Callable[[float], None] = time.sleep) -> Iterator[_T]:
+def napping(
+    rows: Iterable[_T], awake: int, nap_s: float, *, sleep: Callable[[float], None] = time.sleep
+) -> Iterator[_T]:
     """``rows``, the thread asleep ``nap_s`` after every ``awake`` of them (see
     LoopTuning.checkpoint_rows_awake)."""
     it = iter(rows)

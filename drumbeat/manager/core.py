@@ -71,47 +71,91 @@ class Manager:
         self.clock = clock
         self.checkpoints = checkpoints = Checkpoints(state_dir)
         self._resume_from = checkpoints.current()
-        meta = (None if self._resume_from is None
-                else self.checkpoints.read_meta(self._resume_from))
+        meta = None if self._resume_from is None else self.checkpoints.read_meta(self._resume_from)
         self.counters: Counter[str] = Counter()
         # Seconds spent per stage of the manager's loop, for `drumbeat bench throughput`.
         self.stage_s: defaultdict[str, float] = defaultdict(float)
         # The loop's long turns (wall time), for the operator and the benchmark.
         self.stalls = Stalls()
-        self.star = Star(budget=irlbot_budget(s.budget_default, s.budget_max,
-                                              s.budget_indegree_floor),
-                         indegree_floor=s.budget_indegree_floor, table_size=s.budget_table_plds)
+        self.star = Star(
+            budget=irlbot_budget(s.budget_default, s.budget_max, s.budget_indegree_floor),
+            indegree_floor=s.budget_indegree_floor,
+            table_size=s.budget_table_plds,
+        )
         self.scheduler = PolitenessScheduler(
-            host_delay_s=s.host_delay_s, ip_delay_s=s.ip_delay_s,
-            host_delay_min_s=s.host_delay_min_s, ip_delay_min_s=s.ip_delay_min_s,
+            host_delay_s=s.host_delay_s,
+            ip_delay_s=s.ip_delay_s,
+            host_delay_min_s=s.host_delay_min_s,
+            ip_delay_min_s=s.ip_delay_min_s,
             default_budget=s.budget_default,
         )
-        self.state = LoopState(placing=Pace(t.place_share, t.place_budget_s),
-                               routing=Pace(t.route_share, t.route_budget_s))
+        self.state = LoopState(
+            placing=Pace(t.place_share, t.place_budget_s),
+            routing=Pace(t.route_share, t.route_budget_s),
+        )
         self.pricing = Pricing(s, self.star, cache_entries=t.pld_cache_entries)
         self.drops = drops = Drops(crawl_log, self.counters)
 
         def admit_for(robots: RobotsStore) -> Callable[[bytes], bool]:
             return robots_admitter(robots, s.user_agent, drops.drop)
 
-        self.stores = Stores.open(s, meta, clock=clock, on_indegree=self.star.observe,
-                                  rebudget=self.pricing.places,
-                                  budgets_of=self.pricing.budgets_by_hash, admit_for=admit_for)
+        self.stores = Stores.open(
+            s,
+            meta,
+            clock=clock,
+            on_indegree=self.star.observe,
+            rebudget=self.pricing.places,
+            budgets_of=self.pricing.budgets_by_hash,
+            admit_for=admit_for,
+        )
         self._started = self.clock()
         self._wake = asyncio.Event()
-        self.gate = RobotsGate(s, t, self.stores, self.pricing, self.scheduler, self.star,
-                               self.state, drops, self.counters, wake=self._wake.set)
-        self.dispatch = Dispatcher(s, queue, self.scheduler, self.gate, self.state, drops,
-                                   self.counters)
-        self.admission = Admission(s, t, self.stores, self.pricing, self.scheduler,
-                                   self.gate, self.state, self.counters, self.stage_s,
-                                   started=self._started)
+        self.gate = RobotsGate(
+            s,
+            t,
+            self.stores,
+            self.pricing,
+            self.scheduler,
+            self.star,
+            self.state,
+            drops,
+            self.counters,
+            wake=self._wake.set,
+        )
+        self.dispatch = Dispatcher(
+            s, queue, self.scheduler, self.gate, self.state, drops, self.counters
+        )
+        self.admission = Admission(
+            s,
+            t,
+            self.stores,
+            self.pricing,
+            self.scheduler,
+            self.gate,
+            self.state,
+            self.counters,
+            self.stage_s,
+            started=self._started,
+        )
         self.checkpointer = Checkpointer(
-            s, t, checkpoints, state_dir, queue=queue, durables=list(durables),
-            crawl_log=crawl_log, stores=self.stores, gate=self.gate,
-            admission=self.admission, pricing=self.pricing, dispatch=self.dispatch,
-            scheduler=self.scheduler, star=self.star, counters=self.counters, clock=clock,
-            started=self._started)
+            s,
+            t,
+            checkpoints,
+            state_dir,
+            queue=queue,
+            durables=list(durables),
+            crawl_log=crawl_log,
+            stores=self.stores,
+            gate=self.gate,
+            admission=self.admission,
+            pricing=self.pricing,
+            dispatch=self.dispatch,
+            scheduler=self.scheduler,
+            star=self.star,
+            counters=self.counters,
+            clock=clock,
+            started=self._started,
+        )
         self._last_sweep = self._started
         self.stop_reason: str | None = None
         self._force_stop = False
@@ -159,9 +203,15 @@ class Manager:
         for url, depth, via, hops in self.checkpoints.read_queue(path):
             self.gate.route(encode_payload(url, depth, via, hops))
             n += 1
-        log.info("resumed from %s: %d URLs were in RAM, %d in BEAST, %d in QR; %d seen, "
-                 "%d pages done", path, n, len(st.beast), len(st.qr), len(st.seen),
-                 self.pages_done)
+        log.info(
+            "resumed from %s: %d URLs were in RAM, %d in BEAST, %d in QR; %d seen, %d pages done",
+            path,
+            n,
+            len(st.beast),
+            len(st.qr),
+            len(st.seen),
+            self.pages_done,
+        )
         return True
 
     def add_seeds(self, seeds: Iterable[str]) -> list[str]:
@@ -196,8 +246,12 @@ class Manager:
     async def run(self) -> str:
         """Crawl until done, a limit, or request_stop(); checkpoint; return the stop reason."""
         s, t = self.settings, self.tuning
-        admission, gate, dispatch, cp = (self.admission, self.gate, self.dispatch,
-                                         self.checkpointer)
+        admission, gate, dispatch, cp = (
+            self.admission,
+            self.gate,
+            self.dispatch,
+            self.checkpointer,
+        )
         deadline = self._started + s.max_time_s if s.max_time_s else None
         try:
             while self.stop_reason is None:
@@ -230,10 +284,17 @@ class Manager:
                     self.scheduler.sweep(now)
                     self._last_sweep = now
                 merge_s = admission.merge_busy_s
-                self._note_turn(now, {
-                    "merge": merge_s, "place": w1 - w0 - merge_s,
-                    "feed": w2 - w1, "dispatch": w3 - w2, "collect": self._collect_busy_s,
-                    "checkpoint+sweep": perf_counter() - w4})
+                self._note_turn(
+                    now,
+                    {
+                        "merge": merge_s,
+                        "place": w1 - w0 - merge_s,
+                        "feed": w2 - w1,
+                        "dispatch": w3 - w2,
+                        "collect": self._collect_busy_s,
+                        "checkpoint+sweep": perf_counter() - w4,
+                    },
+                )
             await self._drain_in_flight()
         finally:
             for task in gate.resolving.values():
@@ -253,8 +314,11 @@ class Manager:
         if self.stalls.turn(now - self._started, parts):
             total = sum(parts.values())
             if total >= 1.0:
-                log.info("manager loop turn took %.2f s: %s", total,
-                         ", ".join(f"{k} {v:.2f} s" for k, v in parts.items() if v >= 0.01))
+                log.info(
+                    "manager loop turn took %.2f s: %s",
+                    total,
+                    ", ".join(f"{k} {v:.2f} s" for k, v in parts.items() if v >= 0.01),
+                )
 
     async def _drain_in_flight(self) -> None:
         """After a stop: let in-flight fetches finish for a short grace period."""
@@ -270,19 +334,30 @@ class Manager:
         if self.dispatch.page_limit_reached():
             return True
         st, gate = self.stores, self.gate
-        return not (gate.resolving or st.seen.pending or st.seen.busy
-                    or self.admission.new_urls is not None
-                    or gate.to_route
-                    or st.robots.pending or gate.checking
-                    or self.scheduler.queued_urls or len(st.beast) or len(st.qr)
-                    or len(st.qr_retry)
-                    or len(st.robots_todo) or st.qr.working_origins())
+        return not (
+            gate.resolving
+            or st.seen.pending
+            or st.seen.busy
+            or self.admission.new_urls is not None
+            or gate.to_route
+            or st.robots.pending
+            or gate.checking
+            or self.scheduler.queued_urls
+            or len(st.beast)
+            or len(st.qr)
+            or len(st.qr_retry)
+            or len(st.robots_todo)
+            or st.qr.working_origins()
+        )
 
     def _wait_time(self, now: float, deadline: float | None) -> float:
         wait = 0.25
         due = self.scheduler.next_due_time()
-        if (due is not None and len(self.dispatch.in_flight) < self.settings.concurrency
-                and not self.dispatch.page_limit_reached()):
+        if (
+            due is not None
+            and len(self.dispatch.in_flight) < self.settings.concurrency
+            and not self.dispatch.page_limit_reached()
+        ):
             wait = min(wait, max(0.0, due - now))
         if deadline is not None:
             wait = min(wait, max(0.0, deadline - now))
@@ -300,8 +375,7 @@ class Manager:
         if timeout_s > 0 and not self._wake.is_set() and not self._collector.done():
             waiter = asyncio.ensure_future(self._wake.wait())
             either: set[asyncio.Future[Any]] = {waiter, self._collector}
-            await asyncio.wait(either, timeout=timeout_s,
-                               return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(either, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()
         else:
             await asyncio.sleep(0)  # always let fetchers and DNS answers run
@@ -322,9 +396,11 @@ class Manager:
         for r in results:
             on_result(r, now, found, edges)
         if edges:
-            self.stores.plds.add_packed(b"".join(e.keys for e in edges),
-                                        b"".join(e.targets for e in edges),
-                                        b"".join(e.lengths for e in edges))
+            self.stores.plds.add_packed(
+                b"".join(e.keys for e in edges),
+                b"".join(e.targets for e in edges),
+                b"".join(e.lengths for e in edges),
+            )
         applied = thread_time()
         if found:
             self.admission.admit_found(found)

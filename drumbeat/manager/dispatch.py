@@ -29,9 +29,16 @@ log = logging.getLogger("drumbeat.manager")
 
 
 class Dispatcher:
-    def __init__(self, settings: Settings, queue: ManagerQueue,
-                 scheduler: PolitenessScheduler, gate: RobotsGate, state: LoopState,
-                 drops: Drops, counters: Counter[str]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        queue: ManagerQueue,
+        scheduler: PolitenessScheduler,
+        gate: RobotsGate,
+        state: LoopState,
+        drops: Drops,
+        counters: Counter[str],
+    ) -> None:
         s = self.settings = settings
         self.queue = queue
         self.scheduler = scheduler
@@ -39,8 +46,9 @@ class Dispatcher:
         self.counters = counters
         self._on_robots = gate.on_robots
         self._drop = drops.drop
-        self.backoff = Backoff(max_s=s.backoff_max_s, forgive_s=s.backoff_forgive_s,
-                               max_attempts=s.fetch_max_attempts)
+        self.backoff = Backoff(
+            max_s=s.backoff_max_s, forgive_s=s.backoff_forgive_s, max_attempts=s.fetch_max_attempts
+        )
         self.pages_done = 0
         self.in_flight: dict[int, tuple[FetchItem, HostState]] = {}
         self.in_flight_pages = 0
@@ -80,21 +88,23 @@ class Dispatcher:
         tasks = []
         for part, items in enumerate(by_part):
             for i in range(0, len(items), size):
-                tasks.append(Task(self._next_task_id, items[i:i + size], part))
+                tasks.append(Task(self._next_task_id, items[i : i + size], part))
                 self._next_task_id += 1
         if not tasks:
             return
         # LocalTaskQueue.submit never blocks; a remote queue would be awaited by a task.
         asyncio.ensure_future(self.queue.submit(tasks))
 
-    def _new_item(self, url: str, host: HostState, kind: str, depth: int,
-                  via: str | None) -> FetchItem:
+    def _new_item(
+        self, url: str, host: HostState, kind: str, depth: int, via: str | None
+    ) -> FetchItem:
         item = FetchItem(self.next_item_id, url, host.ip or "", kind, depth, via)
         self.next_item_id += 1
         return item
 
-    def on_result(self, r: ItemResult, now: float, found: list[FoundURLs],
-                  edges: list[FoundEdges]) -> None:
+    def on_result(
+        self, r: ItemResult, now: float, found: list[FoundURLs], edges: list[FoundEdges]
+    ) -> None:
         """Apply one result; the URLs and PLD edges it found are added to ``found`` and
         ``edges``, for one URL-seen and one PLD-graph batch per collect."""
         entry = self.in_flight.pop(r.item.item_id, None)
@@ -129,11 +139,17 @@ class Dispatcher:
         attempts = item.attempts + 1
         if self.backoff.may_retry(attempts):
             self.counters["retries"] += 1
-            self.scheduler.push(host, QueuedURL(item.url, item.depth, item.via,
-                                                attempts=attempts, hops=item.hops))
+            self.scheduler.push(
+                host, QueuedURL(item.url, item.depth, item.via, attempts=attempts, hops=item.hops)
+            )
         else:
             self._drop(item.url, item.depth, item.via, "retries_exhausted", ip=host.ip)
         if host.failures > 1:
-            log.info("host %s backs off %.1f s after %d failures (last: %s)", host.name,
-                     delay, host.failures, r.status or r.error)
+            log.info(
+                "host %s backs off %.1f s after %d failures (last: %s)",
+                host.name,
+                delay,
+                host.failures,
+                r.status or r.error,
+            )
         return delay

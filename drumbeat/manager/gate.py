@@ -36,8 +36,9 @@ from drumbeat.settings import Settings
 log = logging.getLogger("drumbeat.manager")
 
 
-def robots_admitter(robots: RobotsStore, user_agent: str,
-                    drop: Callable[..., None]) -> Callable[[bytes], bool]:
+def robots_admitter(
+    robots: RobotsStore, user_agent: str, drop: Callable[..., None]
+) -> Callable[[bytes], bool]:
     """BEAST's ``admit``: False, with the URL dropped, when its origin's robots rules are
     in RAM, fresh, and disallow it; it is asked once the URL has a place in the ring,
     before it takes it (new, or leaving QF).
@@ -54,9 +55,13 @@ def robots_admitter(robots: RobotsStore, user_agent: str,
         # Its origin: the authority as written, userinfo and all (a URL with userinfo is
         # then decided at routing). Decoding it costs less than a lookup in
         # Pricing.authority.
-        entry = robots.peek(payload[:payload.index(b"/", 8)].decode())
-        if (entry is None or entry.state != RULES or not robots.is_fresh(entry)
-                or entry.allows(payload_url(payload), user_agent)):
+        entry = robots.peek(payload[: payload.index(b"/", 8)].decode())
+        if (
+            entry is None
+            or entry.state != RULES
+            or not robots.is_fresh(entry)
+            or entry.allows(payload_url(payload), user_agent)
+        ):
             return True  # allowed, or decided at routing
         url, depth, via, _ = decode_payload(payload)
         drop(url, depth, via, "robots_disallowed")
@@ -66,10 +71,19 @@ def robots_admitter(robots: RobotsStore, user_agent: str,
 
 
 class RobotsGate:
-    def __init__(self, settings: Settings, tuning: LoopTuning, stores: Stores,
-                 pricing: Pricing, scheduler: PolitenessScheduler, star: Star,
-                 state: LoopState, drops: Drops, counters: Counter[str],
-                 wake: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        tuning: LoopTuning,
+        stores: Stores,
+        pricing: Pricing,
+        scheduler: PolitenessScheduler,
+        star: Star,
+        state: LoopState,
+        drops: Drops,
+        counters: Counter[str],
+        wake: Callable[[], None],
+    ) -> None:
         s = self.settings = settings
         self.tuning = tuning
         self.robots = stores.robots
@@ -85,8 +99,9 @@ class RobotsGate:
         self._authority = pricing.authority
         self.robots_admit = robots_admitter(stores.robots, s.user_agent, drops.drop)
         self.policy = AddressPolicy(allow_loopback=s.allow_loopback, allow_private=s.allow_private)
-        self.dns = DnsCache(nameserver=s.dns_server, timeout_s=s.dns_timeout_s,
-                            negative_ttl_s=s.dns_negative_ttl_s)
+        self.dns = DnsCache(
+            nameserver=s.dns_server, timeout_s=s.dns_timeout_s, negative_ttl_s=s.dns_negative_ttl_s
+        )
         # Hosts waiting for robots.txt in RAM at most (the rest wait in robots_todo).
         self.robots_ram_hosts = max(100, s.frontier_ram_urls // 10)
         self.checking = 0  # URLs in a RobotsCache check, not yet answered
@@ -118,8 +133,7 @@ class RobotsGate:
         robots, qr, beast, t = self.robots, self.qr, self.beast, self.tuning
         self.submit_checks()
         starving = self.state.slots_idle
-        interval = (t.robots_flush_starving_s if starving
-                    else self.settings.urlseen_flush_interval_s)
+        interval = t.robots_flush_starving_s if starving else self.settings.urlseen_flush_interval_s
         if robots.pending and now - self._last_robots_flush >= interval:
             # Two rounds: checks that find no rules make requests, answered by the second.
             for _ in range(2):
@@ -151,16 +165,22 @@ class RobotsGate:
             resplit_stop = self.resplit_slice(stop, starving)
             try:
                 for _ in range(t.max_turns_per_feed):
-                    drained = (beast.holding and not self.to_route and not self.checking
-                               and not self.scheduler.due_within(
-                                   now + self.settings.host_delay_s))
-                    payloads = beast.read(room, drained=drained,
-                                          resplit=resplit_stop is not None)
+                    drained = (
+                        beast.holding
+                        and not self.to_route
+                        and not self.checking
+                        and not self.scheduler.due_within(now + self.settings.host_delay_s)
+                    )
+                    payloads = beast.read(room, drained=drained, resplit=resplit_stop is not None)
                     self.to_route.extend(payloads)
                     routed_s += self.route_read(route_stop)
                     room = self.ram_room()
-                    if (resplit_stop is not None and beast.resplitting and room > 0
-                            and time.perf_counter() < resplit_stop):
+                    if (
+                        resplit_stop is not None
+                        and beast.resplitting
+                        and room > 0
+                        and time.perf_counter() < resplit_stop
+                    ):
                         continue  # QF is being placed again, a step per read
                     if not payloads or room <= 0 or not beast.holding:
                         break
@@ -181,8 +201,11 @@ class RobotsGate:
         """
         if budget_s is None:
             return float("inf")
-        full = (starving or self.scheduler.queued_urls
-                < self.settings.frontier_ram_urls * self.tuning.route_full_speed_below)
+        full = (
+            starving
+            or self.scheduler.queued_urls
+            < self.settings.frontier_ram_urls * self.tuning.route_full_speed_below
+        )
         granted = self.state.routing.allowance(budget_s, full_speed=full)
         return None if granted is None else time.perf_counter() + granted
 
@@ -202,15 +225,20 @@ class RobotsGate:
         if not self.beast.resplitting:
             # A re-split that starts in this feed's reads waits for the next turn's slice.
             return None
-        granted = self.state.placing.allowance(max(0.0, stop - time.perf_counter()),
-                                               full_speed=starving)
+        granted = self.state.placing.allowance(
+            max(0.0, stop - time.perf_counter()), full_speed=starving
+        )
         return None if granted is None else time.perf_counter() + granted
 
     def ram_room(self) -> int:
         """URLs the scheduler's RAM may still take: what it holds, what awaits a robots
         check and what was read from BEAST but not yet routed count against it."""
-        return (self.settings.frontier_ram_urls - self.scheduler.queued_urls - self.checking
-                - len(self.to_route))
+        return (
+            self.settings.frontier_ram_urls
+            - self.scheduler.queued_urls
+            - self.checking
+            - len(self.to_route)
+        )
 
     def route_read(self, stop: float | None) -> float:
         """Route URLs read from BEAST, in batches, until ``stop`` (a perf_counter time,
@@ -275,11 +303,13 @@ class RobotsGate:
         """Put ``origin``'s robots.txt in its host's queue (front); DNS first if needed."""
         self.qr.working(origin, gen)
         host = self.host(urls.host_of(origin))
-        self.scheduler.push(host, QueuedURL(origin + "/robots.txt", 0, None, robots=True),
-                            front=True)
+        self.scheduler.push(
+            host, QueuedURL(origin + "/robots.txt", 0, None, robots=True), front=True
+        )
 
-    def route(self, payload: bytes, origin: str | None = None,
-              entry: RobotsEntry | None = None) -> None:
+    def route(
+        self, payload: bytes, origin: str | None = None, entry: RobotsEntry | None = None
+    ) -> None:
         """Send a URL on by its origin's robots rules: to its host's queue, dropped, into QR
         (rules coming), or to a RobotsCache check (rules not in RAM)."""
         robots, qr = self.robots, self.qr
@@ -323,8 +353,9 @@ class RobotsGate:
         waiting.add(payload)
         self.counters["qr_retry_waited" if retry else "qr_waited"] += 1
 
-    def _push_page(self, url: str, depth: int, via: str | None, entry: RobotsEntry,
-                   hops: int, host_name: str) -> None:
+    def _push_page(
+        self, url: str, depth: int, via: str | None, entry: RobotsEntry, hops: int, host_name: str
+    ) -> None:
         host = self.host(host_name)
         self.raise_host_delay(host, entry)
         self.scheduler.push(host, QueuedURL(url, depth, via, hops=hops))
@@ -381,8 +412,9 @@ class RobotsGate:
         # An answer cut short (timeout, reset) is a failed fetch, not a short robots.txt:
         # its missing lines could disallow what the part received allows.
         status = r.status if r.error is None else None
-        entry = self.robots.record(origin, status, r.robots_text,
-                                   failures=self.robots_failures.pop(origin, 0))
+        entry = self.robots.record(
+            origin, status, r.robots_text, failures=self.robots_failures.pop(origin, 0)
+        )
         self.qr.answered(origin)
         self.counters["robots_fetches"] += 1
         self.counters[f"robots.{entry.state}"] += 1

@@ -27,7 +27,8 @@ class Pricing:
         self.seed_plds: frozenset[str] = frozenset()
         self.seed_trust = SeedTrust(
             enabled=settings.trust_seeds,
-            scoped_budget=None if settings.scope == "any" else settings.budget_max)
+            scoped_budget=None if settings.scope == "any" else settings.budget_max,
+        )
         self.authorities: dict[bytes, Authority] = {}
 
     def set_seeds(self, seeds: list[str]) -> None:
@@ -46,15 +47,15 @@ class Pricing:
         List passes over the batch rather than a call per URL: less than half the cost
         (docs/benchmarks.md).
         """
-        authorities = [payload[:payload.index(b"/", 8)] for payload in records]
+        authorities = [payload[: payload.index(b"/", 8)] for payload in records]
         got = list(map(self.authorities.get, authorities))
         if None in got:
-            known = [k if k is not None else self.authority(payload)
-                     for k, payload in zip(got, records)]
+            known = [
+                k if k is not None else self.authority(payload) for k, payload in zip(got, records)
+            ]
         else:
             known = cast(list[Authority], got)
-        return [k[1] for k in known], self.budgets([k[0] for k in known]), \
-            [k[2] for k in known]
+        return [k[1] for k in known], self.budgets([k[0] for k in known]), [k[2] for k in known]
 
     def authority(self, payload: bytes) -> Authority:
         """What the manager needs of a URL-seen payload's scheme://authority: the URL's
@@ -63,7 +64,7 @@ class Pricing:
         (frontier.star.SeedTrust). Cached by that authority (a page's links mostly
         share a few, a BEAST read brings many URLs of each), in at most
         ``cache_entries`` entries: cheaper than origin_of and host_of of every URL."""
-        authority = payload[:payload.index(b"/", 8)]  # normalized: a path follows it
+        authority = payload[: payload.index(b"/", 8)]  # normalized: a path follows it
         known = self.authorities.get(authority)
         if known is None:
             if len(self.authorities) >= self.cache_entries:
@@ -72,8 +73,12 @@ class Pricing:
             host = urls.host_of(url)
             pld = self.seed_trust.unit(host, urls.pld(host))
             known = self.authorities[authority] = (
-                pld, pld_hash(pld), xxhash.xxh3_64_intdigest(authority), urls.origin_of(url),
-                host)
+                pld,
+                pld_hash(pld),
+                xxhash.xxh3_64_intdigest(authority),
+                urls.origin_of(url),
+                host,
+            )
         return known
 
     def budgets(self, plds: list[str]) -> list[int]:
@@ -84,5 +89,6 @@ class Pricing:
         """:meth:`budgets` of PLDs given by their hashes (BEAST's ``budgets_of``: a
         re-split of QF places its URLs again by the hashes kept with them)."""
         plds: list[int] = hashes.tolist()
-        return self.seed_trust.budgets_by_hash(plds, self.star.budgets_by_hash(plds),
-                                               self.star.budget)
+        return self.seed_trust.budgets_by_hash(
+            plds, self.star.budgets_by_hash(plds), self.star.budget
+        )

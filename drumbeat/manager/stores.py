@@ -44,11 +44,17 @@ class Stores:
     robots_todo: DiskQueue  # origins whose robots.txt is to be fetched
 
     @classmethod
-    def open(cls, s: Settings, meta: CheckpointMeta | None, *, clock: Callable[[], float],
-             on_indegree: Callable[[list[str], list[int]], None],
-             rebudget: Callable[[list[bytes]], tuple[list[int], list[int], list[int]]],
-             budgets_of: Callable[[np.ndarray], list[int]],
-             admit_for: Callable[[RobotsStore], Callable[[bytes], bool]]) -> Stores:
+    def open(
+        cls,
+        s: Settings,
+        meta: CheckpointMeta | None,
+        *,
+        clock: Callable[[], float],
+        on_indegree: Callable[[list[str], list[int]], None],
+        rebudget: Callable[[list[bytes]], tuple[list[int], list[int], list[int]]],
+        budgets_of: Callable[[np.ndarray], list[int]],
+        admit_for: Callable[[RobotsStore], Callable[[bytes], bool]],
+    ) -> Stores:
         """Open the stores at ``meta``'s commits (None: a new crawl). BEAST's callbacks
         place URLs by their STAR budget (``rebudget``, ``budgets_of``) and drop those
         their origin's robots rules disallow (``admit_for`` the robots store)."""
@@ -61,29 +67,57 @@ class Stores:
         # a crawl always reopens them at a checkpoint's commit, never at a later round,
         # and each round's fsyncs held the loop up behind the WARC writes
         # (docs/benchmarks.md).
-        seen = DrumURLSeen(d / "urlseen", ram_bytes=s.urlseen_ram_bytes,
-                           manifest=meta.urlseen_manifest if meta is not None else None,
-                           background=True, fsync="commit", cache_bytes=s.urlseen_cache_bytes)
-        plds = PLDIndegree(d / "pldgraph", ram_bytes=s.pld_ram_bytes,
-                           manifest=meta.pld_manifest if meta is not None else None,
-                           on_indegree=on_indegree, background=True, fsync="commit")
-        robots = RobotsStore(
-            d / "robots", user_agent=s.user_agent, expiry_s=s.robots_expiry_s,
-            retry_s=s.robots_retry_s, max_attempts=s.robots_max_attempts,
-            ram_entries=s.robots_ram_entries, drum_ram_bytes=s.robots_ram_bytes,
-            manifest=f.get("robots"), fsync="commit",  # its DRUMs, as above
+        seen = DrumURLSeen(
+            d / "urlseen",
+            ram_bytes=s.urlseen_ram_bytes,
+            manifest=meta.urlseen_manifest if meta is not None else None,
+            background=True,
+            fsync="commit",
+            cache_bytes=s.urlseen_cache_bytes,
         )
-        beast = Beast(d / "frontier" / "beast", state=f.get("beast"),
-                      queues=s.beast_queues, max_queues=s.beast_max_queues,
-                      pld_slots=s.beast_pld_slots, host_cap=beast_host_cap(s),
-                      host_slots=s.beast_host_slots, rebudget=rebudget,
-                      budgets_of=budgets_of, turn_s=s.beast_turn(),
-                      clock=clock, admit=admit_for(robots))
-        qr = RobotsWaitQueue(d / "frontier" / "qr", state=f.get("qr"),
-                             max_wait_s=s.robots_wait_max_s, clock=clock)
-        qr_retry = RobotsWaitQueue(d / "frontier" / "qr_retry", state=f.get("qr_retry"),
-                                   max_wait_s=s.robots_retry_s,
-                                   min_wait_s=s.robots_retry_s, clock=clock)
+        plds = PLDIndegree(
+            d / "pldgraph",
+            ram_bytes=s.pld_ram_bytes,
+            manifest=meta.pld_manifest if meta is not None else None,
+            on_indegree=on_indegree,
+            background=True,
+            fsync="commit",
+        )
+        robots = RobotsStore(
+            d / "robots",
+            user_agent=s.user_agent,
+            expiry_s=s.robots_expiry_s,
+            retry_s=s.robots_retry_s,
+            max_attempts=s.robots_max_attempts,
+            ram_entries=s.robots_ram_entries,
+            drum_ram_bytes=s.robots_ram_bytes,
+            manifest=f.get("robots"),
+            fsync="commit",  # its DRUMs, as above
+        )
+        beast = Beast(
+            d / "frontier" / "beast",
+            state=f.get("beast"),
+            queues=s.beast_queues,
+            max_queues=s.beast_max_queues,
+            pld_slots=s.beast_pld_slots,
+            host_cap=beast_host_cap(s),
+            host_slots=s.beast_host_slots,
+            rebudget=rebudget,
+            budgets_of=budgets_of,
+            turn_s=s.beast_turn(),
+            clock=clock,
+            admit=admit_for(robots),
+        )
+        qr = RobotsWaitQueue(
+            d / "frontier" / "qr", state=f.get("qr"), max_wait_s=s.robots_wait_max_s, clock=clock
+        )
+        qr_retry = RobotsWaitQueue(
+            d / "frontier" / "qr_retry",
+            state=f.get("qr_retry"),
+            max_wait_s=s.robots_retry_s,
+            min_wait_s=s.robots_retry_s,
+            clock=clock,
+        )
         todo = DiskQueue(d / "frontier" / "robots_todo", state=f.get("robots_todo"))
         return cls(seen, plds, beast, robots, qr, qr_retry, todo)
 
@@ -95,7 +129,8 @@ class Drops:
         self.crawl_log = crawl_log
         self.counters = counters
 
-    def drop(self, url: str, depth: int, via: str | None, reason: str, *,
-             ip: str | None = None) -> None:
+    def drop(
+        self, url: str, depth: int, via: str | None, reason: str, *, ip: str | None = None
+    ) -> None:
         self.counters[f"dropped.{reason}"] += 1
         self.crawl_log.append_drop(time.time(), url, depth, via, reason, ip)

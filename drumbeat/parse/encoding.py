@@ -27,8 +27,11 @@ __all__ = ["UTF8", "encode_queries", "encode_query", "sniff", "to_utf8", "utf8_q
 
 UTF8 = "utf-8"
 FALLBACK = "cp1252"  # windows-1252
-_BOMS = ((codecs.BOM_UTF8, UTF8), (codecs.BOM_UTF16_BE, "utf-16-be"),
-         (codecs.BOM_UTF16_LE, "utf-16-le"))
+_BOMS = (
+    (codecs.BOM_UTF8, UTF8),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+)
 _PRESCAN_BYTES = 1024  # where the Standard's prescan stops looking
 # Labels Python knows and the Encoding Standard does not: ignored as unknown labels.
 # UTF-7 above all: it spells "<" in ASCII letters, so a page could smuggle markup.
@@ -105,7 +108,7 @@ def _url_ncr(error: UnicodeError) -> tuple[str, int]:
     """Encode error handler: each character as an escaped HTML numeric reference."""
     if not isinstance(error, UnicodeEncodeError):
         raise error
-    chars = error.object[error.start:error.end]
+    chars = error.object[error.start : error.end]
     return "".join(f"%26%23{ord(c)}%3B" for c in chars), error.end
 
 
@@ -153,7 +156,7 @@ def _undeclared_codec(body: bytes) -> str:
     view = memoryview(body)
     try:
         for start in range(0, len(body), _VALIDATE_CHUNK):
-            decoder.decode(view[start:start + _VALIDATE_CHUNK])
+            decoder.decode(view[start : start + _VALIDATE_CHUNK])
     except UnicodeDecodeError:
         return FALLBACK
     return UTF8

@@ -25,8 +25,13 @@ from drumbeat.urls import (
 )
 
 __all__ = [
-    "PageLinks", "PageReferences", "extract_links", "find_references", "pld_edges",
-    "pld_targets", "resolve_references",
+    "PageLinks",
+    "PageReferences",
+    "extract_links",
+    "find_references",
+    "pld_edges",
+    "pld_targets",
+    "resolve_references",
 ]
 
 # Matched case-insensitively by lexbor itself, so Python sees only candidate elements,
@@ -97,7 +102,9 @@ class PageLinks:
     noindex: bool
     dropped: Counter[str]
     base: str
-    normalize_s: float = field(default=0.0, compare=False)  # time spent joining and normalizing the links (for profiling)
+    normalize_s: float = field(
+        default=0.0, compare=False
+    )  # time spent joining and normalizing the links (for profiling)
     cut: str | None = None
 
 
@@ -128,8 +135,14 @@ def extract_links(
     caller with many pages runs as two passes (each keeps its code and data in the
     CPU's caches through the pass).
     """
-    found = find_references(body, url, content_type=content_type, max_links=max_links,
-                            max_parse_bytes=max_parse_bytes, max_parse_s=max_parse_s)
+    found = find_references(
+        body,
+        url,
+        content_type=content_type,
+        max_links=max_links,
+        max_parse_bytes=max_parse_bytes,
+        max_parse_s=max_parse_s,
+    )
     return resolve_references(found, max_links=max_links, max_url_bytes=max_url_bytes)
 
 
@@ -149,18 +162,24 @@ class PageReferences:
     cut: str | None = None  # see PageLinks
 
 
-def find_references(body: bytes, url: str, *, content_type: str | None = None,
-                    max_links: int = 10_000,
-                    max_parse_bytes: int = DEFAULT_MAX_PARSE_BYTES,
-                    max_parse_s: float = DEFAULT_MAX_PARSE_S) -> PageReferences:
+def find_references(
+    body: bytes,
+    url: str,
+    *,
+    content_type: str | None = None,
+    max_links: int = 10_000,
+    max_parse_bytes: int = DEFAULT_MAX_PARSE_BYTES,
+    max_parse_s: float = DEFAULT_MAX_PARSE_S,
+) -> PageReferences:
     """Parse ``body`` and collect its references, unresolved (see :func:`extract_links`)."""
     body, encoding = to_utf8(body, content_type)
     dropped: Counter[str] = Counter()
     if len(body) <= max_parse_bytes:
         found = _parse_references(body, url, dropped)
     else:
-        found = _segments_references(body, url, dropped, max_parse_bytes,
-                                     _REFS_PER_LINK * max_links, max_parse_s)
+        found = _segments_references(
+            body, url, dropped, max_parse_bytes, _REFS_PER_LINK * max_links, max_parse_s
+        )
     found.encoding = encoding
     return found
 
@@ -174,8 +193,14 @@ def _parse_references(body: bytes, url: str, dropped: Counter[str]) -> PageRefer
     return found if found is not None else _selected_references(tree, url, dropped)
 
 
-def _segments_references(body: bytes, url: str, dropped: Counter[str], max_parse_bytes: int,
-                         max_refs: int, max_parse_s: float) -> PageReferences:
+def _segments_references(
+    body: bytes,
+    url: str,
+    dropped: Counter[str],
+    max_parse_bytes: int,
+    max_refs: int,
+    max_parse_s: float,
+) -> PageReferences:
     """The references of a ``body`` longer than ``max_parse_bytes``, parsed segment by
     segment; the first ``<base>``, canonical and refresh of any segment count, and
     the parse stops early when the page has ``max_refs`` distinct references or has
@@ -230,8 +255,9 @@ def _segment_end(body: bytes, start: int, size: int) -> int:
     return cut
 
 
-def _anchor_references(tree: LexborHTMLParser, url: str,
-                       dropped: Counter[str]) -> PageReferences | None:
+def _anchor_references(
+    tree: LexborHTMLParser, url: str, dropped: Counter[str]
+) -> PageReferences | None:
     """The page's references if its anchors are all of them, else None.
 
     That is, when the page has no area, frame or iframe element, no link whose rel
@@ -244,8 +270,10 @@ def _anchor_references(tree: LexborHTMLParser, url: str,
     """
     if tree.tags("area") or tree.tags("frame") or tree.tags("iframe"):
         return None
-    if any("canonical" in (attrs.get("rel") or "").lower()
-           for attrs in map(_attributes, tree.tags("link"))):
+    if any(
+        "canonical" in (attrs.get("rel") or "").lower()
+        for attrs in map(_attributes, tree.tags("link"))
+    ):
         return None
     nofollow = noindex = False
     for attrs in map(_attributes, tree.tags("meta")):
@@ -270,8 +298,7 @@ def _anchor_references(tree: LexborHTMLParser, url: str,
     return PageReferences(url, refs, base_ref, None, None, nofollow, noindex, dropped)
 
 
-def _selected_references(tree: LexborHTMLParser, url: str,
-                         dropped: Counter[str]) -> PageReferences:
+def _selected_references(tree: LexborHTMLParser, url: str, dropped: Counter[str]) -> PageReferences:
     """The page's references, whatever elements hold them (one CSS query, in document
     order)."""
     refs: list[str] = []
@@ -304,8 +331,9 @@ def _selected_references(tree: LexborHTMLParser, url: str,
             dropped["nofollow"] += 1
             continue
         refs.append(ref)
-    return PageReferences(url, refs, base_ref, canonical_ref, refresh_ref, nofollow, noindex,
-                          dropped)
+    return PageReferences(
+        url, refs, base_ref, canonical_ref, refresh_ref, nofollow, noindex, dropped
+    )
 
 
 def _robots_meta(content: str | None) -> tuple[bool, bool]:
@@ -319,8 +347,9 @@ def _says_nofollow(rel: str | None) -> bool:
     return rel is not None and "nofollow" in rel.lower().split()
 
 
-def resolve_references(found: PageReferences, *, max_links: int = 10_000,
-                       max_url_bytes: int = DEFAULT_MAX_URL_BYTES) -> PageLinks:
+def resolve_references(
+    found: PageReferences, *, max_links: int = 10_000, max_url_bytes: int = DEFAULT_MAX_URL_BYTES
+) -> PageLinks:
     """Join and normalize a page's references (see :func:`extract_links`)."""
     url, refs, dropped = found.url, found.refs, found.dropped
     if not utf8_queries(found.encoding):
@@ -344,9 +373,7 @@ def resolve_references(found: PageReferences, *, max_links: int = 10_000,
             dropped["meta_nofollow"] += len(refs)
     else:
         started = thread_time()
-        links, rejected = normalize_links(
-            base, refs, max_bytes=max_url_bytes, max_links=max_links
-        )
+        links, rejected = normalize_links(base, refs, max_bytes=max_url_bytes, max_links=max_links)
         normalize_s = thread_time() - started
         dropped.update(rejected)
     return PageLinks(
@@ -369,7 +396,8 @@ def _encode_queries_of(found: PageReferences) -> None:
     found.refs = encode_queries(found.refs, codec)
     found.base_ref, found.canonical_ref, found.refresh_ref = (
         None if ref is None else encode_query(ref, codec)
-        for ref in (found.base_ref, found.canonical_ref, found.refresh_ref))
+        for ref in (found.base_ref, found.canonical_ref, found.refresh_ref)
+    )
 
 
 def _start_tags_at_most(body: bytes) -> int:

@@ -86,7 +86,7 @@ class FoundURLs:
         """The payloads, one bytes each, in the order found."""
         out, start = [], 0
         for n in memoryview(self.lengths).cast("I"):
-            out.append(self.payloads[start:start + n])
+            out.append(self.payloads[start : start + n])
             start += n
         return out
 
@@ -115,7 +115,7 @@ class FoundEdges:
         """The (source PLD, target PLD) edges (for tests and reports)."""
         out, start = [], 0
         for n in memoryview(self.lengths).cast("I"):
-            out.append((self.source, self.targets[start:start + n].decode()))
+            out.append((self.source, self.targets[start : start + n].decode()))
             start += n
         return out
 

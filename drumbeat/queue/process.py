@@ -82,9 +82,16 @@ class _Worker:
 class ProcessTaskQueue:
     """The manager's side of the hand-off to fetcher processes; see the module docstring."""
 
-    def __init__(self, command: Sequence[str], init: Any, workers: int, *,
-                 max_restarts: int = 10, sync_timeout_s: float = 30.0,
-                 env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        command: Sequence[str],
+        init: Any,
+        workers: int,
+        *,
+        max_restarts: int = 10,
+        sync_timeout_s: float = 30.0,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         """``env``: the workers' environment (default: this process's)."""
         if workers < 1:
             raise ValueError("ProcessTaskQueue needs at least one worker")
@@ -115,7 +122,9 @@ class ProcessTaskQueue:
     async def _spawn(self) -> None:
         name = next(self._names)
         proc = await asyncio.create_subprocess_exec(
-            *self._command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            *self._command,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
             env=self._env,
             # A large pipe reader limit is not needed: frames are read with readexactly.
         )
@@ -152,7 +161,9 @@ class ProcessTaskQueue:
             worker = workers[task.partition % len(workers)]
             least = min(workers, key=lambda w: w.outstanding)
             if worker.outstanding > least.outstanding + PARTITION_SLACK:
-                worker = least  # one busy partition (say a single-host crawl) must not idle the rest
+                worker = (
+                    least  # one busy partition (say a single-host crawl) must not idle the rest
+                )
             worker.owned[task.task_id] = (task, set(range(len(task.items))))
             worker.outstanding += len(task.items)
             batches.setdefault(worker.name, []).append(task)
@@ -222,10 +233,12 @@ class ProcessTaskQueue:
     def stats(self) -> QueueStats:
         owned = sum(len(w.owned) for w in self._workers.values())
         return QueueStats(
-            pending_tasks=0, owned_tasks=owned,
+            pending_tasks=0,
+            owned_tasks=owned,
             unreported_items=sum(w.outstanding for w in self._workers.values()),
             results_waiting=len(self._results),
-            submitted_tasks=self._submitted, completed_tasks=self._completed,
+            submitted_tasks=self._submitted,
+            completed_tasks=self._completed,
         )
 
     def worker_stats(self) -> list[dict[str, Any]]:
@@ -283,19 +296,25 @@ class ProcessTaskQueue:
             self._departed_stats.append(worker.stats)
         if self._closed:
             return
-        log.error("%s exited with code %s; its %d unreported items are reported failed",
-                  worker.name, code, worker.outstanding)
+        log.error(
+            "%s exited with code %s; its %d unreported items are reported failed",
+            worker.name,
+            code,
+            worker.outstanding,
+        )
         for task, left in worker.owned.values():
             for index in sorted(left):
-                self._results.append(ItemResult(task.task_id, index, task.items[index],
-                                                error=WORKER_DIED))
+                self._results.append(
+                    ItemResult(task.task_id, index, task.items[index], error=WORKER_DIED)
+                )
         self._result_ready.set()
         if self._restarts < self._max_restarts:
             self._restarts += 1
             await self._spawn()
         elif not self._workers:
-            self._failed = (f"fetcher processes keep dying ({self._restarts} restarts); "
-                            f"see drumbeat.log")
+            self._failed = (
+                f"fetcher processes keep dying ({self._restarts} restarts); see drumbeat.log"
+            )
 
 
 class WorkerQueue:
@@ -341,8 +360,7 @@ class WorkerQueue:
         if len(self._out) >= RESULT_BATCH:
             self.flush()
         elif self._flush_handle is None:
-            self._flush_handle = asyncio.get_running_loop().call_later(RESULT_DELAY_S,
-                                                                       self.flush)
+            self._flush_handle = asyncio.get_running_loop().call_later(RESULT_DELAY_S, self.flush)
 
     def flush(self, *, with_stats: bool = False) -> None:
         """Send the waiting results now (and the stats when due or ``with_stats``)."""
@@ -371,4 +389,3 @@ class WorkerQueue:
     async def close(self) -> None:
         self._closed = True
         self._ready.set()
-

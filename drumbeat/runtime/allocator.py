@@ -52,14 +52,16 @@ def library(choice: str) -> str | None:
         raise ValueError(f"unknown allocator {choice!r}; expected one of {', '.join(ALLOCATORS)}")
     if choice == "system":
         return None
-    for name in (_PREFERENCE if choice == "auto" else (choice,)):
+    for name in _PREFERENCE if choice == "auto" else (choice,):
         found = ctypes.util.find_library(name)  # a soname such as libmimalloc.so.2
         if found:
             return found
     if choice == "auto":
         return None
-    raise AllocatorMissing(f"allocator {choice!r} is not installed (Debian: apt-get install "
-                           f"{_PACKAGES[choice]}); use allocator = \"auto\" or \"system\"")
+    raise AllocatorMissing(
+        f"allocator {choice!r} is not installed (Debian: apt-get install "
+        f'{_PACKAGES[choice]}); use allocator = "auto" or "system"'
+    )
 
 
 def in_use() -> str:

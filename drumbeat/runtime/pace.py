@@ -17,8 +17,9 @@ class Pace:
     """Slices of work that take at most ``share`` of the time, in slices of at most
     ``burst`` seconds (of ``clock``, wall time)."""
 
-    def __init__(self, share: float, burst: float, *,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self, share: float, burst: float, *, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
         if not 0 < share <= 1:
             raise ValueError(f"share must be in (0, 1], got {share}")
         if not burst > 0:

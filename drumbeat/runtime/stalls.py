@@ -54,6 +54,8 @@ class Stalls:
             "turns": self.count,
             "seconds": round(self.seconds, 3),
             "by_part_s": {k: round(v, 3) for k, v in self.by_part.most_common()},
-            "worst": [{"s": round(s, 3), "at_s": round(at, 1), "part": part}
-                      for s, at, part in self.worst()],
+            "worst": [
+                {"s": round(s, 3), "at_s": round(at, 1), "part": part}
+                for s, at, part in self.worst()
+            ],
         }

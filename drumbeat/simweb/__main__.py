@@ -32,8 +32,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--pages-per-host", type=int, default=defaults.pages_per_host, help="mean pages per host"
     )
-    parser.add_argument("--seed", type=int, default=defaults.seed,
-                        help="random seed: the same seed serves the same web")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=defaults.seed,
+        help="random seed: the same seed serves the same web",
+    )
     parser.add_argument("--port", type=int, default=defaults.port, help="HTTP port (0: any free)")
     parser.add_argument(
         "--dns-port",
@@ -41,8 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.dns_port,
         help="UDP port on 127.0.0.1 (0: any free)",
     )
-    parser.add_argument("--request-log", metavar="FILE", default=None,
-                        help="append requests here as JSON lines")
+    parser.add_argument(
+        "--request-log", metavar="FILE", default=None, help="append requests here as JSON lines"
+    )
     parser.add_argument(
         "--crawl-delay",
         type=float,
@@ -51,30 +56,42 @@ def build_parser() -> argparse.ArgumentParser:
     )
     scenarios = parser.add_argument_group("frontier scenarios (all off by default)")
     scenarios.add_argument(
-        "--spam-farms", type=int, default=defaults.spam_farms,
+        "--spam-farms",
+        type=int,
+        default=defaults.spam_farms,
         help="endless spam PLDs answering for *.spamfarmK.test",
     )
     scenarios.add_argument(
         "--spam-ips", type=int, default=defaults.spam_ips, help="addresses per spam farm"
     )
     scenarios.add_argument(
-        "--spam-links-per-page", type=int, default=defaults.spam_links_per_page,
+        "--spam-links-per-page",
+        type=int,
+        default=defaults.spam_links_per_page,
         help="links on every spam page",
     )
     scenarios.add_argument(
-        "--calendar-traps", type=int, default=defaults.calendar_traps,
+        "--calendar-traps",
+        type=int,
+        default=defaults.calendar_traps,
         help="endless calendar PLDs (/cal/YYYY/MM)",
     )
     scenarios.add_argument(
-        "--big-site-pages", type=int, default=defaults.big_site_pages,
+        "--big-site-pages",
+        type=int,
+        default=defaults.big_site_pages,
         help="pages of bigsite.test, linked from most hosts (0: none)",
     )
     scenarios.add_argument(
-        "--spammed-hosts", type=int, default=defaults.spammed_hosts,
+        "--spammed-hosts",
+        type=int,
+        default=defaults.spammed_hosts,
         help="popular hosts whose every page carries comment spam into a spam farm",
     )
     scenarios.add_argument(
-        "--spammed-links-per-page", type=int, default=defaults.spammed_links_per_page,
+        "--spammed-links-per-page",
+        type=int,
+        default=defaults.spammed_links_per_page,
         help="spam links appended to each page of a spammed host",
     )
     return parser

@@ -86,78 +86,190 @@ class HostileCase:
 
 
 CASES: Final[tuple[HostileCase, ...]] = (
-    HostileCase("gzip-bomb", "page", "1 GiB of zeros, gzip, about 1 MB on the wire",
-                "decoded cut at the decoded cap, decoded_truncated"),
-    HostileCase("deflate-bomb", "page", "1 GiB of zeros, zlib deflate",
-                "decoded cut at the decoded cap, decoded_truncated"),
-    HostileCase("brotli-bomb", "page", "1 GiB of zeros, brotli",
-                "decoded cut at the decoded cap, decoded_truncated"),
-    HostileCase("endless", "page", "200 without length, random HTML bytes until closed",
-                "body cut at the body cap, truncated: length"),
-    HostileCase("endless-chunked", "page", "chunked body that never ends",
-                "body cut at the body cap, truncated: length"),
-    HostileCase("slow-head", "page", "status line, then one header byte per interval",
-                "timeout (total)"),
-    HostileCase("slow-body", "page", "full head, then one body byte per interval",
-                "timeout (total), the bytes that arrived kept, truncated: time"),
+    HostileCase(
+        "gzip-bomb",
+        "page",
+        "1 GiB of zeros, gzip, about 1 MB on the wire",
+        "decoded cut at the decoded cap, decoded_truncated",
+    ),
+    HostileCase(
+        "deflate-bomb",
+        "page",
+        "1 GiB of zeros, zlib deflate",
+        "decoded cut at the decoded cap, decoded_truncated",
+    ),
+    HostileCase(
+        "brotli-bomb",
+        "page",
+        "1 GiB of zeros, brotli",
+        "decoded cut at the decoded cap, decoded_truncated",
+    ),
+    HostileCase(
+        "endless",
+        "page",
+        "200 without length, random HTML bytes until closed",
+        "body cut at the body cap, truncated: length",
+    ),
+    HostileCase(
+        "endless-chunked",
+        "page",
+        "chunked body that never ends",
+        "body cut at the body cap, truncated: length",
+    ),
+    HostileCase(
+        "slow-head", "page", "status line, then one header byte per interval", "timeout (total)"
+    ),
+    HostileCase(
+        "slow-body",
+        "page",
+        "full head, then one body byte per interval",
+        "timeout (total), the bytes that arrived kept, truncated: time",
+    ),
     HostileCase("huge-header", "page", "one 1 MiB header line", "http:header_too_large"),
     HostileCase("many-headers", "page", "10,000 header lines", "http:header_too_large"),
-    HostileCase("bad-header", "page", "header lines with NUL bytes and without colon",
-                "http:bad_header or http:bad_message"),
+    HostileCase(
+        "bad-header",
+        "page",
+        "header lines with NUL bytes and without colon",
+        "http:bad_header or http:bad_message",
+    ),
     HostileCase("bad-status", "page", "status line 'HTTP/1.1 2OO OK'", "http:bad_status_line"),
-    HostileCase("no-status", "page", "HTML without any status line (HTTP/0.9 style)",
-                "http:bad_status_line"),
+    HostileCase(
+        "no-status", "page", "HTML without any status line (HTTP/0.9 style)", "http:bad_status_line"
+    ),
     HostileCase("garbage", "page", "random binary instead of HTTP", "http:bad_status_line"),
-    HostileCase("reset", "page", "Content-Length 1 MiB, 64 KiB sent, then a TCP RST",
-                "http:incomplete_body or http:disconnected, truncated: disconnect"),
-    HostileCase("short-body", "page", "Content-Length 1 MiB, 64 KiB sent, then FIN",
-                "http:incomplete_body, truncated: disconnect"),
-    HostileCase("redirect-loop", "page", "/ -> /loop -> / (302)",
-                "status 302 with location; the crawler's URL-seen ends the loop"),
-    HostileCase("redirect-chain", "page", f"{REDIRECT_CHAIN_HOPS} hops of 301 to a page",
-                "status 301 per hop; the crawler follows max_redirects (10) of them, then "
-                "location_dropped: too_many_redirects"),
-    HostileCase("redirect-loopback", "page",
-                "302 to localhost, 127.0.0.1, [::1] and names resolving to loopback",
-                "status 302; fetching the location: guard:loopback"),
-    HostileCase("long-location", "page", f"302 with a {LONG_URL_CHARS}-character Location",
-                "status 302; normalizing the location: too_long"),
-    HostileCase("charset-wrong", "page", "UTF-8 body labelled charset=iso-8859-1",
-                "links extracted (encoding from BOM/meta, else UTF-8)"),
-    HostileCase("charset-absent", "page", "windows-1252 body without any charset",
-                "links extracted, undecodable bytes as U+FFFD"),
-    HostileCase("charset-invalid", "page", "invalid UTF-8 sequences under charset=utf-8",
-                "links extracted, undecodable bytes as U+FFFD"),
-    HostileCase("charset-bogus", "page", "charset=x-no-such and meta charset=utf-7",
-                "links extracted"),
-    HostileCase("binary-html", "page", "1 MiB of random bytes labelled text/html",
-                "parsed as HTML, no exception"),
-    HostileCase("many-links", "page", f"{MANY_LINKS:,} distinct links",
-                "links cut at max_links, the rest counted as too_many_links"),
-    HostileCase("long-urls", "page",
-                f"{LONG_URL_CHARS}-character and malformed URLs in links",
-                "dropped with counted reasons (too_long, unparsable, scheme, ...)"),
-    HostileCase("idn", "page", "IDN host name; links in Unicode, punycode and escapes",
-                "fetched by punycode name; links normalized to punycode", label="bücher"),
-    HostileCase("status-429", "page", f"429 with Retry-After: {RETRY_AFTER_S}",
-                f"status 429, retry_after_s {RETRY_AFTER_S}"),
-    HostileCase("status-503", "page", f"503 with Retry-After as an HTTP date ({RETRY_AFTER_S} s)",
-                f"status 503, retry_after_s about {RETRY_AFTER_S}"),
-    HostileCase("status-503-bad-retry", "page", "503 with Retry-After: soon",
-                "status 503, retry_after_s None"),
+    HostileCase(
+        "reset",
+        "page",
+        "Content-Length 1 MiB, 64 KiB sent, then a TCP RST",
+        "http:incomplete_body or http:disconnected, truncated: disconnect",
+    ),
+    HostileCase(
+        "short-body",
+        "page",
+        "Content-Length 1 MiB, 64 KiB sent, then FIN",
+        "http:incomplete_body, truncated: disconnect",
+    ),
+    HostileCase(
+        "redirect-loop",
+        "page",
+        "/ -> /loop -> / (302)",
+        "status 302 with location; the crawler's URL-seen ends the loop",
+    ),
+    HostileCase(
+        "redirect-chain",
+        "page",
+        f"{REDIRECT_CHAIN_HOPS} hops of 301 to a page",
+        "status 301 per hop; the crawler follows max_redirects (10) of them, then "
+        "location_dropped: too_many_redirects",
+    ),
+    HostileCase(
+        "redirect-loopback",
+        "page",
+        "302 to localhost, 127.0.0.1, [::1] and names resolving to loopback",
+        "status 302; fetching the location: guard:loopback",
+    ),
+    HostileCase(
+        "long-location",
+        "page",
+        f"302 with a {LONG_URL_CHARS}-character Location",
+        "status 302; normalizing the location: too_long",
+    ),
+    HostileCase(
+        "charset-wrong",
+        "page",
+        "UTF-8 body labelled charset=iso-8859-1",
+        "links extracted (encoding from BOM/meta, else UTF-8)",
+    ),
+    HostileCase(
+        "charset-absent",
+        "page",
+        "windows-1252 body without any charset",
+        "links extracted, undecodable bytes as U+FFFD",
+    ),
+    HostileCase(
+        "charset-invalid",
+        "page",
+        "invalid UTF-8 sequences under charset=utf-8",
+        "links extracted, undecodable bytes as U+FFFD",
+    ),
+    HostileCase(
+        "charset-bogus", "page", "charset=x-no-such and meta charset=utf-7", "links extracted"
+    ),
+    HostileCase(
+        "binary-html",
+        "page",
+        "1 MiB of random bytes labelled text/html",
+        "parsed as HTML, no exception",
+    ),
+    HostileCase(
+        "many-links",
+        "page",
+        f"{MANY_LINKS:,} distinct links",
+        "links cut at max_links, the rest counted as too_many_links",
+    ),
+    HostileCase(
+        "long-urls",
+        "page",
+        f"{LONG_URL_CHARS}-character and malformed URLs in links",
+        "dropped with counted reasons (too_long, unparsable, scheme, ...)",
+    ),
+    HostileCase(
+        "idn",
+        "page",
+        "IDN host name; links in Unicode, punycode and escapes",
+        "fetched by punycode name; links normalized to punycode",
+        label="bücher",
+    ),
+    HostileCase(
+        "status-429",
+        "page",
+        f"429 with Retry-After: {RETRY_AFTER_S}",
+        f"status 429, retry_after_s {RETRY_AFTER_S}",
+    ),
+    HostileCase(
+        "status-503",
+        "page",
+        f"503 with Retry-After as an HTTP date ({RETRY_AFTER_S} s)",
+        f"status 503, retry_after_s about {RETRY_AFTER_S}",
+    ),
+    HostileCase(
+        "status-503-bad-retry",
+        "page",
+        "503 with Retry-After: soon",
+        "status 503, retry_after_s None",
+    ),
     HostileCase("robots-huge", "robots", "4 MiB robots.txt", "body cut at the robots cap"),
-    HostileCase("robots-binary", "robots", "random bytes as robots.txt",
-                "parsed as no rules: allow all"),
-    HostileCase("robots-html", "robots", "an HTML page as robots.txt",
-                "parsed as no rules: allow all"),
-    HostileCase("robots-slow", "robots", "robots.txt at one byte per interval",
-                "timeout: robots unavailable, retried"),
-    HostileCase("robots-loop", "robots", "robots.txt redirects to itself via /r",
-                "too_many_redirects: robots unavailable"),
-    HostileCase("robots-chain", "robots", f"{ROBOTS_CHAIN_HOPS}-hop robots.txt redirect chain",
-                "too_many_redirects after five hops"),
-    HostileCase("robots-loopback", "robots", "robots.txt redirects to a loopback name",
-                "guard:loopback where loopback is refused"),
+    HostileCase(
+        "robots-binary", "robots", "random bytes as robots.txt", "parsed as no rules: allow all"
+    ),
+    HostileCase(
+        "robots-html", "robots", "an HTML page as robots.txt", "parsed as no rules: allow all"
+    ),
+    HostileCase(
+        "robots-slow",
+        "robots",
+        "robots.txt at one byte per interval",
+        "timeout: robots unavailable, retried",
+    ),
+    HostileCase(
+        "robots-loop",
+        "robots",
+        "robots.txt redirects to itself via /r",
+        "too_many_redirects: robots unavailable",
+    ),
+    HostileCase(
+        "robots-chain",
+        "robots",
+        f"{ROBOTS_CHAIN_HOPS}-hop robots.txt redirect chain",
+        "too_many_redirects after five hops",
+    ),
+    HostileCase(
+        "robots-loopback",
+        "robots",
+        "robots.txt redirects to a loopback name",
+        "guard:loopback where loopback is refused",
+    ),
     HostileCase("nxdomain", "dns", "the name does not exist", "dns:nxdomain"),
     HostileCase("servfail", "dns", "the name server fails", "dns:servfail"),
     HostileCase("dns-timeout", "dns", "the name server never answers", "dns:timeout"),
@@ -244,8 +356,9 @@ class HostileServer:
     responses stop after ``max_stream_s``. :meth:`close` drops every connection.
     """
 
-    def __init__(self, tld: str, port: int, *, interval_s: float = 2.0,
-                 max_stream_s: float = 120.0) -> None:
+    def __init__(
+        self, tld: str, port: int, *, interval_s: float = 2.0, max_stream_s: float = 120.0
+    ) -> None:
         self._tld = tld
         self._port = port
         self._interval_s = interval_s
@@ -283,8 +396,15 @@ class HostileServer:
             if path is None or c is None:
                 return
             loop = asyncio.get_running_loop()
-            request = _Request(c, path, writer, self._tld, self._port, self._interval_s,
-                               loop.time() + self._max_stream_s)
+            request = _Request(
+                c,
+                path,
+                writer,
+                self._tld,
+                self._port,
+                self._interval_s,
+                loop.time() + self._max_stream_s,
+            )
             await _route(request)
         except (ConnectionError, TimeoutError, asyncio.IncompleteReadError):
             pass  # the client went away, which is what bounded clients do
@@ -324,8 +444,14 @@ async def _route(request: _Request) -> None:
 # -- wire helpers ---------------------------------------------------------------------------
 
 _HTML_TYPE = [("Content-Type", "text/html; charset=utf-8")]
-_REASONS = {200: "OK", 301: "Moved Permanently", 302: "Found", 404: "Not Found",
-            429: "Too Many Requests", 503: "Service Unavailable"}
+_REASONS = {
+    200: "OK",
+    301: "Moved Permanently",
+    302: "Found",
+    404: "Not Found",
+    429: "Too Many Requests",
+    503: "Service Unavailable",
+}
 
 
 def _head(status: int, headers: list[tuple[str, str]], length: int | None = None) -> bytes:
@@ -337,11 +463,12 @@ def _head(status: int, headers: list[tuple[str, str]], length: int | None = None
     return ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8")
 
 
-async def _send(writer: asyncio.StreamWriter, status: int, headers: list[tuple[str, str]],
-                body: bytes) -> None:
+async def _send(
+    writer: asyncio.StreamWriter, status: int, headers: list[tuple[str, str]], body: bytes
+) -> None:
     writer.write(_head(status, headers, len(body)))
     for start in range(0, len(body), _CHUNK):
-        writer.write(body[start:start + _CHUNK])
+        writer.write(body[start : start + _CHUNK])
         await writer.drain()
     await writer.drain()
 
@@ -352,8 +479,10 @@ async def _not_found(request: _Request) -> None:
 
 def _page(links: list[str], extra: str = "") -> bytes:
     anchors = "".join(f'<a href="{href}">x</a>\n' for href in links)
-    return (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"></head><body>{extra}"
-            f"{anchors}</body></html>").encode()
+    return (
+        f'<!DOCTYPE html><html><head><meta charset="utf-8"></head><body>{extra}'
+        f"{anchors}</body></html>"
+    ).encode()
 
 
 def _origin(request: _Request) -> str:
@@ -361,8 +490,11 @@ def _origin(request: _Request) -> str:
 
 
 def _stream_open(request: _Request, sent: int) -> bool:
-    return (sent < MAX_STREAM_BYTES and not request.writer.is_closing()
-            and asyncio.get_running_loop().time() < request.deadline)
+    return (
+        sent < MAX_STREAM_BYTES
+        and not request.writer.is_closing()
+        and asyncio.get_running_loop().time() < request.deadline
+    )
 
 
 # -- bombs ----------------------------------------------------------------------------------
@@ -416,6 +548,7 @@ def _bomb(coding: str, make: Callable[[], bytes]) -> Handler:
             return
         body = await asyncio.to_thread(make)  # built once, off the loop
         await _send(request.writer, 200, [*_HTML_TYPE, ("Content-Encoding", coding)], body)
+
     return handler
 
 
@@ -435,8 +568,9 @@ async def _endless(request: _Request) -> None:
 
 async def _endless_chunked(request: _Request) -> None:
     writer = request.writer
-    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n"
-                 b"Transfer-Encoding: chunked\r\n\r\n")
+    writer.write(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
     payload = b"<p>endless</p>\n" * (_CHUNK // 15)
     chunk = b"%x\r\n" % len(payload) + payload + b"\r\n"
     sent = 0
@@ -451,7 +585,7 @@ async def _drip(request: _Request, data: bytes) -> None:
     for i in range(len(data)):
         if not _stream_open(request, i):
             return
-        request.writer.write(data[i:i + 1])
+        request.writer.write(data[i : i + 1])
         await request.writer.drain()
         await asyncio.sleep(request.interval_s)
 
@@ -482,15 +616,16 @@ async def _many_headers(request: _Request) -> None:
 
 
 async def _bad_header(request: _Request) -> None:
-    request.writer.write(b"HTTP/1.1 200 OK\r\nX-Nul: a\x00b\r\nno colon here\r\n"
-                         b"Bad Name : x\r\n")
+    request.writer.write(b"HTTP/1.1 200 OK\r\nX-Nul: a\x00b\r\nno colon here\r\nBad Name : x\r\n")
     await _send_tail(request)
 
 
 async def _send_tail(request: _Request) -> None:
     body = _page([])
-    request.writer.write(b"Content-Type: text/html\r\nContent-Length: %d\r\n"
-                         b"Connection: close\r\n\r\n" % len(body) + body)
+    request.writer.write(
+        b"Content-Type: text/html\r\nContent-Length: %d\r\n"
+        b"Connection: close\r\n\r\n" % len(body) + body
+    )
     await request.writer.drain()
 
 
@@ -558,7 +693,7 @@ async def _redirect_chain(request: _Request) -> None:
 
 
 def _hop_number(path: str, prefix: str) -> int | None:
-    digits = path[len(prefix):] if path.startswith(prefix) else ""
+    digits = path[len(prefix) :] if path.startswith(prefix) else ""
     return int(digits) if digits.isdigit() and len(digits) < 6 else None
 
 
@@ -603,24 +738,30 @@ async def _charset_absent(request: _Request) -> None:
 
 
 async def _charset_invalid(request: _Request) -> None:
-    body = (b'<html><body><a href="/bad\xff\xfe">x</a><a href="/over\xc0\xaf">y</a>'
-            b'<a href="/surrogate\xed\xa0\x80">z</a>\xf8\x88\x80\x80\x80</body></html>')
+    body = (
+        b'<html><body><a href="/bad\xff\xfe">x</a><a href="/over\xc0\xaf">y</a>'
+        b'<a href="/surrogate\xed\xa0\x80">z</a>\xf8\x88\x80\x80\x80</body></html>'
+    )
     await _content(request, "text/html; charset=utf-8", body, ())
 
 
 async def _charset_bogus(request: _Request) -> None:
-    body = (b'<html><head><meta charset="utf-7"></head><body>'
-            b'<a href="/+AGEAYgBj-">utf7</a><a href="/plain">plain</a></body></html>')
+    body = (
+        b'<html><head><meta charset="utf-7"></head><body>'
+        b'<a href="/+AGEAYgBj-">utf7</a><a href="/plain">plain</a></body></html>'
+    )
     await _content(request, "text/html; charset=x-no-such", body, ("/+AGEAYgBj-", "/plain"))
 
 
-async def _content(request: _Request, content_type: str, body: bytes,
-                   children: tuple[str, ...]) -> None:
+async def _content(
+    request: _Request, content_type: str, body: bytes, children: tuple[str, ...]
+) -> None:
     """``body`` at ``/``; the paths it links to as plain pages (any spelling of them)."""
     if request.path == "/":
         await _send(request.writer, 200, [("Content-Type", content_type)], body)
     elif request.path in ("/plain", "/caf%C3%A9", "/caf%E9", "/+AGEAYgBj-") or any(
-            request.path.startswith(p) for p in ("/bad", "/over", "/surrogate")):
+        request.path.startswith(p) for p in ("/bad", "/over", "/surrogate")
+    ):
         await _send(request.writer, 200, _HTML_TYPE, _page([]))
     else:
         await _not_found(request)
@@ -637,9 +778,11 @@ async def _binary_html(request: _Request) -> None:
 @functools.cache
 def _many_links_body(tld: str) -> bytes:
     target = f"http://{host_name(case('nxdomain'), tld)}/n/"
-    return ("<!DOCTYPE html><html><body>" + "".join(
-        f'<a href="{target}{k}">{k}</a>' for k in range(MANY_LINKS)
-    ) + "</body></html>").encode("ascii")
+    return (
+        "<!DOCTYPE html><html><body>"
+        + "".join(f'<a href="{target}{k}">{k}</a>' for k in range(MANY_LINKS))
+        + "</body></html>"
+    ).encode("ascii")
 
 
 async def _many_links(request: _Request) -> None:
@@ -713,7 +856,8 @@ async def _idn(request: _Request) -> None:
         body = _page(idn_links(request.tld, request.port))
         await _send(request.writer, 200, _HTML_TYPE, body)
     elif request.path in ("/unicode", "/punycode", "/upper", "/escaped") or request.path.startswith(
-            "/stra"):
+        "/stra"
+    ):
         await _send(request.writer, 200, _HTML_TYPE, _page([]))
     else:
         await _not_found(request)
@@ -729,6 +873,7 @@ def _status(status: int, retry_after: Callable[[], str]) -> Handler:
             return
         headers = [("Retry-After", retry_after()), *_HTML_TYPE]
         await _send(request.writer, status, headers, _page([], f"status {status}"))
+
     return handler
 
 
@@ -745,6 +890,7 @@ def _robots_only(serve: Handler) -> Handler:
             await serve(request)
         else:
             await _not_found(request)
+
     return handler
 
 
@@ -759,8 +905,9 @@ async def _robots_huge(request: _Request) -> None:
 
 
 async def _robots_binary(request: _Request) -> None:
-    await _send(request.writer, 200, [("Content-Type", "text/plain")],
-                random.Random(4).randbytes(8192))
+    await _send(
+        request.writer, 200, [("Content-Type", "text/plain")], random.Random(4).randbytes(8192)
+    )
 
 
 async def _robots_html(request: _Request) -> None:
@@ -838,4 +985,3 @@ _HANDLERS: Final[Mapping[str, Handler]] = {
     "robots-loopback": _robots_only(_robots_loopback),
 }
 assert set(_HANDLERS) == {c.name for c in SERVED}, "every served case needs a handler"
-

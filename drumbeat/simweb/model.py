@@ -367,8 +367,9 @@ class SimWebModel:
             return []
         tld, port = self.config.tld, self.config.port
         entries = [hostile.entry_url(c, tld, port) for c in hostile.CASES]
-        return entries + [hostile.origin(c, tld, port) + "/"
-                          for c in hostile.CASES if c.target == "robots"]
+        return entries + [
+            hostile.origin(c, tld, port) + "/" for c in hostile.CASES if c.target == "robots"
+        ]
 
     def _require(self, host: str) -> Host:
         h = self.host(host)
@@ -406,8 +407,15 @@ class SimWebModel:
             )
         base_href = self.url(host, spec.base_path) if spec.base_path else None
         return Page(
-            host, path, url, "html", 200, "text/html",
-            links=links, meta_nofollow=spec.meta_nofollow, base_href=base_href,
+            host,
+            path,
+            url,
+            "html",
+            200,
+            "text/html",
+            links=links,
+            meta_nofollow=spec.meta_nofollow,
+            base_href=base_href,
         )
 
     def _spec(self, h: Host, path: str) -> _Spec | None:
@@ -419,7 +427,8 @@ class SimWebModel:
             if k is None:
                 return None
             nxt: tuple[tuple[str, LinkKind, bool], ...] = (
-                (("@" + backbone_path(k + 1), "a", False),) if k + 1 < h.backbone_pages else ())
+                (("@" + backbone_path(k + 1), "a", False),) if k + 1 < h.backbone_pages else ()
+            )
             return _Spec("html", nxt)
         if h.pld_class == "trap":
             targets = scenarios.calendar_targets(path)
@@ -513,7 +522,8 @@ class SimWebModel:
         pages["/private/open/info.html"] = _Spec("html")
         for q in range(3):
             nxt: tuple[tuple[str, LinkKind, bool], ...] = (
-                (("@" + f"/search?q={q + 1}", "a", False),) if q < 2 else ())
+                (("@" + f"/search?q={q + 1}", "a", False),) if q < 2 else ()
+            )
             pages[f"/search?q={q}"] = _Spec("html", nxt)
         if index == 0:
             special = _special(self)
@@ -634,8 +644,9 @@ class _LinkMaker:
     def make(self, spec: _Spec) -> tuple[Link, ...]:
         links = [self._fixed(href, kind, nofollow) for href, kind, nofollow in spec.links]
         if spec.generated:
-            links.extend(self._random()
-                         for _ in range(max(0, self.cfg.links_per_page - len(links))))
+            links.extend(
+                self._random() for _ in range(max(0, self.cfg.links_per_page - len(links)))
+            )
         return tuple(links)
 
     def _fixed(self, href: str, kind: LinkKind, nofollow: bool) -> Link:

@@ -115,8 +115,9 @@ def spammed_host_indices(config: SimWebConfig) -> list[int]:
     return list(range(5, config.hosts, 5))[: config.spammed_hosts]
 
 
-def comment_spam_targets(config: SimWebConfig, apex: str, host: str,
-                         path: str) -> list[tuple[str, str]]:
+def comment_spam_targets(
+    config: SimWebConfig, apex: str, host: str, path: str
+) -> list[tuple[str, str]]:
     """(host, path) of the spam links appended to ``path`` of the spammed ring host
     ``host``: ``spammed_links_per_page`` URLs, each on a fresh subdomain of the farm
     ``apex`` (a spam comment advertises its own name), drawn from millions of names."""

@@ -203,9 +203,7 @@ class SimWeb:
 
 
 @contextlib.contextmanager
-def run_in_thread(
-    config: SimWebConfig, request_log: str | Path | None = None
-) -> Iterator[SimWeb]:
+def run_in_thread(config: SimWebConfig, request_log: str | Path | None = None) -> Iterator[SimWeb]:
     """Run a SimWeb on its own event loop in a daemon thread; yield it once started.
 
     ``requests`` may be read from the caller's thread (it returns a snapshot).

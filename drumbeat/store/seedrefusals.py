@@ -100,8 +100,10 @@ class SeedRefusals:
         n = len(self.refused)
         if not n:
             return None
-        why = ", ".join(describe(r) if len(self.reasons) == 1 else f"{k} {describe(r)}"
-                        for r, k in self.reasons.most_common())
+        why = ", ".join(
+            describe(r) if len(self.reasons) == 1 else f"{k} {describe(r)}"
+            for r, k in self.reasons.most_common()
+        )
         head = f"all {n} seeds were" if n >= tried else f"{n} of {tried} seeds were"
         if n == 1 and tried <= 1:
             head = "the seed was"
@@ -113,8 +115,9 @@ class SeedWatchingLog(CrawlLog):
 
     refusals: SeedRefusals | None = None
 
-    def append_drop(self, time: float, url: str, depth: int, via: str | None, reason: str,
-                    ip: str | None = None) -> None:
+    def append_drop(
+        self, time: float, url: str, depth: int, via: str | None, reason: str, ip: str | None = None
+    ) -> None:
         super().append_drop(time, url, depth, via, reason, ip)
         if depth == 0 and self.refusals is not None:
             self.refusals.note(url, reason)

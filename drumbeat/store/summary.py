@@ -340,8 +340,11 @@ def render_summary(summary: Mapping[str, Any], console: Console) -> None:
         ("robots.txt fetches", f"{summary['robots_fetches']:,}"),
         ("body bytes", _bytes(summary["bytes"])),
         ("truncated bodies", f"{summary['truncated']:,}"),
-        ("duration", f"{summary['duration_s']:,.1f} s"
-                     + (f" in {summary['runs']} runs" if summary["runs"] > 1 else "")),
+        (
+            "duration",
+            f"{summary['duration_s']:,.1f} s"
+            + (f" in {summary['runs']} runs" if summary["runs"] > 1 else ""),
+        ),
         ("pages/s", "-" if rate is None else f"{rate:,.1f}"),
         ("WARC files", f"{summary['warc_files']:,} ({_bytes(summary['warc_bytes'])})"),
         ("log lines", f"{summary['log_lines']:,}"),

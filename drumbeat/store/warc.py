@@ -78,9 +78,7 @@ def gzip_member(data: bytes, level: int) -> bytes:
 
 _WRITE_BUFFER_BYTES = 1 << 20
 _SCAN_CHUNK_BYTES = 1 << 20
-_WARC_1_1_SPEC = (
-    "http://iipc.github.io/warc-specifications/specifications/warc-format/warc-1.1/"
-)
+_WARC_1_1_SPEC = "http://iipc.github.io/warc-specifications/specifications/warc-format/warc-1.1/"
 
 
 def sha1_label(data: bytes) -> str:
@@ -125,7 +123,8 @@ def _state_is_written_record() -> bool:
 # checked once, above), else write()'s. write() calls back into Python for its output
 # stream, which costs more a record.
 _serialized: Callable[[WarcRecord], bytes] = (
-    (lambda record: record.__getstate__()[0]) if _state_is_written_record() else _written)
+    (lambda record: record.__getstate__()[0]) if _state_is_written_record() else _written
+)
 
 
 class Exchange(Protocol):
@@ -246,8 +245,13 @@ class WarcWriter:
         seconds) becomes ``WARC-Date`` with microseconds. ``truncated`` (None, or
         ``length``, ``time``, ``disconnect``) marks a body cut short: ``WARC-Truncated``.
         """
-        [location] = self._write_all([self._exchange_records(
-            url, ip, request_head, response_head, body, truncated, fetch_time)])
+        [location] = self._write_all(
+            [
+                self._exchange_records(
+                    url, ip, request_head, response_head, body, truncated, fetch_time
+                )
+            ]
+        )
         if isinstance(location, OSError):
             raise location
         return location
@@ -262,17 +266,24 @@ class WarcWriter:
         exchange by exchange). Any other exception is raised
         before anything is written.
         """
-        return self._write_all([
-            self._exchange_records(e.url, e.ip, e.request_head, e.response_head, e.body,
-                                   e.truncated, e.fetch_time) for e in exchanges])
+        return self._write_all(
+            [
+                self._exchange_records(
+                    e.url, e.ip, e.request_head, e.response_head, e.body, e.truncated, e.fetch_time
+                )
+                for e in exchanges
+            ]
+        )
 
     def _write_all(self, records: list[tuple[bytes, bytes]]) -> list[WarcLocation | OSError]:
         """Compress and write each (response, request) pair of records."""
         if self._closed:
             raise ValueError("write to a closed WarcWriter")
         level = self._level
-        members = [(gzip_member(response, level), gzip_member(request, level))
-                   for response, request in records]
+        members = [
+            (gzip_member(response, level), gzip_member(request, level))
+            for response, request in records
+        ]
         locations: list[WarcLocation | OSError] = []
         for response, request in members:
             try:
@@ -287,9 +298,16 @@ class WarcWriter:
                 locations.append(e)
         return locations
 
-    def _exchange_records(self, url: str, ip: str | None, request_head: bytes,
-                          response_head: bytes, body: bytes, truncated: str | None,
-                          fetch_time: float) -> tuple[bytes, bytes]:
+    def _exchange_records(
+        self,
+        url: str,
+        ip: str | None,
+        request_head: bytes,
+        response_head: bytes,
+        body: bytes,
+        truncated: str | None,
+        fetch_time: float,
+    ) -> tuple[bytes, bytes]:
         """The response and request records of one exchange, uncompressed."""
         date = datetime_to_iso_date(
             datetime.fromtimestamp(fetch_time, UTC).replace(tzinfo=None),
@@ -297,8 +315,11 @@ class WarcWriter:
         )
         # Header names as FastWARC's constants: a str name costs it a failed conversion
         # to WarcHeader first, for every header of every record.
-        response_headers = [(WarcHeader.WARC_DATE, date), (WarcHeader.WARC_TARGET_URI, url),
-                            (WarcHeader.CONTENT_TYPE, "application/http; msgtype=response")]
+        response_headers = [
+            (WarcHeader.WARC_DATE, date),
+            (WarcHeader.WARC_TARGET_URI, url),
+            (WarcHeader.CONTENT_TYPE, "application/http; msgtype=response"),
+        ]
         if ip:
             response_headers.append((WarcHeader.WARC_IP_ADDRESS, ip))
         if truncated:
@@ -307,13 +328,18 @@ class WarcWriter:
         # framing removed, content coding kept): the payload digest is over that body.
         response_headers.append((WarcHeader.WARC_PAYLOAD_DIGEST, sha1_label(body)))
         response_id, response = self._record(
-            WarcRecordType.response, response_headers, response_head + body)
+            WarcRecordType.response, response_headers, response_head + body
+        )
         _, request = self._record(
             WarcRecordType.request,
-            [(WarcHeader.WARC_DATE, date), (WarcHeader.WARC_TARGET_URI, url),
-             (WarcHeader.WARC_CONCURRENT_TO, response_id),
-             (WarcHeader.CONTENT_TYPE, "application/http; msgtype=request")],
-            request_head)
+            [
+                (WarcHeader.WARC_DATE, date),
+                (WarcHeader.WARC_TARGET_URI, url),
+                (WarcHeader.WARC_CONCURRENT_TO, response_id),
+                (WarcHeader.CONTENT_TYPE, "application/http; msgtype=request"),
+            ],
+            request_head,
+        )
         return response, request
 
     def flush(self) -> None:
@@ -340,8 +366,7 @@ class WarcWriter:
             return
         self._file.flush()
         descriptor = os.dup(self._file.fileno())
-        fsynced = asyncio.get_running_loop().run_in_executor(None, _fsync_and_close,
-                                                            descriptor)
+        fsynced = asyncio.get_running_loop().run_in_executor(None, _fsync_and_close, descriptor)
         await asyncio.shield(fsynced)  # cancelled or not, the thread closes the descriptor
 
     def close(self) -> None:
@@ -365,8 +390,9 @@ class WarcWriter:
         self.close()
 
     @staticmethod
-    def _record(rec_type: WarcRecordType, headers: list[tuple[WarcHeader, str]],
-                block: bytes) -> tuple[str, bytes]:
+    def _record(
+        rec_type: WarcRecordType, headers: list[tuple[WarcHeader, str]], block: bytes
+    ) -> tuple[str, bytes]:
         """One record with ``headers`` (after WARC-Type, WARC-Date, WARC-Record-ID and
         Content-Length; a given WARC-Date replaces the current time) and then its block
         digest; returns (its WARC-Record-ID, the record, uncompressed)."""
@@ -422,9 +448,12 @@ class WarcWriter:
         }
         _, record = self._record(
             WarcRecordType.warcinfo,
-            [(WarcHeader.WARC_FILENAME, name),
-             (WarcHeader.CONTENT_TYPE, "application/warc-fields")],
-            "".join(f"{key}: {value}\r\n" for key, value in info.items()).encode())
+            [
+                (WarcHeader.WARC_FILENAME, name),
+                (WarcHeader.CONTENT_TYPE, "application/warc-fields"),
+            ],
+            "".join(f"{key}: {value}\r\n" for key, value in info.items()).encode(),
+        )
         member = gzip_member(record, self._level)
         f.write(member)
         self._advance(1, len(member))
