@@ -25,10 +25,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from drumbeat.store.durable import fsync_dir
 

@@ -15,8 +15,9 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, NoReturn, Sequence
+from typing import Any, NoReturn
 
 from drumbeat import __version__
 from drumbeat.runtime.allocator import ALLOCATORS, AllocatorMissing, reexec_if_needed
@@ -118,7 +119,7 @@ _nonneg_int = _int_at_least(0)
 
 
 def _add_crawl_args(p: argparse.ArgumentParser) -> None:
-    S = argparse.SUPPRESS
+    unset = argparse.SUPPRESS  # a flag not given leaves its setting to the config file
     p.add_argument(
         "urls",
         nargs="*",
@@ -129,7 +130,7 @@ def _add_crawl_args(p: argparse.ArgumentParser) -> None:
         "--seeds",
         dest="seeds_file",
         metavar="FILE",
-        default=S,
+        default=unset,
         help="file of seed URLs, one per line, UTF-8 ('#' comments)",
     )
     p.add_argument(
@@ -144,7 +145,7 @@ def _add_crawl_args(p: argparse.ArgumentParser) -> None:
         "--max-pages",
         type=_pos_int,
         metavar="N",
-        default=S,
+        default=unset,
         help="stop after N pages fetched in total (default: no limit)",
     )
     p.add_argument(
@@ -152,7 +153,7 @@ def _add_crawl_args(p: argparse.ArgumentParser) -> None:
         dest="max_time_s",
         type=_nonneg_float,
         metavar="SECONDS",
-        default=S,
+        default=unset,
         help="stop this run after SECONDS; not remembered for a resume (default: no limit)",
     )
     p.add_argument(
@@ -160,7 +161,7 @@ def _add_crawl_args(p: argparse.ArgumentParser) -> None:
         dest="host_delay_s",
         type=_nonneg_float,
         metavar="SECONDS",
-        default=S,
+        default=unset,
         help=f"min seconds between requests to one host (default {_D.host_delay_s:g})",
     )
     p.add_argument(
@@ -168,7 +169,7 @@ def _add_crawl_args(p: argparse.ArgumentParser) -> None:
         dest="ip_delay_s",
         type=_nonneg_float,
         metavar="SECONDS",
-        default=S,
+        default=unset,
         help=f"min seconds between requests to one server IP "
         f"(default {_D.ip_delay_s:g}; 0 = no per-IP limit)",
     )
@@ -176,27 +177,27 @@ def _add_crawl_args(p: argparse.ArgumentParser) -> None:
         "--concurrency",
         type=_pos_int,
         metavar="N",
-        default=S,
+        default=unset,
         help=f"fetches in flight at once (default {_D.concurrency})",
     )
     p.add_argument(
         "--fetchers",
         type=_nonneg_int,
         metavar="N",
-        default=S,
+        default=unset,
         help="fetcher processes (default: one per core; 0 = fetch in the manager's process)",
     )
     p.add_argument(
         "--http-client",
         choices=HTTP_CLIENTS,
-        default=S,
+        default=unset,
         help=f"HTTP backend of the fetchers: curl (libcurl through pycurl; less "
         f"CPU per page) or aiohttp (default {_D.http_client})",
     )
     p.add_argument(
         "--allocator",
         choices=ALLOCATORS,
-        default=S,
+        default=unset,
         help=f"malloc of the crawl's processes: mimalloc or jemalloc when "
         f"installed (auto; about 17 %% less CPU per page), or the system's "
         f"(default {_D.allocator})",
@@ -204,59 +205,59 @@ def _add_crawl_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dns-server",
         metavar="HOST[:PORT]",
-        default=S,
+        default=unset,
         help="send every DNS lookup to this server (default: system resolvers)",
     )
     p.add_argument(
         "--allow-loopback",
         action="store_true",
-        default=S,
+        default=unset,
         help="allow connecting to 127.0.0.0/8 and ::1 (tests, local servers)",
     )
     p.add_argument(
         "--allow-private",
         action="store_true",
-        default=S,
+        default=unset,
         help="allow private, loopback and link-local addresses (intranet crawls)",
     )
     p.add_argument(
         "--user-agent",
         metavar="UA",
-        default=S,
+        default=unset,
         help="User-Agent header; name your crawler and a contact URL",
     )
     p.add_argument(
         "--from",
         dest="from_header",
         metavar="EMAIL",
-        default=S,
+        default=unset,
         help="From header: an e-mail address where site operators reach you",
     )
     p.add_argument(
         "--scope",
         choices=SCOPES,
-        default=S,
+        default=unset,
         help="follow links to any host (default), only the seeds' hosts, "
         "or only the seeds' pay-level domains",
     )
     p.add_argument(
         "--config",
         metavar="FILE.toml",
-        default=S,
+        default=unset,
         help="TOML file of settings (see below); flags override it",
     )
     p.add_argument(
         "--progress",
         dest="progress",
         action="store_true",
-        default=S,
+        default=unset,
         help="live progress panel even when stderr is not a terminal",
     )
     p.add_argument(
         "--no-progress",
         dest="progress",
         action="store_false",
-        default=S,
+        default=unset,
         help="periodic progress lines instead of the live panel",
     )
 
@@ -352,8 +353,8 @@ def check_state_dir(path: Path) -> None:
 def cmd_crawl(args: argparse.Namespace) -> int:
     from drumbeat.checkpoint import CheckpointError
     from drumbeat.drum import DrumError
-    from drumbeat.standalone import CrawlError, run_crawl
     from drumbeat.runtime.gctune import tune_gc
+    from drumbeat.standalone import CrawlError, run_crawl
 
     check_state_dir(Path(args.state_dir))
     settings = settings_from_args(args)

@@ -13,9 +13,10 @@ import dataclasses
 import json
 import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from drumbeat import __version__
 from drumbeat.runtime.allocator import ALLOCATORS

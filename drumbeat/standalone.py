@@ -27,21 +27,22 @@ import signal
 import sys
 import time
 from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Iterator
+from typing import Any
 
 from drumbeat import compiled_modules
-from drumbeat.runtime import allocator
 from drumbeat.fetcher import Fetcher, open_http
 from drumbeat.manager import Manager
 from drumbeat.progress import Progress
 from drumbeat.queue.base import ManagerQueue
 from drumbeat.queue.local import LocalTaskQueue
 from drumbeat.queue.process import ProcessTaskQueue, WorkerFailed
-from drumbeat.store.seedrefusals import SeedRefusals, SeedWatchingLog
+from drumbeat.runtime import allocator
 from drumbeat.settings import Settings, SettingsError, save_for_resume
+from drumbeat.store.seedrefusals import SeedRefusals, SeedWatchingLog
 from drumbeat.store.summary import CRAWL_LOG_NAME, note_run_start
 from drumbeat.store.warc import WarcWriter, recover_directory
 
@@ -49,11 +50,9 @@ STAGES_NAME = "stages.json"
 # The manager's event loop hands out all work, and it wakes often for little (a batch of
 # results, a task sent); its background threads (DRUM merges, the checkpoint's writer)
 # run Python for tenths of a second. Each wake then waits for the GIL up to the switch
-# interval, 5 ms by default: a loop answering small pipe messages handled 152 a second
-# beside a thread building checkpoint-like rows, against 13,700 alone; with 0.5 ms,
-# 2,700 (the thread ran 12 % slower; ``drumbeat bench gil``). During a polite bench's checkpoint, while its
-# writer thread ran, the fetchers used no CPU for 0.3 s and half their usual for 0.4 s
-# more (0.1 s samples); with 0.5 ms, they were back to full speed after 0.3 s.
+# interval, 5 ms by default, and the fetchers wait for the loop: a tenth of that keeps the
+# loop answering beside a busy thread at a small cost to the thread (``drumbeat bench gil``;
+# docs/benchmarks.md).
 MANAGER_SWITCH_INTERVAL_S = 0.0005
 
 log = logging.getLogger("drumbeat")

@@ -80,7 +80,7 @@ _C0_AND_SPACE = "".join(map(chr, range(0x21)))
 _TAB_NEWLINE = {0x09: None, 0x0A: None, 0x0D: None}
 
 
-class URLRejected(ValueError):  # noqa: N818 - public name; it says what befell the URL
+class URLRejected(ValueError):
     """A URL the crawler will not keep; ``reason`` is one of the module's drop reasons."""
 
     def __init__(self, reason: str, url: str = "") -> None:

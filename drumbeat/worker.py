@@ -24,10 +24,10 @@ import time
 from typing import Any
 
 from drumbeat import compiled_modules
-from drumbeat.runtime import allocator
 from drumbeat.fetcher import Fetcher, open_http
-from drumbeat.runtime.gctune import tune_gc
 from drumbeat.queue.process import WorkerQueue, read_frame
+from drumbeat.runtime import allocator
+from drumbeat.runtime.gctune import tune_gc
 from drumbeat.settings import Settings
 from drumbeat.store.warc import WarcWriter
 

@@ -12,8 +12,8 @@ import json
 import threading
 from pathlib import Path
 
-from drumbeat.testing import offline_manager
 from drumbeat.frontier.star import Star
+from drumbeat.testing import offline_manager
 
 
 def test_a_checkpoint_is_written_in_a_thread_as_it_was_committed(tmp_path: Path) -> None:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from drumbeat.standalone import with_scheme
 from drumbeat.simweb.model import SimWebConfig
 from drumbeat.simweb.server import run_in_thread
+from drumbeat.standalone import with_scheme
 from tests.test_crawl import crawl_cmd, fetched_pages, read_log
 
 

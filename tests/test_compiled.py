@@ -49,9 +49,11 @@ def test_compiled_urls_pass_the_url_link_and_fetcher_tests(tmp_path: Path) -> No
         [
             sys.executable,
             "-c",
-            "import sys, pytest, drumbeat, drumbeat.urls\n"
-            "assert drumbeat.compiled_modules() == ['drumbeat.urls'], drumbeat.urls.__file__\n"
-            f"sys.exit(pytest.main({args!r}))",
+            (
+                "import sys, pytest, drumbeat, drumbeat.urls\n"
+                "assert drumbeat.compiled_modules() == ['drumbeat.urls'], drumbeat.urls.__file__\n"
+                f"sys.exit(pytest.main({args!r}))"
+            ),
         ],
         cwd=tmp_path,
         env=env,

@@ -7,6 +7,7 @@ the server's side, on the arrival times simweb recorded.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -20,9 +21,9 @@ from pathlib import Path
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from drumbeat.standalone import MANAGER_SWITCH_INTERVAL_S
 from drumbeat.simweb.model import SimWebConfig
 from drumbeat.simweb.server import run_in_thread
+from drumbeat.standalone import MANAGER_SWITCH_INTERVAL_S
 
 HOST_DELAY = 0.2
 IP_DELAY = 0.05
@@ -204,12 +205,12 @@ def assert_polite(web, requests) -> None:
     for host, times in by_host.items():
         times.sort()
         delay = max(HOST_DELAY, web.model.crawl_delay(host) or 0.0)
-        for a, b in zip(times, times[1:]):
+        for a, b in itertools.pairwise(times):
             assert b - a >= delay - CLOCK_SLACK, f"{host}: {b - a:.3f}s < {delay}s"
             gaps_checked += 1
     for ip, times in by_ip.items():
         times.sort()
-        for a, b in zip(times, times[1:]):
+        for a, b in itertools.pairwise(times):
             assert b - a >= IP_DELAY - CLOCK_SLACK, f"{ip}: {b - a:.3f}s < {IP_DELAY}s"
     assert gaps_checked > 20
 

@@ -11,6 +11,7 @@ not stack into one long back-off.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import subprocess
 import sys
 import threading
@@ -157,7 +158,7 @@ def test_ordinary_pages_are_not_held_behind_a_failing_urls_retries(tmp_path: Pat
         assert len(tries) == ATTEMPTS, (bad, paths)
         assert tries[1] > last_ordinary, (bad, paths)
     # Retry-After is honoured: the host's next request comes no sooner than it said.
-    for (t, path, status), (t_next, _, _) in zip(requests, requests[1:]):
+    for (t, path, status), (t_next, _, _) in itertools.pairwise(requests):
         if status in (429, 503):
             assert t_next - t >= RETRY_AFTER_S - 0.05, (path, t_next - t)
     # A generous bound (the machine is shared): the issue asks for 90 s with Retry-After 5.

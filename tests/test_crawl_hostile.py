@@ -7,6 +7,7 @@ their URL retried a bounded number of times.
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 from collections import defaultdict
 
@@ -60,7 +61,7 @@ def test_a_crawl_through_the_hostile_web_records_every_case_and_goes_on(tmp_path
         fetches = [e for e in by_url[url] if e["status"] is not None]
         assert len(fetches) == 3 and len({e["status"] for e in fetches}) == 1, by_url[url]
         assert by_url[url][-1]["error"] == "retries_exhausted", name
-        gaps = [b["time"] - a["time"] for a, b in zip(fetches, fetches[1:])]
+        gaps = [b["time"] - a["time"] for a, b in itertools.pairwise(fetches)]
         assert min(gaps) >= 0.3 - 0.01, (name, gaps)  # backoff_max_s caps Retry-After: 120
     assert counters["backoffs"] >= 9 and counters["dropped.retries_exhausted"] >= 3
     # Bounded: bombs and endless bodies were cut, slow servers timed out, DNS faults named.

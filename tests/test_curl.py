@@ -266,17 +266,20 @@ _URL = st.tuples(
 
 
 def _yarl_parts(url: object) -> tuple:
-    return tuple(
-        getattr(url, name)
-        for name in (
-            "scheme",
-            "raw_host",
-            "port",
-            "host_port_subcomponent",
-            "raw_path_qs",
-            "raw_user",
-        )
-    ) + (str(url),)
+    return (
+        *tuple(
+            getattr(url, name)
+            for name in (
+                "scheme",
+                "raw_host",
+                "port",
+                "host_port_subcomponent",
+                "raw_path_qs",
+                "raw_user",
+            )
+        ),
+        str(url),
+    )
 
 
 # Mostly plain: a lower-case host, then a path of the characters plain URLs may hold and

@@ -98,14 +98,14 @@ def test_matches_dict_model(merge: str, buckets: int, actions: list, background:
     fn = bit_or if merge == "or" else ("overwrite" if merge == "empty" else merge)
     model = Model("overwrite" if merge == "empty" else merge)
     with tempfile.TemporaryDirectory() as tmp:
-        opts = dict(
-            value_dtype=dtype,
-            merge=fn,
-            ram_bytes=4096,
-            buckets=buckets,
-            fsync=False,
-            background=background,
-        )
+        opts = {
+            "value_dtype": dtype,
+            "merge": fn,
+            "ram_bytes": 4096,
+            "buckets": buckets,
+            "fsync": False,
+            "background": background,
+        }
         drum = Drum(tmp, **opts)
         saved: tuple[dict, dict, list] | None = None
         for act in actions:
@@ -316,7 +316,7 @@ def test_compressed_arrival_log_reads_back(tmp_path: Path) -> None:
     _, _, urls = _url_log(tmp_path)
     drum = Drum(tmp_path, ram_bytes=1 << 20, fsync=False)  # reloads the epoch from the log
     drum.flush()
-    got = [r for r in drum.take_results()]
+    got = list(drum.take_results())
     assert [a for r in got for a in r.aux] == urls
     assert sum(int(r.unique.sum()) for r in got) == len(urls)
 
@@ -439,7 +439,13 @@ def test_fsync_commit_syncs_only_at_commits(tmp_path: Path, monkeypatch) -> None
 def test_rollback_keeps_reusing_obsolete_files(tmp_path: Path, monkeypatch) -> None:
     """Obsolete caches and arrival logs are kept as spares and overwritten later; a
     rollback that makes more files obsolete while an old spare exists loses nothing."""
-    opts = dict(value_dtype=VALUE, merge="add", ram_bytes=1 << 16, buckets=4, fsync=False)
+    opts = {
+        "value_dtype": VALUE,
+        "merge": "add",
+        "ram_bytes": 1 << 16,
+        "buckets": 4,
+        "fsync": False,
+    }
     drum = Drum(tmp_path, **opts)
     keys = np.arange(1, 401, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
     manifests = []
@@ -480,7 +486,13 @@ def test_small_rounds_write_deltas_and_values_reach_the_base(tmp_path: Path) -> 
     into the base keeps every value."""
     from drumbeat.drum.runs import MAX_RUNS
 
-    opts = dict(value_dtype=VALUE, merge="add", ram_bytes=1 << 20, buckets=4, fsync=False)
+    opts = {
+        "value_dtype": VALUE,
+        "merge": "add",
+        "ram_bytes": 1 << 20,
+        "buckets": 4,
+        "fsync": False,
+    }
     drum = Drum(tmp_path, **opts)
     keys = np.arange(1, 40_001, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
     drum.update(keys, np.ones(len(keys), VALUE))
@@ -498,7 +510,7 @@ def test_small_rounds_write_deltas_and_values_reach_the_base(tmp_path: Path) -> 
         before = drum.stats().bytes_written
         drum.submit(np.full(len(batch), 2, np.uint8), batch, np.ones(len(batch), VALUE))
         drum.flush()
-        got = [r for r in drum.take_results()]
+        got = list(drum.take_results())
         for k in batch.tolist():
             model[k] = model.get(k, 0) + 1
         unique = np.concatenate([r.unique for r in got])

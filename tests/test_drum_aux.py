@@ -18,7 +18,7 @@ items = st.lists(st.binary(max_size=12), max_size=30)
 @settings(max_examples=200, deadline=None)
 @given(items, st.data())
 def test_take_matches_select(values: list[bytes], data: st.DataObject) -> None:
-    aux = AuxArray.of([b"pad"] + values)[1:]  # a slice: offsets do not start at 0
+    aux = AuxArray.of([b"pad", *values])[1:]  # a slice: offsets do not start at 0
     idx = data.draw(st.lists(st.integers(0, max(0, len(values) - 1)), max_size=40 if values else 0))
     taken = aux.take(np.array(idx, np.intp))
     assert taken.tolist() == aux.select(np.array(idx, np.intp)) == [values[i] for i in idx]

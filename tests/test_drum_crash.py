@@ -26,7 +26,7 @@ import pytest
 from drumbeat.drum import CHECK, Drum, DrumIOError
 
 VALUE = np.dtype([("n", "<i8")])
-OPTS = dict(value_dtype=VALUE, merge="add", ram_bytes=1 << 14, buckets=8)
+OPTS = {"value_dtype": VALUE, "merge": "add", "ram_bytes": 1 << 14, "buckets": 8}
 MAX_BATCHES = 300
 HERE = Path(__file__).parent
 
@@ -331,7 +331,7 @@ def test_full_disk_loses_nothing_acknowledged(tmp_path: Path) -> None:
 
 
 def test_fsize_limit_child_reports_clear_error(tmp_path: Path) -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     assert hard == resource.RLIM_INFINITY or hard > 200_000
     start = time.monotonic()
     code = (

@@ -69,7 +69,7 @@ def test_fold_policy_bounds_runs_and_rewrites(base: int, deltas: list[int]) -> N
             assert sum(runs[1:]) >= BASE_FRACTION * runs[0]
         new = d + sum(runs[j:])
         written += new
-        runs = runs[:j] + [new]
+        runs = [*runs[:j], new]
         assert len(runs) <= MAX_RUNS
     # The base is rewritten only after the deltas grew by a quarter of it, so its
     # rewrites cost at most (1 + 1/f) times what was added; the deltas' tiers add a

@@ -50,15 +50,13 @@ def test_only_the_deferring_thread_defers(tmp_path: Path) -> None:
 def test_an_error_in_the_block_drops_the_notes_and_nesting_is_refused(tmp_path: Path) -> None:
     (tmp_path / "f").write_bytes(b"data")
     before = _open_fds()
-    with pytest.raises(KeyError):
-        with durable.deferring_fsyncs() as pending:
-            durable.fsync_path(tmp_path / "f")
-            raise KeyError("boom")
+    with pytest.raises(KeyError), durable.deferring_fsyncs() as pending:
+        durable.fsync_path(tmp_path / "f")
+        raise KeyError("boom")
     assert len(pending) == 0 and _open_fds() == before
-    with durable.deferring_fsyncs():
-        with pytest.raises(RuntimeError, match="already deferred"):
-            with durable.deferring_fsyncs():
-                pass
+    with durable.deferring_fsyncs(), pytest.raises(RuntimeError, match="already deferred"):
+        with durable.deferring_fsyncs():
+            pass
     with durable.deferring_fsyncs() as again:  # the refusal left this thread usable
         durable.fsync_path(tmp_path / "f")
     assert len(again) == 1

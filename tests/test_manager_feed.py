@@ -16,7 +16,6 @@ import numpy as np
 import xxhash
 
 from drumbeat import urls as urls_module
-from drumbeat.testing import offline_manager
 from drumbeat.frontier import beast as beast_module
 from drumbeat.frontier.beast import Beast
 from drumbeat.frontier.urlseen import decode_payload, encode_payload
@@ -24,6 +23,7 @@ from drumbeat.manager import TUNING, Manager, beast_host_cap, pld_hash
 from drumbeat.manager.checkpointer import Laps
 from drumbeat.runtime.pace import Pace
 from drumbeat.settings import Settings
+from drumbeat.testing import offline_manager
 
 RAM = 1_600
 

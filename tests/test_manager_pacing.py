@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from drumbeat.testing import offline_manager
 from drumbeat.manager import Manager
+from drumbeat.testing import offline_manager
 
 B0 = 5
 TAU_H = 1.0  # the default turn is B0 x τh = 5 s

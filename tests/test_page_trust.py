@@ -153,7 +153,7 @@ def test_a_page_longer_than_one_parse_is_read_whole(tmp_path: Path, client_class
 
 def test_cut_links_are_on_the_log_line_and_in_stats(tmp_path: Path, client_class: type) -> None:
     settings = Settings(allow_loopback=True, max_body_bytes=len(_big_page()) // 2)
-    origin, results = fetch(tmp_path, client_class, ["/many", "/big", "/plain"], settings)
+    _origin, results = fetch(tmp_path, client_class, ["/many", "/big", "/plain"], settings)
     many, big, plain = results
     assert many.found is not None and len(many.found.urls()) == settings.max_links_per_page
     assert many.dropped["too_many_links"] == MANY_LINKS - settings.max_links_per_page

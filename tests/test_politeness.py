@@ -1,3 +1,5 @@
+import itertools
+
 from drumbeat.frontier.politeness import HostState, PolitenessScheduler, QueuedURL
 
 
@@ -120,7 +122,7 @@ def test_hosts_sharing_an_ip_are_served_in_line_one_per_ip_delay():
         served.append((now, h))
         s.done(h, now=now)  # the request took no time
     times = [t for t, _ in served]
-    assert all(b - a >= 0.1 - 1e-9 for a, b in zip(times, times[1:]))  # τs between requests
+    assert all(b - a >= 0.1 - 1e-9 for a, b in itertools.pairwise(times))  # τs between requests
     assert {h for _, h in served[:10]} == set(hosts)  # everyone once before anyone twice
     assert len(served) == 20 and s.queued_urls == 0
 

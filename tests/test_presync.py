@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from drumbeat.testing import offline_manager
 from drumbeat.manager import TUNING
 from drumbeat.manager.checkpointer import Laps
 from drumbeat.store.durable import sync_filesystem
+from drumbeat.testing import offline_manager
 
 
 def test_sync_filesystem_syncs_an_existing_path_and_names_a_missing_one(tmp_path: Path) -> None:

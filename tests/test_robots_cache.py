@@ -159,7 +159,7 @@ def test_evicted_entries_come_back_from_disk_with_the_same_answers(tmp_path):
     s.record_refused("http://refused.test", "no such host", ttl_s=30)
     assert s.stats()["lru_entries"] == 2
     assert s.get(origins[0]) is None  # evicted
-    found = _checked(s, origins + ["http://refused.test"])
+    found = _checked(s, [*origins, "http://refused.test"])
     for i, o in enumerate(origins):
         e, r = found[o], recorded[o]
         assert (e.state, e.text, e.fetched_at, e.expires_at, e.attempts) == (

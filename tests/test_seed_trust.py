@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 
 from drumbeat import urls
-from drumbeat.testing import offline_manager
 from drumbeat.frontier.star import pld_hash
 from drumbeat.frontier.urlseen import decode_payload, encode_payload
+from drumbeat.testing import offline_manager
 
 HOSTS = 50
 PER_HOST = 30  # fits in the 4 queues of the ring at the host cap of 10 (B0 x τh / τh_min)

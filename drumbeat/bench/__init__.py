@@ -1,4 +1,4 @@
-"""Benchmarks: ``drumbeat bench NAME [options]`` runs ``drumbeat.bench.NAME.main(argv)``.
+r"""Benchmarks: ``drumbeat bench NAME [options]`` runs ``drumbeat.bench.NAME.main(argv)``.
 
 Benchmarks print tables of ratios against peers measured in the same run;
 they are never timed unit tests. A module of this package is a benchmark when its

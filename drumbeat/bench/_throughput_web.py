@@ -26,6 +26,7 @@ prefix directory with its own config (never the system's).
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import random
@@ -57,7 +58,7 @@ ABSOLUTE_LINKS = 20  # per page, to other hosts
 PAGE_BYTES = 20_000
 _START_TIMEOUT_S = 10.0
 _STOP_TIMEOUT_S = 10.0
-_VOCABULARY = (
+_VOCABULARY = (  # noqa: SIM905 (one string reads better than 45 lines)
     "crawl polite frontier queue budget server host domain page link anchor robot delay "
     "fetch parse archive record bucket disk memory batch sort merge check update seen "
     "unique fresh index graph degree rank random steady river stone cloud lantern harbor "
@@ -381,7 +382,7 @@ def read_access_log(path: Path, delay_s: float) -> ServerLog:
     under = 0
     for stamps in times.values():
         stamps.sort()
-        gap = min((b - a for a, b in zip(stamps, stamps[1:])), default=None)
+        gap = min((b - a for a, b in itertools.pairwise(stamps)), default=None)
         if gap is None:
             continue
         min_gap = gap if min_gap is None else min(min_gap, gap)

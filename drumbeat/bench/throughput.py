@@ -692,7 +692,8 @@ def print_report(rep: dict[str, Any]) -> None:
     console.print(
         f"Targets: >= {targets['pages_per_s']:,.0f} pages/s sustained for 60 s with politeness "
         f"on: {'reached' if targets['pages_per_s_reached'] else 'not reached'}; >= "
-        f"{targets['ratio']:.0f}x Scrapy: {'reached' if targets['ratio_reached'] else 'not reached'}."
+        f"{targets['ratio']:.0f}x Scrapy: "
+        f"{'reached' if targets['ratio_reached'] else 'not reached'}."
     )
     console.print(
         "Notes: polite = 1 s per host (both crawlers; drumbeat's budget scaling floored at the "

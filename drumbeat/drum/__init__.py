@@ -50,10 +50,10 @@ from drumbeat.drum.repository import Drum, DrumIOError, DrumResult, DrumStats
 from drumbeat.drum.sizing import Sizing, plan, predicted_alpha
 
 __all__ = [
-    "AuxArray",
     "CHECK",
     "CHECK_UPDATE",
     "UPDATE",
+    "AuxArray",
     "Drum",
     "DrumCorruptError",
     "DrumError",

@@ -9,6 +9,7 @@ only reading an item back creates a ``bytes`` object.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Union, overload
@@ -83,7 +84,7 @@ class AuxArray:
         """Every item as ``bytes``."""
         o = self.offsets.tolist()
         blob = self.blob
-        return [blob[s:e] for s, e in zip(o, o[1:])]
+        return [blob[s:e] for s, e in itertools.pairwise(o)]
 
     def select(self, indices: np.ndarray) -> list[bytes]:
         """The items at ``indices`` (e.g. ``np.flatnonzero(result.unique)``), in that order."""

@@ -33,8 +33,9 @@ Payloads per kind:
   ``rawlen`` bytes (codec 1, :data:`LOG_LEVEL`; ISA-L's deflate via ``isal``,
   zlib when it is missing: both read either). The keys are random and stay
   raw; URL text, lengths and ops compress several-fold, and the arrival log was
-  most of the bytes a merge round writes with URL aux. A block is compressed only when that makes it smaller. The checksum
-  covers the stored bytes, so a damaged block fails it before inflating.
+  most of the bytes a merge round writes with URL aux. A block is compressed only
+  when that makes it smaller. The checksum covers the stored bytes, so a damaged
+  block fails it before inflating.
 - ``c``: a sorted run (a base or a delta, see ``repository``): one *section*
   per bucket it holds records of, in bucket order, each a sequence of blocks of
   ``count`` u64 keys (strictly increasing across the section), then ``count``

@@ -25,7 +25,8 @@ aux buffers are the arrival log's, written every ``Delta`` bytes. ``k`` is
 ``R / (4 M)`` with ``M = 1 MiB``, rounded down to a power of two (buckets are
 chosen by the key's high bits), between 1 and 4096. The paper used 256 KiB; creating
 a file is costly (with 1024 buckets the opens were a large share of a run) and a
-round creates 4 files per bucket, so fewer, larger buffers win; the growth term of alpha stays negligible below billions of keys.
+round creates 4 files per bucket, so fewer, larger buffers win; the growth term of
+alpha stays negligible below billions of keys.
 
 Theorem 2 counts a full rewrite of the sorted file per round (IRLbot's
 design, and drumbeat's before format 5). drumbeat now writes a delta run per
@@ -110,6 +111,6 @@ def predicted_alpha(
     growth = 2 * stored * H + p * H * checked
     tail = 2 + p + 2 * H / b
     lam = None if disk_bytes is None else 8 * M * disk_bytes * (H + P) / (H + b)
-    if lam is None or disk_bytes is None or R * R < lam:
+    if lam is None or disk_bytes is None or lam > R * R:
         return 8 * M * (H + P) * growth / (b * R * R) + tail
     return (H + b) * growth / (b * disk_bytes) + tail

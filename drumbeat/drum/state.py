@@ -271,7 +271,7 @@ class DrumState:
         snap["id"] = secrets.token_hex(8)
         snap["counters"] = self.counters.copy()
         manifest = copy.deepcopy(snap)
-        self.commits = (self.commits + [copy.deepcopy(snap)])[-2:]
+        self.commits = ([*self.commits, copy.deepcopy(snap)])[-2:]
         self.write(True)
         return manifest
 

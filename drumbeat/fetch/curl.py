@@ -132,7 +132,7 @@ class _PlainURL:
     yarl's: a regular expression and a few slots cost a fraction of what building a
     yarl URL and reading its parts does."""
 
-    __slots__ = ("url", "scheme", "raw_host", "port", "host_port_subcomponent", "raw_path_qs")
+    __slots__ = ("host_port_subcomponent", "port", "raw_host", "raw_path_qs", "scheme", "url")
     raw_user = None
 
     def __init__(
@@ -155,7 +155,7 @@ def parse_url(url: str) -> _PlainURL | URL:
         default = _DEFAULT_PORTS[scheme]
         port = int(written_port) if written_port else default
         if "/." not in path_qs.partition("?")[0] and (
-            written_port is None or port != default and port <= 65535
+            written_port is None or (port != default and port <= 65535)
         ):
             return _PlainURL(url, scheme, host, port, written_port, path_qs)
     return URL(url)
@@ -195,22 +195,22 @@ class _Handle:
     """One reusable curl easy handle and the state of the transfer it runs."""
 
     __slots__ = (
-        "curl",
-        "response",
-        "chunks",
-        "size",
-        "head",
-        "lines",
-        "headers",
-        "request_head",
-        "head_done",
-        "status",
-        "cap",
-        "reason",
-        "future",
-        "dead",
-        "last",
         "_limit",
+        "cap",
+        "chunks",
+        "curl",
+        "dead",
+        "future",
+        "head",
+        "head_done",
+        "headers",
+        "last",
+        "lines",
+        "reason",
+        "request_head",
+        "response",
+        "size",
+        "status",
     )
 
     def __init__(self, client: CurlHttpClient) -> None:

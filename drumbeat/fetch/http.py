@@ -311,4 +311,4 @@ def _protocol_reason(exc: BaseException) -> str:
 # Names that other modules imported from here before drumbeat.fetch.client and
 # drumbeat.fetch.response took them over; kept so that those importers keep working.
 HttpClient = AiohttpClient
-__all__ = ["AiohttpClient", "FetchResponse", "HttpClient", "retry_after", "_decode_body"]
+__all__ = ["AiohttpClient", "FetchResponse", "HttpClient", "_decode_body", "retry_after"]

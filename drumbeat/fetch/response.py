@@ -211,7 +211,7 @@ def retry_after(headers: list[tuple[str, str]], now: float, cap_s: float) -> flo
         except (TypeError, ValueError, IndexError, OverflowError):
             return None
         if when.tzinfo is None:  # RFC 9110 dates are GMT; obsolete forms may lack a zone
-            when = when.replace(tzinfo=datetime.timezone.utc)
+            when = when.replace(tzinfo=datetime.UTC)
         try:
             seconds = when.timestamp() - now
         except (OverflowError, OSError, ValueError):

@@ -362,7 +362,7 @@ class DiskQueue:
     def _create_segment(self, seg: int) -> None:
         header = _encode_header(seg)
         # Held open (no with-block): appends go on until the next segment replaces it.
-        self._wfile = open(self.directory / _seg_name(seg), "xb", buffering=0)  # noqa: SIM115
+        self._wfile = open(self.directory / _seg_name(seg), "xb", buffering=0)
         self._wfile.write(header)
         self.bytes_written += len(header)
 
@@ -579,7 +579,7 @@ class DiskQueue:
         path = self._read_path()
         try:
             # Held open (no with-block) until the segment is read to its end.
-            self._rfile = open(path, "rb", buffering=0)  # noqa: SIM115
+            self._rfile = open(path, "rb", buffering=0)
         except FileNotFoundError:
             raise DiskQueueCorruptError(path, None, "segment file missing") from None
         self._rversion = _check_header(
@@ -695,7 +695,7 @@ class DiskQueue:
                 path, size, f"truncated: {size} bytes, {self._wlen} committed"
             )
         # Held open (no with-block): appends go on until the next segment replaces it.
-        self._wfile = open(path, "r+b", buffering=0)  # noqa: SIM115
+        self._wfile = open(path, "r+b", buffering=0)
         self._wfile.truncate(self._wlen)
         self._wfile.seek(self._wlen)
         if version < FORMAT_VERSION:

@@ -29,8 +29,8 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 
 @dataclass(slots=True)

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
 from itertools import islice
 from time import perf_counter, thread_time
-from typing import Callable, Iterator, TypeVar
+from typing import TypeVar
 
 from drumbeat import urls
 from drumbeat.frontier.politeness import PolitenessScheduler

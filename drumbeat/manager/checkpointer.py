@@ -7,10 +7,11 @@ import asyncio
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from pathlib import Path
 from time import perf_counter
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from typing import Any, TypeVar
 
 from drumbeat.checkpoint import CheckpointMeta, Checkpoints
 from drumbeat.frontier.politeness import PolitenessScheduler, QueuedURL

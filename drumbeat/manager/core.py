@@ -6,9 +6,10 @@ import asyncio
 import logging
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from time import perf_counter, thread_time
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from drumbeat import urls
 from drumbeat.checkpoint import Checkpoints
@@ -25,10 +26,10 @@ from drumbeat.manager.pricing import Pricing
 from drumbeat.manager.state import LoopState
 from drumbeat.manager.stores import Drops, Stores
 from drumbeat.manager.tuning import TUNING, LoopTuning
-from drumbeat.runtime.pace import Pace
 from drumbeat.queue.base import FoundEdges, FoundURLs, ItemResult, ManagerQueue
-from drumbeat.settings import Settings
+from drumbeat.runtime.pace import Pace
 from drumbeat.runtime.stalls import Stalls
+from drumbeat.settings import Settings
 from drumbeat.store.crawllog import CrawlLog
 
 log = logging.getLogger("drumbeat.manager")

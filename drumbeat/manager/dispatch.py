@@ -54,6 +54,7 @@ class Dispatcher:
         self.in_flight_pages = 0
         self.next_item_id = 0
         self._next_task_id = 0
+        self._submits: set[asyncio.Future[None]] = set()  # task submits under way
 
     def page_limit_reached(self) -> bool:
         m = self.settings.max_pages
@@ -92,8 +93,11 @@ class Dispatcher:
                 self._next_task_id += 1
         if not tasks:
             return
-        # LocalTaskQueue.submit never blocks; a remote queue would be awaited by a task.
-        asyncio.ensure_future(self.queue.submit(tasks))
+        # LocalTaskQueue.submit never blocks; a remote queue would be awaited by a task,
+        # held here until done (the loop keeps only weak references to tasks).
+        submit = asyncio.ensure_future(self.queue.submit(tasks))
+        self._submits.add(submit)
+        submit.add_done_callback(self._submits.discard)
 
     def _new_item(
         self, url: str, host: HostState, kind: str, depth: int, via: str | None

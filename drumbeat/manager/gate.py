@@ -9,7 +9,7 @@ import asyncio
 import logging
 import time
 from collections import Counter, deque
-from typing import Callable
+from collections.abc import Callable
 
 from drumbeat import urls
 from drumbeat.fetch.dns import DnsCache

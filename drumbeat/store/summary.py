@@ -18,9 +18,9 @@ import json
 import os
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -353,8 +353,10 @@ def render_summary(summary: Mapping[str, Any], console: Console) -> None:
         rows.append(
             (
                 "log damage",
-                f"{summary['log_malformed_lines']:,} malformed lines, "
-                f"{summary['log_torn_bytes']:,} torn bytes",
+                (
+                    f"{summary['log_malformed_lines']:,} malformed lines, "
+                    f"{summary['log_torn_bytes']:,} torn bytes"
+                ),
             )
         )
     for row in rows:

@@ -426,7 +426,7 @@ class WarcWriter:
             try:
                 # "x": a restarted process may reuse a pid within the same second. Held
                 # open (no with-block) as the writer's current file until it rotates.
-                f = open(path, "xb", buffering=_WRITE_BUFFER_BYTES)  # noqa: SIM115
+                f = open(path, "xb", buffering=_WRITE_BUFFER_BYTES)
             except FileExistsError:
                 continue
             fcntl.flock(f.fileno(), fcntl.LOCK_EX)
@@ -502,7 +502,7 @@ def _recover_file(open_path: Path) -> RecoveredFile | None:
     """Recover one file, or return None if a live writer holds it or it is gone."""
     try:
         # The with-block below closes it; this try covers the open alone.
-        f = open(open_path, "r+b")  # noqa: SIM115
+        f = open(open_path, "r+b")
     except FileNotFoundError:  # another process recovered it first
         return None
     with f:
