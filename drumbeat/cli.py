@@ -244,7 +244,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     console.print(f"[bold]drumbeat demo[/]: starting a synthetic web of {args.hosts} hosts "
                   f"on loopback ...")
     server = subprocess.Popen(
-        [sys.executable, "-m", "drumbeat.simweb", "--hosts", str(args.hosts), "--ips", "32",
+        [sys.executable, "-P", "-m", "drumbeat.simweb", "--hosts", str(args.hosts), "--ips", "32",
          "--pages-per-host", "40"],
         stdout=subprocess.PIPE, text=True,
     )
