@@ -293,7 +293,7 @@ class Manager:
                            budgets_of=self._budgets_by_hash, turn_s=s.beast_turn(),
                            clock=self.clock, admit=self._robots_admit)
         self.robots = RobotsStore(
-            d / "robots", user_agent=s.user_agent, expiry_s=s.robots_expiry_s,
+            d / "robots", robots_agent=s.robots_agent, expiry_s=s.robots_expiry_s,
             retry_s=s.robots_retry_s, max_attempts=s.robots_max_attempts,
             ram_entries=s.robots_ram_entries, drum_ram_bytes=s.robots_ram_bytes,
             manifest=f.get("robots"), fsync="commit",  # its DRUMs, as above

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -53,6 +54,9 @@ class Settings:
     ip_delay_min_s: float = 0.1
     crawl_delay_max_s: float = 60.0  # robots Crawl-delay is honoured up to this cap
     user_agent: str = DEFAULT_USER_AGENT
+    # The product token that robots.txt groups are matched on (RFC 9309 §2.2.1), case-
+    # insensitively; the User-Agent header should start with it. Letters, "_" and "-".
+    robots_agent: str = "drumbeat"
     robots_expiry_s: float = 86400.0
     # Back-off (429, 503, connect/timeout/reset): doubling from 2 x host delay, Retry-After
     # honoured, capped; forgiven after a quiet period; a failed URL gets this many fetches.
@@ -243,6 +247,8 @@ def validate(s: Settings) -> Settings:
     need(s.max_time_s is None or s.max_time_s > 0, "max_time_s", "must be > 0 seconds")
     need(bool(s.user_agent.strip()) and "\n" not in s.user_agent, "user_agent",
          "must be a non-empty single line")
+    need(re.fullmatch(r"[A-Za-z_-]+", s.robots_agent) is not None, "robots_agent",
+         "must be a product token: letters, '_' and '-' only (e.g. drumbeat)")
     if s.dns_server is not None:
         parse_hostport(s.dns_server)
     return s

@@ -110,7 +110,7 @@ def make_client(sim: SimWeb, dns: DnsCache, backend: str = "aiohttp") -> HttpCli
 async def run_cases(sim: SimWeb, tmp: Path, backend: str = "aiohttp") -> dict[str, Outcome]:
     dns = DnsCache(nameserver=sim.dns_address, timeout_s=0.5, tries=1)
     http = make_client(sim, dns, backend)
-    store = RobotsStore(tmp / "robots", user_agent="drumbeat", expiry_s=3600, retry_s=60,
+    store = RobotsStore(tmp / "robots", robots_agent="drumbeat", expiry_s=3600, retry_s=60,
                         max_attempts=3, fsync=False)
     results: dict[str, Outcome] = {}
     # tracemalloc sees the server's thread too: let it build its bombs before measuring.
