@@ -425,6 +425,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     server = subprocess.Popen(
         [
             sys.executable,
+            "-P",
             "-m",
             "drumbeat.simweb",
             "--hosts",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -58,6 +59,9 @@ class Settings:
     ip_delay_min_s: float = 0.1
     crawl_delay_max_s: float = 60.0  # robots Crawl-delay is honoured up to this cap
     user_agent: str = DEFAULT_USER_AGENT
+    # The product token that robots.txt groups are matched on (RFC 9309 §2.2.1), case-
+    # insensitively; the User-Agent header should start with it. Letters, "_" and "-".
+    robots_agent: str = "drumbeat"
     # The From header of every request (robots.txt included): an e-mail address where the
     # crawler's operator can be reached, as Heritrix sends; "" = no From header.
     from_header: str = ""
@@ -278,6 +282,11 @@ def validate(s: Settings) -> Settings:
         s.beast_turn_s is None or 0 <= s.beast_turn_s < float("inf"),
         "beast_turn_s",
         "must be >= 0 seconds",
+    )
+    need(
+        re.fullmatch(r"[A-Za-z_-]+", s.robots_agent) is not None,
+        "robots_agent",
+        "must be a product token: letters, '_' and '-' only (e.g. drumbeat)",
     )
     need(s.budget_max >= s.budget_default, "budget_max", "must be >= budget_default")
     need(s.budget_indegree_floor >= 1, "budget_indegree_floor", "must be >= 1")

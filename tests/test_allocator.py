@@ -44,8 +44,8 @@ def test_choices() -> None:
 
 def test_preload_env_puts_the_library_first_once() -> None:
     env = allocator.preload_env("libx.so.2", {"LD_PRELOAD": "liby.so libx.so.2", "A": "1"})
-    assert env == {"LD_PRELOAD": "libx.so.2 liby.so", "A": "1"}
-    assert allocator.preload_env(None, {"A": "1"}) == {"A": "1"}
+    assert env == {"LD_PRELOAD": "libx.so.2 liby.so", "A": "1", "PYTHONSAFEPATH": "1"}
+    assert allocator.preload_env(None, {"A": "1"}) == {"A": "1", "PYTHONSAFEPATH": "1"}
 
 
 def test_a_plain_process_runs_on_the_system_malloc() -> None:
@@ -96,3 +96,79 @@ def test_drumbeat_executes_itself_again_once_with_the_allocator(tmp_path) -> Non
         stages = json.loads((state / "stages.json").read_text())
         assert stages["allocator"] == {"manager": expected, "fetchers": [expected]}
         assert f"malloc: {expected}" in (state / "drumbeat.log").read_text()
+
+
+def _shadow(directory) -> None:
+    """A ``drumbeat`` package in ``directory`` that fails on import, as a stale source
+    checkout or another project's package would."""
+    (directory / "drumbeat").mkdir()
+    (directory / "drumbeat" / "__init__.py").write_text(
+        "raise ImportError('the drumbeat in the current directory was imported')\n"
+    )
+
+
+def test_child_processes_import_this_processes_drumbeat(tmp_path) -> None:
+    """A child started with preload_env's environment imports drumbeat from where this
+    process did, not from its current directory."""
+    import drumbeat
+
+    _shadow(tmp_path)
+    where = subprocess.run(
+        [sys.executable, "-c", "import drumbeat; print(drumbeat.__file__)"],
+        env=allocator.preload_env(None),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert where.returncode == 0, where.stderr
+    assert where.stdout.strip() == drumbeat.__file__
+
+
+@pytest.mark.parametrize("cwd_holds", ["package", "state_dir"])
+def test_a_crawl_runs_from_a_directory_holding_a_drumbeat(tmp_path, cwd_holds) -> None:
+    """`drumbeat crawl` started from a directory with a `drumbeat` package, or with its
+    state dir named `drumbeat`: the re-executed manager and the fetcher processes still run
+    the drumbeat that the command started with."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    if cwd_holds == "package":
+        _shadow(cwd)
+    state = cwd / "drumbeat" / "state" if cwd_holds == "package" else cwd / "drumbeat"
+    # As the `drumbeat` console script does: its own directory, not the current one, is
+    # first on the import path.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "drumbeat").write_text(
+        "import sys\nfrom drumbeat.cli import main\nsys.exit(main())\n"
+    )
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("LD_PRELOAD", "DRUMBEAT_ALLOCATOR_REEXEC", "PYTHONSAFEPATH")
+    }
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(bin_dir / "drumbeat"),
+            "crawl",
+            "http://127.0.0.1:1/",
+            "--state",
+            str(state.relative_to(cwd)),
+            "--allow-loopback",
+            "--fetchers",
+            "1",
+            "--max-time",
+            "2",
+            "--no-progress",
+        ],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    stages = json.loads((state / "stages.json").read_text())
+    expected = "mimalloc" if MIMALLOC else "system"  # the manager was executed again
+    assert stages["allocator"] == {"manager": expected, "fetchers": [expected]}

@@ -210,7 +210,7 @@ robots_text = st.lists(robots_lines, max_size=20).map("\n".join)
     ),
 )
 def test_robots_parsing_never_raises(text: str, url: str) -> None:
-    parsed = _parse(text)
+    parsed = _parse(text, "drumbeat")
     state = ALLOW_ALL if parsed is None else RULES
     entry = RobotsEntry("http://h.test", state, text, 0.0, 1.0, 0, parsed)
     assert isinstance(entry.allows(url, "drumbeat"), bool)

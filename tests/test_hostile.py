@@ -117,7 +117,7 @@ async def run_cases(sim: SimWeb, tmp: Path, backend: str = "aiohttp") -> dict[st
     http = make_client(sim, dns, backend)
     store = RobotsStore(
         tmp / "robots",
-        user_agent="drumbeat",
+        robots_agent="drumbeat",
         expiry_s=3600,
         retry_s=60,
         max_attempts=3,

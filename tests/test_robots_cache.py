@@ -41,7 +41,7 @@ class Clock:
 def _store(path: Path, clock=None, manifest=None, ram_entries=10_000, fsync=False):
     return RobotsStore(
         path,
-        user_agent=UA,
+        robots_agent="drumbeat",
         expiry_s=100,
         retry_s=10,
         max_attempts=3,
@@ -372,7 +372,7 @@ from pathlib import Path
 from drumbeat.frontier.robots import RobotsStore
 
 d = Path(sys.argv[1])
-s = RobotsStore(d / "r", user_agent="ua", expiry_s=100, retry_s=10, max_attempts=3,
+s = RobotsStore(d / "r", robots_agent="ua", expiry_s=100, retry_s=10, max_attempts=3,
                 ram_entries=5, clock=lambda: 1000.0, fsync="commit")
 for i in range(20):
     s.record(f"http://h{i}.test", 200, f"User-agent: *\nDisallow: /p{i}/\n")

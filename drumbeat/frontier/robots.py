@@ -3,7 +3,8 @@ RobotsRequested (§IV.C, Fig. 2), with expiry and RFC 9309 failure rules.
 
 Outcomes of a robots.txt fetch (:meth:`RobotsStore.record`):
 
-* 2xx: the body is parsed with protego; garbage parses as "no rules" (allow all).
+* 2xx: the group for the crawler's product token is selected (:func:`select_group`) and
+  parsed with protego; garbage parses as "no rules" (allow all).
 * 4xx: no usable robots.txt, everything allowed.
 * 5xx or network failure: the origin is treated as fully disallowed and retried after
   ``retry_s``; after ``max_attempts`` failures in a row it is given up for good (the
@@ -30,6 +31,7 @@ last or the previous manifest gives exactly that state, and opening without one 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import struct
 import time
@@ -83,23 +85,25 @@ class RobotsEntry:
     fetched_at: float  # wall-clock seconds
     expires_at: float  # wall-clock seconds: re-request after this (retry time when UNAVAILABLE)
     attempts: int  # consecutive failures
-    parsed: Protego | None = None
+    parsed: Protego | None = None  # the robots_agent's rules alone (select_group)
 
-    def allows(self, url: str, user_agent: str) -> bool:
+    def allows(self, url: str, user_agent: str | None = None) -> bool:
+        """Whether the rules of the store's robots_agent allow ``url``. ``user_agent`` is
+        not used: the group was chosen by product token when the entry was parsed."""
         if self.state == ALLOW_ALL:
             return True
         if self.state != RULES or self.parsed is None:
             return False
         try:
-            return bool(self.parsed.can_fetch(url, user_agent))
+            return bool(self.parsed.can_fetch(url, _ANY))
         except Exception:  # protego on hostile input: fail open like a missing robots.txt
             return True
 
-    def crawl_delay(self, user_agent: str) -> float | None:
+    def crawl_delay(self, user_agent: str | None = None) -> float | None:
         if self.state != RULES or self.parsed is None:
             return None
         try:
-            delay = self.parsed.crawl_delay(user_agent)
+            delay = self.parsed.crawl_delay(_ANY)
             return float(delay) if delay is not None and float(delay) >= 0 else None
         except Exception:  # protego on hostile input
             return None
@@ -226,7 +230,7 @@ class RobotsStore:
         self,
         directory: Path,
         *,
-        user_agent: str,
+        robots_agent: str,
         expiry_s: float,
         retry_s: float,
         max_attempts: int,
@@ -236,12 +240,14 @@ class RobotsStore:
         clock: Callable[[], float] = time.time,
         fsync: bool | str = True,
     ) -> None:
-        """``manifest`` None wipes ``directory`` (state of a run that died before its first
-        checkpoint) and starts empty; otherwise the state of that commit is restored."""
+        """``robots_agent``: the crawler's product token, whose group of each robots.txt
+        applies (:func:`select_group`). ``manifest`` None wipes ``directory`` (state of a
+        run that died before its first checkpoint) and starts empty; otherwise the state of
+        that commit is restored."""
         if ram_entries < 1:
             raise ValueError(f"ram_entries must be at least 1, got {ram_entries}")
         self.directory = Path(directory)
-        self.user_agent = user_agent
+        self.robots_agent = robots_agent
         self.expiry_s = expiry_s
         self.retry_s = retry_s
         self.max_attempts = max_attempts
@@ -396,7 +402,7 @@ class RobotsStore:
             int(value["attempts"]),
         )
         if entry.state == RULES:
-            entry.parsed = _parse(text)
+            entry.parsed = _parse(text, self.robots_agent)
             if entry.parsed is None:  # as record() would have decided
                 entry.state = ALLOW_ALL
         self._loaded += 1
@@ -413,7 +419,7 @@ class RobotsStore:
         now = self.clock()
         if status is not None and 200 <= status < 300:
             entry = RobotsEntry(origin, RULES, text or "", now, now + self.expiry_s, 0)
-            entry.parsed = _parse(entry.text)
+            entry.parsed = _parse(entry.text, self.robots_agent)
             if entry.parsed is None:
                 entry.state = ALLOW_ALL
         elif status is not None and 400 <= status < 500:
@@ -521,8 +527,61 @@ class RobotsStore:
         }
 
 
-def _parse(text: str) -> Protego | None:
+# RFC 9309 §2.2.1 group selection. protego matches a group's name anywhere in the agent it
+# is given (older releases as a plain substring, newer ones at a word's start, so
+# "User-agent: drum" applies to "drumbeat"), so drumbeat selects the group itself and hands
+# protego that group alone, as the one group for every agent (_ANY).
+_ANY = "*"
+# A user-agent line as protego reads one: "User-agent:", "useragent", "user agent", with or
+# without the colon. Anything that starts so is taken as one, so that no line handed on to
+# protego can open a group of its own.
+_AGENT_LINE = re.compile(r"user(?:-|\s*)agent(?:\s*:|\s|$)\s*(.*)", re.I)
+_PRODUCT_TOKEN = re.compile(r"[A-Za-z_-]+")
+_GLOBAL_AGENT = re.compile(r"\*(?:\s|$)")
+# Site-wide lines (no part of a group, and they do not end a group's user-agent lines).
+_SITE_WIDE = re.compile(r"(?:sitemaps?|site-map|host)(?:\s*:|\s)", re.I)
+
+
+def select_group(text: str, robots_agent: str) -> str:
+    """The rules of robots.txt ``text`` for the product token ``robots_agent``, as one
+    ``User-agent: *`` group (RFC 9309 §2.2.1).
+
+    A group applies when one of its user-agent lines starts with the token (letters, ``_``,
+    ``-``; compared case-insensitively; ``drumbeat/1.0`` names ``drumbeat``). The rules of
+    every such group are combined; when none names the token, those of the ``*`` groups
+    are. A group starts at a user-agent line that follows a rule; rules before the first
+    user-agent line belong to no group.
+    """
+    agent = robots_agent.lower()
+    named: list[str] = []
+    anyone: list[str] = []
+    found_named = False
+    group: list[bool] | None = None  # [names the agent, is "*"]; None before the first
+    in_header = False  # the last group line was a user-agent line
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        agent_line = _AGENT_LINE.match(line)
+        if agent_line is not None:
+            if group is None or not in_header:
+                group, in_header = [False, False], True
+            value = agent_line.group(1).strip()
+            token = _PRODUCT_TOKEN.match(value)
+            if token is not None and token.group().lower() == agent:
+                group[0] = found_named = True
+            group[1] = group[1] or _GLOBAL_AGENT.match(value) is not None
+        elif group is not None and _SITE_WIDE.match(line) is None:
+            in_header = False
+            if group[0]:
+                named.append(line)
+            if group[1]:
+                anyone.append(line)
+    return "\n".join([f"User-agent: {_ANY}", *(named if found_named else anyone)]) + "\n"
+
+
+def _parse(text: str, robots_agent: str) -> Protego | None:
     try:
-        return Protego.parse(text)
+        return Protego.parse(select_group(text, robots_agent))
     except Exception:  # a robots.txt protego cannot read counts as no robots.txt
         return None

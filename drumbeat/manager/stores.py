@@ -85,7 +85,7 @@ class Stores:
         )
         robots = RobotsStore(
             d / "robots",
-            user_agent=s.user_agent,
+            robots_agent=s.robots_agent,
             expiry_s=s.robots_expiry_s,
             retry_s=s.robots_retry_s,
             max_attempts=s.robots_max_attempts,

@@ -15,6 +15,12 @@ preloaded (:func:`reexec_if_needed`), and fetcher processes are started with it
 (:func:`preload_env`). The library comes from the system (Debian: ``libmimalloc2.0``
 or ``libjemalloc2``). If neither is installed, drumbeat runs on glibc's malloc and is
 slower, with the same results. Only the allocator changes; no result does.
+
+Both run the installed drumbeat, the one this process imported: the environment of
+:func:`preload_env` turns on safe-path imports (``PYTHONSAFEPATH``) and the re-execution
+passes ``-P``, since ``python -m`` would otherwise put the current directory first on the
+import path, and a source checkout or anything else named ``drumbeat`` there would run
+instead (or fail to import).
 """
 
 from __future__ import annotations
@@ -78,8 +84,10 @@ def in_use() -> str:
 
 
 def preload_env(lib: str | None, env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``env`` (default: this process's) with ``lib`` first in ``LD_PRELOAD``."""
+    """``env`` (default: this process's) with ``lib`` first in ``LD_PRELOAD`` and safe-path
+    imports on: the environment of a drumbeat child process (see the module docstring)."""
     out = dict(os.environ if env is None else env)
+    out["PYTHONSAFEPATH"] = "1"
     if lib is not None:
         others = [p for p in out.get("LD_PRELOAD", "").split() if p != lib]
         out["LD_PRELOAD"] = " ".join([lib, *others])
@@ -87,7 +95,7 @@ def preload_env(lib: str | None, env: Mapping[str, str] | None = None) -> dict[s
 
 
 def reexec_if_needed(choice: str, argv: Sequence[str]) -> None:
-    """Execute this program again as ``python -m drumbeat *argv`` with the allocator
+    """Execute this program again as ``python -P -m drumbeat *argv`` with the allocator
     ``choice`` preloaded, unless it is already in use, is the system's, or this process
     is such a second execution. Returns only when nothing was executed."""
     lib = library(choice)
@@ -97,4 +105,4 @@ def reexec_if_needed(choice: str, argv: Sequence[str]) -> None:
     env[_REEXEC_MARK] = "1"
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, [sys.executable, "-m", "drumbeat", *argv], env)
+    os.execve(sys.executable, [sys.executable, "-P", "-m", "drumbeat", *argv], env)
