@@ -213,8 +213,8 @@ def test_robots_parsing_never_raises(text: str, url: str) -> None:
     parsed = _parse(text, "drumbeat")
     state = ALLOW_ALL if parsed is None else RULES
     entry = RobotsEntry("http://h.test", state, text, 0.0, 1.0, 0, parsed)
-    assert isinstance(entry.allows(url, "drumbeat"), bool)
-    delay = entry.crawl_delay("drumbeat")
+    assert isinstance(entry.allows(url), bool)
+    delay = entry.crawl_delay()
     assert delay is None or delay >= 0
 
 

@@ -160,7 +160,7 @@ def after_fetch(outcome: Outcome, store: RobotsStore) -> None:
         ok = r.error is None and r.decoded is not None
         text = r.decoded.decode("utf-8", "replace") if ok and r.decoded is not None else None
         entry = store.record(urls.origin_of(r.url), r.status if ok else None, text)
-        entry.allows(r.url, "drumbeat")
+        entry.allows(r.url)
         outcome.robots_state = entry.state
         outcome.recorded = f"robots {entry.state}" + (f" ({r.error})" if r.error else "")
         return

@@ -51,7 +51,7 @@ def _entry(text: str, robots_agent: str = "drumbeat") -> RobotsEntry:
 
 def _allowed(entry: RobotsEntry, *paths: str) -> set[str]:
     # The manager passes its User-Agent header; it must not change which group applies.
-    return {p for p in paths if entry.allows(f"http://h.test{p}", DEFAULT_USER_AGENT)}
+    return {p for p in paths if entry.allows(f"http://h.test{p}")}
 
 
 PATHS = ("/", "/a", "/secret", "/star-only")
@@ -64,7 +64,7 @@ def test_groups_named_after_words_of_the_user_agent_do_not_apply() -> None:
 def test_the_group_naming_the_token_applies_over_star_case_insensitively() -> None:
     entry = _entry(OURS_OVER_STAR)
     assert _allowed(entry, *PATHS) == {"/", "/a", "/star-only"}
-    assert entry.crawl_delay(DEFAULT_USER_AGENT) == 0.25
+    assert entry.crawl_delay() == 0.25
 
 
 def test_a_custom_token_applies() -> None:

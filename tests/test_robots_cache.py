@@ -74,18 +74,18 @@ def test_statuses_follow_rfc9309(tmp_path):
     s = _store(tmp_path / "r")
     e = s.record("http://a.test", 200, "User-agent: *\nDisallow: /private/\nCrawl-delay: 3\n")
     assert e.state == RULES
-    assert not e.allows("http://a.test/private/x", UA) and e.allows("http://a.test/p", UA)
-    assert e.crawl_delay(UA) == 3.0
+    assert not e.allows("http://a.test/private/x") and e.allows("http://a.test/p")
+    assert e.crawl_delay() == 3.0
     assert s.record("http://b.test", 404, None).state == ALLOW_ALL
     e = s.record("http://c.test", 503, None)
-    assert e.state == UNAVAILABLE and not e.allows("http://c.test/", UA)
-    assert e.crawl_delay(UA) is None
-    assert s.record("http://d.test", 200, "\x00\xff<html>garbage").allows("http://d.test/x", UA)
+    assert e.state == UNAVAILABLE and not e.allows("http://c.test/")
+    assert e.crawl_delay() is None
+    assert s.record("http://d.test", 200, "\x00\xff<html>garbage").allows("http://d.test/x")
     assert s.record("http://e.test", None, None).state == UNAVAILABLE  # no HTTP response
     assert s.record("http://f.test", 301, None).state == UNAVAILABLE  # redirect left over
     e = s.record_refused("http://g.test", "address 10.0.0.1 is private", ttl_s=50)
     assert e.state == REFUSED and e.text == "address 10.0.0.1 is private"
-    assert not e.allows("http://g.test/", UA)
+    assert not e.allows("http://g.test/")
     for origin in ("http://a.test", "http://b.test", "http://g.test"):
         assert s.get(origin).origin == origin
 
@@ -170,8 +170,8 @@ def test_evicted_entries_come_back_from_disk_with_the_same_answers(tmp_path):
             r.attempts,
         )
         for path in (f"/p{i}/x", f"/p{i + 1}/x", "/"):
-            assert e.allows(o + path, UA) == r.allows(o + path, UA)
-        assert e.crawl_delay(UA) == r.crawl_delay(UA) == float(i)
+            assert e.allows(o + path) == r.allows(o + path)
+        assert e.crawl_delay() == r.crawl_delay() == float(i)
     refused = found["http://refused.test"]
     assert refused.state == REFUSED and refused.text == "no such host"
     assert s.stats()["lru_entries"] == 2  # RAM stays bounded while loading
@@ -187,7 +187,7 @@ def test_record_before_check_in_one_round_is_seen_by_the_check(tmp_path):
     s.check(["http://c.test"], [b"y"])
     s.flush()  # one merge round holds all five tuples
     got = list(s.take_checked())
-    assert got[0][2].state == RULES and not got[0][2].allows("http://a.test/p7/", UA)
+    assert got[0][2].state == RULES and not got[0][2].allows("http://a.test/p7/")
     assert got[1][2].state == UNAVAILABLE and got[1][2].attempts == 1
 
 
@@ -301,9 +301,9 @@ def _state(store, origins):
                 e.fetched_at,
                 e.expires_at,
                 e.attempts,
-                e.allows(o + "/p1/", UA),
-                e.allows(o + "/p2/", UA),
-                e.crawl_delay(UA),
+                e.allows(o + "/p1/"),
+                e.allows(o + "/p2/"),
+                e.crawl_delay(),
             )
         )
     return out
@@ -416,7 +416,7 @@ def test_sigkill_rolls_back_to_the_commit(tmp_path):
     for i, name in enumerate(names[:20]):
         e = found[name]
         assert e.state == RULES and e.fetched_at == 1000.0
-        assert not e.allows(f"{name}/p{i}/x", UA) and e.allows(f"{name}/q{i}/x", UA)
+        assert not e.allows(f"{name}/p{i}/x") and e.allows(f"{name}/q{i}/x")
     assert all(found[n] is None for n in names[20:])
     assert _requested_new(s, names) == {n: i >= 20 for i, n in enumerate(names)}
     assert s.stats()["cache_keys"] == 20

@@ -87,9 +87,9 @@ class RobotsEntry:
     attempts: int  # consecutive failures
     parsed: Protego | None = None  # the robots_agent's rules alone (select_group)
 
-    def allows(self, url: str, user_agent: str | None = None) -> bool:
-        """Whether the rules of the store's robots_agent allow ``url``. ``user_agent`` is
-        not used: the group was chosen by product token when the entry was parsed."""
+    def allows(self, url: str) -> bool:
+        """Whether the rules of the store's robots_agent allow ``url`` (its group was
+        chosen by product token when the entry was parsed)."""
         if self.state == ALLOW_ALL:
             return True
         if self.state != RULES or self.parsed is None:
@@ -99,7 +99,7 @@ class RobotsEntry:
         except Exception:  # protego on hostile input: fail open like a missing robots.txt
             return True
 
-    def crawl_delay(self, user_agent: str | None = None) -> float | None:
+    def crawl_delay(self) -> float | None:
         if self.state != RULES or self.parsed is None:
             return None
         try:

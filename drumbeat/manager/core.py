@@ -98,7 +98,7 @@ class Manager:
         self.drops = drops = Drops(crawl_log, self.counters)
 
         def admit_for(robots: RobotsStore) -> Callable[[bytes], bool]:
-            return robots_admitter(robots, s.user_agent, drops.drop)
+            return robots_admitter(robots, drops.drop)
 
         self.stores = Stores.open(
             s,

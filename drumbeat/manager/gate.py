@@ -36,9 +36,7 @@ from drumbeat.settings import Settings
 log = logging.getLogger("drumbeat.manager")
 
 
-def robots_admitter(
-    robots: RobotsStore, user_agent: str, drop: Callable[..., None]
-) -> Callable[[bytes], bool]:
+def robots_admitter(robots: RobotsStore, drop: Callable[..., None]) -> Callable[[bytes], bool]:
     """BEAST's ``admit``: False, with the URL dropped, when its origin's robots rules are
     in RAM, fresh, and disallow it; it is asked once the URL has a place in the ring,
     before it takes it (new, or leaving QF).
@@ -60,7 +58,7 @@ def robots_admitter(
             entry is None
             or entry.state != RULES
             or not robots.is_fresh(entry)
-            or entry.allows(payload_url(payload), user_agent)
+            or entry.allows(payload_url(payload))
         ):
             return True  # allowed, or decided at routing
         url, depth, via, _ = decode_payload(payload)
@@ -97,7 +95,7 @@ class RobotsGate:
         self.counters = counters
         self._drop = drops.drop
         self._authority = pricing.authority
-        self.robots_admit = robots_admitter(stores.robots, s.user_agent, drops.drop)
+        self.robots_admit = robots_admitter(stores.robots, drops.drop)
         self.policy = AddressPolicy(allow_loopback=s.allow_loopback, allow_private=s.allow_private)
         self.dns = DnsCache(
             nameserver=s.dns_server, timeout_s=s.dns_timeout_s, negative_ttl_s=s.dns_negative_ttl_s
@@ -336,7 +334,7 @@ class RobotsGate:
             return
         state = entry.state
         if state in (RULES, ALLOW_ALL):
-            if entry.allows(url, self.settings.user_agent):
+            if entry.allows(url):
                 self._push_page(url, depth, via, entry, hops, host_name)
             else:
                 self._drop(url, depth, via, "robots_disallowed")
@@ -429,7 +427,7 @@ class RobotsGate:
 
     def raise_host_delay(self, host: HostState, entry: RobotsEntry) -> bool:
         """Honour a robots Crawl-delay longer than the host delay (capped). True if raised."""
-        delay = entry.crawl_delay(self.settings.user_agent)
+        delay = entry.crawl_delay()
         if delay is None:
             return False
         capped = min(delay, self.settings.crawl_delay_max_s)
