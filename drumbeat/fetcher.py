@@ -33,12 +33,12 @@ from drumbeat.parse.links import (
 )
 from drumbeat.queue.base import (
     ROBOTS,
+    FetcherQueue,
     FetchItem,
     FoundEdges,
     FoundURLs,
     ItemResult,
     Task,
-    TaskQueue,
 )
 from drumbeat.settings import Settings
 from drumbeat.store.warc import WarcLocation, WarcWriter
@@ -84,7 +84,7 @@ class Fetcher:
     def __init__(
         self,
         settings: Settings,
-        queue: TaskQueue,
+        queue: FetcherQueue,
         http: HttpClient,
         warc: WarcWriter,
         *,
@@ -368,7 +368,7 @@ def pack_edges(source: str, targets: list[str]) -> FoundEdges | None:
     return FoundEdges(source, edge_keys(source, targets).tobytes(), blob, lengths.tobytes())
 
 
-def _packed(items: list[str], tail: str = "") -> tuple[bytes, array]:
+def _packed(items: list[str], tail: str = "") -> tuple[bytes, array[int]]:
     """Each of ``items`` followed by ``tail``, UTF-8, back to back, and their lengths.
 
     One join and one encode for the whole list, lengths from the characters: normalized

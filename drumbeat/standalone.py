@@ -26,7 +26,7 @@ import re
 import signal
 import sys
 import time
-from collections import Counter
+from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -139,11 +139,9 @@ def run_crawl(settings: Settings) -> CrawlOutcome:
         try:
             try:
                 import uvloop
-
-                runner = uvloop.run
             except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-                runner = asyncio.run
-            return runner(_crawl(settings, state_dir))
+                return asyncio.run(_crawl(settings, state_dir))
+            return uvloop.run(_crawl(settings, state_dir))
         finally:
             logging.getLogger("drumbeat").removeHandler(handler)
             handler.close()
@@ -353,13 +351,15 @@ def write_stages(
     ``switch_interval_s``: the manager's GIL switch interval (MANAGER_SWITCH_INTERVAL_S).
     ``stalls``: the manager's long loop turns (drumbeat.runtime.stalls).
     """
-    seconds: Counter[str] = Counter()
+    seconds: defaultdict[str, float] = defaultdict(float)
     fetcher_cpu = 0.0
     for s in fetcher_stats:
-        seconds.update(s.get("stage_s", {}))
+        for stage, spent in s.get("stage_s", {}).items():
+            seconds[stage] += spent
         fetcher_cpu += s.get("cpu_s", 0.0)
     fetcher_busy = sum(seconds.values())
-    seconds.update(manager.stage_s)
+    for stage, spent in manager.stage_s.items():
+        seconds[stage] += spent
     handoff = getattr(manager.queue, "handoff_s", 0.0)
     seconds["handoff"] += handoff
     if fetchers == 0:

@@ -44,11 +44,9 @@ def main() -> int:
     os.dup2(2, 1)
     try:
         import uvloop
-
-        runner = uvloop.run
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        runner = asyncio.run
-    return runner(_serve(frames_out))
+        return asyncio.run(_serve(frames_out))
+    return uvloop.run(_serve(frames_out))
 
 
 async def _serve(frames_out: Any) -> int:

@@ -306,7 +306,7 @@ class Bench:
         stages = (
             json.loads(stages_path.read_text(encoding="utf-8")) if stages_path.exists() else None
         )
-        extra = {
+        extra: dict[str, Any] = {
             "concurrency": self.plan.concurrency,
             "fetchers": self.plan.fetchers if self.fetchers_flag else None,
             "fetchers_flag": self.fetchers_flag,
@@ -398,7 +398,7 @@ class Bench:
 
 
 def _drumbeat_page_times(path: Path) -> list[float]:
-    times = []
+    times: list[float] = []
     if not path.exists():
         return times
     with open(path, encoding="utf-8", errors="replace") as f:

@@ -31,6 +31,7 @@ import itertools
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import final
 
 
 @dataclass(slots=True)
@@ -43,6 +44,7 @@ class QueuedURL:
     hops: int = 0  # redirects that led to this URL (queue.base.FetchItem.hops)
 
 
+@final  # final: the scheduler tells the two kinds of heap entry apart by type() is
 @dataclass(slots=True, eq=False)
 class HostState:
     name: str
@@ -59,6 +61,7 @@ class HostState:
     failed_at: float = float("-inf")
 
 
+@final
 @dataclass(slots=True, eq=False)
 class IPState:
     due: float = 0.0

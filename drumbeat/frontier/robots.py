@@ -39,6 +39,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import xxhash
@@ -236,7 +237,7 @@ class RobotsStore:
         max_attempts: int,
         ram_entries: int = 10_000,
         drum_ram_bytes: int = 4 << 20,
-        manifest: dict | None = None,
+        manifest: dict[str, Any] | None = None,
         clock: Callable[[], float] = time.time,
         fsync: bool | str = True,
     ) -> None:
@@ -490,7 +491,7 @@ class RobotsStore:
         self.requested.flush()
         self._check_mark = self._request_mark = None
 
-    def commit(self) -> dict:
+    def commit(self) -> dict[str, Any]:
         """Durable point: everything recorded, checked and requested so far. Returns the
         JSON-able manifest to reopen with."""
         # The log is synced only here, even with fsync=True: the store is only ever reopened
@@ -513,7 +514,7 @@ class RobotsStore:
         self.requested.close()
         self.log.close()
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """LRU size and get() hits/misses, entries loaded from disk, keys in each DRUM and
         the rules log's length in bytes."""
         return {

@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import heapq
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import repeat
 from pathlib import Path
+from typing import Any
 
 import xxhash
 
@@ -179,7 +180,11 @@ class SeedTrust:
         return self._raise(hashes, budgets, star_budget, self._pld_of_hash)
 
     def _raise(
-        self, keys: Sequence, budgets: list[int], star_budget: Callable[[str], int], pld_of: dict
+        self,
+        keys: Sequence[object],
+        budgets: list[int],
+        star_budget: Callable[[str], int],
+        pld_of: Mapping[Any, str],
     ) -> list[int]:
         if not pld_of:
             return budgets

@@ -171,7 +171,23 @@ class ManagerQueue(Protocol):
         """
 
 
-class TaskQueue(ManagerQueue, Protocol):
+class FetcherQueue(Protocol):
+    """The fetcher's side of the task hand-off: all a Fetcher uses (a fetcher process's
+    end of the pipes implements only this)."""
+
+    async def claim(self, worker: str, max_tasks: int, timeout_s: float) -> list[Task]:
+        """Take up to ``max_tasks`` tasks, waiting up to ``timeout_s`` for the first;
+        empty on timeout or when the queue is closed."""
+
+    async def report(self, worker: str, results: Sequence[ItemResult]) -> None:
+        """Hand back item results."""
+
+    @property
+    def closed(self) -> bool:
+        """True once the queue was closed."""
+
+
+class TaskQueue(ManagerQueue, FetcherQueue, Protocol):
     """Task hand-off with server-side ownership. All methods are safe to call concurrently."""
 
     async def claim(self, worker: str, max_tasks: int, timeout_s: float) -> list[Task]:

@@ -179,7 +179,7 @@ class ProcessTaskQueue:
                 await asyncio.wait_for(self._result_ready.wait(), timeout_s)
             except TimeoutError:
                 return []
-        out = []
+        out: list[ItemResult] = []
         while self._results and len(out) < max_results:
             out.append(self._results.popleft())
         if not self._results:
@@ -348,7 +348,7 @@ class WorkerQueue:
                 return []
         if self._closed:
             return []
-        taken = []
+        taken: list[Task] = []
         while self._pending and len(taken) < max_tasks:
             taken.append(self._pending.popleft())
         if not self._pending:
@@ -376,7 +376,7 @@ class WorkerQueue:
         out, self._out = self._out, []
         self.send(("results", out, stats))
 
-    def send(self, message: tuple) -> None:
+    def send(self, message: tuple[Any, ...]) -> None:
         if not self._writer.is_closing():
             started = time.thread_time()
             self._writer.write(encode_frame(message))
