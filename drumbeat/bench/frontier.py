@@ -494,10 +494,10 @@ def _live_rss() -> int | None:
 
 
 async def _rss_child(n: int, hosts: int, work: Path) -> dict:
-    from drumbeat.testing import offline_manager
+    from drumbeat.testing import FakeClock, offline_manager
 
-    clock = [time.monotonic()]  # the manager's clock, moved by the feed loop below
-    async with offline_manager(work, clock=lambda: clock[0]) as manager:
+    clock = FakeClock(time.monotonic())  # the manager's clock, moved by the loop below
+    async with offline_manager(work, clock=clock) as manager:
         settings = manager.settings
         t0 = time.perf_counter()
         for start in range(0, n, RSS_BATCH):
@@ -523,8 +523,7 @@ async def _rss_child(n: int, hosts: int, work: Path) -> dict:
         ):
             # Each round is past every flush interval (it merges what it asked for) and
             # past a whole paced BEAST turn (each PLD passes its budget once more).
-            clock[0] += max(1.0, settings.beast_turn())
-            manager.gate.feed(clock[0])
+            manager.gate.feed(clock.advance(max(1.0, settings.beast_turn())))
             feeds += 1
             await asyncio.sleep(0)  # let DNS lookups (loopback SimDNS) run
         feed_s = time.perf_counter() - t0

@@ -24,7 +24,7 @@ from drumbeat.fetch.curl import (
 from drumbeat.fetch.dns import DnsCache
 from drumbeat.fetch.http import AiohttpClient
 from drumbeat.fetch.response import FetchResponse
-from tests.test_http import LOOPBACK_OK, UA, raw_server, run
+from tests.fetch.test_http import LOOPBACK_OK, UA, raw_server, run
 
 REPLY = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 

@@ -16,17 +16,10 @@ from hypothesis import strategies as st
 from drumbeat.frontier.beast import Beast
 from drumbeat.frontier.politeness import PolitenessScheduler, QueuedURL
 from drumbeat.settings import Settings, SettingsError, build
-from tests.test_beast import per_record
+from drumbeat.testing import FakeClock
+from tests.frontier.test_beast import per_record
 
 SPAM, LEGIT = 1, 2
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def pld_of(record: bytes) -> int:
@@ -35,7 +28,7 @@ def pld_of(record: bytes) -> int:
 
 def paced(
     path: Path,
-    clock: Clock,
+    clock: FakeClock,
     *,
     turn_s: float = 10.0,
     budget: int = 3,
@@ -64,27 +57,27 @@ def place(beast: Beast, pld: int, first: int, n: int, budget: int = 3) -> list[b
 
 
 def test_a_pld_passes_at_most_its_budget_per_turn(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     beast = paced(tmp_path / "b", clock)
     place(beast, SPAM, 0, 100)
     # Paced: the current queue is open, so the first 3 are readable at once; then the
     # turn holds the rest back however much is asked for.
     assert beast.read(50) == [b"1:0", b"1:1", b"1:2"]
     assert beast.holding and beast.read(50) == []
-    clock.t += 9.9
+    clock.now += 9.9
     assert beast.read(50) == []
-    clock.t += 0.1
+    clock.now += 0.1
     assert beast.read(50) == [b"1:3", b"1:4", b"1:5"]
     assert beast.holding
     for _ in range(40):
-        clock.t += 10.0
+        clock.now += 10.0
         assert len(beast.read(50)) <= 3
     beast.close()
 
 
 def test_unpaced_turns_end_when_read(tmp_path: Path) -> None:
     """turn_s = 0 is the old BEAST: the current queue is closed, read() runs on."""
-    clock = Clock()
+    clock = FakeClock(100.0)
     beast = paced(tmp_path / "b", clock, turn_s=0.0)
     records = place(beast, SPAM, 0, 30)
     assert beast.read(100) == records and not beast.holding
@@ -94,25 +87,25 @@ def test_unpaced_turns_end_when_read(tmp_path: Path) -> None:
 def test_a_pld_found_during_a_turn_is_read_in_it(tmp_path: Path) -> None:
     """A PLD with budget left in the current queue goes there: no wait for the next turn;
     one that has used it goes to the next queue."""
-    clock = Clock()
+    clock = FakeClock(100.0)
     beast = paced(tmp_path / "b", clock)
     place(beast, SPAM, 0, 10)
     assert len(beast.read(50)) == 3 and beast.holding
-    clock.t += 4.0
+    clock.now += 4.0
     legit = place(beast, LEGIT, 0, 2)
     place(beast, SPAM, 10, 5)  # over its budget for this turn
     assert not beast.holding
     assert beast.read(50) == legit
     legit += place(beast, LEGIT, 2, 3)  # one fits in this turn, two wait
     assert beast.read(50) == [b"2:2"]
-    clock.t += 6.0
+    clock.now += 6.0
     # Next turn: spam's next 3 (placed first), legit's next 2.
     assert beast.read(50) == [b"1:3", b"1:4", b"1:5", b"2:3", b"2:4"]
     beast.close()
 
 
 def test_drained_ends_a_turn_once_per_call(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     beast = paced(tmp_path / "b", clock, budget=2)
     place(beast, SPAM, 0, 20, budget=2)
     assert beast.read(50) == [b"1:0", b"1:1"]
@@ -124,12 +117,12 @@ def test_drained_ends_a_turn_once_per_call(tmp_path: Path) -> None:
 
 
 def test_an_empty_queue_takes_no_time(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     beast = paced(tmp_path / "b", clock, queues=2, max_queues=2)
     assert beast.read(5) == [] and not beast.holding
     place(beast, SPAM, 0, 3)
     assert beast.read(5) == [b"1:0", b"1:1", b"1:2"]
-    clock.t += 10.0
+    clock.now += 10.0
     assert beast.read(5) == [] and not beast.holding and len(beast) == 0
     # The new current queue was empty when it became current: new URLs are read at once.
     place(beast, SPAM, 3, 2)
@@ -139,28 +132,27 @@ def test_an_empty_queue_takes_no_time(tmp_path: Path) -> None:
 
 def test_a_commit_keeps_the_time_spent_in_the_turn(tmp_path: Path) -> None:
     d = tmp_path / "b"
-    clock = Clock()
+    clock = FakeClock(100.0)
     beast = paced(d, clock)
     place(beast, SPAM, 0, 10)
     assert len(beast.read(50)) == 3
-    clock.t += 6.0
+    clock.now += 6.0
     state = beast.commit()
     assert state["turn_elapsed_s"] == pytest.approx(6.0)
     beast.close()
-    later = Clock()
-    later.t = 5000.0  # another process: another monotonic clock
+    later = FakeClock(5000.0)  # another process: another monotonic clock
     beast = paced(d, later, state=state)
     assert beast.holding and beast.read(50) == []
-    later.t += 3.9
+    later.now += 3.9
     assert beast.read(50) == []
-    later.t += 0.1
+    later.now += 0.1
     assert beast.read(50) == [b"1:3", b"1:4", b"1:5"]
     beast.close()
 
 
 def test_a_state_without_turn_time_reopens(tmp_path: Path) -> None:
     d = tmp_path / "b"
-    clock = Clock()
+    clock = FakeClock(100.0)
     beast = paced(d, clock)
     place(beast, SPAM, 0, 10)
     state = beast.commit()
@@ -184,7 +176,7 @@ def test_paced_beast_loses_nothing_and_keeps_budgets(seed: int, slots: int, queu
 
     rng = random.Random(seed)
     budgets = {p: rng.randint(1, 4) for p in range(12)}
-    clock = Clock()
+    clock = FakeClock(100.0)
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp) / "b"
 
@@ -220,7 +212,7 @@ def test_paced_beast_loses_nothing_and_keeps_budgets(seed: int, slots: int, queu
                     out += got
                     per_turn.update((beast.stats().turns, pld_of(r)) for r in got)
             elif op < 0.9:
-                clock.t += rng.choice([1.0, 5.0, 12.0])
+                clock.now += rng.choice([1.0, 5.0, 12.0])
             elif op < 0.95:
                 committed = (beast.commit(), len(placed), len(out))
             elif committed is not None:
@@ -234,7 +226,7 @@ def test_paced_beast_loses_nothing_and_keeps_budgets(seed: int, slots: int, queu
         for _ in range(10_000):
             if not len(beast):
                 break
-            clock.t += 5.0
+            clock.now += 5.0
             out += beast.read(1000)
         assert Counter(out) == Counter(placed)
         beast.close()

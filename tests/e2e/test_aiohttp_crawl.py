@@ -12,7 +12,7 @@ import pytest
 
 from drumbeat.simweb.model import SimWebConfig
 from drumbeat.simweb.server import run_in_thread
-from tests.test_crawl import (
+from tests.e2e.test_crawl import (
     assert_matches_oracle,
     assert_polite,
     crawl_cmd,

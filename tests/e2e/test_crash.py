@@ -21,7 +21,7 @@ from warcio.archiveiterator import ArchiveIterator
 
 from drumbeat.simweb.model import SimWebConfig
 from drumbeat.simweb.server import run_in_thread
-from tests.test_crawl import crawl_cmd, fetched_pages, read_log
+from tests.e2e.test_crawl import crawl_cmd, fetched_pages, read_log
 
 KILLS = 10
 

@@ -14,7 +14,7 @@ import pytest
 from drumbeat.simweb.model import SimWebConfig
 from drumbeat.simweb.server import run_in_thread
 from drumbeat.standalone import with_scheme
-from tests.test_crawl import crawl_cmd, fetched_pages, read_log
+from tests.e2e.test_crawl import crawl_cmd, fetched_pages, read_log
 
 
 def drumbeat(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -1,14 +1,7 @@
 """QR: URLs wait on disk for robots.txt and are replayed by generations."""
 
 from drumbeat.frontier.qr import RobotsWaitQueue
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from drumbeat.testing import FakeClock
 
 
 def make(tmp_path, clock, state=None, **kw):
@@ -18,7 +11,7 @@ def make(tmp_path, clock, state=None, **kw):
 
 
 def test_a_generation_waits_for_the_requests_issued_up_to_its_close(tmp_path):
-    clock = Clock()
+    clock = FakeClock(100.0)
     qr = make(tmp_path, clock)
     gen = qr.issue()
     qr.working("http://a.test", gen)
@@ -39,7 +32,7 @@ def test_a_generation_waits_for_the_requests_issued_up_to_its_close(tmp_path):
 
 
 def test_a_slow_answer_holds_urls_back_no_longer_than_max_wait(tmp_path):
-    clock = Clock()
+    clock = FakeClock(100.0)
     qr = make(tmp_path, clock)
     qr.working("http://slow.test", qr.issue())
     qr.add(b"u1")
@@ -51,7 +44,7 @@ def test_a_slow_answer_holds_urls_back_no_longer_than_max_wait(tmp_path):
 
 
 def test_min_wait_keeps_retry_urls_from_cycling(tmp_path):
-    clock = Clock()
+    clock = FakeClock(100.0)
     qr = make(tmp_path, clock, min_wait_s=30.0)
     qr.add(b"u1")
     clock.now += 5
@@ -61,7 +54,7 @@ def test_min_wait_keeps_retry_urls_from_cycling(tmp_path):
 
 
 def test_commit_and_reopen_replays_at_once(tmp_path):
-    clock = Clock()
+    clock = FakeClock(100.0)
     qr = make(tmp_path, clock)
     qr.working("http://a.test", qr.issue())
     for i in range(5):

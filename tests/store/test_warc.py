@@ -424,7 +424,7 @@ CHILD = textwrap.dedent(
 
 @pytest.mark.parametrize("seed", range(3))
 def test_recovery_after_sigkill(tmp_path: Path, seed: int) -> None:
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     proc = subprocess.Popen(
         [sys.executable, "-c", CHILD, str(tmp_path)], stdout=subprocess.PIPE, env=env
     )

@@ -12,18 +12,10 @@ import asyncio
 from pathlib import Path
 
 from drumbeat.manager import Manager
-from drumbeat.testing import offline_manager
+from drumbeat.testing import FakeClock, offline_manager
 
 B0 = 5
 TAU_H = 1.0  # the default turn is B0 x τh = 5 s
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def _spam_in_ram(manager: Manager) -> int:
@@ -32,7 +24,7 @@ def _spam_in_ram(manager: Manager) -> int:
     )
 
 
-async def _feed(manager: Manager, clock: Clock, rounds: int = 6) -> None:
+async def _feed(manager: Manager, clock: FakeClock, rounds: int = 6) -> None:
     for _ in range(rounds):
         manager.state.slots_idle = True  # nothing ready: the feed reads whatever BEAST gives
         manager.gate.feed(clock())
@@ -44,7 +36,7 @@ def test_a_spam_pld_gets_its_budget_per_turn(tmp_path: Path) -> None:
 
 
 async def _spam_budget_per_turn(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     async with offline_manager(
         tmp_path,
         clock=clock,
@@ -65,10 +57,10 @@ async def _spam_budget_per_turn(tmp_path: Path) -> None:
         await _feed(manager, clock)
         assert _spam_in_ram(manager) == B0  # the first turn's budget, slots idle or not
         assert manager.stores.beast.holding
-        clock.t += B0 * TAU_H - 0.5
+        clock.now += B0 * TAU_H - 0.5
         await _feed(manager, clock)
         assert _spam_in_ram(manager) == B0
-        clock.t += 0.5
+        clock.now += 0.5
         await _feed(manager, clock)
         assert _spam_in_ram(manager) == 2 * B0  # one more turn, one more budget
 
@@ -91,7 +83,7 @@ def test_turns_whose_urls_are_dropped_follow_in_one_feed(tmp_path: Path) -> None
 async def _dropped_turns(tmp_path: Path) -> None:
     """200 URLs of one refused host (NXDOMAIN), B0 per turn: each turn's URLs are dropped
     as they are routed, so one feed ends turn after turn instead of waiting 40 turns."""
-    clock = Clock()
+    clock = FakeClock(1000.0)
     async with offline_manager(
         tmp_path,
         clock=clock,

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 
 from drumbeat.frontier.star import Star
-from drumbeat.testing import offline_manager
+from drumbeat.testing import FakeClock, offline_manager
 
 
 def test_a_checkpoint_is_written_in_a_thread_as_it_was_committed(tmp_path: Path) -> None:
@@ -21,10 +21,8 @@ def test_a_checkpoint_is_written_in_a_thread_as_it_was_committed(tmp_path: Path)
 
 
 async def _written_in_a_thread(tmp_path: Path) -> None:
-    clock = [1000.0]
-    async with offline_manager(
-        tmp_path, clock=lambda: clock[0], checkpoint_interval_s=60.0
-    ) as manager:
+    clock = FakeClock(1000.0)
+    async with offline_manager(tmp_path, clock=clock, checkpoint_interval_s=60.0) as manager:
         live = manager.checkpoints.current()
         release, writing_in = threading.Event(), []
         write = manager.checkpoints.write
@@ -37,8 +35,8 @@ async def _written_in_a_thread(tmp_path: Path) -> None:
         manager.checkpoints.write = held_write  # type: ignore[method-assign]
         manager.star.observe(["before.test"], [50])
         manager.counters["marker"] = 1
-        clock[0] += 60.0
-        assert manager.checkpointer.due(clock[0])
+        clock.now += 60.0
+        assert manager.checkpointer.due(clock())
         await manager.checkpointer.synced()  # returns with the files still to write
         pending = manager.checkpointer.writing
         assert pending is not None and not pending.done()
@@ -46,8 +44,8 @@ async def _written_in_a_thread(tmp_path: Path) -> None:
         # The crawl goes on meanwhile; none of this is in the checkpoint being written.
         manager.star.observe(["after.test"], [70])
         manager.counters["marker"] = 2
-        clock[0] += 600.0
-        assert not manager.checkpointer.due(clock[0])  # not while one is being written
+        clock.now += 600.0
+        assert not manager.checkpointer.due(clock())  # not while one is being written
 
         release.set()
         path = await pending
@@ -56,7 +54,7 @@ async def _written_in_a_thread(tmp_path: Path) -> None:
         assert manager.checkpoints.read_meta(path).counters["marker"] == 1
         table = json.loads((path / Star.FILE).read_text())
         assert "before.test" in table and "after.test" not in table
-        assert manager.checkpointer.due(clock[0])
+        assert manager.checkpointer.due(clock())
         assert manager.checkpointer.writing is None
 
         # The last one, at a stop, is written before it returns.
@@ -93,18 +91,16 @@ async def _fsyncs_in_the_writer(tmp_path: Path, monkeypatch) -> None:  # type: i
 
     monkeypatch.setattr(os, "fsync", recorded_fsync)
     monkeypatch.setattr(durable.DeferredSyncs, "sync", recorded_sync)
-    clock = [1000.0]
-    async with offline_manager(
-        tmp_path, clock=lambda: clock[0], checkpoint_interval_s=60.0
-    ) as manager:
+    clock = FakeClock(1000.0)
+    async with offline_manager(tmp_path, clock=clock, checkpoint_interval_s=60.0) as manager:
         manager.admission.admit(
             [f"http://site{i}.test/p/{j}" for i in range(20) for j in range(50)], 1, None
         )
         manager.stores.seen.flush()
-        manager.admission.take_new_urls(clock[0])  # into BEAST's queues
-        manager.crawl_log.append_drop(clock[0], "http://dropped.test/", 1, None, "marker")
+        manager.admission.take_new_urls(clock())  # into BEAST's queues
+        manager.crawl_log.append_drop(clock(), "http://dropped.test/", 1, None, "marker")
         live = manager.checkpoints.current()
-        clock[0] += 60.0
+        clock.now += 60.0
         fsynced_in.clear()
         await manager.checkpointer.synced()  # the commits, in the loop
         assert threading.main_thread() not in fsynced_in

@@ -15,7 +15,7 @@ import pytest
 from drumbeat.manager import TUNING
 from drumbeat.manager.checkpointer import Laps
 from drumbeat.store.durable import sync_filesystem
-from drumbeat.testing import offline_manager
+from drumbeat.testing import FakeClock, offline_manager
 
 
 def test_sync_filesystem_syncs_an_existing_path_and_names_a_missing_one(tmp_path: Path) -> None:
@@ -32,10 +32,8 @@ def test_a_presync_starts_once_per_checkpoint_just_before_it_falls_due(tmp_path:
 
 
 async def _presync_once_per_checkpoint(tmp_path: Path) -> None:
-    clock = [1000.0]
-    async with offline_manager(
-        tmp_path, clock=lambda: clock[0], checkpoint_interval_s=60.0
-    ) as manager:
+    clock = FakeClock(1000.0)
+    async with offline_manager(tmp_path, clock=clock, checkpoint_interval_s=60.0) as manager:
         due = manager.checkpointer.last_checkpoint + 60.0
         manager.checkpointer.presync_if_due(due - TUNING.presync_lead_s - 0.1)
         assert manager.checkpointer.presync is None  # too early
@@ -49,7 +47,7 @@ async def _presync_once_per_checkpoint(tmp_path: Path) -> None:
         manager.checkpointer.presync_if_due(due - 0.5)
         assert manager.checkpointer.presync is first  # nor twice for one checkpoint
 
-        clock[0] = due
+        clock.now = due
         manager.checkpointer.commit(Laps())()  # the next one falls due an interval later
         next_due = manager.checkpointer.last_checkpoint + 60.0
         manager.checkpointer.presync_if_due(next_due - TUNING.presync_lead_s - 0.1)

@@ -14,7 +14,7 @@ from collections import defaultdict
 from drumbeat.checkpoint import read_counters
 from drumbeat.simweb.model import SimWebConfig
 from drumbeat.simweb.server import run_in_thread
-from tests.test_crawl import crawl_cmd, fetched_pages, read_log
+from tests.e2e.test_crawl import crawl_cmd, fetched_pages, read_log
 
 HOSTILE_CONFIG = """\
 checkpoint_interval_s = 0.5

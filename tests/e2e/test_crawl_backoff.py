@@ -24,7 +24,7 @@ from pathlib import Path
 from aiohttp import web
 
 from drumbeat.checkpoint import read_counters
-from tests.test_crawl import read_log
+from tests.e2e.test_crawl import read_log
 
 ORDINARY = 20
 RETRY_AFTER_S = 2  # the case says 5; smaller keeps the test short

@@ -396,8 +396,8 @@ def test_module_runs_as_a_process_and_stops_on_sigterm(tmp_path: Path) -> None:
             "0.1",
         ],
         stdout=subprocess.PIPE,
-        cwd=Path(__file__).resolve().parents[1],
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
         text=True,
     )
     try:

@@ -23,7 +23,7 @@ from drumbeat.manager import TUNING, Manager, beast_host_cap, pld_hash
 from drumbeat.manager.checkpointer import Laps
 from drumbeat.runtime.pace import Pace
 from drumbeat.settings import Settings
-from drumbeat.testing import offline_manager
+from drumbeat.testing import FakeClock, offline_manager
 
 RAM = 1_600
 
@@ -180,7 +180,7 @@ async def _routing_paced(tmp_path: Path) -> None:
     # A BEAST read brings half of RAM at once, which the crawl needs over a whole turn:
     # once the scheduler holds route_full_speed_below of RAM, routing takes route_share
     # of the time; below that, or with fetch slots idle, it goes at full speed.
-    clock = [0.0]
+    clock = FakeClock(0.0)
     changes = {
         "frontier_ram_urls": 10_000,
         "beast_turn_s": 0,
@@ -190,9 +190,7 @@ async def _routing_paced(tmp_path: Path) -> None:
     }
     hosts = [f"http://r{i}.test" for i in range(20)]
     async with offline_manager(tmp_path, **changes) as manager:
-        manager.state.routing = pace = Pace(
-            TUNING.route_share, TUNING.route_budget_s, clock=lambda: clock[0]
-        )
+        manager.state.routing = pace = Pace(TUNING.route_share, TUNING.route_budget_s, clock=clock)
         manager.state.placing = Pace(1.0, 1.0)  # BEAST's re-splits are not what is paced here
         manager.state.slots_idle = False
         _admit(manager, hosts, 300)
@@ -209,7 +207,7 @@ async def _routing_paced(tmp_path: Path) -> None:
             (Granted at full speed, so that the slice counts however little was saved:
             the feeds before charged real seconds, more on a loaded machine.)"""
             pace.allowance(0.0, full_speed=True)
-            clock[0] += 1.0
+            clock.now += 1.0
             pace.spent()
 
         # Below the floor the feeds route at full speed, whatever the pace has saved up.
@@ -227,7 +225,7 @@ async def _routing_paced(tmp_path: Path) -> None:
         assert feed_routed() == TUNING.route_batch_urls
         manager.state.slots_idle = False
         assert feed_routed() == 0  # the full-speed batch counted against the pace
-        clock[0] += 2 * TUNING.route_budget_s / TUNING.route_share
+        clock.now += 2 * TUNING.route_budget_s / TUNING.route_share
         assert feed_routed() == TUNING.route_batch_urls
         manager.gate.feed(manager.clock())  # no budget (a checkpoint's): every URL
         assert not manager.gate.to_route and manager.scheduler.queued_urls == 6_000
@@ -312,11 +310,11 @@ async def _merged_early(tmp_path: Path) -> None:
             assert manager.stores.seen.pending == 0 and len(manager.stores.beast) == 5
 
 
-def _spend_placing_share(manager: Manager, clock: list[float]) -> None:
+def _spend_placing_share(manager: Manager, clock: FakeClock) -> None:
     """Give the manager a placing Pace on the fake ``clock``, its time saved up spent."""
-    manager.state.placing = pace = Pace(TUNING.place_share, 0.010, clock=lambda: clock[0])
+    manager.state.placing = pace = Pace(TUNING.place_share, 0.010, clock=clock)
     pace.allowance(0.010)
-    clock[0] += 1.0
+    clock.now += 1.0
     pace.spent()
 
 
@@ -337,7 +335,7 @@ def test_placing_takes_its_share_of_the_time_and_comes_after_a_resplit(tmp_path:
 
 
 async def _placing_paced(tmp_path: Path) -> None:
-    clock = [0.0]
+    clock = FakeClock(0.0)
     async with offline_manager(tmp_path, **SMALL_RING) as manager:
         beast, seen = manager.stores.beast, manager.stores.seen
         assert beast is not None and seen is not None
@@ -352,7 +350,7 @@ async def _placing_paced(tmp_path: Path) -> None:
         seen.flush()
         manager.admission.take_new_urls(manager.clock(), budget_s=TUNING.place_budget_s)
         assert len(beast) == 5
-        clock[0] += 1.0 / TUNING.place_share
+        clock.now += 1.0 / TUNING.place_share
 
         # The pass ends and the ring grows to 4: QF is placed again, one URL a step here.
         with mock.patch.object(beast_module, "RESPLIT_BATCH", 1):
@@ -380,7 +378,7 @@ def test_a_resplit_takes_placing_s_share_of_the_time_unless_slots_idle(tmp_path:
 async def _resplit_paced(tmp_path: Path) -> None:
     # Placing QF's URLs again is placing: the feed's reads step it only when placing's
     # pace allows, or at full speed while fetch slots idle for want of a ready host.
-    clock = [0.0]
+    clock = FakeClock(0.0)
     async with offline_manager(tmp_path, **SMALL_RING) as manager:
         beast = manager.stores.beast
         _admit(manager, ["http://a.test"], 20)
@@ -396,7 +394,7 @@ async def _resplit_paced(tmp_path: Path) -> None:
 
         def slow_step() -> None:
             step()
-            clock[0] += 0.050  # each step takes longer than placing's burst
+            clock.now += 0.050  # each step takes longer than placing's burst
 
         with (
             mock.patch.object(beast_module, "RESPLIT_BATCH", 1),
@@ -411,7 +409,7 @@ async def _resplit_paced(tmp_path: Path) -> None:
             assert feed_steps() == 1  # the crawl waits for these URLs: full speed
             manager.state.slots_idle = False
             assert feed_steps() == 0  # and the step counted
-            clock[0] += 1.0 / TUNING.place_share  # time saved up again
+            clock.now += 1.0 / TUNING.place_share  # time saved up again
             assert feed_steps() == 1
             assert feed_steps() == 0
             manager.gate.feed(manager.clock())  # no budget (a checkpoint's): no limit

@@ -5,19 +5,12 @@ from __future__ import annotations
 import pytest
 
 from drumbeat.runtime.pace import Pace
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from drumbeat.testing import FakeClock
 
 
 def _run(
     pace: Pace,
-    clock: Clock,
+    clock: FakeClock,
     seconds: float,
     step_s: float,
     other_s: float,
@@ -49,13 +42,13 @@ def _run(
 def test_work_that_always_waits_gets_its_share_of_the_time(
     share: float, step_s: float, other_s: float
 ) -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     pace = Pace(share, 0.010, clock=clock)
     assert _run(pace, clock, 100.0, step_s, other_s) == pytest.approx(share, abs=0.01)
 
 
 def test_a_slice_is_at_most_the_burst_and_what_was_saved() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     pace = Pace(0.25, 0.010, clock=clock)
     assert pace.allowance(0.050) == 0.010  # it starts with a burst saved
     clock.now += 0.010
@@ -72,7 +65,7 @@ def test_a_slice_is_at_most_the_burst_and_what_was_saved() -> None:
 
 
 def test_no_slice_while_the_time_saved_is_spent_and_a_slice_of_zero_is_one_step() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     pace = Pace(0.5, 0.010, clock=clock)
     assert pace.allowance(0.0) == 0.0  # granted: the caller does one step
     clock.now += 0.030  # the step overran the slice by far: 0.010 + 0.015 - 0.030 saved
@@ -86,7 +79,7 @@ def test_no_slice_while_the_time_saved_is_spent_and_a_slice_of_zero_is_one_step(
 
 
 def test_full_speed_grants_what_is_asked_and_counts_it() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     pace = Pace(0.2, 0.010, clock=clock)
     assert _run(pace, clock, 10.0, 0.003, 0.001, full_speed=True) > 0.7
     # The debt is at most one burst: a slice comes again after burst / share seconds.
@@ -104,7 +97,7 @@ def test_bad_arguments_are_refused(share: float, burst: float) -> None:
 def test_a_slice_worked_in_parts_counts_only_the_seconds_used() -> None:
     # A slice whose work ran in parts, with other work between (the manager's routing
     # around BEAST's reads), is charged the seconds it says it used.
-    clock = Clock()
+    clock = FakeClock(100.0)
     pace = Pace(0.1, 0.010, clock=clock)
     assert pace.allowance(0.010) == 0.010
     clock.now += 0.050  # 50 ms went by, 2 ms of them routing

@@ -25,17 +25,10 @@ from drumbeat.frontier.robots import (
     RobotsStore,
     RulesLogCorruptError,
 )
+from drumbeat.testing import FakeClock
 
 UA = "drumbeat/0.1 (+http://example.test/bot)"
-ROOT = Path(__file__).resolve().parent.parent
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _store(path: Path, clock=None, manifest=None, ram_entries=10_000, fsync=False):
@@ -47,7 +40,7 @@ def _store(path: Path, clock=None, manifest=None, ram_entries=10_000, fsync=Fals
         max_attempts=3,
         ram_entries=ram_entries,
         manifest=manifest,
-        clock=clock or Clock(),
+        clock=clock or FakeClock(1000.0),
         fsync=fsync,
     )
 
@@ -91,28 +84,28 @@ def test_statuses_follow_rfc9309(tmp_path):
 
 
 def test_expiry_retry_and_give_up(tmp_path):
-    clock = Clock()
+    clock = FakeClock(1000.0)
     s = _store(tmp_path / "r", clock)
     s.record("http://a.test", 200, "")
     assert s.is_fresh(s.get("http://a.test"))
-    clock.t += 100
+    clock.now += 100
     assert not s.is_fresh(s.get("http://a.test"))  # expired: re-request
     for attempt in (1, 2):
         e = s.record("http://x.test", None, None)
         assert e.state == UNAVAILABLE and e.attempts == attempt and s.is_fresh(e)
-        clock.t += 10
+        clock.now += 10
         assert not s.is_fresh(s.get("http://x.test"))  # retry time reached
     e = s.record("http://x.test", 500, None)
     assert e.state == GIVEN_UP
-    clock.t += 10**6
+    clock.now += 10**6
     assert s.is_fresh(e)  # given up for good
     s.record("http://y.test", 503, None)
     assert s.record("http://y.test", 200, "").attempts == 0  # a success resets the count
     assert s.record("http://y.test", 503, None).attempts == 1
     e = s.record_refused("http://z.test", "no such host", ttl_s=50)
-    clock.t += 49
+    clock.now += 49
     assert s.is_fresh(e)
-    clock.t += 1
+    clock.now += 1
     assert not s.is_fresh(e)
 
 
@@ -203,12 +196,12 @@ def test_a_check_queued_before_a_record_answers_with_the_newer_entry(tmp_path):
 def test_an_older_answer_from_disk_does_not_shadow_a_newer_record(tmp_path):
     """The example Hypothesis found in session 11: the first check's answer, loaded from disk,
     used to enter the LRU over the newer record evicted meanwhile, and stayed there."""
-    clock = Clock()
+    clock = FakeClock(1000.0)
     s = _store(tmp_path / "r", clock, ram_entries=2)
     a = "http://a.test"
     old = s.record(a, 200, _rules(1))
     s.check([a], [b"first"])
-    clock.t += 2
+    clock.now += 2
     new = s.record(a, 200, _rules(2))
     s.record("http://b.test", 404, None)
     s.record("http://c.test", 404, None)  # a is evicted from the LRU
@@ -222,12 +215,12 @@ def test_an_older_answer_from_disk_does_not_shadow_a_newer_record(tmp_path):
 
 
 def test_a_check_from_before_a_reopen_does_not_shadow_a_newer_record(tmp_path):
-    clock = Clock()
+    clock = FakeClock(1000.0)
     s = _store(tmp_path / "r", clock, ram_entries=1)
     a = "http://a.test"
     s.record(a, 200, _rules(1))
     s.check([a], [b"first"])  # not merged: delivered again after reopening
-    clock.t += 2
+    clock.now += 2
     new = s.record(a, 503, None)
     s.record("http://b.test", 404, None)  # a is evicted from the LRU
     manifest = s.commit()
@@ -316,7 +309,7 @@ def _requested_new(store, origins):
 
 
 def test_reopen_with_the_last_or_previous_commit(tmp_path):
-    clock = Clock()
+    clock = FakeClock(1000.0)
     d = tmp_path / "r"
     names = [f"http://h{i}.test" for i in range(6)]
     s = _store(d, clock, fsync=True)
@@ -325,7 +318,7 @@ def test_reopen_with_the_last_or_previous_commit(tmp_path):
     s.request(names[:2])
     first = json.loads(json.dumps(s.commit()))  # JSON-able
     state_first = _state(s, names)
-    clock.t += 5
+    clock.now += 5
     s.record(names[1], 200, _rules(2))
     s.record(names[2], 200, _rules(3))
     s.record_refused(names[3], "refused", 9)
@@ -464,7 +457,7 @@ OPS = st.lists(
 @given(ops=OPS)
 def test_matches_a_dict_model(tmp_path_factory, ops):
     """A check answers with a state the origin had between its submission and the take."""
-    clock = Clock()
+    clock = FakeClock(1000.0)
     s = _store(tmp_path_factory.mktemp("m") / "r", clock, ram_entries=2)
     history: dict[str, list[tuple | None]] = {f"http://h{i}.test": [None] for i in range(8)}
     waiting: dict[bytes, tuple[str, int]] = {}  # token -> origin, history length at submission
@@ -479,7 +472,7 @@ def test_matches_a_dict_model(tmp_path_factory, ops):
 
     for n, (op, i, status) in enumerate(ops):
         origin = f"http://h{i}.test"
-        clock.t += 1
+        clock.now += 1
         if op == "record":
             e = s.record(origin, status, _rules(i) if status == 200 else None)
             history[origin].append(key(e))
