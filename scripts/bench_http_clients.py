@@ -132,7 +132,7 @@ async def make_aiohttp_read(ctx):
 async def make_drumbeat(ctx):
     """drumbeat's own HttpClient (aiohttp underneath), as the fetcher uses it."""
     from drumbeat.fetch.guard import AddressPolicy
-    from drumbeat.fetch.http import HttpClient
+    from drumbeat.fetch.http import AiohttpClient as HttpClient
 
     client = HttpClient(user_agent=USER_AGENT, policy=AddressPolicy(allow_loopback=True),
                         resolver=None, max_connections=ctx["hosts"] * 2,

@@ -1,6 +1,6 @@
 """Fetcher.process against a real aiohttp server on loopback: fetch -> WARC -> log line -> links.
 
-Every test runs with both HTTP backends (``backend``: HttpClient and CurlHttpClient).
+Every test runs with both HTTP backends (``backend``: AiohttpClient and CurlHttpClient).
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from warcio.archiveiterator import ArchiveIterator
 
 from drumbeat.fetch.curl import CurlHttpClient
 from drumbeat.fetch.guard import AddressPolicy
-from drumbeat.fetch.http import FetchResponse, HttpClient
+from drumbeat.fetch.http import AiohttpClient
+from drumbeat.fetch.response import FetchResponse
 from drumbeat.fetcher import Fetcher, open_http
 from drumbeat.frontier.urlseen import encode_payload
 from drumbeat.queue.base import PAGE, ROBOTS, FetchItem, ItemResult, Task
@@ -32,15 +33,15 @@ PAGE_HTML = (
 )
 
 
-CLIENTS = {"aiohttp": HttpClient, "curl": CurlHttpClient}
-_client_class: list[type] = [HttpClient]
+CLIENTS = {"aiohttp": AiohttpClient, "curl": CurlHttpClient}
+_client_class: list[type] = [AiohttpClient]
 
 
 @pytest.fixture(autouse=True, params=sorted(CLIENTS))
 def backend(request: pytest.FixtureRequest):
     _client_class[0] = CLIENTS[request.param]
     yield request.param
-    _client_class[0] = HttpClient
+    _client_class[0] = AiohttpClient
 
 
 async def chunked_gzip(request: web.Request) -> web.StreamResponse:

@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from drumbeat import urls
 from drumbeat.fetch.guard import AddressPolicy
-from drumbeat.fetch.http import FetchResponse, HttpClient, _decode_body, retry_after
+from drumbeat.fetch.http import AiohttpClient
+from drumbeat.fetch.response import FetchResponse, decode_body, retry_after
 from drumbeat.frontier.robots import ALLOW_ALL, RULES, RobotsEntry, _parse
 from drumbeat.parse.links import extract_links
 from drumbeat.store.crawllog import CrawlLog, CrawlLogReader
@@ -253,7 +254,7 @@ def test_content_decoding_never_raises(coding: str, body: bytes, cap: int) -> No
         headers=[("Content-Encoding", coding)],
         body=body,
     )
-    _decode_body(response, cap)
+    decode_body(response, cap)
     assert (response.decoded is None) != (response.decode_error is None)
     assert response.decoded is None or len(response.decoded) <= cap
 
@@ -351,7 +352,7 @@ def test_any_response_bytes_become_a_response_or_a_reason(
     replies: list[tuple[bytes, list[bytes], bytes]],
 ) -> None:
     async def main() -> list[FetchResponse]:
-        http = HttpClient(
+        http = AiohttpClient(
             user_agent="fuzz",
             policy=AddressPolicy(allow_loopback=True),
             resolver=None,

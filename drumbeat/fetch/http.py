@@ -40,9 +40,7 @@ from drumbeat.fetch.response import (
     head_name,
     media_type,
     resolve_location,
-    retry_after,
 )
-from drumbeat.fetch.response import decode_body as _decode_body
 
 # The politeness scheduler already keeps about one request per host in
 # flight; two lets a robots.txt fetch overlap a page without queueing.
@@ -306,9 +304,3 @@ def _protocol_reason(exc: BaseException) -> str:
             return "http:header_too_large"
         cause = cause.__cause__
     return "http:bad_message"
-
-
-# Names that other modules imported from here before drumbeat.fetch.client and
-# drumbeat.fetch.response took them over; kept so that those importers keep working.
-HttpClient = AiohttpClient
-__all__ = ["AiohttpClient", "FetchResponse", "HttpClient", "_decode_body", "retry_after"]

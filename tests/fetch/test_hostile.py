@@ -25,10 +25,12 @@ import pytest
 
 from drumbeat import urls
 from drumbeat.fetch import guard
+from drumbeat.fetch.client import HttpClient
 from drumbeat.fetch.curl import CurlHttpClient
 from drumbeat.fetch.dns import DnsCache
 from drumbeat.fetch.guard import AddressPolicy
-from drumbeat.fetch.http import FetchResponse, HttpClient
+from drumbeat.fetch.http import AiohttpClient
+from drumbeat.fetch.response import FetchResponse
 from drumbeat.frontier.robots import ALLOW_ALL, RULES, UNAVAILABLE, RobotsStore
 from drumbeat.parse.links import DEFAULT_MAX_PARSE_BYTES, extract_links
 from drumbeat.simweb import SimWeb, SimWebConfig, SimWebModel, hostile, run_in_thread
@@ -84,7 +86,7 @@ def sim() -> Iterator[SimWeb]:
         yield web
 
 
-CLIENTS = {"aiohttp": HttpClient, "curl": CurlHttpClient}
+CLIENTS = {"aiohttp": AiohttpClient, "curl": CurlHttpClient}
 
 
 @pytest.fixture(scope="module", params=sorted(CLIENTS))

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from drumbeat.fetch.curl import CurlHttpClient
 from drumbeat.fetch.guard import AddressPolicy
-from drumbeat.fetch.http import HttpClient
+from drumbeat.fetch.http import AiohttpClient
 from drumbeat.fetcher import Fetcher
 from drumbeat.parse.links import DEFAULT_MAX_PARSE_BYTES
 from drumbeat.queue.base import PAGE, FetchItem, ItemResult
@@ -78,7 +78,7 @@ PAGES: dict[str, tuple[str, bytes]] = {
 
 @pytest.fixture(params=["aiohttp", "curl"])
 def client_class(request: pytest.FixtureRequest) -> type:
-    return {"aiohttp": HttpClient, "curl": CurlHttpClient}[request.param]
+    return {"aiohttp": AiohttpClient, "curl": CurlHttpClient}[request.param]
 
 
 async def _serve(request: web.Request) -> web.Response:

@@ -18,7 +18,7 @@ import pytest
 from fastwarc.warc import WarcHeader, WarcRecord, WarcRecordType
 from warcio.archiveiterator import ArchiveIterator
 
-from drumbeat.fetch.http import FetchResponse
+from drumbeat.fetch.response import FetchResponse
 from drumbeat.store import warc
 from drumbeat.store.warc import (
     OPEN_SUFFIX,
