@@ -115,7 +115,7 @@ class BeastStats:
     current: int  # index of the queue being read
     qf_records: int  # records waiting in QF
     queued: int  # records anywhere (ring and QF), not yet read
-    placed: int  # records given to place()/place_many()
+    placed: int  # records given to place_many()
     deferred_to_qf: int  # appends to QF, at placement and again at re-splits
     qf_rescans: int  # times QF was read in full and split (begun, for the last one)
     qf_resplit_left: int  # QF records still to place in the re-split under way
@@ -241,16 +241,6 @@ class Beast:
 
     # -- placing -----------------------------------------------------------------------
 
-    def place(
-        self, record: bytes, pld_hash: int, budget: int, host_hash: int | None = None
-    ) -> None:
-        """Queue one URL record of PLD ``pld_hash`` with budget ``budget`` (from STAR),
-        and of host ``host_hash`` if the host cap is to apply (a host hash of 0, taken
-        modulo 2**64, counts as none)."""
-        self.place_many(
-            (record,), (pld_hash,), (budget,), None if host_hash is None else (host_hash,)
-        )
-
     def place_many(
         self,
         records: Sequence[bytes],
@@ -258,7 +248,9 @@ class Beast:
         budgets: Sequence[int],
         host_hashes: Sequence[int] | None = None,
     ) -> None:
-        """:meth:`place` for each record, in order."""
+        """Queue URL records, in order: record i of PLD ``pld_hashes[i]`` with budget
+        ``budgets[i]`` (from STAR), and of host ``host_hashes[i]`` if the host cap is to
+        apply (a host hash of 0, taken modulo 2**64, counts as none)."""
         self._spread_checked(records, pld_hashes, budgets, host_hashes)
         self._placed += len(records)
 

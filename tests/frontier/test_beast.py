@@ -277,8 +277,8 @@ def test_no_record_lost(tmp_path: Path) -> None:
 def test_slot_collisions_lose_nothing(tmp_path: Path) -> None:
     random_crawl(tmp_path / "b", pld_slots=1, seed=2, rounds=30)
     beast = Beast(tmp_path / "c", pld_slots=1, fsync=False, rebudget=per_record(make_rebudget({})))
-    beast.place(b"1:a", 1, 5)
-    beast.place(b"2:b", 2, 5)
+    beast.place_many([b"1:a"], [1], [5])
+    beast.place_many([b"2:b"], [2], [5])
     assert beast.stats().slot_collisions == 1
     beast.close()
 
@@ -324,7 +324,7 @@ def test_ring_doubles_up_to_max_queues(tmp_path: Path) -> None:
 def test_first_read_before_and_after_placement_with_one_queue(tmp_path: Path) -> None:
     beast = Beast(tmp_path / "b", queues=1, fsync=False, rebudget=per_record(lambda r: (1, 5)))
     assert beast.read(3) == [] and len(beast) == 0
-    beast.place(b"1:a", 1, 5)
+    beast.place_many([b"1:a"], [1], [5])
     assert len(beast) == 1
     assert beast.read(3) == [b"1:a"]
     beast.close()
@@ -459,7 +459,7 @@ def test_host_cap_survives_a_commit(tmp_path: Path) -> None:
     beast = Beast(d, state=state, **opts)
     # The host already has 2 URLs in the next queue (the table came back with the
     # commit): a third goes to the queue after it.
-    beast.place(b"c", 9, 100, 1)
+    beast.place_many([b"c"], [9], [100], [1])
     assert beast.stats().host_deferrals == 1
     assert beast.read(2) == [b"a", b"b"] and beast.stats().current == 1
     assert beast.read(10) == [b"c"] and beast.stats().current == 2
