@@ -96,6 +96,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from drumbeat.frontier.beast import theorem7_bound
@@ -103,6 +104,9 @@ from drumbeat.frontier.diskqueue import FRAME_SIZE, DiskQueue
 from drumbeat.frontier.urlseen import encode_payload
 from drumbeat.simweb.model import SimWebConfig, SimWebModel
 from drumbeat.simweb.scenarios import PLDClass, spammed_host_indices
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 CLASSES: tuple[PLDClass, ...] = ("spam", "trap", "big", "legit")
 BFS_BUDGET = 10**9  # every PLD fits in the next BEAST queue: one FIFO
@@ -642,27 +646,36 @@ def main(argv: list[str] | None = None) -> int:
 
 def _print_tables(report: dict) -> None:
     from rich.console import Console
-    from rich.table import Table
 
     console = Console(width=150)
-    share = report["spam_share"]
-    web, s = share["web"], share["settings"]
-    table = Table(
-        title=f"Share of the first {share['pages']:,} page fetches by PLD class "
-        f"(targets: drumbeat <= 5 % spam+trap, BFS >= 50 %)"
+    share, rss = report["spam_share"], report["manager_rss"]
+    console.print(_share_table(share))
+    console.print(_request_table(share))
+    console.print(_spam_trap_table(share))
+    console.print(_web_note(share))
+    console.print(_rss_table(rss))
+    console.print(_rss_note(rss))
+    console.print(_beast_io_table(report["beast_io"]))
+    console.print(f"{report['mode']} run, {report['elapsed_s']:.0f} s")
+
+
+def _table(title: str, columns: tuple[str, ...], left: tuple[str, ...] = ()) -> Table:
+    """A table of ``columns``, right-justified but for those in ``left``."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col, justify="left" if col in left else "right")
+    return table
+
+
+def _share_table(share: dict) -> Table:
+    table = _table(
+        f"Share of the first {share['pages']:,} page fetches by PLD class "
+        f"(targets: drumbeat <= 5 % spam+trap, BFS >= 50 %)",
+        ("frontier", *CLASSES, "spam+trap", "by tenth of N", "pages/s", "wall s"),
+        left=("frontier", "by tenth of N"),
     )
-    for col in (
-        "frontier",
-        "spam",
-        "trap",
-        "big",
-        "legit",
-        "spam+trap",
-        "by tenth of N",
-        "pages/s",
-        "wall s",
-    ):
-        table.add_column(col, justify="left" if col in ("frontier", "by tenth of N") else "right")
     for name, out in share["contenders"].items():
         table.add_row(
             name,
@@ -672,26 +685,24 @@ def _print_tables(report: dict) -> None:
             f"{out['pages_per_s']:,.0f}",
             f"{out['wall_s']:,.1f}",
         )
-    console.print(table)
-    table = Table(
-        title=f"Every request up to the {share['pages']:,}th page fetch "
-        "(robots.txt included) by the PLD class of its host"
+    return table
+
+
+def _request_table(share: dict) -> Table:
+    table = _table(
+        f"Every request up to the {share['pages']:,}th page fetch "
+        "(robots.txt included) by the PLD class of its host",
+        (
+            "frontier",
+            "requests",
+            "robots.txt",
+            *CLASSES,
+            "spam+trap",
+            "of which robots.txt",
+            "by tenth of the requests",
+        ),
+        left=("frontier", "by tenth of the requests"),
     )
-    for col in (
-        "frontier",
-        "requests",
-        "robots.txt",
-        "spam",
-        "trap",
-        "big",
-        "legit",
-        "spam+trap",
-        "of which robots.txt",
-        "by tenth of the requests",
-    ):
-        table.add_column(
-            col, justify="left" if col in ("frontier", "by tenth of the requests") else "right"
-        )
     for name, out in share["contenders"].items():
         table.add_row(
             name,
@@ -702,26 +713,24 @@ def _print_tables(report: dict) -> None:
             f"{out['spam_trap_robots']:,}",
             " ".join(f"{x:.0%}" for x in out["spam_trap_request_share_by_tenth"]),
         )
-    console.print(table)
-    table = Table(
-        title="Spam and trap requests by PLD (first N pages; robots.txt up to the Nth page)"
+    return table
+
+
+def _spam_trap_table(share: dict) -> Table:
+    table = _table(
+        "Spam and trap requests by PLD (first N pages; robots.txt up to the Nth page)",
+        (
+            "frontier",
+            "PLD",
+            "class",
+            "pages",
+            "robots.txt",
+            "hosts",
+            "pages linked from legit",
+            "pages by tenth of N",
+        ),
+        left=("frontier", "PLD", "class", "pages by tenth of N"),
     )
-    for col in (
-        "frontier",
-        "PLD",
-        "class",
-        "pages",
-        "robots.txt",
-        "hosts",
-        "pages linked from legit",
-        "pages by tenth of N",
-    ):
-        table.add_column(
-            col,
-            justify="left"
-            if col in ("frontier", "PLD", "class", "pages by tenth of N")
-            else "right",
-        )
     for name, out in share["contenders"].items():
         for pld, b in out["spam_trap_breakdown"].items():
             table.add_row(
@@ -734,8 +743,12 @@ def _print_tables(report: dict) -> None:
                 f"{b['via_legit']:,}",
                 " ".join(str(x) for x in b["pages_by_tenth"]),
             )
-    console.print(table)
-    console.print(
+    return table
+
+
+def _web_note(share: dict) -> str:
+    web, s = share["web"], share["settings"]
+    return (
         f"seeds: {share['seeds']:,} legit home pages (curated: none links to spam or a trap); "
         f"web: {web['hosts']:,} ordinary hosts ({web['legit_plds']:,} PLDs, about "
         f"{web['legit_pages']:,} pages) on {web['ips']} IPs, {web['spam_farms']} spam farms "
@@ -749,25 +762,25 @@ def _print_tables(report: dict) -> None:
         f"included: a spam host's robots.txt is a request the crawler spent on spam."
     )
 
-    rss = report["manager_rss"]
-    table = Table(
-        title="Manager RSS with queued URLs (each size in a fresh process; "
-        "target: largest <= 1.2x smallest)"
+
+def _rss_table(rss: dict) -> Table:
+    table = _table(
+        "Manager RSS with queued URLs (each size in a fresh process; "
+        "target: largest <= 1.2x smallest)",
+        (
+            "queued URLs",
+            "in RAM",
+            "hosts in RAM",
+            "queue s",
+            "URLs/s",
+            "feed s",
+            "URL-seen merges",
+            "peak RSS MiB",
+            "RSS MiB",
+            "live MiB",
+            "peak vs smallest",
+        ),
     )
-    for col in (
-        "queued URLs",
-        "in RAM",
-        "hosts in RAM",
-        "queue s",
-        "URLs/s",
-        "feed s",
-        "URL-seen merges",
-        "peak RSS MiB",
-        "RSS MiB",
-        "live MiB",
-        "peak vs smallest",
-    ):
-        table.add_column(col, justify="right")
     for run in rss["runs"].values():
         live = run["live_rss"]
         table.add_row(
@@ -783,11 +796,14 @@ def _print_tables(report: dict) -> None:
             f"{live / 2**20:,.0f}" if live else "",
             f"{run['peak_rss_vs_smallest']:.2f}x",
         )
-    console.print(table)
+    return table
+
+
+def _rss_note(rss: dict) -> str:
     lo, hi = rss["ratio_sizes"]
     first = rss["runs"][str(lo)]
     live = rss["live_rss_ratio"]
-    console.print(
+    return (
         f"RSS {hi:,} / {lo:,} URLs: peak {rss['peak_rss_ratio']:.2f}x, current "
         f"{rss['rss_ratio']:.2f}x, live {f'{live:.2f}x' if live else 'n/a'}. live = current "
         f"RSS after malloc_trim(0) (freed heap the allocator kept is returned). The "
@@ -798,22 +814,26 @@ def _print_tables(report: dict) -> None:
         f"configured memory coming into use, not memory per queued URL."
     )
 
-    table = Table(title="BEAST disk I/O per page fetched vs Theorem 7, 2b(2L-1)")
-    for col in (
-        "crawl",
-        "pages",
-        "L (URLs/page)",
-        "b (bytes)",
-        "written/page",
-        "read/page",
-        "I/O per page",
-        "Theorem 7",
-        "ratio",
-        "queues",
-        "QF rescans",
-    ):
-        table.add_column(col, justify="left" if col == "crawl" else "right")
-    for name, io in report["beast_io"].items():
+
+def _beast_io_table(beast_io: dict) -> Table:
+    table = _table(
+        "BEAST disk I/O per page fetched vs Theorem 7, 2b(2L-1)",
+        (
+            "crawl",
+            "pages",
+            "L (URLs/page)",
+            "b (bytes)",
+            "written/page",
+            "read/page",
+            "I/O per page",
+            "Theorem 7",
+            "ratio",
+            "queues",
+            "QF rescans",
+        ),
+        left=("crawl",),
+    )
+    for name, io in beast_io.items():
         pages = max(io["pages"], 1)
         table.add_row(
             name,
@@ -828,8 +848,7 @@ def _print_tables(report: dict) -> None:
             str(io["queues"]),
             str(io["qf_rescans"]),
         )
-    console.print(table)
-    console.print(f"{report['mode']} run, {report['elapsed_s']:.0f} s")
+    return table
 
 
 if __name__ == "__main__":

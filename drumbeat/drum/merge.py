@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import cast
+from typing import NamedTuple, cast
 
 import numpy as np
 
@@ -217,6 +217,12 @@ def merge_bucket(
     receives the new run as sorted chunks: the records of ``cache`` with every key
     whose value the tuples changed (new keys, and stored keys with their full new
     value -- the newest run holding a key has its value) merged in.
+
+    The steps pass plain arrays to each other: the batch grouped by key
+    (:func:`_groups`), its writers folded (:func:`_fold_writers`), looked up in the
+    runs (:func:`_lookup`), the changes merged into the cache's stream
+    (:func:`_rewrite_cache`), the outcomes put back in arrival order
+    (:func:`_before`).
     """
     n = len(keys)
     if not n:
@@ -231,7 +237,35 @@ def merge_bucket(
     t0 = time.perf_counter()
     order = stable_argsort(keys)
     sort_s = time.perf_counter() - t0
-    sk, so = keys[order], ops[order]
+    starts, gid, uk, writer, group_writes = _groups(keys[order], ops[order])
+    fold = _fold_writers(values[order], writer, starts, gid, merger) if has_values else None
+
+    present = np.zeros(len(uk), bool)
+    stored = np.zeros(len(uk), dt)
+    for run in older:
+        for ck, cv in run:
+            if len(ck):
+                _lookup(uk, ck, cv, present, stored, has_values)
+    _rewrite_cache(cache, uk, group_writes, present, stored, fold, merger, emit)
+
+    # A tuple finds its key if it was stored or an earlier tuple of its group wrote it.
+    prior_writes = np.cumsum(writer) - writer
+    seen = present[gid] | (prior_writes > prior_writes[starts][gid])
+    unique = np.empty(n, bool)
+    unique[order] = ~seen
+    before = np.zeros(n, dt)
+    if fold is not None:
+        before[order] = _before(gid, present, stored, fold, merger)
+    added = uk[group_writes & ~present]
+    return BucketOutcome(unique, before, added, sort_s)
+
+
+def _groups(
+    sk: np.ndarray, so: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Group the sorted keys ``sk`` (ops ``so``): each group's first index, each
+    tuple's group, the distinct keys, which tuples write and which groups do."""
+    n = len(sk)
     first = np.empty(n, bool)
     first[:1] = True
     np.not_equal(sk[1:], sk[:-1], out=first[1:])
@@ -240,84 +274,113 @@ def merge_bucket(
     uk = sk[starts]
     writer = so != CHECK
     group_writes = np.add.reduceat(writer.astype(np.int64), starts) > 0
+    return starts, gid, uk, writer, group_writes
 
-    # Per tuple: the group's last writer strictly before it, and the running fold
-    # of the group's writers up to each writer (`folded`, valid at writer slots).
-    if has_values:
-        pos = np.arange(n)
-        last_incl = np.maximum.accumulate(np.where(writer, pos, -1))
-        last_excl = np.empty(n, np.intp)
-        last_excl[:1] = -1
-        last_excl[1:] = last_incl[:-1]
-        has_prev = last_excl >= starts[gid]
-        group_last = last_incl[np.r_[starts[1:], n] - 1]
-        folded = values[order]
-        wi = np.flatnonzero(writer)
-        if len(wi):
-            wfirst = np.empty(len(wi), bool)
-            wfirst[:1] = True
-            wg = gid[wi]
-            np.not_equal(wg[1:], wg[:-1], out=wfirst[1:])
-            folded[wi] = merger.scan(folded[wi], np.flatnonzero(wfirst), np.cumsum(wfirst) - 1)
 
-    present = np.zeros(len(uk), bool)
-    stored = np.zeros(len(uk), dt)
-    for run in older:
-        for ck, cv in run:
-            if len(ck):
-                _lookup(uk, ck, cv, present, stored, has_values)
+class _Fold(NamedTuple):
+    """Per sorted tuple: the group's last writer strictly before it (``last_excl``,
+    ``has_prev``), each group's last writer, and the running fold of the group's
+    writers up to each writer (``folded``, valid at writer slots)."""
 
-    def writes(lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-        """The records groups ``lo:hi`` change (stored values must be final there)."""
-        g = lo + np.flatnonzero(group_writes[lo:hi])
-        if not has_values:  # nothing to change but presence
-            g = g[~present[g]]
-            return uk[g], np.zeros(len(g), dt)
-        out = folded[group_last[g]]
-        found = present[g]
-        if found.any():
-            out[found] = merger.combine(stored[g[found]], out[found])
-            old = stored[g]
-            # An unchanged value need not be written again (a repeated max, say).
-            same = found & (_as_bytes(out) == _as_bytes(old))
-            if same.any():
-                g, out = g[~same], out[~same]
-        return uk[g], out
+    last_excl: np.ndarray
+    has_prev: np.ndarray
+    group_last: np.ndarray
+    folded: np.ndarray
 
+
+def _fold_writers(
+    folded: np.ndarray, writer: np.ndarray, starts: np.ndarray, gid: np.ndarray, merger: Merger
+) -> _Fold:
+    """Fold the writers of each group of the sorted values ``folded`` (in place)."""
+    n = len(folded)
+    pos = np.arange(n)
+    last_incl = np.maximum.accumulate(np.where(writer, pos, -1))
+    last_excl = np.empty(n, np.intp)
+    last_excl[:1] = -1
+    last_excl[1:] = last_incl[:-1]
+    has_prev = last_excl >= starts[gid]
+    group_last = last_incl[np.r_[starts[1:], n] - 1]
+    wi = np.flatnonzero(writer)
+    if len(wi):
+        wfirst = np.empty(len(wi), bool)
+        wfirst[:1] = True
+        wg = gid[wi]
+        np.not_equal(wg[1:], wg[:-1], out=wfirst[1:])
+        folded[wi] = merger.scan(folded[wi], np.flatnonzero(wfirst), np.cumsum(wfirst) - 1)
+    return _Fold(last_excl, has_prev, group_last, folded)
+
+
+def _rewrite_cache(
+    cache: Iterable[tuple[np.ndarray, np.ndarray]],
+    uk: np.ndarray,
+    group_writes: np.ndarray,
+    present: np.ndarray,
+    stored: np.ndarray,
+    fold: _Fold | None,
+    merger: Merger,
+    emit: Callable[[np.ndarray, np.ndarray], None],
+) -> None:
+    """Look the keys ``uk`` up in the cache's chunks and emit each chunk with the
+    changes of the groups up to its last key merged in, then the changes past it."""
     lo = 0
     for ck, cv in cache:
         if not len(ck):
             continue
-        _lookup(uk, ck, cv, present, stored, has_values)
+        _lookup(uk, ck, cv, present, stored, fold is not None)
         hi = int(np.searchsorted(uk, ck[-1], "right"))
         if hi > lo:
-            wk, wv = writes(lo, hi)
+            wk, wv = _writes(lo, hi, uk, group_writes, present, stored, fold, merger)
             ck, cv = merge_two(ck, cv, wk, wv)
             lo = hi
         emit(ck, cv)
     if lo < len(uk):
-        wk, wv = writes(lo, len(uk))
+        wk, wv = _writes(lo, len(uk), uk, group_writes, present, stored, fold, merger)
         if len(wk):
             emit(wk, wv)
 
-    # A tuple finds its key if it was stored or an earlier tuple of its group wrote it.
-    prior_writes = np.cumsum(writer) - writer
-    seen = present[gid] | (prior_writes > prior_writes[starts][gid])
-    unique = np.empty(n, bool)
-    unique[order] = ~seen
-    before = np.zeros(n, dt)
-    if has_values:
-        sorted_before = np.zeros(n, dt)
-        from_store = present[gid] & ~has_prev
-        sorted_before[from_store] = stored[gid[from_store]]
-        both = has_prev & present[gid]
-        if both.any():
-            sorted_before[both] = merger.combine(stored[gid[both]], folded[last_excl[both]])
-        only = has_prev & ~present[gid]
-        sorted_before[only] = folded[last_excl[only]]
-        before[order] = sorted_before
-    added = uk[group_writes & ~present]
-    return BucketOutcome(unique, before, added, sort_s)
+
+def _writes(
+    lo: int,
+    hi: int,
+    uk: np.ndarray,
+    group_writes: np.ndarray,
+    present: np.ndarray,
+    stored: np.ndarray,
+    fold: _Fold | None,
+    merger: Merger,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The records groups ``lo:hi`` change (stored values must be final there)."""
+    g = lo + np.flatnonzero(group_writes[lo:hi])
+    if fold is None:  # nothing to change but presence
+        g = g[~present[g]]
+        return uk[g], np.zeros(len(g), merger.dtype)
+    out = fold.folded[fold.group_last[g]]
+    found = present[g]
+    if found.any():
+        out[found] = merger.combine(stored[g[found]], out[found])
+        old = stored[g]
+        # An unchanged value need not be written again (a repeated max, say).
+        same = found & (_as_bytes(out) == _as_bytes(old))
+        if same.any():
+            g, out = g[~same], out[~same]
+    return uk[g], out
+
+
+def _before(
+    gid: np.ndarray, present: np.ndarray, stored: np.ndarray, fold: _Fold, merger: Merger
+) -> np.ndarray:
+    """Each sorted tuple's value before it was applied: the stored one folded with
+    its group's earlier writers."""
+    has_prev, last_excl, folded = fold.has_prev, fold.last_excl, fold.folded
+    sorted_before = np.zeros(len(gid), merger.dtype)
+    from_store = present[gid] & ~has_prev
+    sorted_before[from_store] = stored[gid[from_store]]
+    both = has_prev & present[gid]
+    if both.any():
+        sorted_before[both] = merger.combine(stored[gid[both]], folded[last_excl[both]])
+    only = has_prev & ~present[gid]
+    sorted_before[only] = folded[last_excl[only]]
+    return sorted_before
 
 
 def _as_bytes(values: np.ndarray) -> np.ndarray:

@@ -104,7 +104,7 @@ RESPLIT_BATCH = 2048
 Rebudget = Callable[[list[bytes]], tuple[Sequence[int], Sequence[int], Sequence[int] | None]]
 # budgets_of(PLD hashes, uint64) -> the budget of each.
 BudgetsOf = Callable[[np.ndarray], Sequence[int]]
-# Batches of fewer records than this skip Beast._full_from_start: numpy's fixed cost
+# Batches of fewer records than this skip _Places.full_from_start: numpy's fixed cost
 # would outweigh what the loop saves.
 _FULL_CHECK_MIN = 64
 
@@ -115,7 +115,7 @@ class BeastStats:
     current: int  # index of the queue being read
     qf_records: int  # records waiting in QF
     queued: int  # records anywhere (ring and QF), not yet read
-    placed: int  # records given to place()/place_many()
+    placed: int  # records given to place_many()
     deferred_to_qf: int  # appends to QF, at placement and again at re-splits
     qf_rescans: int  # times QF was read in full and split (begun, for the last one)
     qf_resplit_left: int  # QF records still to place in the re-split under way
@@ -211,16 +211,11 @@ class Beast:
             # One queue is always the current one: with a ring of one, nothing could
             # ever be placed and QF would never drain.
             raise ValueError("max_queues must be at least 2")
-        if pld_slots < 1 or host_slots < 1:
-            raise ValueError("pld_slots and host_slots must be at least 1")
-        if host_cap < 0:
-            raise ValueError("host_cap must be >= 0")
         if not turn_s >= 0:
             raise ValueError(f"turn_s must be >= 0, got {turn_s}")
         self.directory = Path(directory)
         self.max_queues = max_queues
-        self._slots = pld_slots
-        self._host_cap, self._host_slots = host_cap, host_slots
+        self._places = _Places(pld_slots, host_cap, host_slots)
         self._fsync = fsync
         self._rebudget = rebudget
         self._budgets_of = budgets_of
@@ -230,15 +225,6 @@ class Beast:
         # When the current queue's first record was read (None: not yet, or it was empty).
         self._turn_started: float | None = None
         self._turns = 0
-        self._tag = np.zeros(pld_slots, np.uint64)
-        self._turn = np.zeros(pld_slots, np.int64)
-        self._count = np.zeros(pld_slots, np.uint32)
-        # memoryviews give the per-URL loop Python ints at list speed; numpy owns the RAM.
-        self._mtag, self._mturn, self._mcount = self._tag.data, self._turn.data, self._count.data
-        # The host table: turn and count only (colliding hosts simply share a cap).
-        self._hturn = np.zeros(host_slots if host_cap else 1, np.int64)
-        self._hcount = np.zeros(host_slots if host_cap else 1, np.uint32)
-        self._mhturn, self._mhcount = self._hturn.data, self._hcount.data
         self._host_deferrals = 0
         if state is None:
             if self.directory.exists():
@@ -255,16 +241,6 @@ class Beast:
 
     # -- placing -----------------------------------------------------------------------
 
-    def place(
-        self, record: bytes, pld_hash: int, budget: int, host_hash: int | None = None
-    ) -> None:
-        """Queue one URL record of PLD ``pld_hash`` with budget ``budget`` (from STAR),
-        and of host ``host_hash`` if the host cap is to apply (a host hash of 0, taken
-        modulo 2**64, counts as none)."""
-        self.place_many(
-            (record,), (pld_hash,), (budget,), None if host_hash is None else (host_hash,)
-        )
-
     def place_many(
         self,
         records: Sequence[bytes],
@@ -272,7 +248,9 @@ class Beast:
         budgets: Sequence[int],
         host_hashes: Sequence[int] | None = None,
     ) -> None:
-        """:meth:`place` for each record, in order."""
+        """Queue URL records, in order: record i of PLD ``pld_hashes[i]`` with budget
+        ``budgets[i]`` (from STAR), and of host ``host_hashes[i]`` if the host cap is to
+        apply (a host hash of 0, taken modulo 2**64, counts as none)."""
         self._spread_checked(records, pld_hashes, budgets, host_hashes)
         self._placed += len(records)
 
@@ -310,31 +288,61 @@ class Beast:
         A record goes to its PLD's current queue until the PLD has had ``budget`` (at
         least 1) records there, then to the next queue; with the host cap, also to a queue
         its host has had fewer than the cap in, the later of the two. A queue beyond the
-        ring means QF. One loop with the tables in locals, as it runs for every URL a
-        crawl finds new: a method call per URL was clearly slower. The loop sees only the
-        records :meth:`_full_from_start` does not find bound for QF, and only those are
-        made Python ints, which makes placing URLs bound for QF cheaper.
+        ring means QF. :meth:`_place_each` places the records one by one; it sees only
+        the records :meth:`_Places.full_from_start` does not find bound for QF, and only
+        those are made Python ints, which makes placing URLs bound for QF cheaper.
         """
-        j, start = self._j, self._start
-        now = start + self._cur
+        now = self._start + self._cur
         first = now if self.turn_s > 0 else now + 1  # paced: the current queue is open
-        beyond = now + j
-        slots, tags, turns, counts = self._slots, self._mtag, self._mturn, self._mcount
-        host_cap, host_slots = self._host_cap, self._host_slots
-        host_turns, host_counts = self._mhturn, self._mhcount
-        admit, refused = self._admit, 0
-        batches: list[list[bytes]] = [[] for _ in range(j)]
+        beyond = now + self._j
         given_hosts = hosts
-        if host_cap == 0:
+        if self._places.host_cap == 0:
             hosts = None  # no cap: host places are neither checked nor kept
         if len(records) >= _FULL_CHECK_MIN:
-            to_qf, collisions, deferrals = self._full_from_start(
+            to_qf, collisions, deferrals = self._places.full_from_start(
                 plds, budgets, hosts, first, beyond
             )
             looped = np.flatnonzero(~to_qf)
         else:
             to_qf, collisions, deferrals = np.zeros(len(records), bool), 0, 0
             looped = np.arange(len(records))
+        self._collisions += collisions
+        self._host_deferrals += deferrals
+        to_qf[self._place_each(records, looped, plds, budgets, hosts, first, beyond)] = True
+        qf: PackedRecords | list[bytes]
+        if isinstance(records, PackedRecords):
+            qf = records.select(to_qf)
+            self._qf.extend_packed(qf)
+        else:
+            qf = list(compress(records, to_qf.tolist()))
+            if qf:
+                self._qf.extend(
+                    qf, _keys(plds[to_qf], None if given_hosts is None else given_hosts[to_qf])
+                )
+        self._deferred += len(qf)
+
+    def _place_each(
+        self,
+        records: Sequence[bytes] | PackedRecords,
+        looped: np.ndarray,
+        plds: np.ndarray,
+        budgets: np.ndarray,
+        hosts: np.ndarray | None,
+        first: int,
+        beyond: int,
+    ) -> list[int]:
+        """:meth:`_spread`'s records at ``looped``, placed one by one in the ring (the
+        queues' turns ``first`` to ``beyond - 1``); returns those bound for QF. One loop
+        with the tables in locals, as it runs for every URL a crawl finds new: a method
+        call per URL was clearly slower."""
+        j, start = self._j, self._start
+        places = self._places
+        slots, tags, turns, counts = places.slots, places.mtag, places.mturn, places.mcount
+        host_cap, host_slots = places.host_cap, places.host_slots
+        host_turns, host_counts = places.mhturn, places.mhcount
+        admit = self._admit
+        collisions = deferrals = refused = 0
+        batches: list[list[bytes]] = [[] for _ in range(j)]
         also_to_qf: list[int] = []
         items = zip(
             looped.tolist(),
@@ -386,56 +394,7 @@ class Beast:
         for queue, batch in zip(self._ring, batches):
             if batch:
                 queue.extend(batch)
-        to_qf[also_to_qf] = True
-        qf: PackedRecords | list[bytes]
-        if isinstance(records, PackedRecords):
-            qf = records.select(to_qf)
-            self._qf.extend_packed(qf)
-        else:
-            qf = list(compress(records, to_qf.tolist()))
-            if qf:
-                self._qf.extend(
-                    qf, _keys(plds[to_qf], None if given_hosts is None else given_hosts[to_qf])
-                )
-        self._deferred += len(qf)
-
-    def _full_from_start(
-        self,
-        plds: np.ndarray,
-        budgets: np.ndarray,
-        hosts: np.ndarray | None,
-        first: int,
-        beyond: int,
-    ) -> tuple[np.ndarray, int, int]:
-        """Which records go to QF because their place is full from the start of the
-        batch, with the slot collisions and host deferrals :meth:`_spread`'s loop would
-        have counted for them. Once a large crawl's sites have filled their places in
-        the ring, most URLs placed (new ones, and QF's at a re-split) are such; here they
-        cost numpy's passes rather than the loop's turn.
-
-        A record whose PLD's place is full (the last queue of the ring, its budget used)
-        goes to QF and changes no place, so the next records of its PLD do the same; so
-        does a record whose host's place is full, counting a deferral (its PLD's place is
-        before the host's). That holds for every such record, in any order, as long as no
-        record the loop does see shares its PLD's place (one could move it).
-        """
-        slot = plds % np.uint64(self._slots)
-        turn = self._turn[slot]
-        full = (turn == beyond - 1) & (self._count[slot] >= np.maximum(budgets, 1))
-        host_full = np.zeros_like(full)
-        if hosts is not None:
-            hslot = hosts % np.uint64(self._host_slots)
-            host_full = (
-                (self._hturn[hslot] == beyond - 1)
-                & (self._hcount[hslot] >= self._host_cap)
-                & ~full
-                & (hosts != 0)
-            )
-        either = full | host_full
-        fast = either & ~np.isin(slot, slot[~either])
-        collisions = int(np.count_nonzero(fast & (turn >= first) & (self._tag[slot] != plds)))
-        deferrals = int(np.count_nonzero(fast & host_full))
-        return fast, collisions, deferrals
+        return also_to_qf
 
     # -- reading -----------------------------------------------------------------------
 
@@ -558,23 +517,13 @@ class Beast:
         qf = self._qf.commit()
         self._commits += 1
         name = _table_name(self._commits)
-        tmp = self.directory / (name + ".tmp")
-        with open(tmp, "wb") as f:
-            # cast: numpy's stub lets a ** dict fill savez's allow_pickle flag too (numpy
-            # >= 2.1); these keys are the tables' names.
-            np.savez(f, **cast("dict[str, Any]", self._tables()))
-            if self._fsync:
-                f.flush()
-                durable.fsync(f.fileno())
-        os.replace(tmp, self.directory / name)
-        if self._fsync:
-            durable.fsync_dir(self.directory)
+        self._places.save(self.directory / name, self._fsync)
         self._drop_tables()
         return {
             "format": FORMAT_VERSION,
             "commit": self._commits,
             "table": name,
-            "pld_slots": self._slots,
+            "pld_slots": self._places.slots,
             "queues": self._j,
             "pass_start": self._start,
             "current": self._cur,
@@ -596,22 +545,15 @@ class Beast:
             },
         }
 
-    def _tables(self) -> dict[str, np.ndarray]:
-        """The budget and host tables, as saved at a commit (see _used_slots)."""
-        return {
-            **_used_slots({"tag": self._tag, "turn": self._turn, "count": self._count}),
-            **_used_slots({"host_turn": self._hturn, "host_count": self._hcount}, "host_"),
-        }
-
     def _reopen(self, state: dict[str, Any]) -> None:
         if state.get("format") != FORMAT_VERSION:
             raise ValueError(
                 f"BEAST state format {state.get('format')!r}, expected {FORMAT_VERSION}"
             )
-        if state["pld_slots"] != self._slots:
+        if state["pld_slots"] != self._places.slots:
             raise ValueError(
                 f"the checkpoint's budget table has {state['pld_slots']} slots, "
-                f"pld_slots is {self._slots}"
+                f"pld_slots is {self._places.slots}"
             )
         self._j, self._start, self._cur = state["queues"], state["pass_start"], state["current"]
         self._commits = state["commit"]
@@ -625,15 +567,7 @@ class Beast:
         # The turn goes on where it was (states from before paced turns have no entry).
         elapsed = state.get("turn_elapsed_s")
         self._turn_started = None if elapsed is None else self._clock() - elapsed
-        with np.load(self.directory / state["table"]) as table:
-            loaded = _load_slots(
-                table, {"tag": self._tag, "turn": self._turn, "count": self._count}
-            )
-            assert loaded, "pld_slots was checked above"
-            # A host table of another size (or none, from an older checkpoint) is not
-            # reused: hosts start with no places, which can only admit them sooner.
-            if "host_turn" in table:
-                _load_slots(table, {"host_turn": self._hturn, "host_count": self._hcount}, "host_")
+        self._places.load(self.directory / state["table"])
         self._drop_tables()
         for path in self.directory.glob("q[0-9][0-9][0-9]"):
             if int(path.name[1:]) >= self._j:
@@ -668,6 +602,97 @@ class Beast:
             f"<Beast {self.directory} [queue {self._cur} of {self._j} | "
             f"{len(self)} queued, {len(self._qf)} in QF]>"
         )
+
+
+class _Places:
+    """BEAST's places in fixed RAM (see "Fixed RAM" and "Host cap" in the module
+    docstring): the PLD table (hash tag, turn, count) and the host table (turn and count
+    only: colliding hosts simply share a cap), with their commits' table files."""
+
+    def __init__(self, pld_slots: int, host_cap: int, host_slots: int) -> None:
+        if pld_slots < 1 or host_slots < 1:
+            raise ValueError("pld_slots and host_slots must be at least 1")
+        if host_cap < 0:
+            raise ValueError("host_cap must be >= 0")
+        self.slots, self.host_cap, self.host_slots = pld_slots, host_cap, host_slots
+        self.tag = np.zeros(pld_slots, np.uint64)
+        self.turn = np.zeros(pld_slots, np.int64)
+        self.count = np.zeros(pld_slots, np.uint32)
+        self.hturn = np.zeros(host_slots if host_cap else 1, np.int64)
+        self.hcount = np.zeros(host_slots if host_cap else 1, np.uint32)
+        # memoryviews give the per-URL loop Python ints at list speed; numpy owns the RAM.
+        self.mtag, self.mturn, self.mcount = self.tag.data, self.turn.data, self.count.data
+        self.mhturn, self.mhcount = self.hturn.data, self.hcount.data
+
+    def full_from_start(
+        self,
+        plds: np.ndarray,
+        budgets: np.ndarray,
+        hosts: np.ndarray | None,
+        first: int,
+        beyond: int,
+    ) -> tuple[np.ndarray, int, int]:
+        """Which records go to QF because their place is full from the start of the
+        batch, with the slot collisions and host deferrals :meth:`Beast._place_each` would
+        have counted for them. Once a large crawl's sites have filled their places in
+        the ring, most URLs placed (new ones, and QF's at a re-split) are such; here they
+        cost numpy's passes rather than the loop's turn.
+
+        A record whose PLD's place is full (the last queue of the ring, its budget used)
+        goes to QF and changes no place, so the next records of its PLD do the same; so
+        does a record whose host's place is full, counting a deferral (its PLD's place is
+        before the host's). That holds for every such record, in any order, as long as no
+        record the loop does see shares its PLD's place (one could move it).
+        """
+        slot = plds % np.uint64(self.slots)
+        turn = self.turn[slot]
+        full = (turn == beyond - 1) & (self.count[slot] >= np.maximum(budgets, 1))
+        host_full = np.zeros_like(full)
+        if hosts is not None:
+            hslot = hosts % np.uint64(self.host_slots)
+            host_full = (
+                (self.hturn[hslot] == beyond - 1)
+                & (self.hcount[hslot] >= self.host_cap)
+                & ~full
+                & (hosts != 0)
+            )
+        either = full | host_full
+        fast = either & ~np.isin(slot, slot[~either])
+        collisions = int(np.count_nonzero(fast & (turn >= first) & (self.tag[slot] != plds)))
+        deferrals = int(np.count_nonzero(fast & host_full))
+        return fast, collisions, deferrals
+
+    def tables(self) -> dict[str, np.ndarray]:
+        """The budget and host tables, as saved at a commit (see _used_slots)."""
+        return {
+            **_used_slots({"tag": self.tag, "turn": self.turn, "count": self.count}),
+            **_used_slots({"host_turn": self.hturn, "host_count": self.hcount}, "host_"),
+        }
+
+    def save(self, path: Path, fsync: bool) -> None:
+        """Write :meth:`tables` to ``path`` (temporary name, fsync, rename, directory
+        fsync)."""
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "wb") as f:
+            # cast: numpy's stub lets a ** dict fill savez's allow_pickle flag too (numpy
+            # >= 2.1); these keys are the tables' names.
+            np.savez(f, **cast("dict[str, Any]", self.tables()))
+            if fsync:
+                f.flush()
+                durable.fsync(f.fileno())
+        os.replace(tmp, path)
+        if fsync:
+            durable.fsync_dir(path.parent)
+
+    def load(self, path: Path) -> None:
+        """Fill the (zeroed) tables from the table file ``path`` of as many PLD slots."""
+        with np.load(path) as table:
+            loaded = _load_slots(table, {"tag": self.tag, "turn": self.turn, "count": self.count})
+            assert loaded, "the caller checks pld_slots"
+            # A host table of another size (or none, from an older checkpoint) is not
+            # reused: hosts start with no places, which can only admit them sooner.
+            if "host_turn" in table:
+                _load_slots(table, {"host_turn": self.hturn, "host_count": self.hcount}, "host_")
 
 
 def _used_slots(arrays: dict[str, np.ndarray], prefix: str = "") -> dict[str, np.ndarray]:

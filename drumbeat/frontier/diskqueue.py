@@ -204,6 +204,155 @@ class PackedRecords:
         return PackedRecords(offsets, joined, None if self.keys is None else self.keys[index])
 
 
+class _SegmentWriter:
+    """The write side of a :class:`DiskQueue`: the write segment ``seg`` (``length``
+    bytes, the last of them in the write buffer ``buf``), block frames appended to it,
+    new segments, and the fsyncs a commit owes. ``queued`` is the queue's count of
+    records not yet read: appends add to it, reads take from it."""
+
+    def __init__(self, directory: Path, segment_bytes: int, buffer_bytes: int, fsync: bool) -> None:
+        self.directory = directory
+        self.segment_bytes = segment_bytes
+        self.buffer_bytes = buffer_bytes
+        self.fsync = fsync
+        self.file: BinaryIO | None = None
+        self.buf = bytearray()
+        self.seg, self.length = 0, HEADER_SIZE
+        self.queued = 0
+        self.bytes_written = 0
+        # Segments closed since the last commit, which it must fsync (with fsync on).
+        self.unsynced: list[int] = []
+        self.dir_dirty = False
+
+    def start(self) -> None:
+        """Begin an empty queue's first segment."""
+        self._create(0)
+        self.dir_dirty = True
+
+    def reopen(self, version: int) -> None:
+        """Go on writing the committed write segment ``seg`` (of format ``version``) at
+        ``length``, cutting what was appended after the commit."""
+        path = self.directory / _seg_name(self.seg)
+        size = path.stat().st_size
+        if size < self.length:
+            raise DiskQueueCorruptError(
+                path, size, f"truncated: {size} bytes, {self.length} committed"
+            )
+        # Held open (no with-block): appends go on until the next segment replaces it.
+        self.file = open(path, "r+b", buffering=0)
+        self.file.truncate(self.length)
+        self.file.seek(self.length)
+        if version < FORMAT_VERSION:
+            # Its blocks are read by its version's rules: new ones go to a new segment.
+            self.rotate()
+
+    def append_blocks(
+        self,
+        lengths: np.ndarray,
+        data: Callable[[int, int], bytes | memoryview],
+        keys: np.ndarray | None,
+    ) -> None:
+        """Append records of ``lengths`` as block frames; ``data(i, j)`` gives records i
+        to j - 1 back to back."""
+        count = len(lengths)
+        if count and lengths.max() > MAX_RECORD:
+            raise ValueError(f"record of {lengths.max()} bytes is too long for a disk queue")
+        width, table = 0, b""
+        if keys is not None:
+            if len(keys) != count:
+                raise ValueError(f"{len(keys)} keys for {count} records")
+            if count:
+                width = keys.nbytes // count
+                if not 1 <= width <= MAX_KEY_BYTES:
+                    raise ValueError(f"keys of {width} bytes: 1 to {MAX_KEY_BYTES} allowed")
+                table = np.ascontiguousarray(keys).tobytes()
+        ends = np.cumsum(lengths + (4 + width))  # block bytes up to each record, inclusive
+        i = 0
+        while i < count:
+            done = int(ends[i - 1]) if i else 0
+            room = self.segment_bytes - self.length - BLOCK_HEAD_SIZE
+            j = int(np.searchsorted(ends, done + min(room, self.buffer_bytes), "right"))
+            j = min(j, i + MAX_BLOCK_RECORDS)
+            if j <= i:  # the next record does not fit where a block may go
+                if ends[i] - done > room and self.length > HEADER_SIZE:
+                    self.rotate()
+                    continue
+                j = i + 1  # a block of its own (past buffer_bytes, or a whole segment)
+            self._append_block(lengths[i:j], table[i * width : j * width], data(i, j), width)
+            i = j
+
+    def _append_block(
+        self, lengths: np.ndarray, keys: bytes, data: bytes | memoryview, width: int
+    ) -> None:
+        """Append one block frame of records of ``lengths`` (``data`` back to back, with
+        ``keys`` of ``width`` bytes each) to the write segment."""
+        table = lengths.astype("<u4").tobytes()
+        count = len(lengths)
+        head = BLOCK | width << _WIDTH_SHIFT | count
+        size = len(data)
+        check = xxhash.xxh3_64(table, seed=head << 32 | size)
+        check.update(keys)
+        check.update(data)
+        wbuf = self.buf
+        wbuf += _BLOCK_HEAD.pack(head, size, check.intdigest())
+        wbuf += table
+        wbuf += keys
+        wbuf += data
+        total = BLOCK_HEAD_SIZE + len(table) + len(keys) + size
+        self.length += total
+        self.queued += count
+        self.bytes_written += total
+        if len(wbuf) >= self.buffer_bytes:
+            self.flush()
+
+    def flushed(self) -> int:
+        """Bytes of the write segment already in its file."""
+        return self.length - len(self.buf)
+
+    def flush(self) -> None:
+        if self.buf:
+            assert self.file is not None
+            view = memoryview(self.buf)
+            while view:
+                written = self.file.write(view)
+                view = view[written:]
+            self.buf = bytearray()
+
+    def _create(self, seg: int) -> None:
+        header = _encode_header(seg)
+        # Held open (no with-block): appends go on until the next segment replaces it.
+        self.file = open(self.directory / _seg_name(seg), "xb", buffering=0)
+        self.file.write(header)
+        self.bytes_written += len(header)
+
+    def rotate(self) -> None:
+        self.flush()
+        assert self.file is not None
+        if self.fsync:
+            # Made durable by the next commit: fsynced here, a full segment of QF held
+            # the crawl's loop noticeably, and a checkpoint defers its commits' fsyncs.
+            self.unsynced.append(self.seg)
+        self.file.close()
+        self.seg += 1
+        self.length = HEADER_SIZE
+        self._create(self.seg)
+        self.dir_dirty = True
+
+    def sync(self) -> None:
+        """Write the buffer and, with fsync on, make the segments written since the last
+        call and the directory durable."""
+        self.flush()
+        assert self.file is not None
+        if self.fsync:
+            for seg in self.unsynced:
+                durable.fsync_path(self.directory / _seg_name(seg))
+            durable.fsync(self.file.fileno())
+            if self.dir_dirty:
+                durable.fsync_dir(self.directory)
+        self.unsynced.clear()
+        self.dir_dirty = False
+
+
 class DiskQueue:
     """FIFO of byte records in ``directory`` (which it owns).
 
@@ -225,9 +374,7 @@ class DiskQueue:
         self.directory = Path(directory)
         self.segment_bytes = segment_bytes
         self.buffer_bytes = buffer_bytes
-        self._fsync = fsync
-        self._wfile: BinaryIO | None = None
-        self._wbuf = bytearray()
+        self._w = _SegmentWriter(self.directory, segment_bytes, buffer_bytes, fsync)
         self._rfile: BinaryIO | None = None
         self._rbuf = b""
         self._rpos = 0  # index in _rbuf of the frame at _roff, the next one to read from
@@ -238,20 +385,15 @@ class DiskQueue:
         self._rversion = FORMAT_VERSION  # the read segment's format, once it is open
         self._rsize: int | None = None  # size of the read segment once it is complete
         self._closed = False
-        # Segments closed since the last commit, which it must fsync (with fsync on).
-        self._unsynced: list[int] = []
         if state is None:
             if self.directory.exists():
                 shutil.rmtree(self.directory)
             self.directory.mkdir(parents=True)
-            self._ws, self._wlen = 0, HEADER_SIZE
             self._rs, self._roff = 0, HEADER_SIZE
-            self._count = 0
-            self.bytes_written = self.bytes_read = 0
+            self.bytes_read = 0
             self._floor = 0
             self._last_commit_rs: int | None = None
-            self._create_segment(0)
-            self._dir_dirty = True
+            self._w.start()
         else:
             self._reopen(state)
 
@@ -276,114 +418,27 @@ class DiskQueue:
         def data(i: int, j: int) -> bytes:
             return b"".join(records if i == 0 and j == len(records) else records[i:j])
 
-        self._append_blocks(lengths, data, keys)
+        self._w.append_blocks(lengths, data, keys)
 
     def extend_packed(self, packed: PackedRecords) -> None:
         """Queue the records of ``packed`` in order, with their keys if it has them (as
         :meth:`extend` would)."""
         self._usable()
         offsets, data = packed.offsets.tolist(), memoryview(packed.data)
-        self._append_blocks(
+        self._w.append_blocks(
             packed.lengths(), lambda i, j: data[offsets[i] : offsets[j]], packed.keys
         )
 
-    def _append_blocks(
-        self,
-        lengths: np.ndarray,
-        data: Callable[[int, int], bytes | memoryview],
-        keys: np.ndarray | None,
-    ) -> None:
-        """Append records of ``lengths`` as block frames; ``data(i, j)`` gives records i
-        to j - 1 back to back."""
-        count = len(lengths)
-        if count and lengths.max() > MAX_RECORD:
-            raise ValueError(f"record of {lengths.max()} bytes is too long for a disk queue")
-        width, table = 0, b""
-        if keys is not None:
-            if len(keys) != count:
-                raise ValueError(f"{len(keys)} keys for {count} records")
-            if count:
-                width = keys.nbytes // count
-                if not 1 <= width <= MAX_KEY_BYTES:
-                    raise ValueError(f"keys of {width} bytes: 1 to {MAX_KEY_BYTES} allowed")
-                table = np.ascontiguousarray(keys).tobytes()
-        ends = np.cumsum(lengths + (4 + width))  # block bytes up to each record, inclusive
-        i = 0
-        while i < count:
-            done = int(ends[i - 1]) if i else 0
-            room = self.segment_bytes - self._wlen - BLOCK_HEAD_SIZE
-            j = int(np.searchsorted(ends, done + min(room, self.buffer_bytes), "right"))
-            j = min(j, i + MAX_BLOCK_RECORDS)
-            if j <= i:  # the next record does not fit where a block may go
-                if ends[i] - done > room and self._wlen > HEADER_SIZE:
-                    self._rotate()
-                    continue
-                j = i + 1  # a block of its own (past buffer_bytes, or a whole segment)
-            self._append_block(lengths[i:j], table[i * width : j * width], data(i, j), width)
-            i = j
-
-    def _append_block(
-        self, lengths: np.ndarray, keys: bytes, data: bytes | memoryview, width: int
-    ) -> None:
-        """Append one block frame of records of ``lengths`` (``data`` back to back, with
-        ``keys`` of ``width`` bytes each) to the write segment."""
-        table = lengths.astype("<u4").tobytes()
-        count = len(lengths)
-        head = BLOCK | width << _WIDTH_SHIFT | count
-        size = len(data)
-        check = xxhash.xxh3_64(table, seed=head << 32 | size)
-        check.update(keys)
-        check.update(data)
-        wbuf = self._wbuf
-        wbuf += _BLOCK_HEAD.pack(head, size, check.intdigest())
-        wbuf += table
-        wbuf += keys
-        wbuf += data
-        total = BLOCK_HEAD_SIZE + len(table) + len(keys) + size
-        self._wlen += total
-        self._count += count
-        self.bytes_written += total
-        if len(wbuf) >= self.buffer_bytes:
-            self._flush()
-
-    def _flushed(self) -> int:
-        """Bytes of the write segment already in its file."""
-        return self._wlen - len(self._wbuf)
-
-    def _flush(self) -> None:
-        if self._wbuf:
-            assert self._wfile is not None
-            view = memoryview(self._wbuf)
-            while view:
-                written = self._wfile.write(view)
-                view = view[written:]
-            self._wbuf = bytearray()
-
-    def _create_segment(self, seg: int) -> None:
-        header = _encode_header(seg)
-        # Held open (no with-block): appends go on until the next segment replaces it.
-        self._wfile = open(self.directory / _seg_name(seg), "xb", buffering=0)
-        self._wfile.write(header)
-        self.bytes_written += len(header)
-
-    def _rotate(self) -> None:
-        self._flush()
-        assert self._wfile is not None
-        if self._fsync:
-            # Made durable by the next commit: fsynced here, a full segment of QF held
-            # the crawl's loop noticeably, and a checkpoint defers its commits' fsyncs.
-            self._unsynced.append(self._ws)
-        self._wfile.close()
-        self._ws += 1
-        self._wlen = HEADER_SIZE
-        self._create_segment(self._ws)
-        self._dir_dirty = True
+    @property
+    def bytes_written(self) -> int:
+        """Bytes appended to the segments (headers included)."""
+        return self._w.bytes_written
 
     # -- reading -----------------------------------------------------------------------
 
     def __len__(self) -> int:
         """Records appended and not yet read."""
-        return self._count
+        return self._w.queued
 
     def read(self, n: int) -> list[bytes]:
         """Up to ``n`` records in FIFO order (including records still in the write buffer).
@@ -394,7 +449,7 @@ class DiskQueue:
         self._usable()
         out: list[bytes] = []
         digest = xxhash.xxh32_intdigest
-        while len(out) < n and self._count:
+        while len(out) < n and self._w.queued:
             length, check = self._frame_head()
             if length & BLOCK:
                 self._read_block(out, n)
@@ -414,7 +469,7 @@ class DiskQueue:
                 )
             self._rpos = start + length
             self._roff += FRAME_SIZE + length
-            self._count -= 1
+            self._w.queued -= 1
             self.bytes_read += FRAME_SIZE + length
             out.append(record)
             self._read_buffered(out, n)
@@ -430,7 +485,7 @@ class DiskQueue:
         self._usable()
         parts: list[PackedRecords] = []
         parts_width = 0  # the key width of the blocks taken
-        while self._count and n > 0:
+        while self._w.queued and n > 0:
             if not self._frame_head()[0] & BLOCK:
                 if parts:
                     break
@@ -455,7 +510,7 @@ class DiskQueue:
     def _frame_head(self) -> tuple[int, int]:
         """The first two words of the frame at the read position (there must be a record
         to read), once past segments read to their end."""
-        while self._rs < self._ws and self._roff >= self._read_end():
+        while self._rs < self._w.seg and self._roff >= self._read_end():
             self._next_segment()
         if self._rfile is None:
             self._open_read()
@@ -476,9 +531,9 @@ class DiskQueue:
         read (moving past it once it has been read to its end); return the index of
         the one after the last taken."""
         first = self._rin
-        last = min(len(offsets) - 1, first + n, first + self._count)
+        last = min(len(offsets) - 1, first + n, first + self._w.queued)
         taken = last - first
-        self._count -= taken
+        self._w.queued -= taken
         assert self._block is not None
         width = self._block[4]
         self.bytes_read += offsets[last] - offsets[first] + (4 + width) * taken
@@ -539,7 +594,7 @@ class DiskQueue:
         first = pos
         # The buffer's end, or the segment's if that comes first.
         stop = min(len(rbuf), pos + self._read_end() - self._roff)
-        left = min(n - len(out), self._count)
+        left = min(n - len(out), self._w.queued)
         unpack, digest = _FRAME.unpack_from, xxhash.xxh32_intdigest
         taken = 0
         while taken < left and pos + FRAME_SIZE <= stop:
@@ -558,15 +613,15 @@ class DiskQueue:
             taken += 1
         self._rpos = pos
         self._roff += pos - first
-        self._count -= taken
+        self._w.queued -= taken
         self.bytes_read += pos - first
 
     def _read_path(self) -> Path:
         return self.directory / _seg_name(self._rs)
 
     def _read_end(self) -> int:
-        if self._rs == self._ws:
-            return self._wlen
+        if self._rs == self._w.seg:
+            return self._w.length
         if self._rsize is None:
             self._rsize = (
                 os.fstat(self._rfile.fileno()).st_size
@@ -615,13 +670,13 @@ class DiskQueue:
         past what has been flushed, from the write buffer."""
         assert self._rfile is not None
         end = min(offset + want, self._read_end())
-        on_disk = self._flushed() if self._rs == self._ws else end
+        on_disk = self._w.flushed() if self._rs == self._w.seg else end
         parts = []
         if offset < on_disk:
             parts.append(os.pread(self._rfile.fileno(), min(end, on_disk) - offset, offset))
         if end > on_disk:
             lo = max(offset, on_disk) - on_disk
-            parts.append(bytes(self._wbuf[lo : end - on_disk]))
+            parts.append(bytes(self._w.buf[lo : end - on_disk]))
         return b"".join(parts)
 
     # -- commits -----------------------------------------------------------------------
@@ -629,23 +684,14 @@ class DiskQueue:
     def commit(self) -> dict[str, Any]:
         """Make everything appended so far durable; return the state to reopen with."""
         self._usable()
-        self._flush()
-        assert self._wfile is not None
-        if self._fsync:
-            for seg in self._unsynced:
-                durable.fsync_path(self.directory / _seg_name(seg))
-            durable.fsync(self._wfile.fileno())
-            if self._dir_dirty:
-                durable.fsync_dir(self.directory)
-        self._unsynced.clear()
-        self._dir_dirty = False
+        self._w.sync()
         keep = self._rs if self._last_commit_rs is None else self._last_commit_rs
         state = {
             "format": FORMAT_VERSION,
-            "write": [self._ws, self._wlen],
+            "write": [self._w.seg, self._w.length],
             "read": [self._rs, self._roff],
             "read_in_block": self._rin,
-            "count": self._count,
+            "count": self._w.queued,
             "keep": keep,
             "bytes_written": self.bytes_written,
             "bytes_read": self.bytes_read,
@@ -662,15 +708,14 @@ class DiskQueue:
                 f"disk queue state format {state.get('format')!r}, "
                 f"expected one of {_READABLE_VERSIONS}"
             )
-        self._ws, self._wlen = state["write"]
+        self._w.seg, self._w.length = state["write"]
         self._rs, self._roff = state["read"]
         self._rin = state.get("read_in_block", 0)  # version 1: no blocks
-        self._count = state["count"]
-        self.bytes_written = state["bytes_written"]
+        self._w.queued = state["count"]
+        self._w.bytes_written = state["bytes_written"]
         self.bytes_read = state["bytes_read"]
         self._floor = state["keep"]
         self._last_commit_rs = self._rs
-        self._dir_dirty = False
         if not self.directory.is_dir():
             raise DiskQueueCorruptError(self.directory, None, "queue directory missing")
         for path in self.directory.iterdir():
@@ -678,39 +723,27 @@ class DiskQueue:
             if (
                 path.suffix == ".seg"
                 and stem.isdigit()
-                and not self._floor <= int(stem) <= self._ws
+                and not self._floor <= int(stem) <= self._w.seg
             ):
                 path.unlink()
-        for seg in range(self._rs, self._ws + 1):  # the write segment's version last
+        for seg in range(self._rs, self._w.seg + 1):  # the write segment's version last
             path = self.directory / _seg_name(seg)
             try:
                 with open(path, "rb") as f:
                     version = _check_header(path, f.read(HEADER_SIZE), seg)
             except FileNotFoundError:
                 raise DiskQueueCorruptError(path, None, "segment file missing") from None
-        path = self.directory / _seg_name(self._ws)
-        size = path.stat().st_size
-        if size < self._wlen:
-            raise DiskQueueCorruptError(
-                path, size, f"truncated: {size} bytes, {self._wlen} committed"
-            )
-        # Held open (no with-block): appends go on until the next segment replaces it.
-        self._wfile = open(path, "r+b", buffering=0)
-        self._wfile.truncate(self._wlen)
-        self._wfile.seek(self._wlen)
-        if version < FORMAT_VERSION:
-            # Its blocks are read by its version's rules: new ones go to a new segment.
-            self._rotate()
+        self._w.reopen(version)
 
     def close(self) -> None:
         """Write the buffer (without fsync) and close the files. Idempotent."""
         if self._closed:
             return
-        self._flush()
-        for f in (self._wfile, self._rfile):
+        self._w.flush()
+        for f in (self._w.file, self._rfile):
             if f is not None:
                 f.close()
-        self._wfile = self._rfile = None
+        self._w.file = self._rfile = None
         self._closed = True
 
     def _usable(self) -> None:
@@ -719,7 +752,8 @@ class DiskQueue:
 
     def __repr__(self) -> str:
         return (
-            f"<DiskQueue {self.directory} [{self._count} queued | segments {self._rs}..{self._ws}]>"
+            f"<DiskQueue {self.directory} "
+            f"[{self._w.queued} queued | segments {self._rs}..{self._w.seg}]>"
         )
 
 

@@ -277,8 +277,8 @@ def test_no_record_lost(tmp_path: Path) -> None:
 def test_slot_collisions_lose_nothing(tmp_path: Path) -> None:
     random_crawl(tmp_path / "b", pld_slots=1, seed=2, rounds=30)
     beast = Beast(tmp_path / "c", pld_slots=1, fsync=False, rebudget=per_record(make_rebudget({})))
-    beast.place(b"1:a", 1, 5)
-    beast.place(b"2:b", 2, 5)
+    beast.place_many([b"1:a"], [1], [5])
+    beast.place_many([b"2:b"], [2], [5])
     assert beast.stats().slot_collisions == 1
     beast.close()
 
@@ -324,7 +324,7 @@ def test_ring_doubles_up_to_max_queues(tmp_path: Path) -> None:
 def test_first_read_before_and_after_placement_with_one_queue(tmp_path: Path) -> None:
     beast = Beast(tmp_path / "b", queues=1, fsync=False, rebudget=per_record(lambda r: (1, 5)))
     assert beast.read(3) == [] and len(beast) == 0
-    beast.place(b"1:a", 1, 5)
+    beast.place_many([b"1:a"], [1], [5])
     assert len(beast) == 1
     assert beast.read(3) == [b"1:a"]
     beast.close()
@@ -459,7 +459,7 @@ def test_host_cap_survives_a_commit(tmp_path: Path) -> None:
     beast = Beast(d, state=state, **opts)
     # The host already has 2 URLs in the next queue (the table came back with the
     # commit): a third goes to the queue after it.
-    beast.place(b"c", 9, 100, 1)
+    beast.place_many([b"c"], [9], [100], [1])
     assert beast.stats().host_deferrals == 1
     assert beast.read(2) == [b"a", b"b"] and beast.stats().current == 1
     assert beast.read(10) == [b"c"] and beast.stats().current == 2
@@ -491,7 +491,7 @@ def test_tables_come_back_whole_from_a_commit_saved_sparse_or_not(
         [1] * n,
         [i % plds for i in range(n)],
     )
-    tables = beast._tables()
+    tables = beast._places.tables()
     assert ("used" in tables) == (plds == 3) and ("host_used" in tables) == (plds == 3)
     whole = table_arrays(beast)
     state = beast.commit()
@@ -508,11 +508,11 @@ def test_tables_come_back_whole_from_a_commit_saved_sparse_or_not(
 def table_arrays(beast: Beast) -> dict[str, np.ndarray]:
     """Copies of BEAST's budget and host tables, by their names in a table file."""
     return {
-        "tag": beast._tag.copy(),
-        "turn": beast._turn.copy(),
-        "count": beast._count.copy(),
-        "host_turn": beast._hturn.copy(),
-        "host_count": beast._hcount.copy(),
+        "tag": beast._places.tag.copy(),
+        "turn": beast._places.turn.copy(),
+        "count": beast._places.count.copy(),
+        "host_turn": beast._places.hturn.copy(),
+        "host_count": beast._places.hcount.copy(),
     }
 
 
@@ -564,7 +564,7 @@ class _Workload:
 def test_full_places_skipped_in_batches_change_nothing(
     tmp_path: Path, seed: int, turn_s: float
 ) -> None:
-    """Beast._full_from_start sends records whose place is full to QF without the loop:
+    """_Places.full_from_start sends records whose place is full to QF without the loop:
     the same records come out in the same order, with the same counts, as with the loop
     for every record. Small tables make PLDs and hosts collide; several hosts share a PLD
     and budgets change between batches, so PLD and host places fill in every order."""
@@ -586,14 +586,14 @@ def test_full_places_skipped_in_batches_change_nothing(
 
     fast, loop = make("fast"), make("loop")
     skipped = [0]
-    full_from_start = fast._full_from_start
+    full_from_start = fast._places.full_from_start
 
     def counting(*args):
         to_qf, collisions, deferrals = full_from_start(*args)
         skipped[0] += sum(to_qf)
         return to_qf, collisions, deferrals
 
-    fast._full_from_start = counting  # type: ignore[method-assign]
+    fast._places.full_from_start = counting  # type: ignore[method-assign]
 
     def both(call, *args):
         got = call(fast, *args)
