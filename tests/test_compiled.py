@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-TESTS = ["test_urls.py", "test_links.py", "test_fetcher.py"]
+TESTS = ["test_urls.py", "parse/test_links.py", "test_fetcher.py"]
 
 
 def test_compiled_urls_pass_the_url_link_and_fetcher_tests(tmp_path: Path) -> None:
