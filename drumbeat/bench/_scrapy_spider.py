@@ -34,7 +34,7 @@ from typing import Any, cast
 
 import scrapy
 from scrapy.crawler import CrawlerProcess
-from scrapy.http import Response
+from scrapy.http import Response, TextResponse
 from scrapy.linkextractors import LinkExtractor
 
 # Twisted and zope.interface come with Scrapy, in the optional "bench" extra only
@@ -45,7 +45,7 @@ from twisted.internet.interfaces import (  # type: ignore[import-not-found, unus
     IReactorTime,
     IResolverSimple,
 )
-from zope.interface import implementer  # type: ignore[import-not-found, unused-ignore]
+from zope.interface import implementer  # type: ignore[import-not-found, import-untyped, unused-ignore]
 
 TABLE_SETTING = "BENCH_DNS_TABLE"
 
@@ -86,6 +86,8 @@ class BenchSpider(scrapy.Spider):
 
     def parse(self, response: Response, **kwargs: Any) -> Iterator[scrapy.Request]:
         self.page_times.append(time.time())
+        if not isinstance(response, TextResponse):
+            return  # no links in an image or a PDF
         for link in self.links.extract_links(response):
             yield scrapy.Request(link.url, callback=self.parse)
 
