@@ -56,6 +56,9 @@ class FetchItem:
     via: str | None = None  # the page the URL was discovered on
     attempts: int = 0  # earlier fetches of this URL that failed and were retried
     hops: int = 0  # consecutive redirects that led here; Settings.max_redirects caps them
+    # The host's next request waits for this result, soon: a fetcher process reports it at
+    # once rather than with the next batch of results (queue.process.WorkerQueue).
+    report_now: bool = False
 
 
 @_pickled_as_fields
