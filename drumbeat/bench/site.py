@@ -98,13 +98,15 @@ def read_log(path: Path) -> tuple[set[str], int, float, int, float | None]:
     if not spans:
         return pages, 0, 0.0, 0, None
     spans.sort()
-    # Ends before starts at one time: stamps have 1 ms resolution, and a request that
-    # starts the millisecond the one before ended did not overlap it.
-    events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    # Stamps have 1 ms resolution: a request that starts the millisecond the one before
+    # ended did not overlap it (ends sort first), and one of "0.000 s" is in flight for an
+    # instant (counted, then gone).
+    events = [(e, 0) for s, e in spans if e > s] + [(s, 2) for s, e in spans if e > s]
+    events += [(s, 1) for s, e in spans if e <= s]
     most = now = 0
-    for _, step in events:
-        now += step
-        most = max(most, now)
+    for _, kind in sorted(events):
+        now += kind - 1  # end -1, instant 0, start +1
+        most = max(most, now + (kind == 1))
     gaps = [b[0] - a[1] for a, b in itertools.pairwise(spans)]
     span = max(e for _, e in spans) - spans[0][0]
     return pages, len(spans), span, most, min(gaps, default=None)
@@ -268,6 +270,8 @@ def report(runs: list[Run], elapsed_s: float) -> dict[str, Any]:
             "exit_code": r.usage.exit_code,
             "timed_out": r.usage.timed_out,
             "dispatch_latency": r.latency,
+            "missing_examples": sorted(base.pages - r.pages)[:3] if base else [],
+            "extra_examples": sorted(r.pages - base.pages)[:3] if base else [],
         }
     four = next((r for r in runs if r.crawler == "drumbeat" and r.connections == 4), None)
     slow = next((r for r in runs if r.crawler == "drumbeat" and (r.host_delay_s or 0) > 0), None)
@@ -367,4 +371,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(rep))
     else:
         print_report(rep)
-    return 0 if all(r.usage.exit_code == 0 and r.pages for r in runs) else 1
+    # wget exits 8 when the server answered an error (the site's robots.txt is a 404).
+    return (
+        0
+        if all(r.usage.exit_code in (0, 8 if r.crawler == "wget" else 0) and r.pages for r in runs)
+        else 1
+    )

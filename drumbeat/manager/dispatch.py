@@ -112,8 +112,10 @@ class Dispatcher:
             if host.queue and host.delay_s < REPORT_NOW_BELOW_S:
                 item.report_now = True
             self.in_flight[item.item_id] = (item, host)
-            # A host's items share a partition: one fetcher, one keep-alive connection.
-            by_part[hash(host.name) % parts].append(item)
+            # A host's items share a partition: one fetcher, one keep-alive connection; with
+            # host_connections > 1, its k-th request in flight goes to the next partition k
+            # (fetchers share its parsing, each with its keep-alive connections).
+            by_part[(hash(host.name) + host.in_flight - 1) % parts].append(item)
         size = self.settings.task_max_items
         tasks = []
         for part, items in enumerate(by_part):
@@ -146,15 +148,17 @@ class Dispatcher:
         item, host = entry
         if self._measure:
             self._sample_latency(r, host, now)
+        # The host's delays run from the fetch's end, not from when its result got here.
+        ended = now - r.held_s
         if item.kind == ROBOTS:
-            self.scheduler.done(host, now, self._on_robots(r, host))
+            self.scheduler.done(host, ended, self._on_robots(r, host))
             self._note_free(r, host, now)
             return
         self.in_flight_pages -= 1
         self.counters["fetches"] += 1
         self.counters[f"status.{r.status}" if r.status is not None else f"error.{r.error}"] += 1
         if retryable(r.status, r.error):
-            self.scheduler.done(host, now, self._back_off(r, host, now))
+            self.scheduler.done(host, ended, self._back_off(r, host, now))
             self._note_free(r, host, now)
             return
         self.pages_done += 1 if r.status is not None else 0
@@ -165,7 +169,7 @@ class Dispatcher:
         if r.found is not None and len(r.found):
             found.append(r.found)
         self.backoff.succeeded(host)
-        self.scheduler.done(host, now)
+        self.scheduler.done(host, ended)
         self._note_free(r, host, now)
 
     def _sample_latency(self, r: ItemResult, host: HostState, now: float) -> None:
@@ -195,7 +199,9 @@ class Dispatcher:
         started, ms = r.log.get("time"), r.log.get("fetch_ms")
         if not isinstance(started, float) or not isinstance(ms, float | int):
             return
-        if len(self._free_at) < LATENCY_HOSTS or host.name in self._free_at:
+        # The first wait counts (a later completion, with several connections, would
+        # overwrite it before the request it waits for comes back).
+        if len(self._free_at) < LATENCY_HOSTS and host.name not in self._free_at:
             ended = started + ms / 1000
             self._free_at[host.name] = (ended + max(0.0, host.due - now), self.next_item_id)
 

@@ -42,3 +42,11 @@ def test_skips_with_a_message_without_the_doc_package(tmp_path, monkeypatch, cap
 
 def test_is_listed():
     assert "site" in benchmarks()
+
+
+def test_instant_requests_count_as_in_flight(tmp_path):
+    log = tmp_path / "access.log"
+    log.write_text(
+        "10.000 0.000 1 200 /a.html\n10.000 0.000 2 200 /b.html\n10.005 0.000 1 200 /c.html\n"
+    )
+    assert site.read_log(log)[3] == 1
