@@ -40,6 +40,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from drumbeat.bench._throughput_proc import Usage, run_measured
 from drumbeat.bench._throughput_web import Nginx, nginx_binary, pick_port
@@ -65,11 +66,12 @@ class Run:
     host_delay_s: float | None
     connections: int
     usage: Usage
-    pages: set[str]  # URIs of HTML pages answered 200
+    pages: set[str]  # URIs of HTML pages answered 200, %-decoded
     requests: int
     span_s: float  # first request's start to last request's end, at the server
     most_at_once: int
     min_gap_s: float | None  # one request's end to the next start (1 connection)
+    tcp_connections: int  # TCP connections the requests came on
     server_cpu_s: float | None
     latency: dict[str, Any] | None  # drumbeat's dispatch latency (stages.json)
 
@@ -82,21 +84,25 @@ class Run:
         return 1000 * self.usage.cpu_s / len(self.pages) if self.pages else None
 
 
-def read_log(path: Path) -> tuple[set[str], int, float, int, float | None]:
-    """HTML pages answered 200, requests, span, most requests at once, smallest gap."""
+def read_log(path: Path) -> tuple[set[str], int, float, int, float | None, int]:
+    """HTML pages answered 200, requests, span, most requests at once, smallest gap,
+    connections."""
     spans: list[tuple[float, float]] = []
     pages: set[str] = set()
+    connections: set[str] = set()
     with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
             parts = line.split()
             if len(parts) != 5:
                 continue
-            end, took, _, status, uri = parts
+            end, took, conn, status, uri = parts
+            connections.add(conn)
             spans.append((float(end) - float(took), float(end)))
             if status == "200" and uri.split("?", 1)[0].endswith(".html"):
-                pages.add(uri)
+                # The file served: crawlers spell some names differently (%3D or =).
+                pages.add(unquote(uri))
     if not spans:
-        return pages, 0, 0.0, 0, None
+        return pages, 0, 0.0, 0, None, 0
     spans.sort()
     # Stamps have 1 ms resolution: a request that starts the millisecond the one before
     # ended did not overlap it (ends sort first), and one of "0.000 s" is in flight for an
@@ -109,7 +115,7 @@ def read_log(path: Path) -> tuple[set[str], int, float, int, float | None]:
         most = max(most, now + (kind == 1))
     gaps = [b[0] - a[1] for a, b in itertools.pairwise(spans)]
     span = max(e for _, e in spans) - spans[0][0]
-    return pages, len(spans), span, most, min(gaps, default=None)
+    return pages, len(spans), span, most, min(gaps, default=None), len(connections)
 
 
 class SiteBench:
@@ -146,7 +152,7 @@ class SiteBench:
                 usage, latency = self._drumbeat(tag, host_delay_s or 0.0, connections)
         finally:
             server_cpu = server.stop()
-        pages, requests, span, most, gap = read_log(server.access_log)
+        pages, requests, span, most, gap, tcp = read_log(server.access_log)
         run = Run(
             name,
             crawler,
@@ -158,6 +164,7 @@ class SiteBench:
             span,
             most,
             gap,
+            tcp,
             server_cpu,
             latency,
         )
@@ -266,6 +273,7 @@ def report(runs: list[Run], elapsed_s: float) -> dict[str, Any]:
             "cpu_ms_per_page": None if r.cpu_ms_per_page is None else round(r.cpu_ms_per_page, 3),
             "most_at_once": r.most_at_once,
             "min_gap_s": r.min_gap_s,
+            "tcp_connections": r.tcp_connections,
             "server_cpu_s": r.server_cpu_s,
             "exit_code": r.usage.exit_code,
             "timed_out": r.usage.timed_out,
@@ -296,7 +304,7 @@ def print_report(rep: dict[str, Any]) -> None:
         f"({rep['cpu_model']})"
     )
     cols = ("run", "pages", "missing", "extra", "pages/s", "CPU ms/page", "wall s")
-    for col in (*cols, "at once", "min gap", "dispatch latency p50/p90 ms", "exit"):
+    for col in (*cols, "conns", "at once", "min gap", "dispatch latency p50/p90 ms", "exit"):
         table.add_column(col, justify="left" if col == "run" else "right")
     for name, r in rep["runs"].items():
         lat = r["dispatch_latency"]
@@ -309,6 +317,7 @@ def print_report(rep: dict[str, Any]) -> None:
             f"{r['pages_per_s']:,.0f}",
             "n/a" if r["cpu_ms_per_page"] is None else f"{r['cpu_ms_per_page']:.2f}",
             f"{r['wall_s']:.1f}",
+            str(r["tcp_connections"]),
             str(r["most_at_once"]),
             "n/a" if gap is None else f"{gap * 1000:.0f} ms",
             f"{lat['p50_ms']:.1f} / {lat['p90_ms']:.1f}" if lat else "-",
@@ -325,7 +334,9 @@ def print_report(rep: dict[str, Any]) -> None:
         "Notes: pages = HTML pages answered 200 (nginx's log); pages/s over the first "
         "request's start to the last one's end; missing/extra against wget's set; CPU of "
         "the crawler's processes (not nginx's); at once = most requests in flight (1 ms "
-        "stamps); min gap = one request's end to the next start."
+        "stamps: a fast answer's overlap is not seen); min gap = one request's end to the "
+        "next start; conns = TCP connections; pages are compared %-decoded (drumbeat spells "
+        "%3D as =)."
     )
 
 
