@@ -66,6 +66,9 @@ Flags override the file. Every setting of drumbeat.settings.Settings can be set 
 Defaults are polite: {_D.host_delay_s:g} s between requests to one host, {_D.ip_delay_s:g} s to
 one IP, robots.txt obeyed (Crawl-delay up to {_D.crawl_delay_max_s:g} s), private and
 loopback addresses refused. Set --user-agent to name you and a contact URL.
+One request per host is in flight at a time (IRLbot's rule). Crawling a server you run
+yourself, you may allow more: --host-connections 4 --ip-delay 0 (with --host-delay 0, as
+fast as the server answers); keep 1 for anyone else's site.
 A host that answers 429 or 503, or keeps failing to connect, is backed off (the wait
 doubles, Retry-After is honoured, capped at backoff_max_s = {_D.backoff_max_s:g} s) and
 the URL retried up to fetch_max_attempts = {_D.fetch_max_attempts} fetches in all.
@@ -172,6 +175,16 @@ def _add_crawl_args(p: argparse.ArgumentParser) -> None:
         default=unset,
         help=f"min seconds between requests to one server IP "
         f"(default {_D.ip_delay_s:g}; 0 = no per-IP limit)",
+    )
+    p.add_argument(
+        "--host-connections",
+        dest="host_connections",
+        type=_pos_int,
+        metavar="N",
+        default=unset,
+        help=f"requests to one host in flight at once (default {_D.host_connections}); "
+        "raise it only for servers that allow it, such as your own, with --ip-delay 0; "
+        "--host-delay then spaces request starts",
     )
     p.add_argument(
         "--concurrency",

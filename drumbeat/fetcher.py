@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from array import array
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -146,7 +147,12 @@ class Fetcher:
         try:
             while self._fetched:
                 batch, self._fetched = self._fetched, []
-                await self.queue.report(self.worker, self.complete(batch))
+                results = self.complete(batch)
+                now = time.time()
+                for (_, _, _, resp), result in zip(batch, results):
+                    ended = resp.fetch_time + resp.elapsed_ms / 1000
+                    result.held_s = min(max(0.0, now - ended), 60.0)  # a wall clock may jump
+                await self.queue.report(self.worker, results)
         finally:
             self._archiver = None
 

@@ -54,6 +54,11 @@ class Settings:
     # Politeness. Defaults are polite: an operator lowers them deliberately.
     host_delay_s: float = 2.0  # τh: min spacing of requests to one host name
     ip_delay_s: float = 0.5  # τs: min spacing of requests to one server IP
+    # Requests to one host in flight at once. 1 (IRLbot's rule): τh runs from one request's
+    # completion to the next start. More only for servers whose operator allows it (your
+    # own): τh then spaces request starts, and the IP delay still holds (one request per
+    # IP at a time unless ip_delay_s is 0).
+    host_connections: int = 1
     # IRLbot scales τh and τs down for high-budget (well-linked) PLDs, to these floors.
     host_delay_min_s: float = 0.5
     ip_delay_min_s: float = 0.1
@@ -258,6 +263,7 @@ def validate(s: Settings) -> Settings:
         need(getattr(s, name) > 0, name, "must be > 0 seconds")
     for name in (
         "concurrency",
+        "host_connections",
         "robots_max_attempts",
         "robots_max_bytes",
         "max_body_bytes",

@@ -350,6 +350,8 @@ def write_stages(
     ``compiled``: the modules each ran compiled (see setup.py).
     ``switch_interval_s``: the manager's GIL switch interval (MANAGER_SWITCH_INTERVAL_S).
     ``stalls``: the manager's long loop turns (drumbeat.runtime.stalls).
+    ``dispatch_latency``: from a host's delay passing to its next request's start, in
+    ms (drumbeat.manager.dispatch; null where not measured: IP delays on).
     """
     seconds: defaultdict[str, float] = defaultdict(float)
     fetcher_cpu = 0.0
@@ -381,6 +383,7 @@ def write_stages(
         "seconds": {k: round(v, 4) for k, v in sorted(seconds.items())},
         "switch_interval_s": sys.getswitchinterval(),
         "stalls": manager.stalls.as_dict(),
+        "dispatch_latency": manager.dispatch.latency_summary(),
     }
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")

@@ -16,10 +16,11 @@ so Scrapy never asks a real resolver.
 
 CONFIG.json: ``seeds`` (URLs), ``dns_table`` (path of a JSON name -> IPv4 object),
 ``delay_s``, ``per_host`` (requests in flight per host), ``concurrency``, ``seconds``,
-``out`` (path). After ``seconds`` the runner writes to ``out`` a JSON object,
-``page_times`` (epoch seconds at which each page response reached the spider, robots.txt
-excluded) and ``stats`` (Scrapy's stats collector), and exits at once: a graceful close
-would first drain every request queued in the download slots, at one per second per host.
+``out`` (path); optionally ``allowed_domains`` (Scrapy's, for a one-site crawl). After
+``seconds`` the runner writes to ``out`` a JSON object, ``page_times`` (epoch seconds at
+which each page response reached the spider, robots.txt excluded) and ``stats`` (Scrapy's
+stats collector), and exits at once: a graceful close would first drain every request
+queued in the download slots, at one per second per host.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import Any, cast
 
 import scrapy
 from scrapy.crawler import CrawlerProcess
-from scrapy.http import Response
+from scrapy.http import Response, TextResponse
 from scrapy.linkextractors import LinkExtractor
 
 # Twisted and zope.interface come with Scrapy, in the optional "bench" extra only
@@ -45,7 +46,7 @@ from twisted.internet.interfaces import (  # type: ignore[import-not-found, unus
     IReactorTime,
     IResolverSimple,
 )
-from zope.interface import implementer  # type: ignore[import-not-found, unused-ignore]
+from zope.interface import implementer  # type: ignore[import-not-found, import-untyped, unused-ignore]
 
 TABLE_SETTING = "BENCH_DNS_TABLE"
 
@@ -78,14 +79,18 @@ class TableResolver:
 class BenchSpider(scrapy.Spider):
     name = "bench"
 
-    def __init__(self, seeds: list[str], **kwargs: Any) -> None:
+    def __init__(self, seeds: list[str], allowed: list[str] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.start_urls = list(seeds)
+        if allowed:  # Scrapy's OffsiteMiddleware then keeps to these domains
+            self.allowed_domains = list(allowed)
         self.links = LinkExtractor()
         self.page_times: list[float] = []
 
     def parse(self, response: Response, **kwargs: Any) -> Iterator[scrapy.Request]:
         self.page_times.append(time.time())
+        if not isinstance(response, TextResponse):
+            return  # no links in an image or a PDF
         for link in self.links.extract_links(response):
             yield scrapy.Request(link.url, callback=self.parse)
 
@@ -127,7 +132,7 @@ def main(argv: list[str]) -> int:
         sys.stderr.flush()
         os._exit(0)
 
-    process.crawl(crawler, seeds=config["seeds"])
+    process.crawl(crawler, seeds=config["seeds"], allowed=config.get("allowed_domains"))
     # Only now: importing the reactor earlier would install Twisted's default one.
     from twisted.internet import reactor
 

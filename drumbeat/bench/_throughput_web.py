@@ -56,6 +56,7 @@ NGINX_WORKER_CONNECTIONS = 15_000
 RELATIVE_LINKS = 40  # per page, besides one into /private/
 ABSOLUTE_LINKS = 20  # per page, to other hosts
 PAGE_BYTES = 20_000
+LOG_FORMAT = "$msec $host $request_uri $status $connection_requests"  # read_access_log's
 _START_TIMEOUT_S = 10.0
 _STOP_TIMEOUT_S = 10.0
 _VOCABULARY = (  # noqa: SIM905 (one string reads better than 45 lines)
@@ -215,8 +216,10 @@ class Nginx:
         addresses: list[str],
         port: int,
         workers: int,
+        log_format: str = LOG_FORMAT,
     ) -> None:
         self.binary = binary
+        self.log_format = log_format
         self.prefix = prefix
         self.docroot = docroot
         self.addresses = addresses
@@ -242,7 +245,7 @@ events {{ worker_connections {NGINX_WORKER_CONNECTIONS}; }}
 http {{
     types {{ text/html html; text/plain txt; }}
     default_type application/octet-stream;
-    log_format bench '$msec $host $request_uri $status $connection_requests';
+    log_format bench '{self.log_format}';
     access_log {self.access_log} bench buffer=256k flush=1s;
     open_file_cache max={NGINX_OPEN_FILE_CACHE} inactive=60s;
     open_file_cache_valid 60s;

@@ -15,6 +15,15 @@ below the delay.
 With ``ip_delay_s == 0`` IPs impose nothing (several hosts of one IP may be fetched at
 once); otherwise at most one request per IP is in flight.
 
+``host_connections`` (IRLbot's rule is 1, the default): up to that many requests to one
+host in flight at once. With 1, τh runs from the previous request's completion, as above.
+With more (an operator's own servers), τh spaces request *starts* instead, as Scrapy's
+DOWNLOAD_DELAY does: a completion frees a connection, and the next start still waits τh
+after the one before. The IP rule is unchanged (with ``ip_delay_s > 0``, one request per IP
+at a time), so several connections to a host need ``ip_delay_s == 0`` too. Starts are
+spaced where they are dispatched: the hand-off to the fetchers may bring two starts at the
+server a little closer (the "a busy Scrapy" caveat of ``drumbeat bench throughput``).
+
 Budgets (IRLbot §VII.A): a host of a PLD with budget B gets τh·B0/B, no less than
 ``host_delay_min_s``; an IP gets τs·B0/(average budget of its hosts in RAM), no less than
 ``ip_delay_min_s``. Well-linked sites are so crawled faster and do not clog RAM; the long
@@ -53,7 +62,8 @@ class HostState:
     due: float = 0.0  # earliest next request (monotonic seconds)
     delay_s: float = 0.0  # this host's τh (scaled by budget, raised by robots Crawl-delay)
     budget: int = 0  # its PLD's budget when it entered RAM (sets the IP's τs)
-    busy: bool = False  # a request (or a decision about one) is outstanding
+    busy: bool = False  # no request may start now: host_connections are outstanding
+    in_flight: int = 0  # requests (or decisions about one) outstanding
     blocked: bool = False  # waiting for DNS or for something else outside the scheduler
     heap_token: int = -1  # matches the live heap entry; stale entries are skipped
     parked: bool = False  # in its IP's line (IPState.parked)
@@ -96,7 +106,11 @@ class PolitenessScheduler:
         host_delay_min_s: float | None = None,
         ip_delay_min_s: float | None = None,
         default_budget: int = 1,
+        host_connections: int = 1,
     ) -> None:
+        if host_connections < 1:
+            raise ValueError("host_connections must be >= 1")
+        self.host_connections = host_connections
         self.host_delay_s = host_delay_s
         self.ip_delay_s = ip_delay_s
         self.host_delay_min_s = host_delay_s if host_delay_min_s is None else host_delay_min_s
@@ -122,8 +136,9 @@ class PolitenessScheduler:
         return h
 
     def forget(self, host: HostState) -> None:
-        """Drop an idle host's state (it has no queue and nothing in flight)."""
-        if self.hosts.get(host.name) is host:
+        """Drop an idle host's state (it has no queue; kept while a request is in flight,
+        whose completion must find it)."""
+        if self.hosts.get(host.name) is host and not host.in_flight:
             del self.hosts[host.name]
             self._unlink_ip(host)
 
@@ -212,9 +227,23 @@ class PolitenessScheduler:
                     self._park(h, ip)
                     continue
                 ip.busy = True
-            h.busy = True
+            if self.host_connections == 1:
+                h.in_flight = 1
+                h.busy = True
+            else:
+                self._start_one(h, now)
             return h
         return None
+
+    def _start_one(self, h: HostState, now: float) -> None:
+        """``h`` sends one more request at ``now`` (host_connections > 1): the next start
+        waits τh, and the host is back in the heap for it while a connection is free."""
+        h.in_flight += 1
+        h.due = now + h.delay_s
+        if h.in_flight >= self.host_connections:
+            h.busy = True
+        elif len(h.queue) > 1:  # the caller takes one URL now
+            self._push_heap(h, max(h.due, self._start_floor))
 
     def _park(self, h: HostState, ip: IPState) -> None:
         """Put ``h`` at the end of ``ip``'s line (once), served when the IP is idle and due."""
@@ -254,7 +283,12 @@ class PolitenessScheduler:
                 self._schedule(h)
                 continue
             h.heap_token = -1  # an entry it may also have in the heap is void now
-            ip.busy = h.busy = True
+            ip.busy = True
+            if self.host_connections == 1:
+                h.in_flight = 1
+                h.busy = True
+            else:
+                self._start_one(h, now)
             return h
         return None
 
@@ -270,15 +304,26 @@ class PolitenessScheduler:
         return self._heap[0][0] if self._heap else None
 
     def done(self, host: HostState, now: float, delay_s: float | None = None) -> None:
-        """A request to ``host`` has completed at ``now``: start both delays from here."""
+        """A request to ``host`` has completed at ``now``: start both delays from here
+        (with host_connections > 1, τh already runs from the request's start; a
+        ``delay_s`` given, such as a back-off, still runs from now)."""
         host.busy = False
-        host.due = now + (host.delay_s if delay_s is None else delay_s)
+        if self.host_connections == 1:
+            host.in_flight = 0
+            host.due = now + (host.delay_s if delay_s is None else delay_s)
+        else:
+            host.in_flight = max(0, host.in_flight - 1)
+            if delay_s is not None and now + delay_s > host.due:
+                host.due = now + delay_s
+                host.heap_token = -1  # an entry it has in the heap is too early now
         self._free_ip(host, now + self.ip_delay(host.ip or ""))
         self._schedule(host)
 
     def release(self, host: HostState) -> None:
-        """Nothing was sent to ``host`` after :meth:`next_ready`: free it without a delay."""
+        """Nothing was sent to ``host`` after :meth:`next_ready`: free it without a delay
+        (with host_connections > 1 the start's τh stands: a wait too long, never short)."""
         host.busy = False
+        host.in_flight = max(0, host.in_flight - 1)
         ip = self.ips.get(host.ip or "") if self.ip_delay_s > 0 else None
         self._free_ip(host, ip.due if ip else 0.0)
         self._schedule(host)
@@ -310,7 +355,7 @@ class PolitenessScheduler:
         gone = [
             name
             for name, h in self.hosts.items()
-            if not h.queue and not h.busy and not h.blocked and h.due <= now
+            if not h.queue and not h.in_flight and not h.blocked and h.due <= now
         ]
         for name in gone:
             self._unlink_ip(self.hosts.pop(name))
@@ -338,6 +383,6 @@ class PolitenessScheduler:
             hosts=len(self.hosts),
             ips=len(self.ips),
             queued_urls=self.queued_urls,
-            busy_hosts=sum(1 for h in self.hosts.values() if h.busy),
+            busy_hosts=sum(1 for h in self.hosts.values() if h.in_flight),
             hosts_in_heap=sum(1 for h in self.hosts.values() if h.heap_token != -1),
         )

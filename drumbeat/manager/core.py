@@ -89,6 +89,7 @@ class Manager:
             host_delay_min_s=s.host_delay_min_s,
             ip_delay_min_s=s.ip_delay_min_s,
             default_budget=s.budget_default,
+            host_connections=s.host_connections,
         )
         self.state = LoopState(
             placing=Pace(t.place_share, t.place_budget_s),
@@ -265,7 +266,9 @@ class Manager:
                 w1 = perf_counter()
                 gate.feed(now, budget_s=t.route_budget_s)
                 t1, w2 = thread_time(), perf_counter()
-                dispatch.dispatch(now)
+                # The clock read now: with host_connections > 1 a request's start times
+                # its host's next one, and placing and routing took part of this turn.
+                dispatch.dispatch(self.clock())
                 self.stage_s["frontier"] += t1 - t0
                 self.stage_s["scheduling"] += thread_time() - t1
                 w3 = perf_counter()
@@ -273,6 +276,11 @@ class Manager:
                     self.request_stop("max_pages" if dispatch.page_limit_reached() else "done")
                     break
                 await self._collect(self._wait_time(now, deadline))
+                # Hosts the results freed (and hosts whose delay the wait ran out) send their
+                # next URL now, not after the next turn's placing and routing.
+                t2 = thread_time()
+                dispatch.dispatch(self.clock())
+                self.stage_s["scheduling"] += thread_time() - t2
                 w4 = perf_counter()
                 if cp.due(now):
                     # The fetchers live on what is in flight while the checkpoint's turn

@@ -1,11 +1,22 @@
 """Dispatch and results: hosts the politeness scheduler finds ready send their next URL to
 the fetchers, in tasks by partition; each result comes back to its host, and pages that
-failed in a way worth retrying go back to it with the host backing off."""
+failed in a way worth retrying go back to it with the host backing off.
+
+The dispatch latency is measured here: for a host whose next URL waits for a fetch to
+complete, the time from the moment its delay has passed (the fetch's end at the fetcher,
+plus the delay; with host_connections > 1, from its end or the next start the delay
+allows, whichever is later) to the next request's start at the fetcher. Both ends are the
+fetchers' wall clocks (one machine). It is what the server sees beyond the politeness
+delay: reporting, the manager's turn, the hand-off. Only measured with ``ip_delay_s`` 0,
+where nothing but the host's own delay holds its next request back.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
+from array import array
 from collections import Counter
 
 from drumbeat.frontier.backoff import Backoff, retryable
@@ -26,6 +37,15 @@ from drumbeat.queue.base import (
 from drumbeat.settings import Settings
 
 log = logging.getLogger("drumbeat.manager")
+
+# A host whose delay is this short has its results reported at once (FetchItem.report_now):
+# the fetcher processes' batching (up to queue.process.RESULT_DELAY_S) would be a large
+# share of such a delay, and nothing next to a longer one.
+REPORT_NOW_BELOW_S = 0.25
+# Dispatch latency samples kept (a uniform sample of them all once full: RAM stays bounded),
+# and hosts waiting to be sampled.
+LATENCY_SAMPLES = 65_536
+LATENCY_HOSTS = 65_536
 
 
 class Dispatcher:
@@ -55,6 +75,13 @@ class Dispatcher:
         self.next_item_id = 0
         self._next_task_id = 0
         self._submits: set[asyncio.Future[None]] = set()  # task submits under way
+        # Dispatch latency (module docstring): host name -> (when its next request could
+        # leave, wall clock; the item id its next request will have at least).
+        self._measure = s.ip_delay_s == 0
+        self._free_at: dict[str, tuple[float, int]] = {}
+        self.latency_s = array("d")
+        self.latency_seen = 0
+        self._rng = random.Random(0)
 
     def page_limit_reached(self) -> bool:
         m = self.settings.max_pages
@@ -82,9 +109,13 @@ class Dispatcher:
                 self.in_flight_pages += 1
                 item = self._new_item(q.url, host, PAGE, q.depth, q.via)
                 item.attempts, item.hops = q.attempts, q.hops
+            if host.queue and host.delay_s < REPORT_NOW_BELOW_S:
+                item.report_now = True
             self.in_flight[item.item_id] = (item, host)
-            # A host's items share a partition: one fetcher, one keep-alive connection.
-            by_part[hash(host.name) % parts].append(item)
+            # A host's items share a partition: one fetcher, one keep-alive connection; with
+            # host_connections > 1, its k-th request in flight goes to the next partition k
+            # (fetchers share its parsing, each with its keep-alive connections).
+            by_part[(hash(host.name) + host.in_flight - 1) % parts].append(item)
         size = self.settings.task_max_items
         tasks = []
         for part, items in enumerate(by_part):
@@ -115,14 +146,20 @@ class Dispatcher:
         if entry is None:
             return  # a duplicate report of work already accounted for
         item, host = entry
+        if self._measure:
+            self._sample_latency(r, host, now)
+        # The host's delays run from the fetch's end, not from when its result got here.
+        ended = now - r.held_s
         if item.kind == ROBOTS:
-            self.scheduler.done(host, now, self._on_robots(r, host))
+            self.scheduler.done(host, ended, self._on_robots(r, host))
+            self._note_free(r, host, now)
             return
         self.in_flight_pages -= 1
         self.counters["fetches"] += 1
         self.counters[f"status.{r.status}" if r.status is not None else f"error.{r.error}"] += 1
         if retryable(r.status, r.error):
-            self.scheduler.done(host, now, self._back_off(r, host, now))
+            self.scheduler.done(host, ended, self._back_off(r, host, now))
+            self._note_free(r, host, now)
             return
         self.pages_done += 1 if r.status is not None else 0
         for reason, n in r.dropped.items():
@@ -132,7 +169,60 @@ class Dispatcher:
         if r.found is not None and len(r.found):
             found.append(r.found)
         self.backoff.succeeded(host)
-        self.scheduler.done(host, now)
+        self.scheduler.done(host, ended)
+        self._note_free(r, host, now)
+
+    def _sample_latency(self, r: ItemResult, host: HostState, now: float) -> None:
+        """A sample of the dispatch latency, if ``r``'s request was one its host's delay
+        held back (see the module docstring)."""
+        waited = self._free_at.get(host.name)
+        if waited is None or r.item.item_id < waited[1] or r.log is None:
+            return
+        del self._free_at[host.name]
+        started = r.log.get("time")
+        if not isinstance(started, float):
+            return
+        sample = started - waited[0]
+        self.latency_seen += 1
+        if len(self.latency_s) < LATENCY_SAMPLES:
+            self.latency_s.append(sample)
+        else:  # reservoir sampling: every sample so far equally likely kept
+            k = self._rng.randrange(self.latency_seen)
+            if k < LATENCY_SAMPLES:
+                self.latency_s[k] = sample
+
+    def _note_free(self, r: ItemResult, host: HostState, now: float) -> None:
+        """``host``'s next URL waits for its delay to pass after ``r``: note when it may
+        leave, to be compared with when it does (_sample_latency)."""
+        if not self._measure or not host.queue or r.log is None:
+            return
+        started, ms = r.log.get("time"), r.log.get("fetch_ms")
+        if not isinstance(started, float) or not isinstance(ms, float | int):
+            return
+        # The first wait counts (a later completion, with several connections, would
+        # overwrite it before the request it waits for comes back).
+        if len(self._free_at) < LATENCY_HOSTS and host.name not in self._free_at:
+            ended = started + ms / 1000
+            self._free_at[host.name] = (ended + max(0.0, host.due - now), self.next_item_id)
+
+    def latency_summary(self) -> dict[str, float | int] | None:
+        """Dispatch latency in milliseconds: samples, mean and percentiles; None when
+        nothing was measured."""
+        if not self.latency_s:
+            return None
+        ms = sorted(1000 * x for x in self.latency_s)
+
+        def pct(p: float) -> float:
+            return round(ms[min(len(ms) - 1, int(p * len(ms)))], 3)
+
+        return {
+            "samples": self.latency_seen,
+            "mean_ms": round(sum(ms) / len(ms), 3),
+            "p50_ms": pct(0.5),
+            "p90_ms": pct(0.9),
+            "p99_ms": pct(0.99),
+            "max_ms": round(ms[-1], 3),
+        }
 
     def _back_off(self, r: ItemResult, host: HostState, now: float) -> float:
         """The host asked us to slow down or failed: retry the URL after the host's other

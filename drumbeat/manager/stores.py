@@ -25,10 +25,13 @@ from drumbeat.store.crawllog import CrawlLog
 def beast_host_cap(s: Settings) -> int:
     """URLs of one host per BEAST queue: B0·τh/τh_min, the most a host's delay floor lets
     it be fetched faster than a long-tail host (IRLbot couples budget and delay); 0 (no
-    cap) when hosts have no delay to bound their rate."""
+    cap) when hosts have no delay to bound their rate. A floor above τh does not apply
+    (frontier.politeness.scaled_delay): the cap is then B0, which a host at τh fetches
+    in a BEAST turn of B0·τh."""
     if s.host_delay_s <= 0 or s.host_delay_min_s <= 0:
         return 0
-    return math.ceil(s.budget_default * s.host_delay_s / s.host_delay_min_s)
+    floor = min(s.host_delay_min_s, s.host_delay_s)
+    return math.ceil(s.budget_default * s.host_delay_s / floor)
 
 
 @dataclass(frozen=True, slots=True)

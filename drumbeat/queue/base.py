@@ -56,6 +56,9 @@ class FetchItem:
     via: str | None = None  # the page the URL was discovered on
     attempts: int = 0  # earlier fetches of this URL that failed and were retried
     hops: int = 0  # consecutive redirects that led here; Settings.max_redirects caps them
+    # The host's next request waits for this result, soon: a fetcher process reports it at
+    # once rather than with the next batch of results (queue.process.WorkerQueue).
+    report_now: bool = False
 
 
 @_pickled_as_fields
@@ -137,6 +140,10 @@ class ItemResult:
     body_bytes: int = 0
     retry_after_s: float | None = None  # the answer's Retry-After, in seconds from now
     log: dict[str, object] | None = None  # the crawl-log line of this fetch; the manager writes it
+    # Seconds from the fetch's end to its report leaving the fetcher (archiving, parsing):
+    # the manager runs the host's delay from that much before it got the result, which is
+    # still no earlier than the fetch's end (a duration: no clocks compared).
+    held_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

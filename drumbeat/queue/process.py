@@ -10,7 +10,8 @@ then exchanges length-prefixed pickled frames on the child's stdin and stdout:
 Each submit() sends at most one frame per worker. A task goes to the worker of its
 partition, so that a host's requests reuse that worker's keep-alive connection, unless
 that worker has ``PARTITION_SLACK`` more unreported items than the least loaded one. A
-worker sends its results in batches (see :class:`WorkerQueue`). The queue keeps
+worker sends its results in batches (see :class:`WorkerQueue`), save those whose host's
+next request waits for them. The queue keeps
 server-side ownership: it knows the unreported items of every worker. When a worker
 dies, each of them comes back as a result with the error ``fetcher_died`` (the worker
 may have sent the request already, so only the manager, through its politeness
@@ -321,7 +322,8 @@ class WorkerQueue:
     """The TaskQueue a Fetcher uses inside a worker process (see the module docstring).
 
     ``claim`` hands out the tasks the manager sent; ``report`` batches results into
-    frames of up to RESULT_BATCH, sent at most RESULT_DELAY_S after the first waits.
+    frames of up to RESULT_BATCH, sent at most RESULT_DELAY_S after the first waits, or
+    at once with a result marked ``report_now`` (FetchItem).
     ``stats`` is called for the stats attached to a frame every STATS_INTERVAL_S.
     """
 
@@ -357,7 +359,9 @@ class WorkerQueue:
 
     async def report(self, worker: str, results: Sequence[ItemResult]) -> None:
         self._out.extend(results)
-        if len(self._out) >= RESULT_BATCH:
+        # A result its host's next request waits for goes at once (with the others of
+        # this turn): batching would add up to RESULT_DELAY_S to every such request.
+        if len(self._out) >= RESULT_BATCH or any(r.item.report_now for r in results):
             self.flush()
         elif self._flush_handle is None:
             self._flush_handle = asyncio.get_running_loop().call_later(RESULT_DELAY_S, self.flush)

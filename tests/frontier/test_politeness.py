@@ -1,6 +1,7 @@
 import itertools
 
 from drumbeat.frontier.politeness import HostState, PolitenessScheduler, QueuedURL
+from drumbeat.testing import FakeClock
 
 
 def _sched(host_delay=2.0, ip_delay=0.5):
@@ -213,3 +214,83 @@ def _random_operations(seed: int) -> None:
         while (ready := s.next_ready(now)) is not None:
             start(ready, now, 0.0)
     assert fetched == pushed
+
+
+# -- host_connections > 1: up to N requests to a host at once, starts spaced by τh -----
+
+
+def test_several_connections_overlap_up_to_the_limit():
+    clock = FakeClock(0.0)
+    s = PolitenessScheduler(host_delay_s=0.0, ip_delay_s=0.0, host_connections=3)
+    h = _add(s, "a.test", "127.1.0.1", n=5)
+    for _ in range(3):
+        assert s.next_ready(clock()) is h
+        s.pop_url(h)
+    assert s.next_ready(clock()) is None  # three in flight
+    clock.advance(0.1)
+    s.done(h, clock())
+    assert s.next_ready(clock()) is h  # a connection is free again
+
+
+def test_several_connections_space_starts_by_the_delay():
+    clock = FakeClock(0.0)
+    s = PolitenessScheduler(host_delay_s=1.0, ip_delay_s=0.0, host_connections=2)
+    h = _add(s, "a.test", "127.1.0.1", n=5)
+    assert s.next_ready(clock()) is h
+    s.pop_url(h)
+    clock.advance(0.5)
+    assert s.next_ready(clock()) is None  # 1 s after the last start, not before
+    clock.now = 1.0
+    assert s.next_ready(clock()) is h
+    s.pop_url(h)
+    clock.now = 1.5
+    s.done(h, clock())  # a completion frees a connection; the start spacing holds
+    assert s.next_ready(1.99) is None
+    assert s.next_ready(2.0) is h
+
+
+def test_several_connections_keep_a_back_off():
+    s = PolitenessScheduler(host_delay_s=0.0, ip_delay_s=0.0, host_connections=2)
+    h = _add(s, "a.test", "127.1.0.1", n=5)
+    assert s.next_ready(0.0) is h
+    s.pop_url(h)
+    s.done(h, 0.1, delay_s=5.0)  # the host answered 503: back off from now
+    assert s.next_ready(5.0) is None
+    assert s.next_ready(5.1) is h
+
+
+def test_several_connections_keep_the_ip_rule():
+    s = PolitenessScheduler(host_delay_s=0.0, ip_delay_s=0.5, host_connections=4)
+    h = _add(s, "a.test", "127.1.0.1", n=5)
+    assert s.next_ready(0.0) is h
+    s.pop_url(h)
+    assert s.next_ready(0.0) is None  # one request per IP at a time
+    s.done(h, 1.0)
+    assert s.next_ready(1.4) is None
+    assert s.next_ready(1.5) is h
+
+
+def test_a_host_with_requests_in_flight_is_not_swept():
+    s = PolitenessScheduler(host_delay_s=0.0, ip_delay_s=0.0, host_connections=2)
+    h = _add(s, "a.test", "127.1.0.1", n=1)
+    assert s.next_ready(0.0) is h
+    s.pop_url(h)
+    s.sweep(10.0)
+    s.forget(h)
+    assert s.hosts["a.test"] is h  # its completion must find it
+    s.done(h, 11.0)
+    s.sweep(11.0)
+    assert "a.test" not in s.hosts
+
+
+def test_one_connection_is_the_default():
+    s = _sched(host_delay=1.0, ip_delay=0.0)
+    h = _add(s, "a.test", "127.1.0.1")
+    assert s.next_ready(0.0) is h
+    s.pop_url(h)
+    assert s.next_ready(5.0) is None  # busy until done, however long
+    assert h.in_flight == 1
+    s.done(h, 5.0)
+    assert h.in_flight == 0
+    assert s.next_ready(5.9) is None
+    assert s.next_ready(6.0) is h

@@ -39,6 +39,12 @@ def test_host_cap_follows_the_delay_floor() -> None:
         == 10
     )
     assert beast_host_cap(s.with_changes(host_delay_s=0.0, host_delay_min_s=0.0)) == 0
+    # A floor above the delay does not apply: B0 a turn, not one URL (a one-site crawl at
+    # --host-delay 0.005 with the default floor of 0.5 s).
+    assert (
+        beast_host_cap(s.with_changes(host_delay_s=0.005, host_delay_min_s=0.5, budget_default=10))
+        == 10
+    )
 
 
 async def _feed_until_settled(manager: Manager, rounds: int = 40) -> None:

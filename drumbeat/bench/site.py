@@ -1,0 +1,390 @@
+"""``drumbeat bench site``: one documentation site crawled to the end by drumbeat, wget -r
+and Scrapy.
+
+Issue 53's benchmark: an operator's first crawl is often one site. The site is the
+cppreference HTML tree of Debian's ``cppreference-doc-en-html`` (4,000-odd pages,
+installed by ``scripts/install-bench``), served by nginx (``_throughput_web.Nginx``) on
+127.0.0.1 from its installed directory. Every crawler starts at its front page, obeys
+robots.txt (the site has none: each asks, gets 404 and may fetch everything) and stays on
+the site, until nothing is left:
+
+* ``wget -r -l inf`` (one connection), non-HTML files rejected by suffix so that it fetches
+  what the others do (``--delete-after``: nothing kept);
+* Scrapy with its defaults for one site: 8 requests per domain in flight, no delay
+  (``_scrapy_spider``, its ``allowed_domains`` the site);
+* drumbeat (``drumbeat crawl --scope host --ip-delay 0``, WARC written): host delay 0 with
+  1 and 4 connections (``--host-connections``), and host delay 5 ms with 1.
+
+Figures, from nginx's access log (``$msec``, ``$request_time``; 1 ms resolution):
+pages/s (HTML pages answered 200, over the span from the crawler's first request to its
+last), coverage (every crawler must fetch the same set of pages: the pages one missed or
+added against wget are counted), CPU ms a page (the crawler's processes, ``wait4``), the
+most requests in flight at once and, with 1 connection, the smallest gap between one
+request's end and the next one's start; drumbeat's dispatch latency (its
+``stages.json``). ``--quick``: wget and the two drumbeat runs the targets name (0 s with 4
+connections, 5 ms with 1). ``--json``: one JSON object. Skips (exit 0, with a message)
+where the doc package is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import itertools
+import json
+import random
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+from drumbeat.bench._throughput_proc import Usage, run_measured
+from drumbeat.bench._throughput_web import Nginx, nginx_binary, pick_port
+from drumbeat.bench.throughput import INSTALL_HINT, processor
+
+DOC_PACKAGE = "cppreference-doc-en-html"
+DOC_ROOT = Path("/usr/share/cppreference/doc/html")
+FRONT_PAGE = "/en/index.html"
+ADDRESS = "127.0.0.1"
+LIMIT_S = 600.0  # a crawl stopped past this is reported as such
+# Suffixes of the site's non-HTML links: wget would follow them, Scrapy's link extractor
+# and drumbeat's (anchors only) mostly do not.
+WGET_REJECT = "*.css,*.js,*.png,*.svg,*.gif,*.ico,*.php"
+LOG_FORMAT = "$msec $request_time $connection $status $request_uri"
+TARGET_RATIO_TO_WGET = 2.0
+TARGET_PAGES_PER_S_AT_5MS = 150.0
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    name: str
+    crawler: str
+    host_delay_s: float | None
+    connections: int
+    usage: Usage
+    pages: set[str]  # URIs of HTML pages answered 200, %-decoded
+    requests: int
+    span_s: float  # first request's start to last request's end, at the server
+    most_at_once: int
+    min_gap_s: float | None  # one request's end to the next start (1 connection)
+    tcp_connections: int  # TCP connections the requests came on
+    server_cpu_s: float | None
+    latency: dict[str, Any] | None  # drumbeat's dispatch latency (stages.json)
+
+    @property
+    def pages_per_s(self) -> float:
+        return len(self.pages) / self.span_s if self.span_s > 0 else 0.0
+
+    @property
+    def cpu_ms_per_page(self) -> float | None:
+        return 1000 * self.usage.cpu_s / len(self.pages) if self.pages else None
+
+
+def read_log(path: Path) -> tuple[set[str], int, float, int, float | None, int]:
+    """HTML pages answered 200, requests, span, most requests at once, smallest gap,
+    connections."""
+    spans: list[tuple[float, float]] = []
+    pages: set[str] = set()
+    connections: set[str] = set()
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) != 5:
+                continue
+            end, took, conn, status, uri = parts
+            connections.add(conn)
+            spans.append((float(end) - float(took), float(end)))
+            if status == "200" and uri.split("?", 1)[0].endswith(".html"):
+                # The file served: crawlers spell some names differently (%3D or =).
+                pages.add(unquote(uri))
+    if not spans:
+        return pages, 0, 0.0, 0, None, 0
+    spans.sort()
+    # Stamps have 1 ms resolution: a request that starts the millisecond the one before
+    # ended did not overlap it (ends sort first), and one of "0.000 s" is in flight for an
+    # instant (counted, then gone).
+    events = [(e, 0) for s, e in spans if e > s] + [(s, 2) for s, e in spans if e > s]
+    events += [(s, 1) for s, e in spans if e <= s]
+    most = now = 0
+    for _, kind in sorted(events):
+        now += kind - 1  # end -1, instant 0, start +1
+        most = max(most, now + (kind == 1))
+    gaps = [b[0] - a[1] for a, b in itertools.pairwise(spans)]
+    span = max(e for _, e in spans) - spans[0][0]
+    return pages, len(spans), span, most, min(gaps, default=None), len(connections)
+
+
+class SiteBench:
+    def __init__(self, work: Path, nginx: str, log: bool) -> None:
+        self.work = work
+        self.nginx = nginx
+        self.log = log
+        self.port = pick_port(ADDRESS, random.Random())
+        self.front = f"http://{ADDRESS}:{self.port}{FRONT_PAGE}"
+
+    def say(self, text: str) -> None:
+        if self.log:
+            print(text, file=sys.stderr, flush=True)
+
+    def run(self, crawler: str, host_delay_s: float | None = None, connections: int = 1) -> Run:
+        name = (
+            crawler
+            if host_delay_s is None
+            else f"{crawler} {host_delay_s * 1000:g} ms x{connections}"
+        )
+        tag = name.replace(" ", "-")
+        server = Nginx(
+            self.nginx, self.work / f"nginx-{tag}", DOC_ROOT, [ADDRESS], self.port, 1, LOG_FORMAT
+        )
+        self.say(f"{name}: crawling ...")
+        server.start()
+        try:
+            latency = None
+            if crawler == "wget":
+                usage = self._wget(tag)
+            elif crawler == "scrapy":
+                usage = self._scrapy(tag)
+            else:
+                usage, latency = self._drumbeat(tag, host_delay_s or 0.0, connections)
+        finally:
+            server_cpu = server.stop()
+        pages, requests, span, most, gap, tcp = read_log(server.access_log)
+        run = Run(
+            name,
+            crawler,
+            host_delay_s,
+            connections,
+            usage,
+            pages,
+            requests,
+            span,
+            most,
+            gap,
+            tcp,
+            server_cpu,
+            latency,
+        )
+        self.say(f"{name}: {len(pages):,} pages, {run.pages_per_s:,.0f} pages/s")
+        return run
+
+    def _wget(self, tag: str) -> Usage:
+        cmd = [
+            "wget",
+            "-r",
+            "-l",
+            "inf",
+            "-nv",
+            "-e",
+            "robots=on",
+            "--delete-after",
+            "-R",
+            WGET_REJECT,
+            "-P",
+            str(self.work / tag),
+            self.front,
+        ]
+        return run_measured(cmd, log_path=self.work / f"{tag}.out", limit_s=LIMIT_S)
+
+    def _scrapy(self, tag: str) -> Usage:
+        config = self.work / f"{tag}-config.json"
+        table = self.work / "dns-table.json"
+        table.write_text(json.dumps({ADDRESS: ADDRESS}), encoding="utf-8")
+        config.write_text(
+            json.dumps(
+                {
+                    "seeds": [self.front],
+                    "allowed_domains": [ADDRESS],
+                    "dns_table": str(table),
+                    "delay_s": 0.0,
+                    "per_host": 8,  # Scrapy's CONCURRENT_REQUESTS_PER_DOMAIN default
+                    "concurrency": 16,  # and its CONCURRENT_REQUESTS default
+                    "seconds": LIMIT_S,
+                    "out": str(self.work / f"{tag}.json"),
+                }
+            ),
+            encoding="utf-8",
+        )
+        cmd = [sys.executable, "-m", "drumbeat.bench._scrapy_spider", str(config)]
+        return run_measured(cmd, log_path=self.work / f"{tag}.out", limit_s=LIMIT_S + 30)
+
+    def _drumbeat(
+        self, tag: str, host_delay_s: float, connections: int
+    ) -> tuple[Usage, dict[str, Any] | None]:
+        state = self.work / tag
+        config = self.work / f"{tag}.toml"
+        # Budget scaling may not shorten the delay: the floor is the delay itself.
+        config.write_text(f"host_delay_min_s = {host_delay_s}\nip_delay_min_s = 0\n")
+        cmd = [
+            sys.executable,
+            "-m",
+            "drumbeat",
+            "crawl",
+            self.front,
+            "--state",
+            str(state),
+            "--allow-loopback",
+            "--scope",
+            "host",
+            "--host-delay",
+            str(host_delay_s),
+            "--ip-delay",
+            "0",
+            "--host-connections",
+            str(connections),
+            "--max-time",
+            str(LIMIT_S),
+            "--no-progress",
+            "--config",
+            str(config),
+        ]
+        usage = run_measured(cmd, log_path=self.work / f"{tag}.out", limit_s=LIMIT_S + 30)
+        stages_path = state / "stages.json"
+        latency = None
+        if stages_path.exists():
+            latency = json.loads(stages_path.read_text(encoding="utf-8")).get("dispatch_latency")
+        return usage, latency
+
+
+def report(runs: list[Run], elapsed_s: float) -> dict[str, Any]:
+    base = next((r for r in runs if r.crawler == "wget"), None)
+    out: dict[str, Any] = {
+        "site": {"package": DOC_PACKAGE, "root": str(DOC_ROOT), "front": FRONT_PAGE},
+        "cpu_model": processor(),
+        "runs": {},
+        "elapsed_s": round(elapsed_s, 1),
+    }
+    for r in runs:
+        out["runs"][r.name] = {
+            "crawler": r.crawler,
+            "host_delay_s": r.host_delay_s,
+            "connections": r.connections,
+            "pages": len(r.pages),
+            "missing_vs_wget": len(base.pages - r.pages) if base else None,
+            "extra_vs_wget": len(r.pages - base.pages) if base else None,
+            "requests": r.requests,
+            "span_s": round(r.span_s, 3),
+            "pages_per_s": round(r.pages_per_s, 1),
+            "wall_s": round(r.usage.wall_s, 2),
+            "cpu_s": round(r.usage.cpu_s, 2),
+            "cpu_ms_per_page": None if r.cpu_ms_per_page is None else round(r.cpu_ms_per_page, 3),
+            "most_at_once": r.most_at_once,
+            "min_gap_s": r.min_gap_s,
+            "tcp_connections": r.tcp_connections,
+            "server_cpu_s": r.server_cpu_s,
+            "exit_code": r.usage.exit_code,
+            "timed_out": r.usage.timed_out,
+            "dispatch_latency": r.latency,
+            "missing_examples": sorted(base.pages - r.pages)[:3] if base else [],
+            "extra_examples": sorted(r.pages - base.pages)[:3] if base else [],
+        }
+    four = next((r for r in runs if r.crawler == "drumbeat" and r.connections == 4), None)
+    slow = next((r for r in runs if r.crawler == "drumbeat" and (r.host_delay_s or 0) > 0), None)
+    same = bool(base and four and four.pages == base.pages)
+    out["targets"] = {
+        "ratio_4_connections_to_wget": round(four.pages_per_s / base.pages_per_s, 2)
+        if base and four and base.pages_per_s
+        else None,
+        "same_coverage": same,
+        "pages_per_s_at_5ms": round(slow.pages_per_s, 1) if slow else None,
+    }
+    return out
+
+
+def print_report(rep: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=160)
+    table = Table(
+        title=f"One site to completion: {rep['site']['package']} on nginx, 127.0.0.1 "
+        f"({rep['cpu_model']})"
+    )
+    cols = ("run", "pages", "missing", "extra", "pages/s", "CPU ms/page", "wall s")
+    for col in (*cols, "conns", "at once", "min gap", "dispatch latency p50/p90 ms", "exit"):
+        table.add_column(col, justify="left" if col == "run" else "right")
+    for name, r in rep["runs"].items():
+        lat = r["dispatch_latency"]
+        gap = r["min_gap_s"]
+        table.add_row(
+            name,
+            f"{r['pages']:,}",
+            str(r["missing_vs_wget"]),
+            str(r["extra_vs_wget"]),
+            f"{r['pages_per_s']:,.0f}",
+            "n/a" if r["cpu_ms_per_page"] is None else f"{r['cpu_ms_per_page']:.2f}",
+            f"{r['wall_s']:.1f}",
+            str(r["tcp_connections"]),
+            str(r["most_at_once"]),
+            "n/a" if gap is None else f"{gap * 1000:.0f} ms",
+            f"{lat['p50_ms']:.1f} / {lat['p90_ms']:.1f}" if lat else "-",
+            str(r["exit_code"]),
+        )
+    console.print(table)
+    t = rep["targets"]
+    console.print(
+        f"Targets: host delay 0 with 4 connections >= {TARGET_RATIO_TO_WGET:g}x wget: "
+        f"{t['ratio_4_connections_to_wget']}x, same pages: {t['same_coverage']}; host delay 5 ms "
+        f"with 1 connection >= {TARGET_PAGES_PER_S_AT_5MS:g} pages/s: {t['pages_per_s_at_5ms']}."
+    )
+    console.print(
+        "Notes: pages = HTML pages answered 200 (nginx's log); pages/s over the first "
+        "request's start to the last one's end; missing/extra against wget's set; CPU of "
+        "the crawler's processes (not nginx's); at once = most requests in flight (1 ms "
+        "stamps: a fast answer's overlap is not seen); min gap = one request's end to the "
+        "next start; conns = TCP connections; pages are compared %-decoded (drumbeat spells "
+        "%3D as =)."
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="drumbeat bench site", description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--quick", action="store_true", help="wget and the two drumbeat runs the targets name"
+    )
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--dir", type=Path, default=None, help="work directory (default: a temp dir)")
+    args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    if not (DOC_ROOT / FRONT_PAGE.lstrip("/")).exists():
+        print(
+            f"drumbeat bench site: skipped: the site ({DOC_PACKAGE}) is not installed: "
+            f"{INSTALL_HINT}",
+            file=sys.stderr,
+        )
+        return 0
+    nginx = nginx_binary()
+    missing = [n for n, ok in (("nginx", nginx), ("wget", shutil.which("wget"))) if not ok]
+    if not args.quick and importlib.util.find_spec("scrapy") is None:
+        missing.append("scrapy")
+    if missing or nginx is None:
+        print(f"drumbeat bench site needs {' and '.join(missing)}: {INSTALL_HINT}", file=sys.stderr)
+        return 2
+    if args.dir:
+        Path(args.dir).mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="sitebench-", dir=args.dir))
+    work.chmod(0o755)
+    started = time.perf_counter()
+    try:
+        bench = SiteBench(work, nginx, log=not args.json)
+        runs = [bench.run("wget")]
+        if not args.quick:
+            runs.append(bench.run("scrapy"))
+            runs.append(bench.run("drumbeat", 0.0, 1))
+        runs.append(bench.run("drumbeat", 0.0, 4))
+        runs.append(bench.run("drumbeat", 0.005, 1))
+        rep = report(runs, time.perf_counter() - started)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if args.json:
+        print(json.dumps(rep))
+    else:
+        print_report(rep)
+    # wget exits 8 when the server answered an error (the site's robots.txt is a 404).
+    return (
+        0
+        if all(r.usage.exit_code in (0, 8 if r.crawler == "wget" else 0) and r.pages for r in runs)
+        else 1
+    )
