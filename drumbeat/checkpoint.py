@@ -11,13 +11,16 @@ Layout (format version 2)::
         queue.jsonl                the URLs held in RAM, one per line: [url, depth, via]
                                    or [url, depth, via, redirect hops]
         star.json                  STAR's in-degree table
+        done.u64                   URLs the journal replayed as fetched and not met again
+                                   yet (uint64 fingerprints; drumbeat.manager.journal)
     DIR/urlseen/, DIR/pldgraph/,   DRUM repositories and disk queues; state.json holds the
     DIR/robots/, DIR/frontier/     commits of each for this checkpoint
 
 A checkpoint is written completely into a fresh directory, every file fsynced, and only
 then made live by atomically replacing ``CURRENT``; so a crash at any instant leaves
 either the old or the new checkpoint, never a mixture. Older directories are removed
-after the switch.
+after the switch. The fetches completed after a checkpoint's commits are in the journal
+(``DIR/journal/``, drumbeat.manager.journal), replayed on top of it at a restart.
 """
 
 from __future__ import annotations
@@ -66,6 +69,16 @@ class Checkpoints:
             raise CheckpointError(f"{pointer} names a missing checkpoint {name!r}")
         return path
 
+    @staticmethod
+    def number(path: Path) -> int:
+        """The number of the checkpoint directory ``path`` (ckpt-000042: 42)."""
+        return int(path.name.rsplit("-", 1)[1])
+
+    def next_number(self) -> int:
+        """The number :meth:`write` gives the next checkpoint."""
+        previous = self.current()
+        return self.number(previous) + 1 if previous else 1
+
     def write(
         self,
         meta: CheckpointMeta,
@@ -74,8 +87,7 @@ class Checkpoints:
     ) -> Path:
         """Write a new checkpoint and make it live. ``savers`` write their own files into it."""
         self.root.mkdir(parents=True, exist_ok=True)
-        previous = self.current()
-        number = int(previous.name.rsplit("-", 1)[1]) + 1 if previous else 1
+        number = self.next_number()
         target = self.root / f"ckpt-{number:06d}"
         if target.exists():  # left by a crash before CURRENT moved: never live, safe to drop
             shutil.rmtree(target)

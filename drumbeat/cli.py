@@ -368,6 +368,7 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     from drumbeat.drum import DrumError
     from drumbeat.runtime.gctune import tune_gc
     from drumbeat.standalone import CrawlError, run_crawl
+    from drumbeat.store.journal import JournalError
 
     check_state_dir(Path(args.state_dir))
     settings = settings_from_args(args)
@@ -376,7 +377,7 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     tune_gc()  # this process is the crawl's manager from here on
     try:
         outcome = run_crawl(settings)
-    except (CrawlError, CheckpointError, DrumError) as e:
+    except (CrawlError, CheckpointError, DrumError, JournalError) as e:
         print(f"drumbeat crawl: cannot run: {e}", file=sys.stderr)
         return EXIT_FAILED
     except OSError as e:  # the disk: full, read-only, gone

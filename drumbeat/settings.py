@@ -151,6 +151,11 @@ class Settings:
     # (6: ~540 µs, 1/4.6). See store.warc.gzip_member.
     warc_gzip_level: int = 1
     checkpoint_interval_s: float = 60.0
+    # The write-ahead journal of completed fetches (drumbeat.manager.journal): a resume
+    # after a crash fetches again only what was in flight or done in the last
+    # journal_commit_s; false = back to the last checkpoint.
+    journal: bool = True
+    journal_commit_s: float = 0.5
 
     # Task hand-off between manager and fetchers.
     task_max_items: int = 64
@@ -253,6 +258,7 @@ def validate(s: Settings) -> Settings:
         "total_timeout_s",
         "dns_timeout_s",
         "checkpoint_interval_s",
+        "journal_commit_s",
         "progress_interval_s",
         "urlseen_flush_interval_s",
         "budget_refresh_s",
@@ -386,8 +392,17 @@ def save_for_resume(s: Settings) -> None:
         if name not in _NOT_SAVED
     }
     tmp = s.state_dir / (SAVED_FILE + ".tmp")
-    tmp.write_text(json.dumps(values, indent=1, sort_keys=True), encoding="utf-8")
+    # Durable before the first fetch: a crash at any instant leaves a resumable crawl.
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(json.dumps(values, indent=1, sort_keys=True))
+        f.flush()
+        os.fsync(f.fileno())
     tmp.replace(s.state_dir / SAVED_FILE)
+    fd = os.open(s.state_dir, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def load_saved(state_dir: Path) -> dict[str, Any]:

@@ -4,6 +4,7 @@ State directory layout::
 
     DIR/lock               held (flock) while a crawl runs: one crawl per directory
     DIR/checkpoints/       the manager's checkpoints (see checkpoint.py)
+    DIR/journal/           the fetches done since the last checkpoint (manager/journal.py)
     DIR/warc/              WARC 1.1 files, gzip per record
     DIR/crawl.log          JSON lines, one per fetch attempt or dropped URL
     DIR/drumbeat.log       diagnostics (INFO and above)
@@ -177,7 +178,13 @@ async def _run(
 ) -> CrawlOutcome:
     fetchers = settings.fetcher_processes()
     async with _fetching(settings, fetchers) as (queue, durables, fetcher_stats):
-        manager = Manager(settings, queue, crawl_log, durables=[*durables, refusals.sync])
+        manager = Manager(
+            settings,
+            queue,
+            crawl_log,
+            durables=[*durables, refusals.sync],
+            journal_syncs=durables,
+        )
         try:
             resumed = manager.restore()
             pages_before = manager.pages_done

@@ -99,6 +99,10 @@ async def _serve(frames_out: Any) -> int:
     tune_gc()
     running = asyncio.ensure_future(fetcher.run())
     syncing = asyncio.ensure_future(_sync_often(warc))
+    # The sync requests being answered, in order: tasks keep coming in meanwhile (the
+    # manager's journal asks every journal_commit_s).
+    answering: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    answering.set_result(None)
     try:
         while True:
             frame = await read_frame(reader)
@@ -110,16 +114,15 @@ async def _serve(frames_out: Any) -> int:
             if kind == "tasks":
                 queue.add_tasks(body)
             elif kind == "sync":
-                queue.flush()
-                await warc.sync_off_loop()  # fetching goes on meanwhile
-                queue.send(("synced", body))
+                queue.flush()  # the results written before it go to the manager first
+                answering = asyncio.ensure_future(_answer_sync(warc, queue, body, answering))
             elif kind == "stop":
                 break
     finally:
         await queue.close()
         running.cancel()
         syncing.cancel()
-        await asyncio.gather(running, syncing, return_exceptions=True)
+        await asyncio.gather(running, syncing, answering, return_exceptions=True)
         queue.flush(with_stats=True)  # the last stats
         warc.close()
         await http.close()
@@ -130,6 +133,21 @@ async def _serve(frames_out: Any) -> int:
             pass  # the manager is gone; nothing more to tell it
         writer.close()
     return 0
+
+
+async def _answer_sync(
+    warc: WarcWriter, queue: WorkerQueue, seq: object, before: asyncio.Future[None]
+) -> None:
+    """fsync the WARC file off the event loop (fetching goes on), then confirm ``seq``
+    after the requests before it; a failed sync is not confirmed (the manager waits for
+    the confirmation, then goes on without it, warning)."""
+    await before
+    try:
+        await warc.sync_off_loop()
+    except OSError as e:
+        log.error("WARC sync failed: %s", e)
+        return
+    queue.send(("synced", seq))
 
 
 async def _sync_often(warc: WarcWriter) -> None:

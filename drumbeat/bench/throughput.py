@@ -103,6 +103,7 @@ class Plan:
     profile: bool
     http_client: str = "curl"  # drumbeat's http_client setting
     web: str = "distinct"  # one of WEBS
+    settings: tuple[str, ...] = ()  # extra config-file lines for drumbeat (--set)
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,7 +266,8 @@ class Bench:
         # Budget scaling may not shorten the delays: the floors are the delays themselves.
         config.write_text(
             f"host_delay_min_s = {host_delay}\nip_delay_min_s = {ip_delay}\n"
-            f'http_client = "{self.plan.http_client}"\n',
+            f'http_client = "{self.plan.http_client}"\n'
+            + "".join(f"{line}\n" for line in self.plan.settings),
             encoding="utf-8",
         )
         assert self.dns is not None
@@ -808,6 +810,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
     )
     ap.add_argument("--dir", type=Path, default=None, help="work directory (default: a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a drumbeat setting for its crawls, as a config-file line (TOML value), "
+        "e.g. --set journal=false for an A/B; repeatable",
+    )
     return ap.parse_args(argv)
 
 
@@ -836,6 +846,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
         profile=args.profile,
         http_client=args.http_client,
         web=args.web,
+        settings=tuple(args.set),
     )
 
 

@@ -14,8 +14,9 @@ fewer than ``frontier_ram_urls`` URLs, so RAM stays bounded whatever the disk qu
 
 Everything the manager knows is saved by periodic checkpoints (see ``checkpoint.py``): the
 DRUMs' and disk queues' commits, plus the URLs held in RAM. Items handed to fetchers but not
-reported by checkpoint time are saved as queued, so a crash loses no URL; pages fetched after
-the last checkpoint may be fetched again after a restart.
+reported by checkpoint time are saved as queued, so a crash loses no URL. The fetches
+completed after it are in the write-ahead journal (``journal.py``), replayed on top of it
+at a restart: only pages in flight or done in the last group commit are fetched again.
 
 The parts, each with one job (Scrapy's engine composes a scheduler and a downloader the
 same way):
@@ -29,6 +30,7 @@ same way):
   work and DNS of new hosts; ``gate.robots_admitter`` is BEAST's robots filter.
 - ``dispatch.Dispatcher``: ready hosts -> tasks for the fetchers; results back to hosts.
 - ``checkpointer.Checkpointer``: commits and checkpoint files, and the presync before.
+- ``journal.Journal``: group commits of completed fetches between checkpoints.
 - ``core.Manager``: builds them and drives them in turns (take new URLs, feed, dispatch,
   collect, checkpoint); ``state.LoopState`` is what they share of the loop's state, and
   ``tuning.LoopTuning`` the loop's tuning.

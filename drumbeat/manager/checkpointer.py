@@ -20,6 +20,7 @@ from drumbeat.frontier.urlseen import decode_payload
 from drumbeat.manager.admission import Admission
 from drumbeat.manager.dispatch import Dispatcher
 from drumbeat.manager.gate import RobotsGate
+from drumbeat.manager.journal import Journal, save_done
 from drumbeat.manager.pricing import Pricing
 from drumbeat.manager.stores import Stores
 from drumbeat.manager.tuning import LoopTuning
@@ -53,6 +54,7 @@ class Checkpointer:
         counters: Counter[str],
         clock: Callable[[], float],
         started: float,
+        journal: Journal | None = None,
     ) -> None:
         self.settings = settings
         self.tuning = tuning
@@ -70,6 +72,7 @@ class Checkpointer:
         self.star = star
         self.counters = counters
         self.clock = clock
+        self.journal = journal
         self.last_checkpoint = started
         self.presync: asyncio.Future[None] | None = None  # see presync_if_due
         # A checkpoint's files being written in a thread (see synced_checkpoint).
@@ -129,6 +132,12 @@ class Checkpointer:
         two), as no other checkpoint starts before this one is written.
         """
         laps = Laps()
+        journal = self.journal
+        if journal is not None:
+            # One WARC sync at a time; at a stop, what the journal holds no longer waits
+            # on this checkpoint going live.
+            await (journal.commit_now() if final else journal.settle())
+            laps.lap("journal")
         if not await self.queue.sync():
             log.warning(
                 "fetchers did not confirm their WARC files are synced%s",
@@ -147,6 +156,14 @@ class Checkpointer:
             write()
         else:
             self.writing = asyncio.get_running_loop().run_in_executor(None, write)
+
+    def initial(self) -> None:
+        """At a run's start, before the first fetch: a checkpoint of what the run starts
+        from (its seeds, or what the last run's checkpoint and journal held), and a new
+        journal after it."""
+        path = self.commit(Laps())()
+        if self.journal is not None:
+            self.journal.start(self.checkpoints.number(path))
 
     def _commit_stores(self, laps: Laps) -> CheckpointMeta:
         """Commit the crawl log and every store; return the checkpoint's state naming
@@ -210,7 +227,13 @@ class Checkpointer:
         flying = [item for item, _ in self.dispatch.in_flight.values()]
         queued = list(self.scheduler.iter_queued())
         unrouted = list(self.gate.to_route)
-        save_star = self.star.saver()
+        savers = [self.star.saver()]
+        if self.gate.done:
+            savers.append(save_done(self.gate.done))
+        journal = self.journal
+        number = self.checkpoints.next_number()
+        if journal is not None:
+            journal.rotate(number)
         self.last_checkpoint = self.clock()
         laps.lap("ram")
         awake, nap_s = self.tuning.checkpoint_rows_awake, self.tuning.checkpoint_writer_nap_s
@@ -219,8 +242,10 @@ class Checkpointer:
             pending.sync()
             laps.lap("sync")
             rows = _ram_rows(flying, queued, unrouted)
-            path = self.checkpoints.write(meta, napping(rows, awake, nap_s), [save_star])
+            path = self.checkpoints.write(meta, napping(rows, awake, nap_s), savers)
             laps.lap("write")
+            if journal is not None:
+                journal.forget_before(number)
             if laps.total() >= 1.0:  # the fetchers may have run dry: say where it went
                 log.info("checkpoint took %.2f s: %s", laps.total(), laps)
             return path

@@ -22,6 +22,8 @@ from drumbeat.manager.admission import Admission
 from drumbeat.manager.checkpointer import Checkpointer
 from drumbeat.manager.dispatch import Dispatcher
 from drumbeat.manager.gate import RobotsGate, robots_admitter
+from drumbeat.manager.journal import DIR_NAME as JOURNAL_DIR
+from drumbeat.manager.journal import Journal, count_entry, load_done, replay_entries
 from drumbeat.manager.pricing import Pricing
 from drumbeat.manager.state import LoopState
 from drumbeat.manager.stores import Drops, Stores
@@ -59,6 +61,7 @@ class Manager:
         crawl_log: CrawlLog,
         *,
         durables: Iterable[Callable[[], None]] = (),
+        journal_syncs: Iterable[Callable[[], None]] = (),
         clock: Callable[[], float] = time.monotonic,
         tuning: LoopTuning = TUNING,
     ) -> None:
@@ -139,6 +142,19 @@ class Manager:
             self.stage_s,
             started=self._started,
         )
+        self.journal_dir = state_dir / JOURNAL_DIR
+        self.journal = (
+            Journal(
+                self.journal_dir,
+                commit_s=s.journal_commit_s,
+                queue=queue,
+                crawl_log=crawl_log,
+                syncs=list(journal_syncs),
+                clock=clock,
+            )
+            if s.journal
+            else None
+        )
         self.checkpointer = Checkpointer(
             s,
             t,
@@ -157,6 +173,7 @@ class Manager:
             counters=self.counters,
             clock=clock,
             started=self._started,
+            journal=self.journal,
         )
         self._last_sweep = self._started
         self.stop_reason: str | None = None
@@ -185,7 +202,7 @@ class Manager:
         its commits). Returns True when resuming."""
         path = self._resume_from
         if path is None:
-            return False
+            return False  # (a journal follows a checkpoint: Checkpointer.initial)
         meta = self.checkpoints.read_meta(path)
         self.star.load(path)
         self.counters.update(meta.counters)
@@ -201,13 +218,17 @@ class Manager:
         self.gate.robots_failures = dict((meta.frontier or {}).get("robots_failures", {}))
         for origin in (meta.frontier or {}).get("robots_working", []):
             self.gate.work_on_robots(origin, st.qr.issue())
+        self.gate.done |= load_done(path)
+        replayed = self._replay_journal(self.checkpoints.number(path))
         n = 0
         for url, depth, via, hops in self.checkpoints.read_queue(path):
             self.gate.route(encode_payload(url, depth, via, hops))
             n += 1
         log.info(
-            "resumed from %s: %d URLs were in RAM, %d in BEAST, %d in QR; %d seen, %d pages done",
+            "resumed from %s and %d fetches journaled since: %d URLs were in RAM, "
+            "%d in BEAST, %d in QR; %d seen, %d pages done",
             path,
+            replayed,
             n,
             len(st.beast),
             len(st.qr),
@@ -215,6 +236,43 @@ class Manager:
             self.pages_done,
         )
         return True
+
+    def _replay_journal(self, since: int) -> int:
+        """Replay the journal's fetches after checkpoint ``since`` (drumbeat.manager.journal):
+        their links to URL-seen, their edges to the PLD graph, their URLs to the done set
+        and their counts; returns how many."""
+        found: list[FoundURLs] = []
+        edges: list[FoundEdges] = []
+        done, n = self.gate.done, 0
+
+        def apply() -> None:
+            if edges:
+                self.stores.plds.add_packed(
+                    b"".join(e.keys for e in edges),
+                    b"".join(e.targets for e in edges),
+                    b"".join(e.lengths for e in edges),
+                )
+            if found:
+                self.admission.admit_found(found)
+            found.clear()
+            edges.clear()
+
+        for entry in replay_entries(self.journal_dir, since):
+            n += 1
+            done.add(urls.fingerprint(entry.url))
+            self.dispatch.pages_done += count_entry(entry, self.counters)
+            if entry.fingerprints:
+                found.append(FoundURLs(entry.fingerprints, entry.payloads, entry.lengths))
+            if entry.edge_keys:
+                edges.append(
+                    FoundEdges(
+                        entry.edge_source, entry.edge_keys, entry.edge_targets, entry.edge_lengths
+                    )
+                )
+            if len(found) >= 4096:
+                apply()
+        apply()
+        return n
 
     def add_seeds(self, seeds: Iterable[str]) -> list[str]:
         """Normalize seed URLs and send them to URL-seen; returns "URL: reason" for rejects."""
@@ -255,6 +313,10 @@ class Manager:
             self.checkpointer,
         )
         deadline = self._started + s.max_time_s if s.max_time_s else None
+        journal = self.journal
+        # What this run starts from (the seeds, or what the last run's checkpoint and
+        # journal hold) is durable before the first fetch.
+        cp.initial()
         try:
             while self.stop_reason is None:
                 now = self.clock()
@@ -281,6 +343,8 @@ class Manager:
                 t2 = thread_time()
                 dispatch.dispatch(self.clock())
                 self.stage_s["scheduling"] += thread_time() - t2
+                if journal is not None:
+                    journal.commit_if_due(now)
                 w4 = perf_counter()
                 if cp.due(now):
                     # The fetchers live on what is in flight while the checkpoint's turn
@@ -315,6 +379,8 @@ class Manager:
         if cp.writing is not None:
             await cp.writing
         await cp.synced(final=True)
+        if journal is not None:
+            journal.close()
         return self.stop_reason or "done"
 
     def _note_turn(self, now: float, parts: dict[str, float]) -> None:
@@ -404,6 +470,8 @@ class Manager:
         on_result = self.dispatch.on_result
         for r in results:
             on_result(r, now, found, edges)
+        if self.journal is not None:
+            self.journal.note(results)
         if edges:
             self.stores.plds.add_packed(
                 b"".join(e.keys for e in edges),

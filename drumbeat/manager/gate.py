@@ -113,6 +113,10 @@ class RobotsGate:
         self._last_robots_flush = float("-inf")
         # URLs read from BEAST and not yet routed (see route_budget_s); they count as in RAM.
         self.to_route: deque[bytes] = deque()
+        # Fingerprints of URLs fetched after the last checkpoint, as the journal's replay
+        # found (drumbeat.manager.journal): each is skipped once, when it reaches a host's
+        # queue again. Empty but after a crash.
+        self.done: set[int] = set()
         self.wake = wake  # a host was resolved or refused: the loop may dispatch
 
     def feed(self, now: float, budget_s: float | None = None) -> None:
@@ -354,9 +358,20 @@ class RobotsGate:
     def _push_page(
         self, url: str, depth: int, via: str | None, entry: RobotsEntry, hops: int, host_name: str
     ) -> None:
+        if self.done and self._was_done(url):
+            return
         host = self.host(host_name)
         self.raise_host_delay(host, entry)
         self.scheduler.push(host, QueuedURL(url, depth, via, hops=hops))
+
+    def _was_done(self, url: str) -> bool:
+        """The URL was fetched after the last checkpoint, before a crash (once)."""
+        fp = urls.fingerprint(url)
+        if fp not in self.done:
+            return False
+        self.done.discard(fp)
+        self.counters["journal_skipped"] += 1
+        return True
 
     def host(self, name: str) -> HostState:
         """The host's scheduler state, created with its PLD's budget; DNS started if new."""

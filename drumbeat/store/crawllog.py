@@ -123,6 +123,12 @@ class CrawlLog:
         self.flush()
         durable.fsync(self._file.fileno())
 
+    def fsync_written(self) -> None:
+        """fsync the lines already flushed (safe in another thread than the appends: the
+        journal's writer makes them durable off the loop)."""
+        if not self._file.closed:
+            os.fsync(self._file.fileno())
+
     def close(self) -> None:
         """Sync and close. Idempotent."""
         if self._file.closed:

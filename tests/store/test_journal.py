@@ -1,0 +1,124 @@
+"""The journal's file format: entries read back as written; a torn tail is cut and never
+replayed; corruption is an error naming the file."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from drumbeat.store.journal import (
+    MAGIC,
+    JournalEntry,
+    JournalError,
+    JournalWriter,
+    ReadReport,
+    encode_entry,
+    journal_files,
+    journal_path,
+    read_journal,
+)
+
+
+def _entry(i: int) -> JournalEntry:
+    payloads = [f"http://s{i}.test/{j}\n1\nhttp://s{i}.test/".encode() for j in range(3)]
+    return JournalEntry(
+        url=f"http://s{i}.test/",
+        status=None if i % 3 == 2 else 200,
+        error="timeout" if i % 3 == 2 else None,
+        fingerprints=np.arange(3, dtype=np.uint64).tobytes(),
+        lengths=np.array([len(p) for p in payloads], dtype=np.uint32).tobytes(),
+        payloads=b"".join(payloads),
+        edge_source="s.test" if i % 2 else "",
+        edge_keys=np.array([7], dtype=np.uint64).tobytes() if i % 2 else b"",
+        edge_lengths=np.array([6], dtype=np.uint32).tobytes() if i % 2 else b"",
+        edge_targets=b"t.test" if i % 2 else b"",
+    )
+
+
+def _write(path: Path, records: list[list[JournalEntry]]) -> list[int]:
+    """Write each list of entries as a record; return the file size after each."""
+    writer = JournalWriter(path)
+    sizes = []
+    for entries in records:
+        parts: list[bytes] = []
+        for e in entries:
+            found = (e.fingerprints, e.lengths, e.payloads) if e.fingerprints else None
+            edges = (
+                (e.edge_source, e.edge_keys, e.edge_lengths, e.edge_targets)
+                if e.edge_keys
+                else None
+            )
+            encode_entry(parts, e.url, e.status, e.error, found, edges)
+        writer.append(parts)
+        sizes.append(path.stat().st_size)
+    writer.sync()
+    writer.close()
+    return sizes
+
+
+def test_entries_read_back_as_written(tmp_path: Path) -> None:
+    path = journal_path(tmp_path, 3)
+    records = [[_entry(0), _entry(1)], [_entry(2)], [_entry(3), _entry(4), _entry(5)]]
+    _write(path, records)
+    report = ReadReport()
+    assert list(read_journal(path, report)) == [e for r in records for e in r]
+    assert report.records == 3 and report.torn_bytes == 0
+    assert journal_files(tmp_path) == [(3, path)]
+
+
+@pytest.mark.parametrize("cut", [1, 5, 8, 9, 20, -1])
+def test_a_torn_tail_is_cut_and_never_replayed(tmp_path: Path, cut: int) -> None:
+    path = journal_path(tmp_path, 1)
+    sizes = _write(path, [[_entry(0)], [_entry(1)], [_entry(2), _entry(3)]])
+    # Killed mid-write: only part of the last record reached the file.
+    end = sizes[1] + cut if cut > 0 else sizes[2] + cut
+    os.truncate(path, end)
+    report = ReadReport()
+    assert list(read_journal(path, report)) == [_entry(0), _entry(1)]
+    assert report.torn_bytes == end - sizes[1]
+    assert path.stat().st_size == sizes[1]  # cut off the file
+    # Appending after the cut reads back whole.
+    _write(path, [[_entry(9)]])
+    assert list(read_journal(path)) == [_entry(0), _entry(1), _entry(9)]
+
+
+def test_a_garbled_last_record_is_a_torn_tail(tmp_path: Path) -> None:
+    """After a power loss the last record's length may be written and its bytes not."""
+    path = journal_path(tmp_path, 1)
+    sizes = _write(path, [[_entry(0)], [_entry(1)]])
+    with open(path, "r+b") as f:
+        f.seek(sizes[1] - 3)
+        f.write(b"\0\0\0")
+    report = ReadReport()
+    assert list(read_journal(path, report)) == [_entry(0)]
+    assert report.torn_bytes == sizes[1] - sizes[0]
+
+
+def test_a_journal_killed_while_created_is_cut(tmp_path: Path) -> None:
+    path = journal_path(tmp_path, 1)
+    path.write_bytes(MAGIC[:7])
+    report = ReadReport()
+    assert list(read_journal(path, report)) == []
+    assert report.torn_bytes == 7 and path.stat().st_size == 0
+
+
+def test_a_corrupt_record_before_good_ones_is_an_error_naming_the_file(tmp_path: Path) -> None:
+    path = journal_path(tmp_path, 1)
+    sizes = _write(path, [[_entry(0)], [_entry(1)], [_entry(2)]])
+    with open(path, "r+b") as f:
+        f.seek(sizes[0] + 12)
+        f.write(b"\xff\xff")
+    with pytest.raises(JournalError, match=str(path)) as e:
+        list(read_journal(path))
+    assert "checksum" in str(e.value)
+    assert path.stat().st_size == sizes[2]  # nothing cut
+
+
+def test_a_file_that_is_no_journal_is_an_error_naming_it(tmp_path: Path) -> None:
+    path = journal_path(tmp_path, 1)
+    path.write_bytes(b"something else entirely\n")
+    with pytest.raises(JournalError, match=str(path)):
+        list(read_journal(path))
