@@ -122,21 +122,29 @@ _nonneg_int = _int_at_least(0)
 
 
 def _add_crawl_args(p: argparse.ArgumentParser) -> None:
-    unset = argparse.SUPPRESS  # a flag not given leaves its setting to the config file
-    p.add_argument(
+    """The crawl's flags, in three groups of ``--help``. A flag not given leaves its
+    setting to the config file (argparse.SUPPRESS), whose values flags override."""
+    _add_what_args(p.add_argument_group("what to crawl and where its state lives"))
+    _add_politeness_args(p.add_argument_group("politeness and identity (be a good guest)"))
+    _add_machine_args(p.add_argument_group("this machine"))
+
+
+def _add_what_args(g: argparse._ArgumentGroup) -> None:
+    unset = argparse.SUPPRESS
+    g.add_argument(
         "urls",
         nargs="*",
         metavar="URL",
         help="seed URLs (http:// is assumed when a URL has no scheme)",
     )
-    p.add_argument(
+    g.add_argument(
         "--seeds",
         dest="seeds_file",
         metavar="FILE",
         default=unset,
         help="file of seed URLs, one per line, UTF-8 ('#' comments)",
     )
-    p.add_argument(
+    g.add_argument(
         "--state",
         dest="state_dir",
         metavar="DIR",
@@ -144,14 +152,21 @@ def _add_crawl_args(p: argparse.ArgumentParser) -> None:
         help="state directory: checkpoints, WARC files, crawl.log (created if missing; "
         "an existing one is resumed)",
     )
-    p.add_argument(
+    g.add_argument(
+        "--scope",
+        choices=SCOPES,
+        default=unset,
+        help="follow links to any host (default), only the seeds' hosts, "
+        "or only the seeds' pay-level domains",
+    )
+    g.add_argument(
         "--max-pages",
         type=_pos_int,
         metavar="N",
         default=unset,
         help="stop after N pages fetched in total (default: no limit)",
     )
-    p.add_argument(
+    g.add_argument(
         "--max-time",
         dest="max_time_s",
         type=_nonneg_float,
@@ -159,7 +174,17 @@ def _add_crawl_args(p: argparse.ArgumentParser) -> None:
         default=unset,
         help="stop this run after SECONDS; not remembered for a resume (default: no limit)",
     )
-    p.add_argument(
+    g.add_argument(
+        "--config",
+        metavar="FILE.toml",
+        default=unset,
+        help="TOML file of settings (see below); flags override it",
+    )
+
+
+def _add_politeness_args(g: argparse._ArgumentGroup) -> None:
+    unset = argparse.SUPPRESS
+    g.add_argument(
         "--host-delay",
         dest="host_delay_s",
         type=_nonneg_float,
@@ -167,7 +192,7 @@ def _add_crawl_args(p: argparse.ArgumentParser) -> None:
         default=unset,
         help=f"min seconds between requests to one host (default {_D.host_delay_s:g})",
     )
-    p.add_argument(
+    g.add_argument(
         "--ip-delay",
         dest="ip_delay_s",
         type=_nonneg_float,
@@ -176,7 +201,7 @@ def _add_crawl_args(p: argparse.ArgumentParser) -> None:
         help=f"min seconds between requests to one server IP "
         f"(default {_D.ip_delay_s:g}; 0 = no per-IP limit)",
     )
-    p.add_argument(
+    g.add_argument(
         "--host-connections",
         dest="host_connections",
         type=_pos_int,
@@ -186,28 +211,57 @@ def _add_crawl_args(p: argparse.ArgumentParser) -> None:
         "raise it only for servers that allow it, such as your own, with --ip-delay 0; "
         "--host-delay then spaces request starts",
     )
-    p.add_argument(
+    g.add_argument(
+        "--user-agent",
+        metavar="UA",
+        default=unset,
+        help="User-Agent header; name your crawler and a contact URL",
+    )
+    g.add_argument(
+        "--from",
+        dest="from_header",
+        metavar="EMAIL",
+        default=unset,
+        help="From header: an e-mail address where site operators reach you",
+    )
+    g.add_argument(
+        "--allow-loopback",
+        action="store_true",
+        default=unset,
+        help="allow connecting to 127.0.0.0/8 and ::1 (tests, local servers)",
+    )
+    g.add_argument(
+        "--allow-private",
+        action="store_true",
+        default=unset,
+        help="allow private, loopback and link-local addresses (intranet crawls)",
+    )
+
+
+def _add_machine_args(g: argparse._ArgumentGroup) -> None:
+    unset = argparse.SUPPRESS
+    g.add_argument(
         "--concurrency",
         type=_pos_int,
         metavar="N",
         default=unset,
         help=f"fetches in flight at once (default {_D.concurrency})",
     )
-    p.add_argument(
+    g.add_argument(
         "--fetchers",
         type=_nonneg_int,
         metavar="N",
         default=unset,
         help="fetcher processes (default: one per core; 0 = fetch in the manager's process)",
     )
-    p.add_argument(
+    g.add_argument(
         "--http-client",
         choices=HTTP_CLIENTS,
         default=unset,
         help=f"HTTP backend of the fetchers: curl (libcurl through pycurl; less "
         f"CPU per page) or aiohttp (default {_D.http_client})",
     )
-    p.add_argument(
+    g.add_argument(
         "--allocator",
         choices=ALLOCATORS,
         default=unset,
@@ -215,58 +269,20 @@ def _add_crawl_args(p: argparse.ArgumentParser) -> None:
         f"installed (auto; about 17 %% less CPU per page), or the system's "
         f"(default {_D.allocator})",
     )
-    p.add_argument(
+    g.add_argument(
         "--dns-server",
         metavar="HOST[:PORT]",
         default=unset,
         help="send every DNS lookup to this server (default: system resolvers)",
     )
-    p.add_argument(
-        "--allow-loopback",
-        action="store_true",
-        default=unset,
-        help="allow connecting to 127.0.0.0/8 and ::1 (tests, local servers)",
-    )
-    p.add_argument(
-        "--allow-private",
-        action="store_true",
-        default=unset,
-        help="allow private, loopback and link-local addresses (intranet crawls)",
-    )
-    p.add_argument(
-        "--user-agent",
-        metavar="UA",
-        default=unset,
-        help="User-Agent header; name your crawler and a contact URL",
-    )
-    p.add_argument(
-        "--from",
-        dest="from_header",
-        metavar="EMAIL",
-        default=unset,
-        help="From header: an e-mail address where site operators reach you",
-    )
-    p.add_argument(
-        "--scope",
-        choices=SCOPES,
-        default=unset,
-        help="follow links to any host (default), only the seeds' hosts, "
-        "or only the seeds' pay-level domains",
-    )
-    p.add_argument(
-        "--config",
-        metavar="FILE.toml",
-        default=unset,
-        help="TOML file of settings (see below); flags override it",
-    )
-    p.add_argument(
+    g.add_argument(
         "--progress",
         dest="progress",
         action="store_true",
         default=unset,
         help="live progress panel even when stderr is not a terminal",
     )
-    p.add_argument(
+    g.add_argument(
         "--no-progress",
         dest="progress",
         action="store_false",

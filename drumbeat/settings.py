@@ -234,6 +234,56 @@ def coerce(name: str, value: Any) -> Any:
     return value
 
 
+# The settings checked by kind of value; the rest are checked one by one in validate().
+NON_NEGATIVE_SECONDS = (
+    "host_delay_s",
+    "ip_delay_s",
+    "crawl_delay_max_s",
+    "robots_retry_s",
+    "dns_negative_ttl_s",
+    "robots_expiry_s",
+    "host_delay_min_s",
+    "ip_delay_min_s",
+)
+POSITIVE_SECONDS = (
+    "connect_timeout_s",
+    "read_timeout_s",
+    "total_timeout_s",
+    "dns_timeout_s",
+    "checkpoint_interval_s",
+    "journal_commit_s",
+    "progress_interval_s",
+    "urlseen_flush_interval_s",
+    "budget_refresh_s",
+    "robots_wait_max_s",
+    "backoff_max_s",
+    "backoff_forgive_s",
+)
+AT_LEAST_ONE = (
+    "concurrency",
+    "host_connections",
+    "robots_max_attempts",
+    "robots_max_bytes",
+    "max_body_bytes",
+    "max_decoded_bytes",
+    "max_links_per_page",
+    "warc_max_file_bytes",
+    "task_max_items",
+    "urlseen_ram_bytes",
+    "pld_ram_bytes",
+    "frontier_ram_urls",
+    "budget_default",
+    "budget_table_plds",
+    "beast_queues",
+    "beast_pld_slots",
+    "beast_host_slots",
+    "robots_ram_entries",
+    "robots_ram_bytes",
+    "fetch_max_attempts",
+    "budget_indegree_floor",
+)
+
+
 def validate(s: Settings) -> Settings:
     """Check ranges and relations; return ``s`` unchanged or raise SettingsError."""
 
@@ -241,54 +291,11 @@ def validate(s: Settings) -> Settings:
         if not ok:
             raise SettingsError(f"setting '{name}' {what}, got {getattr(s, name)!r}")
 
-    for name in (
-        "host_delay_s",
-        "ip_delay_s",
-        "crawl_delay_max_s",
-        "robots_retry_s",
-        "dns_negative_ttl_s",
-        "robots_expiry_s",
-        "host_delay_min_s",
-        "ip_delay_min_s",
-    ):
+    for name in NON_NEGATIVE_SECONDS:
         need(getattr(s, name) >= 0, name, "must be >= 0 seconds")
-    for name in (
-        "connect_timeout_s",
-        "read_timeout_s",
-        "total_timeout_s",
-        "dns_timeout_s",
-        "checkpoint_interval_s",
-        "journal_commit_s",
-        "progress_interval_s",
-        "urlseen_flush_interval_s",
-        "budget_refresh_s",
-        "robots_wait_max_s",
-        "backoff_max_s",
-        "backoff_forgive_s",
-    ):
+    for name in POSITIVE_SECONDS:
         need(getattr(s, name) > 0, name, "must be > 0 seconds")
-    for name in (
-        "concurrency",
-        "host_connections",
-        "robots_max_attempts",
-        "robots_max_bytes",
-        "max_body_bytes",
-        "max_decoded_bytes",
-        "max_links_per_page",
-        "warc_max_file_bytes",
-        "task_max_items",
-        "urlseen_ram_bytes",
-        "pld_ram_bytes",
-        "frontier_ram_urls",
-        "budget_default",
-        "budget_table_plds",
-        "beast_queues",
-        "beast_pld_slots",
-        "beast_host_slots",
-        "robots_ram_entries",
-        "robots_ram_bytes",
-        "fetch_max_attempts",
-    ):
+    for name in AT_LEAST_ONE:
         need(getattr(s, name) >= 1, name, "must be >= 1")
     need(
         s.beast_turn_s is None or 0 <= s.beast_turn_s < float("inf"),
@@ -301,7 +308,6 @@ def validate(s: Settings) -> Settings:
         "must be a product token: letters, '_' and '-' only (e.g. drumbeat)",
     )
     need(s.budget_max >= s.budget_default, "budget_max", "must be >= budget_default")
-    need(s.budget_indegree_floor >= 1, "budget_indegree_floor", "must be >= 1")
     need(s.beast_max_queues >= s.beast_queues, "beast_max_queues", "must be >= beast_queues")
     need(s.fetchers is None or 0 <= s.fetchers <= 256, "fetchers", "must be 0..256")
     need(s.max_url_bytes >= 16, "max_url_bytes", "must be >= 16")

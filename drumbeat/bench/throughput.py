@@ -594,9 +594,54 @@ def _run_dict(r: CrawlRun) -> dict[str, Any]:
 
 def print_report(rep: dict[str, Any]) -> None:
     from rich.console import Console
-    from rich.table import Table
 
     console = Console(width=160)
+    console.print(_runs_table(rep))
+    python = rep["python"]
+    console.print(
+        f"Both crawlers ran on {python['implementation']} {python['version']} "
+        f"({python['executable']}; libpython {python['libpython']})"
+    )
+    for mode, ratio in rep["ratio_drumbeat_to_scrapy"].items():
+        console.print(
+            f"drumbeat / Scrapy, politeness {'on' if mode == 'polite' else 'off'}: {ratio:.1f}x"
+        )
+    for name, r in rep["runs"].items():
+        if r["crawler"] == "drumbeat":
+            _print_stages(console, name, r["stages"])
+    for name, r in rep["runs"].items():
+        if r.get("log_tail"):
+            console.print(f"[bold]{name} failed[/bold]; last output:\n{r['log_tail']}")
+    for name, r in rep["runs"].items():
+        if "profile" in r:
+            _print_profile(console, name, r["profile"])
+    targets = rep["targets"]
+    console.print(
+        f"Targets: >= {targets['pages_per_s']:,.0f} pages/s sustained for 60 s with politeness "
+        f"on: {'reached' if targets['pages_per_s_reached'] else 'not reached'}; >= "
+        f"{targets['ratio']:.0f}x Scrapy: "
+        f"{'reached' if targets['ratio_reached'] else 'not reached'}."
+    )
+    console.print(
+        "Notes: polite = 1 s per host (both crawlers; drumbeat's budget scaling floored at the "
+        "delay), drumbeat's IP delay = host delay / (2 x hosts per IP); off = no delays. "
+        "Pages/s counts page responses (not robots.txt) from the crawler's own records over "
+        "the measured part; warm-up starts at the crawler's first page. CPU and peak RSS "
+        "include every process of the crawler. Gaps are from nginx's $msec log (1 ms "
+        "resolution), robots.txt requests included. drumbeat resolves names through the "
+        "benchmark's DNS responder; Scrapy through a resolver class that maps names from the "
+        "same table (it cannot be pointed at a DNS server) and fails any other name. Scrapy "
+        "runs its default scheduler without cookies or retries, one request per host in "
+        "flight when polite; its delay runs from one request's dispatch to the next, so a "
+        "busy Scrapy can send two requests closer than the delay."
+    )
+    console.print(f"{rep['mode']} run, {rep['elapsed_s']:.0f} s")
+
+
+def _runs_table(rep: dict[str, Any]) -> Any:
+    """The table of runs: rate, CPU, memory and what the server saw."""
+    from rich.table import Table
+
     web = rep["web"]
     one_pld = f" of one PLD ({web['pld']})" if web.get("pld") else ""
     table = Table(
@@ -640,77 +685,43 @@ def print_report(rep: dict[str, Any]) -> None:
             str(r["server"]["errors"]),
             str(r["exit_code"]),
         )
-    console.print(table)
-    python = rep["python"]
-    console.print(
-        f"Both crawlers ran on {python['implementation']} {python['version']} "
-        f"({python['executable']}; libpython {python['libpython']})"
+    return table
+
+
+def _print_stages(console: Any, name: str, stages: dict[str, Any] | None) -> None:
+    """A drumbeat run's time per page by stage, and what else its stages.json says."""
+    from rich.table import Table
+
+    if stages is None:
+        console.print(f"{name}: stage breakdown n/a (no stages.json)")
+        return
+    malloc = stages.get("allocator") or {}
+    compiled = ", ".join((stages.get("compiled") or {}).get("fetchers", []))
+    st = Table(
+        title=f"{name}: time per page by stage (summed over processes, "
+        f"{stages['pages']:,} pages; malloc: manager "
+        f"{malloc.get('manager', 'n/a')}, fetchers "
+        f"{'/'.join(malloc.get('fetchers', [])) or 'n/a'})"
     )
-    for mode, ratio in rep["ratio_drumbeat_to_scrapy"].items():
-        console.print(
-            f"drumbeat / Scrapy, politeness {'on' if mode == 'polite' else 'off'}: {ratio:.1f}x"
-        )
-    for name, r in rep["runs"].items():
-        if r["crawler"] != "drumbeat":
-            continue
-        stages = r["stages"]
-        if stages is None:
-            console.print(f"{name}: stage breakdown n/a (no stages.json)")
-            continue
-        malloc = stages.get("allocator") or {}
-        compiled = ", ".join((stages.get("compiled") or {}).get("fetchers", []))
-        st = Table(
-            title=f"{name}: time per page by stage (summed over processes, "
-            f"{stages['pages']:,} pages; malloc: manager "
-            f"{malloc.get('manager', 'n/a')}, fetchers "
-            f"{'/'.join(malloc.get('fetchers', [])) or 'n/a'})"
-        )
-        st.add_column("stage")
-        st.add_column("µs/page", justify="right")
-        st.add_column("seconds", justify="right")
-        for stage, us in stages["us_per_page"].items():
-            st.add_row(stage, f"{us:,.1f}", f"{stages['seconds'][stage]:,.2f}")
-        console.print(st)
-        console.print(
-            f"{name}: compiled in the fetchers: {compiled or 'nothing, pure Python (see setup.py)'}"
-        )
-        stalls = stages.get("stalls")
-        if stalls:
-            _print_stalls(console, name, stalls)
-        others = {
-            k: v
-            for k, v in stages.items()
-            if k not in ("pages", "seconds", "us_per_page", "allocator", "compiled", "stalls")
-        }
-        if others:
-            console.print(f"{name}, stages.json also says: {json.dumps(others)}")
-    for name, r in rep["runs"].items():
-        if r.get("log_tail"):
-            console.print(f"[bold]{name} failed[/bold]; last output:\n{r['log_tail']}")
-    for name, r in rep["runs"].items():
-        if "profile" in r:
-            _print_profile(console, name, r["profile"])
-    targets = rep["targets"]
+    st.add_column("stage")
+    st.add_column("µs/page", justify="right")
+    st.add_column("seconds", justify="right")
+    for stage, us in stages["us_per_page"].items():
+        st.add_row(stage, f"{us:,.1f}", f"{stages['seconds'][stage]:,.2f}")
+    console.print(st)
     console.print(
-        f"Targets: >= {targets['pages_per_s']:,.0f} pages/s sustained for 60 s with politeness "
-        f"on: {'reached' if targets['pages_per_s_reached'] else 'not reached'}; >= "
-        f"{targets['ratio']:.0f}x Scrapy: "
-        f"{'reached' if targets['ratio_reached'] else 'not reached'}."
+        f"{name}: compiled in the fetchers: {compiled or 'nothing, pure Python (see setup.py)'}"
     )
-    console.print(
-        "Notes: polite = 1 s per host (both crawlers; drumbeat's budget scaling floored at the "
-        "delay), drumbeat's IP delay = host delay / (2 x hosts per IP); off = no delays. "
-        "Pages/s counts page responses (not robots.txt) from the crawler's own records over "
-        "the measured part; warm-up starts at the crawler's first page. CPU and peak RSS "
-        "include every process of the crawler. Gaps are from nginx's $msec log (1 ms "
-        "resolution), robots.txt requests included. drumbeat resolves names through the "
-        "benchmark's DNS responder; Scrapy through a resolver class that maps names from the "
-        "same table (it cannot be pointed at a DNS server) and fails any other name. Scrapy "
-        "runs its default scheduler without cookies or retries, one request per host in "
-        "flight when polite; its delay runs from one request's dispatch to the next, so a "
-        "busy Scrapy can send two requests closer than the delay."
-    )
-    console.print(f"{rep['mode']} run, {rep['elapsed_s']:.0f} s")
+    stalls = stages.get("stalls")
+    if stalls:
+        _print_stalls(console, name, stalls)
+    others = {
+        k: v
+        for k, v in stages.items()
+        if k not in ("pages", "seconds", "us_per_page", "allocator", "compiled", "stalls")
+    }
+    if others:
+        console.print(f"{name}, stages.json also says: {json.dumps(others)}")
 
 
 def _print_stalls(console: Any, name: str, stalls: dict[str, Any]) -> None:

@@ -8,6 +8,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from time import perf_counter, thread_time
 from typing import Any
 
@@ -15,7 +16,6 @@ from drumbeat import urls
 from drumbeat.checkpoint import Checkpoints
 from drumbeat.fetch.dns import DnsCache
 from drumbeat.frontier.politeness import PolitenessScheduler
-from drumbeat.frontier.robots import RobotsStore
 from drumbeat.frontier.star import Star, irlbot_budget
 from drumbeat.frontier.urlseen import encode_payload
 from drumbeat.manager.admission import Admission
@@ -81,29 +81,14 @@ class Manager:
         self.stage_s: defaultdict[str, float] = defaultdict(float)
         # The loop's long turns (wall time), for the operator and the benchmark.
         self.stalls = Stalls()
-        self.star = Star(
-            budget=irlbot_budget(s.budget_default, s.budget_max, s.budget_indegree_floor),
-            indegree_floor=s.budget_indegree_floor,
-            table_size=s.budget_table_plds,
-        )
-        self.scheduler = PolitenessScheduler(
-            host_delay_s=s.host_delay_s,
-            ip_delay_s=s.ip_delay_s,
-            host_delay_min_s=s.host_delay_min_s,
-            ip_delay_min_s=s.ip_delay_min_s,
-            default_budget=s.budget_default,
-            host_connections=s.host_connections,
-        )
+        self.star = _star(s)
+        self.scheduler = _scheduler(s)
         self.state = LoopState(
             placing=Pace(t.place_share, t.place_budget_s),
             routing=Pace(t.route_share, t.route_budget_s),
         )
         self.pricing = Pricing(s, self.star, cache_entries=t.pld_cache_entries)
         self.drops = drops = Drops(crawl_log, self.counters)
-
-        def admit_for(robots: RobotsStore) -> Callable[[bytes], bool]:
-            return robots_admitter(robots, drops.drop)
-
         self.stores = Stores.open(
             s,
             meta,
@@ -111,10 +96,26 @@ class Manager:
             on_indegree=self.star.observe,
             rebudget=self.pricing.places,
             budgets_of=self.pricing.budgets_by_hash,
-            admit_for=admit_for,
+            admit_for=lambda robots: robots_admitter(robots, drops.drop),
         )
         self._started = self.clock()
         self._wake = asyncio.Event()
+        self._build_parts(state_dir, list(durables), list(journal_syncs))
+        self._last_sweep = self._started
+        self.stop_reason: str | None = None
+        self._force_stop = False
+        self._collect_busy_s = 0.0  # wall time _collect spent applying results, last call
+        self._collector: asyncio.Future[list[ItemResult]] | None = None
+
+    def _build_parts(
+        self,
+        state_dir: Path,
+        durables: list[Callable[[], None]],
+        journal_syncs: list[Callable[[], None]],
+    ) -> None:
+        """The parts that drive the stores: the robots gate, dispatch, admission, the
+        journal and the checkpointer."""
+        s, t, queue, crawl_log = self.settings, self.tuning, self.queue, self.crawl_log
         self.gate = RobotsGate(
             s,
             t,
@@ -123,12 +124,12 @@ class Manager:
             self.scheduler,
             self.star,
             self.state,
-            drops,
+            self.drops,
             self.counters,
             wake=self._wake.set,
         )
         self.dispatch = Dispatcher(
-            s, queue, self.scheduler, self.gate, self.state, drops, self.counters
+            s, queue, self.scheduler, self.gate, self.state, self.drops, self.counters
         )
         self.admission = Admission(
             s,
@@ -149,8 +150,8 @@ class Manager:
                 commit_s=s.journal_commit_s,
                 queue=queue,
                 crawl_log=crawl_log,
-                syncs=list(journal_syncs),
-                clock=clock,
+                syncs=journal_syncs,
+                clock=self.clock,
             )
             if s.journal
             else None
@@ -158,10 +159,10 @@ class Manager:
         self.checkpointer = Checkpointer(
             s,
             t,
-            checkpoints,
+            self.checkpoints,
             state_dir,
             queue=queue,
-            durables=list(durables),
+            durables=durables,
             crawl_log=crawl_log,
             stores=self.stores,
             gate=self.gate,
@@ -171,15 +172,10 @@ class Manager:
             scheduler=self.scheduler,
             star=self.star,
             counters=self.counters,
-            clock=clock,
+            clock=self.clock,
             started=self._started,
             journal=self.journal,
         )
-        self._last_sweep = self._started
-        self.stop_reason: str | None = None
-        self._force_stop = False
-        self._collect_busy_s = 0.0  # wall time _collect spent applying results, last call
-        self._collector: asyncio.Future[list[ItemResult]] | None = None
 
     # -- what other modules read -----------------------------------------------------------
 
@@ -501,3 +497,23 @@ class Manager:
             elapsed_s=self.clock() - self._started,
             counters=dict(self.counters),
         )
+
+
+def _star(s: Settings) -> Star:
+    """STAR with the settings' budget function (IRLbot §6)."""
+    return Star(
+        budget=irlbot_budget(s.budget_default, s.budget_max, s.budget_indegree_floor),
+        indegree_floor=s.budget_indegree_floor,
+        table_size=s.budget_table_plds,
+    )
+
+
+def _scheduler(s: Settings) -> PolitenessScheduler:
+    return PolitenessScheduler(
+        host_delay_s=s.host_delay_s,
+        ip_delay_s=s.ip_delay_s,
+        host_delay_min_s=s.host_delay_min_s,
+        ip_delay_min_s=s.ip_delay_min_s,
+        default_budget=s.budget_default,
+        host_connections=s.host_connections,
+    )

@@ -170,85 +170,99 @@ def summarize(state_dir: Path, extra_counters: Mapping[str, int] | None = None) 
     """
     state_dir = Path(state_dir)
     reader = _LogReader(state_dir / CRAWL_LOG_NAME, _run_offsets(state_dir))
-    urls = _DistinctCounter()
-    hosts = _DistinctCounter()
-    refetches = _Refetches()
-    statuses: Counter[str] = Counter()
-    errors: Counter[str] = Counter()
-    links_cut: Counter[str] = Counter()
-    lines = pages = ok = robots = truncated = total_bytes = refetched = 0
-    first_time: float | None = None
-    last_time: float | None = None
-    spans = _Spans()
-
+    tally = _Tally()
     for new_run, entry in reader:
-        lines += 1
-        if new_run:
-            spans.run_starts()
-            refetches.run_starts()
-        url = entry.get("url")
-        is_robots = entry.get("kind") == "robots"
-        status = entry.get("status")
-        t = entry.get("time")
-        if isinstance(t, (int, float)) and not isinstance(t, bool):
-            first_time = t if first_time is None else min(first_time, t)
-            last_time = t if last_time is None else max(last_time, t)
-            spans.add(t)
-        if isinstance(url, str) and (host := _host(url)):
-            hosts.add(_hash(host))
-        if is_robots:
-            robots += 1
-        elif isinstance(status, int) and not isinstance(status, bool):
-            if isinstance(url, str):
-                h = _hash(url)
-                urls.add(h)
-                if refetches.is_refetch(h):
-                    refetched += 1
-                    continue
-            pages += 1
-            statuses[str(status)] += 1
-            if 200 <= status < 300:
-                ok += 1
-        error = entry.get("error")
-        if error is not None:
-            errors[str(error)] += 1
-        size = entry.get("bytes")
-        if isinstance(size, int) and not isinstance(size, bool):
-            total_bytes += size
-        if entry.get("truncated") in (True, "length", "time", "disconnect"):
-            truncated += 1
-        cut = entry.get("links_cut")
-        if cut is not None:
-            links_cut[str(cut)] += 1
-
-    duration = spans.total()
+        tally.add(new_run, entry)
+    duration = tally.spans.total()
     warc_files, warc_bytes = _warc_usage(state_dir / WARC_DIR_NAME)
     summary: dict[str, Any] = {
-        "pages": pages,
-        "ok": ok,
-        "refetched_after_crash": refetched,
+        "pages": tally.pages,
+        "ok": tally.ok,
+        "refetched_after_crash": tally.refetched,
         "runs": reader.runs,
-        "distinct_urls_fetched": urls.count(),
-        "bytes": total_bytes,
-        "status_counts": dict(sorted(statuses.items())),
-        "errors": dict(errors.most_common()),
-        "robots_fetches": robots,
-        "truncated": truncated,
-        "hosts": hosts.count(),
-        "first_time": first_time,
-        "last_time": last_time,
+        "distinct_urls_fetched": tally.urls.count(),
+        "bytes": tally.total_bytes,
+        "status_counts": dict(sorted(tally.statuses.items())),
+        "errors": dict(tally.errors.most_common()),
+        "robots_fetches": tally.robots,
+        "truncated": tally.truncated,
+        "hosts": tally.hosts.count(),
+        "first_time": tally.first_time,
+        "last_time": tally.last_time,
         "duration_s": duration,
-        "pages_per_s": pages / duration if duration > 0 else None,
+        "pages_per_s": tally.pages / duration if duration > 0 else None,
         "warc_files": warc_files,
         "warc_bytes": warc_bytes,
-        "log_lines": lines,
+        "log_lines": tally.lines,
         "log_malformed_lines": reader.malformed,
         "log_torn_bytes": reader.torn_bytes,
-        "links_cut": dict(links_cut.most_common()),
+        "links_cut": dict(tally.links_cut.most_common()),
     }
     if extra_counters is not None:
         summary["counters"] = dict(extra_counters)
     return summary
+
+
+class _Tally:
+    """What :func:`summarize` counts, one crawl-log entry at a time."""
+
+    def __init__(self) -> None:
+        self.urls = _DistinctCounter()
+        self.hosts = _DistinctCounter()
+        self.refetches = _Refetches()
+        self.spans = _Spans()
+        self.statuses: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
+        self.links_cut: Counter[str] = Counter()
+        self.lines = self.pages = self.ok = self.robots = self.truncated = 0
+        self.total_bytes = self.refetched = 0
+        self.first_time: float | None = None
+        self.last_time: float | None = None
+
+    def add(self, new_run: bool, entry: dict[str, Any]) -> None:
+        self.lines += 1
+        if new_run:
+            self.spans.run_starts()
+            self.refetches.run_starts()
+        url = entry.get("url")
+        t = entry.get("time")
+        if isinstance(t, (int, float)) and not isinstance(t, bool):
+            self.first_time = t if self.first_time is None else min(self.first_time, t)
+            self.last_time = t if self.last_time is None else max(self.last_time, t)
+            self.spans.add(t)
+        if isinstance(url, str) and (host := _host(url)):
+            self.hosts.add(_hash(host))
+        if entry.get("kind") == "robots":
+            self.robots += 1
+        elif not self._page(url, entry.get("status")):
+            return  # a page fetched again after a crash: counted once, at its first fetch
+        error = entry.get("error")
+        if error is not None:
+            self.errors[str(error)] += 1
+        size = entry.get("bytes")
+        if isinstance(size, int) and not isinstance(size, bool):
+            self.total_bytes += size
+        if entry.get("truncated") in (True, "length", "time", "disconnect"):
+            self.truncated += 1
+        cut = entry.get("links_cut")
+        if cut is not None:
+            self.links_cut[str(cut)] += 1
+
+    def _page(self, url: object, status: object) -> bool:
+        """Count a page attempt that got a response; False for a refetch after a crash."""
+        if not isinstance(status, int) or isinstance(status, bool):
+            return True
+        if isinstance(url, str):
+            h = _hash(url)
+            self.urls.add(h)
+            if self.refetches.is_refetch(h):
+                self.refetched += 1
+                return False
+        self.pages += 1
+        self.statuses[str(status)] += 1
+        if 200 <= status < 300:
+            self.ok += 1
+        return True
 
 
 class _Spans:
