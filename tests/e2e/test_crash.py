@@ -25,6 +25,7 @@ from warcio.archiveiterator import ArchiveIterator
 
 from drumbeat.simweb.model import SimWebConfig
 from drumbeat.simweb.server import run_in_thread
+from drumbeat.store.summary import summarize
 from tests.e2e.test_crawl import CONFIG, crawl_cmd, fetched_pages, read_log
 
 KILLS = 10
@@ -135,6 +136,8 @@ def test_ten_sigkills_of_the_whole_crawl_lose_nothing(web, tmp_path):
     for again, window in per_kill:
         assert again <= window, per_kill
     _assert_warc_reads_back(state, pages)
+    # drumbeat stats counts each page once, the ones fetched again after a kill included.
+    assert summarize(state)["pages"] == len(set(pages))
 
 
 @pytest.fixture(scope="module")
@@ -181,3 +184,4 @@ def test_a_kill_before_any_checkpoint_resumes_from_the_state_dir_alone(big_web, 
     repeats = sum(n - 1 for n in Counter(pages).values())
     assert repeats == again
     _assert_warc_reads_back(state, pages)
+    assert summarize(state)["pages"] == len(set(pages))
