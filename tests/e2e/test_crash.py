@@ -38,7 +38,7 @@ WINDOW_S = 2 * COMMIT_S + 1.0
 
 @pytest.fixture(scope="module")
 def web():
-    config = SimWebConfig(seed=23, hosts=60, ips=10, pages_per_host=60, crawl_delay_s=0.3)
+    config = SimWebConfig(seed=23, hosts=60, ips=10, pages_per_host=40, crawl_delay_s=0.3)
     with run_in_thread(config) as w:
         yield w
 
@@ -142,7 +142,7 @@ def test_ten_sigkills_of_the_whole_crawl_lose_nothing(web, tmp_path):
 
 @pytest.fixture(scope="module")
 def big_web():
-    config = SimWebConfig(seed=29, hosts=40, ips=8, pages_per_host=80, crawl_delay_s=0.3)
+    config = SimWebConfig(seed=29, hosts=40, ips=8, pages_per_host=40, crawl_delay_s=0.3)
     with run_in_thread(config) as w:
         yield w
 
