@@ -1,16 +1,11 @@
 """drumbeat's build: pure Python, plus ``drumbeat.urls`` compiled by mypyc when it can be.
 
 ``drumbeat.urls`` joins and normalizes every link of every page a fetcher parses
-(``normalize_links``) and reduces the links to the PLDs they point to (``pld_targets``:
-10 against 16 µs a bench page compiled). Compiled, the same code joins a bench page's
-links in half the time (resolve_references: 24-26 against 50-54 µs; 28 % fewer
-instructions), and the fetchers used about 3 % less CPU a page in the throughput
-benchmark (5 alternated pairs, less than the noise between runs: 2 of the 5 went the
-other way). It behaves the same: tests/test_compiled.py runs the URL, link and fetcher
-tests against it. Other hot modules were measured and are not compiled: the link
-extraction (parse.links) and the WARC records (store.warc), mostly calls into C
-libraries, gained nothing or lost; BEAST's placing (frontier.beast, star, diskqueue)
-gained nothing clear.
+(``normalize_links``) and reduces the links to the PLDs they point to (``pld_targets``):
+compiled, the same code takes about half the time, and it behaves the same
+(tests/test_compiled.py runs the URL, link and fetcher tests against it). Other hot
+modules were measured and are not compiled: they are mostly calls into C libraries
+(docs/benchmarks.md, "Compiling with mypyc").
 
 ``DRUMBEAT_COMPILE`` chooses: unset, compile when mypy (a build requirement) and a C
 compiler are at hand, else install pure Python with a warning; ``0``, never; ``1``,

@@ -136,8 +136,7 @@ class Fetcher:
                 return
         # Archived and parsed with the other pages fetched in this turn of the loop
         # (most pages are in batches of 10-60): a stage run over a batch keeps its code
-        # and data in the CPU's caches. Measured on 32 bench pages, complete() took
-        # 10-13 % less time as one batch than page by page.
+        # and data in the CPU's caches (docs/benchmarks.md, "Fetcher").
         self._fetched.append((task_id, index, item, resp))
         if self._archiver is None:
             self._archiver = asyncio.ensure_future(self._archive_fetched())

@@ -101,7 +101,7 @@ class Settings:
     # sites too (Heritrix and Scrapy do not verify).
     tls_verify: bool = True
     # The malloc of the crawl's processes (drumbeat.runtime.allocator): "auto" = mimalloc, else
-    # jemalloc, when installed (about 17 % less CPU per page than glibc's), else the
+    # jemalloc, when installed (less CPU per page than glibc's: README), else the
     # system's; "mimalloc" / "jemalloc" insist (an error when missing); "system" = glibc.
     allocator: str = "auto"
 
@@ -147,8 +147,8 @@ class Settings:
 
     # Output and durability.
     warc_max_file_bytes: int = 1 << 30
-    # 0-3: ISA-L (fast; 1 compresses a 20 KB page in ~50 µs to about 1/3.8); 4-9: zlib
-    # (6: ~540 µs, 1/4.6). See store.warc.gzip_member.
+    # 0-3: ISA-L (fast, a little less tight); 4-9: zlib (an order of magnitude slower for a
+    # few percent smaller files). See store.warc.gzip_member and docs/benchmarks.md.
     warc_gzip_level: int = 1
     checkpoint_interval_s: float = 60.0
     # The write-ahead journal of completed fetches (drumbeat.manager.journal): a resume
