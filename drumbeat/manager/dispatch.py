@@ -42,10 +42,8 @@ log = logging.getLogger("drumbeat.manager")
 # the fetcher processes' batching (up to queue.process.RESULT_DELAY_S) would be a large
 # share of such a delay, and nothing next to a longer one.
 REPORT_NOW_BELOW_S = 0.25
-# Dispatch latency samples kept (a uniform sample of them all once full: RAM stays bounded),
-# and hosts waiting to be sampled.
+# Dispatch latency samples kept (a uniform sample of them all once full: RAM stays bounded).
 LATENCY_SAMPLES = 65_536
-LATENCY_HOSTS = 65_536
 
 
 class Dispatcher:
@@ -75,10 +73,9 @@ class Dispatcher:
         self.next_item_id = 0
         self._next_task_id = 0
         self._submits: set[asyncio.Future[None]] = set()  # task submits under way
-        # Dispatch latency (module docstring): host name -> (when its next request could
-        # leave, wall clock; the item id its next request will have at least).
+        # Dispatch latency (module docstring): each waiting host holds when its next
+        # request could leave (HostState.free_at), so what waits is bounded by RAM's hosts.
         self._measure = s.ip_delay_s == 0
-        self._free_at: dict[str, tuple[float, int]] = {}
         self.latency_s = array("d")
         self.latency_seen = 0
         self._rng = random.Random(0)
@@ -175,14 +172,13 @@ class Dispatcher:
     def _sample_latency(self, r: ItemResult, host: HostState, now: float) -> None:
         """A sample of the dispatch latency, if ``r``'s request was one its host's delay
         held back (see the module docstring)."""
-        waited = self._free_at.get(host.name)
-        if waited is None or r.item.item_id < waited[1] or r.log is None:
+        if host.free_at < 0 or r.item.item_id < host.free_item or r.log is None:
             return
-        del self._free_at[host.name]
+        free_at, host.free_at = host.free_at, -1.0
         started = r.log.get("time")
         if not isinstance(started, float):
             return
-        sample = started - waited[0]
+        sample = started - free_at
         self.latency_seen += 1
         if len(self.latency_s) < LATENCY_SAMPLES:
             self.latency_s.append(sample)
@@ -201,9 +197,9 @@ class Dispatcher:
             return
         # The first wait counts (a later completion, with several connections, would
         # overwrite it before the request it waits for comes back).
-        if len(self._free_at) < LATENCY_HOSTS and host.name not in self._free_at:
-            ended = started + ms / 1000
-            self._free_at[host.name] = (ended + max(0.0, host.due - now), self.next_item_id)
+        if host.free_at < 0:
+            host.free_at = started + ms / 1000 + max(0.0, host.due - now)
+            host.free_item = self.next_item_id
 
     def latency_summary(self) -> dict[str, float | int] | None:
         """Dispatch latency in milliseconds: samples, mean and percentiles; None when
