@@ -9,7 +9,7 @@ State directory layout::
     DIR/crawl.log          JSON lines, one per fetch attempt or dropped URL
     DIR/drumbeat.log       diagnostics (INFO and above)
     DIR/stages.json        where the last run's time went, per stage (written at its end)
-    DIR/runs.jsonl         where each run began in crawl.log (store.summary.note_run_start)
+    DIR/runs.jsonl         where each run began in crawl.log, and its clean end (store.summary)
     DIR/refused_seeds.jsonl  seeds to try again on the next run (see seedrefusals.py)
 
 Fetching runs in ``fetchers`` child processes (one per core by default), or on the
@@ -44,7 +44,7 @@ from drumbeat.queue.process import ProcessTaskQueue, WorkerFailed
 from drumbeat.runtime import allocator
 from drumbeat.settings import Settings, SettingsError, save_for_resume
 from drumbeat.store.seedrefusals import SeedRefusals, SeedWatchingLog
-from drumbeat.store.summary import CRAWL_LOG_NAME, note_run_start
+from drumbeat.store.summary import CRAWL_LOG_NAME, note_run_end, note_run_start
 from drumbeat.store.warc import WarcWriter, recover_directory
 
 STAGES_NAME = "stages.json"
@@ -162,10 +162,13 @@ async def _crawl(settings: Settings, state_dir: Path) -> CrawlOutcome:
     refusals = crawl_log.refusals = SeedRefusals(state_dir)
     try:
         outcome = await _run(settings, state_dir, crawl_log, refusals, started)
+    except BaseException:
+        refusals.close()
+        raise
     finally:
         crawl_log.close()
-        refusals.close()
-    refusals.finish()
+    refusals.finish()  # closes its file too
+    note_run_end(state_dir)
     return outcome
 
 
@@ -225,17 +228,17 @@ async def _run(
         finally:
             await manager.dns.close()
     # The fetchers have stopped: their last stats are in.
+    pages = manager.pages_done - pages_before
     write_stages(
         state_dir / STAGES_NAME,
         manager,
         fetchers,
         fetcher_stats(),
-        pages=manager.pages_done - pages_before,
+        pages=pages,
         manager_cpu_s=time.process_time() - cpu_before,
     )
     progress.final()
     stats = manager.stats()
-    pages = manager.pages_done - pages_before
     report = refusals.report(tried)
     if report:
         log.warning("%s", report)

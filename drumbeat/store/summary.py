@@ -7,9 +7,11 @@ size of the Python objects. A bounded sketch (HyperLogLog) would be the next ste
 that ever matters.
 
 A crawl may run several times (resumes, restarts after a crash). ``DIR/runs.jsonl`` says
-where each run began in the log (:func:`note_run_start`), so the duration is the sum of
-the runs' spans, not counting the time between runs, and a page fetched again after a
-crash counts once (see :class:`_Refetches`).
+where each run began in the log (:func:`note_run_start`) and whether it ended cleanly
+(:func:`note_run_end`), so the duration is the sum of the runs' spans, not counting the
+time between runs, and a page fetched again after a crash counts once (see
+:class:`_Refetches`); after a clean end nothing is fetched twice, and a page fetched
+again (a retry, a revisit) counts again.
 """
 
 from __future__ import annotations
@@ -50,21 +52,41 @@ def note_run_start(state_dir: Path, log_offset: int) -> None:
         os.fsync(f.fileno())
 
 
-def _run_offsets(state_dir: Path) -> list[int]:
-    """The crawl-log offsets where runs after the first began, ascending."""
-    offsets: set[int] = set()
+def note_run_end(state_dir: Path) -> None:
+    """Record that the run ended cleanly (``{"end": epoch seconds, "clean": true}``):
+    the next run fetches nothing this one fetched (see _Refetches)."""
+    with open(state_dir / RUNS_NAME, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"end": time.time(), "clean": True}) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _run_offsets(state_dir: Path) -> dict[int, bool]:
+    """The crawl-log offsets where runs after the first began, ascending, each with
+    whether the run before it did not end cleanly (a crash: its last pages may be
+    fetched again). Runs that recorded no end count as crashed."""
+    offsets: dict[int, bool] = {}
     try:
         lines = (state_dir / RUNS_NAME).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError):
-        return []
+        return {}
+    ended_clean = True
     for line in lines:
         try:
-            offset = json.loads(line)["log_offset"]
-        except (ValueError, KeyError, TypeError):
+            record = json.loads(line)
+        except ValueError:
             continue  # a torn last line
-        if isinstance(offset, int) and offset > 0:
-            offsets.add(offset)
-    return sorted(offsets)
+        if not isinstance(record, dict):
+            continue
+        if record.get("clean") is True:
+            ended_clean = True
+            continue
+        offset = record.get("log_offset")
+        if isinstance(offset, int):
+            if offset > 0:
+                offsets[offset] = offsets.get(offset, False) or not ended_clean
+            ended_clean = False
+    return dict(sorted(offsets.items()))
 
 
 class _Refetches:
@@ -171,8 +193,8 @@ def summarize(state_dir: Path, extra_counters: Mapping[str, int] | None = None) 
     state_dir = Path(state_dir)
     reader = _LogReader(state_dir / CRAWL_LOG_NAME, _run_offsets(state_dir))
     tally = _Tally()
-    for new_run, entry in reader:
-        tally.add(new_run, entry)
+    for run_start, entry in reader:
+        tally.add(run_start, entry)
     duration = tally.spans.total()
     warc_files, warc_bytes = _warc_usage(state_dir / WARC_DIR_NAME)
     summary: dict[str, Any] = {
@@ -219,11 +241,12 @@ class _Tally:
         self.first_time: float | None = None
         self.last_time: float | None = None
 
-    def add(self, new_run: bool, entry: dict[str, Any]) -> None:
+    def add(self, run_start: int, entry: dict[str, Any]) -> None:
         self.lines += 1
-        if new_run:
+        if run_start:
             self.spans.run_starts()
-            self.refetches.run_starts()
+            if run_start == _AFTER_CRASH:
+                self.refetches.run_starts()
         url = entry.get("url")
         t = entry.get("time")
         if isinstance(t, (int, float)) and not isinstance(t, bool):
@@ -287,30 +310,37 @@ class _Spans:
         return self._done + self._high - self._low
 
 
-class _LogReader:
-    """``(first of a run, entry)`` for the crawl log's entries (dicts), streaming, with
-    ``runs`` (runs met, counting the first), ``malformed`` lines and ``torn_bytes`` as
-    store.crawllog.CrawlLogReader counts them. ``run_offsets``: where later runs began."""
+# What _LogReader says of an entry: in the same run as the one before, the first of a
+# run after a clean end, the first of a run after a crash.
+_SAME_RUN, _AFTER_CLEAN_END, _AFTER_CRASH = 0, 1, 2
 
-    def __init__(self, path: Path, run_offsets: list[int]) -> None:
+
+class _LogReader:
+    """``(run start, entry)`` for the crawl log's entries (dicts), streaming, with
+    ``runs`` (runs met, counting the first), ``malformed`` lines and ``torn_bytes`` as
+    store.crawllog.CrawlLogReader counts them. ``run_offsets``: where later runs began,
+    and whether after a crash (_run_offsets)."""
+
+    def __init__(self, path: Path, run_offsets: dict[int, bool]) -> None:
         self._path = path
         self._offsets = run_offsets
         self.runs = 0
         self.malformed = 0
         self.torn_bytes = 0
 
-    def __iter__(self) -> Iterator[tuple[bool, dict[str, Any]]]:
+    def __iter__(self) -> Iterator[tuple[int, dict[str, Any]]]:
         try:
             f = open(self._path, "rb")
         except FileNotFoundError:
             return
-        offsets = iter(self._offsets)
-        boundary = next(offsets, None)
-        position, new_run = 0, False
+        offsets = iter(self._offsets.items())
+        boundary, crashed = next(offsets, (None, False))
+        position, new_run = 0, _SAME_RUN
         with f:
             for line in f:
                 while boundary is not None and position >= boundary:
-                    new_run, boundary = True, next(offsets, None)
+                    new_run = max(new_run, _AFTER_CRASH if crashed else _AFTER_CLEAN_END)
+                    boundary, crashed = next(offsets, (None, False))
                 position += len(line)
                 if not line.endswith(b"\n"):
                     self.torn_bytes = len(line)
@@ -326,7 +356,7 @@ class _LogReader:
                 if new_run or not self.runs:
                     self.runs += 1
                 yield new_run, entry
-                new_run = False
+                new_run = _SAME_RUN
 
 
 def _warc_usage(warc_dir: Path) -> tuple[int, int]:

@@ -64,7 +64,8 @@ def _runs(state: Path) -> list[list[dict]]:
     """The crawl-log entries of each run, in order (runs.jsonl: where each began)."""
     data = (state / "crawl.log").read_bytes()
     lines = (state / "runs.jsonl").read_text().splitlines()
-    starts = sorted({json.loads(line)["log_offset"] for line in lines})
+    records = [json.loads(line) for line in lines]
+    starts = sorted({r["log_offset"] for r in records if "log_offset" in r})  # not end lines
     runs = []
     for start, end in zip(starts, [*starts[1:], len(data)]):
         lines = data[start:end].decode().splitlines()

@@ -11,6 +11,7 @@ from drumbeat.store.crawllog import CrawlLog
 from drumbeat.store.summary import (
     _DistinctCounter,
     _Refetches,
+    note_run_end,
     note_run_start,
     render_summary,
     summarize,
@@ -172,6 +173,21 @@ def test_a_page_fetched_again_after_a_crash_counts_once_and_gaps_are_not_duratio
     console = Console(record=True, width=100)
     render_summary(summary, console)
     assert "in 2 runs" in console.export_text()
+
+
+def test_after_a_clean_end_a_page_fetched_again_counts_again(tmp_path: Path) -> None:
+    path = tmp_path / "crawl.log"
+    note_run_start(tmp_path, 0)
+    with CrawlLog(path) as log:
+        log.append(line(100.0, "http://a.test/", 503))
+    note_run_end(tmp_path)  # a clean stop: the next run repeats nothing it did
+    note_run_start(tmp_path, path.stat().st_size)
+    with CrawlLog(path) as log:
+        log.append(line(200.0, "http://a.test/", 200))  # the retry of the 503
+    summary = summarize(tmp_path)
+    assert summary["runs"] == 2
+    assert summary["pages"] == 2 and summary["refetched_after_crash"] == 0
+    assert summary["status_counts"] == {"200": 1, "503": 1}
 
 
 def test_refetches_are_recognised_within_a_fixed_window() -> None:
