@@ -359,14 +359,20 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     return build(Settings(), saved, file_layer, flags)
 
 
-def check_state_dir(path: Path) -> None:
-    """Raise SettingsError (one line) unless ``path`` is, or can be made, a directory this
-    process can write in."""
-    what = f"--state {path}"
+def check_state_path(path: Path) -> None:
+    """Raise SettingsError (one line) when ``path`` is a file or under one (before anything
+    reads the settings saved there)."""
     for parent in (path, *path.parents):
         if parent.exists() and not parent.is_dir():
             where = "is" if parent == path else f"is under {parent}, which is"
-            raise SettingsError(f"{what} {where} a file, not a directory")
+            raise SettingsError(f"--state {path} {where} a file, not a directory")
+
+
+def check_state_dir(path: Path) -> None:
+    """Raise SettingsError (one line) unless ``path`` is, or can be made, a directory this
+    process can write in (made only once the settings are known good)."""
+    check_state_path(path)
+    what = f"--state {path}"
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -386,8 +392,9 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     from drumbeat.standalone import CrawlError, run_crawl
     from drumbeat.store.journal import JournalError
 
-    check_state_dir(Path(args.state_dir))
+    check_state_path(Path(args.state_dir))
     settings = settings_from_args(args)
+    check_state_dir(Path(args.state_dir))
     if args.reexec:
         reexec_if_needed(settings.allocator, sys.argv[1:])  # returns if nothing to do
     tune_gc()  # this process is the crawl's manager from here on
