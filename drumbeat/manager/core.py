@@ -151,7 +151,6 @@ class Manager:
                 queue=queue,
                 crawl_log=crawl_log,
                 syncs=journal_syncs,
-                clock=self.clock,
             )
             if s.journal
             else None
@@ -242,12 +241,7 @@ class Manager:
         done, n = self.gate.done, 0
 
         def apply() -> None:
-            if edges:
-                self.stores.plds.add_packed(
-                    b"".join(e.keys for e in edges),
-                    b"".join(e.targets for e in edges),
-                    b"".join(e.lengths for e in edges),
-                )
+            self._add_edges(edges)
             if found:
                 self.admission.admit_found(found)
             found.clear()
@@ -468,12 +462,7 @@ class Manager:
             on_result(r, now, found, edges)
         if self.journal is not None:
             self.journal.note(results)
-        if edges:
-            self.stores.plds.add_packed(
-                b"".join(e.keys for e in edges),
-                b"".join(e.targets for e in edges),
-                b"".join(e.lengths for e in edges),
-            )
+        self._add_edges(edges)
         applied = thread_time()
         if found:
             self.admission.admit_found(found)
@@ -481,6 +470,15 @@ class Manager:
         self.stage_s["results"] += applied - logged
         self.stage_s["urlseen"] += thread_time() - applied
         self._collect_busy_s = perf_counter() - wall
+
+    def _add_edges(self, edges: list[FoundEdges]) -> None:
+        """The PLD edges fetchers found (or the journal replays), to the PLD graph."""
+        if edges:
+            self.stores.plds.add_packed(
+                b"".join(e.keys for e in edges),
+                b"".join(e.targets for e in edges),
+                b"".join(e.lengths for e in edges),
+            )
 
     def stats(self) -> ManagerStats:
         st, gate = self.stores, self.gate

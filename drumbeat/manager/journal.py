@@ -79,22 +79,18 @@ class Journal:
         queue: ManagerQueue,
         crawl_log: CrawlLog,
         syncs: list[Callable[[], None]],
-        clock: Callable[[], float],
     ) -> None:
         self.directory = directory
         self.commit_s = commit_s
         self.queue = queue
         self.crawl_log = crawl_log
         self.syncs = syncs  # the in-process fetchers' WARC syncs
-        self.clock = clock
         self.number: int | None = None  # the file the results collected now go to
         self._pending: list[ItemResult] = []
         self._segments: list[tuple[int, list[ItemResult]]] = []  # closed by rotate
         self._writers: dict[int, JournalWriter] = {}
         self.committing: asyncio.Future[None] | None = None
         self._last_commit = float("-inf")
-        self.records = 0
-        self.bytes = 0
 
     def note(self, results: list[ItemResult]) -> None:
         """Results just collected (their crawl-log lines appended): journal them."""
@@ -192,9 +188,8 @@ class Journal:
             writer = self._writers.get(number)
             if writer is None:
                 writer = self._writers[number] = JournalWriter(journal_path(self.directory, number))
-            self.bytes += writer.append(parts)
+            writer.append(parts)
             writer.sync()
-            self.records += 1
         if segments:
             last = segments[-1][0]
             for n in [n for n in self._writers if n < last]:
