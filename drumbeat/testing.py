@@ -6,11 +6,17 @@
   RSS runs: its state and crawl log under a work dir, a loopback SimDNS that answers
   127.1.0.1 for every name, a LocalTaskQueue. Nothing is fetched; robots answers are
   recorded by the caller.
+* :class:`RedisServer`: a real ``redis-server`` on loopback in a work dir, for the cluster's
+  tests and ``bench cluster``; it can be stopped and started again on the same port (an
+  outage) and keeps its data across that (append-only file).
 """
 
 from __future__ import annotations
 
 import asyncio
+import shutil
+import socket
+import subprocess
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -82,3 +88,84 @@ async def offline_manager(
         await manager.dns.close()
         dns.close()
         crawl_log.close()
+
+
+class RedisServer:
+    """A ``redis-server`` process listening on 127.0.0.1 only, its files in ``work``.
+
+    Its data survives :meth:`stop` then :meth:`start` (append-only file, fsync always), as
+    an operator's Redis would with persistence on. Use as a context manager or call
+    :meth:`start` and :meth:`stop`.
+    """
+
+    def __init__(self, work: Path, *, port: int | None = None, password: str | None = None) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not installed (scripts/test installs it)")
+        self.binary = binary
+        self.work = work
+        self.port = port or _free_port()
+        self.password = password
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
+
+    def start(self, timeout_s: float = 10.0) -> None:
+        self.work.mkdir(parents=True, exist_ok=True)
+        args = [
+            self.binary,
+            "--bind", "127.0.0.1",
+            "--port", str(self.port),
+            "--dir", str(self.work),
+            "--save", "",
+            "--appendonly", "yes",
+            "--appendfsync", "always",
+            "--daemonize", "no",
+            "--logfile", str(self.work / "redis.log"),
+        ]  # fmt: skip
+        if self.password:
+            args += ["--requirepass", self.password]
+        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
+                    sock.sendall(b"PING\r\n")
+                    reply = sock.recv(64)
+                if reply.startswith((b"+PONG", b"-NOAUTH")):
+                    return
+                if not reply.startswith(b"-LOADING"):
+                    raise RuntimeError(f"redis-server answered {reply!r}")
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server did not start; see {self.work / 'redis.log'}")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM: it finishes writing its append-only file)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def __enter__(self) -> RedisServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
