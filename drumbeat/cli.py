@@ -1,4 +1,4 @@
-"""The command line: ``drumbeat crawl | stats | demo | simweb``.
+"""The command line: ``drumbeat crawl | manager | fetcher | status | stats | demo | simweb``.
 
 Exit codes (EXIT_CODES, listed in ``drumbeat crawl --help``): 0 the command did its job
 (a crawl finished, or stopped at --max-pages / --max-time); 1 it failed (state dir in use,
@@ -99,6 +99,16 @@ def _nonneg_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
     if not value >= 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}")
+    return value
+
+
+def _pos_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
     return value
 
 
@@ -291,6 +301,44 @@ def _add_machine_args(g: argparse._ArgumentGroup) -> None:
     )
 
 
+def _add_cluster_args(g: argparse._ArgumentGroup, *, manager: bool) -> None:
+    g.add_argument(
+        "--redis",
+        metavar="URL",
+        required=True,
+        help="the cluster's Redis: redis://[:PASSWORD@]HOST:PORT/DB (rediss:// for TLS)",
+    )
+    g.add_argument(
+        "--prefix",
+        default="drumbeat:",
+        help="prefix of every Redis key (default drumbeat:); clusters sharing a Redis "
+        "need different ones",
+    )
+    if manager:
+        g.add_argument("--crawl", metavar="NAME", required=True, help="the crawl's name")
+        g.add_argument(
+            "--partition",
+            metavar="I/M",
+            default="0/1",
+            help="this manager is partition I of M (default 0/1: the only one)",
+        )
+        g.add_argument(
+            "--weight",
+            type=_pos_float,
+            metavar="W",
+            default=1.0,
+            help="the crawl's share of the fetchers against other crawls (default 1)",
+        )
+    g.add_argument(
+        "--heartbeat-timeout",
+        type=_pos_float,
+        metavar="SECONDS",
+        default=15.0,
+        help="a fetcher silent this long is taken for dead and its tasks handed out "
+        "again (default 15)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="drumbeat", description="A polite, crash-safe web crawler.")
     parser.add_argument("--version", action="version", version=f"drumbeat {__version__}")
@@ -321,6 +369,64 @@ def build_parser() -> argparse.ArgumentParser:
     )
     stats.add_argument("--json", action="store_true", help="print one JSON object")
 
+    manager = sub.add_parser(
+        "manager",
+        help="run one manager of a crawl on a Redis cluster",
+        description="Run manager I of M of crawl NAME: it owns the URLs of its partition "
+        "(by pay-level domain), keeps its state in --state DIR like `drumbeat crawl`, and "
+        "hands tasks to `drumbeat fetcher` processes through Redis. Give every manager the "
+        "same seeds; each keeps its own. It exits 0 once no partition has work left.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_cluster_args(manager.add_argument_group("the cluster"), manager=True)
+    _add_crawl_args(manager)
+
+    fetcher = sub.add_parser(
+        "fetcher",
+        help="run fetcher processes for every crawl on a Redis cluster",
+        description="Fetch for every crawl on the Redis (weighted by the crawls' "
+        "--weight), writing WARC files under --state DIR/warc/CRAWL/. Start and stop any "
+        "number at any time, on any machine: a fetcher that stops or dies hands its tasks "
+        "back. Stops on SIGINT/SIGTERM, or with --exit-when-idle once every crawl is done.",
+    )
+    _add_cluster_args(fetcher.add_argument_group("the cluster"), manager=False)
+    fetcher.add_argument(
+        "--state",
+        dest="state_dir",
+        metavar="DIR",
+        required=True,
+        help="this fetcher's directory: WARC files, drumbeat.log",
+    )
+    fetcher.add_argument(
+        "--processes",
+        type=_pos_int,
+        metavar="N",
+        default=None,
+        help="fetcher processes on this machine (default: one per core)",
+    )
+    fetcher.add_argument(
+        "--concurrency",
+        type=_pos_int,
+        metavar="N",
+        default=200,
+        help="fetches in flight at once per process (default 200)",
+    )
+    fetcher.add_argument(
+        "--exit-when-idle",
+        action="store_true",
+        help="exit once every crawl on the Redis is done",
+    )
+
+    status = sub.add_parser(
+        "status",
+        help="show a Redis cluster's crawls, managers and fetchers",
+        description="The cluster at a glance: crawls, partitions, managers, fetchers "
+        "alive, queues.",
+    )
+    _add_cluster_args(status.add_argument_group("the cluster"), manager=False)
+    status.add_argument("--json", action="store_true", help="print one JSON object")
+
     demo = sub.add_parser("demo", help="crawl the bundled synthetic web for about 30 s")
     demo.add_argument("--seconds", type=_nonneg_float, default=30.0, help="crawl time (default 30)")
     demo.add_argument("--hosts", type=_pos_int, default=300, help="synthetic hosts (default 300)")
@@ -347,11 +453,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Arguments that are not crawl settings: the command's own and a cluster manager's role.
+_NOT_SETTINGS = frozenset(
+    {"command", "urls", "config", "reexec", "redis", "prefix", "crawl", "partition", "weight"}
+    | {"heartbeat_timeout"}
+)
+
+
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """Defaults < settings saved by an earlier run of this crawl < --config file < flags."""
-    flags: dict[str, Any] = {
-        k: v for k, v in vars(args).items() if k not in ("command", "urls", "config", "reexec")
-    }
+    flags: dict[str, Any] = {k: v for k, v in vars(args).items() if k not in _NOT_SETTINGS}
     saved = load_saved(Path(args.state_dir))
     file_layer = load_toml(Path(args.config)) if getattr(args, "config", None) else {}
     file_seeds = list(file_layer.pop("seeds", []) or [])
@@ -386,10 +497,39 @@ def check_state_dir(path: Path) -> None:
 
 
 def cmd_crawl(args: argparse.Namespace) -> int:
+    from drumbeat.standalone import run_crawl
+
+    return _run_manager(args, run_crawl)
+
+
+def cmd_manager(args: argparse.Namespace) -> int:
+    from drumbeat.cluster import ManagerRole, parse_partition, run_manager
+
+    part, parts = parse_partition(args.partition)
+    role = ManagerRole(
+        redis_url=args.redis,
+        crawl=_crawl_name(args.crawl),
+        part=part,
+        parts=parts,
+        weight=args.weight,
+        heartbeat_timeout_s=args.heartbeat_timeout,
+        prefix=args.prefix,
+    )
+    return _run_manager(args, lambda settings: run_manager(settings, role))
+
+
+def _crawl_name(name: str) -> str:
+    if not name or any(c in name for c in ":\x1f") or not name.isprintable():
+        raise SettingsError(f"--crawl {name!r}: a name without ':' or control characters")
+    return name
+
+
+def _run_manager(args: argparse.Namespace, run: Callable[[Settings], Any]) -> int:
+    """A crawl's manager, standalone or in a cluster: settings, allocator, run, report."""
     from drumbeat.checkpoint import CheckpointError
     from drumbeat.drum import DrumError
     from drumbeat.runtime.gctune import tune_gc
-    from drumbeat.standalone import CrawlError, run_crawl
+    from drumbeat.standalone import CrawlError
     from drumbeat.store.journal import JournalError
 
     check_state_path(Path(args.state_dir))
@@ -399,15 +539,15 @@ def cmd_crawl(args: argparse.Namespace) -> int:
         reexec_if_needed(settings.allocator, sys.argv[1:])  # returns if nothing to do
     tune_gc()  # this process is the crawl's manager from here on
     try:
-        outcome = run_crawl(settings)
+        outcome = run(settings)
     except (CrawlError, CheckpointError, DrumError, JournalError) as e:
-        print(f"drumbeat crawl: cannot run: {e}", file=sys.stderr)
+        print(f"drumbeat {args.command}: cannot run: {e}", file=sys.stderr)
         return EXIT_FAILED
     except OSError as e:  # the disk: full, read-only, gone
-        print(f"drumbeat crawl: failed: {e}", file=sys.stderr)
+        print(f"drumbeat {args.command}: failed: {e}", file=sys.stderr)
         return EXIT_FAILED
     if outcome.seeds_refused:
-        print(f"drumbeat crawl: {outcome.seeds_refused}", file=sys.stderr)
+        print(f"drumbeat {args.command}: {outcome.seeds_refused}", file=sys.stderr)
     print(
         f"crawl stopped ({outcome.stop_reason}) after {outcome.elapsed_s:,.1f} s: "
         f"{outcome.pages_done:,} pages in total, {outcome.queued:,} URLs still queued; "
@@ -417,6 +557,41 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     if outcome.all_seeds_refused:
         return EXIT_FAILED
     return EXIT_STOPPED if outcome.stop_reason == "signal" else EXIT_OK
+
+
+def cmd_fetcher(args: argparse.Namespace) -> int:
+    from drumbeat.cluster import FetcherRole, run_fetcher
+
+    state = Path(args.state_dir)
+    check_state_path(state)
+    check_state_dir(state)
+    processes = args.processes if args.processes is not None else (os.cpu_count() or 1)
+    return run_fetcher(
+        FetcherRole(
+            redis_url=args.redis,
+            state_dir=state,
+            processes=processes,
+            concurrency=args.concurrency,
+            exit_when_idle=args.exit_when_idle,
+            heartbeat_timeout_s=args.heartbeat_timeout,
+            prefix=args.prefix,
+        )
+    )
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from drumbeat.cluster import cluster_status, render_status
+    from drumbeat.queue.redis import ClusterError
+
+    try:
+        status = asyncio.run(cluster_status(args.redis, args.prefix))
+    except ClusterError as e:
+        print(f"drumbeat status: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    print(json.dumps(status, sort_keys=True) if args.json else render_status(status))
+    return EXIT_OK
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -527,12 +702,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.reexec = reexec
     try:
-        return {"crawl": cmd_crawl, "stats": cmd_stats, "demo": cmd_demo}[args.command](args)
+        commands: dict[str, Callable[[argparse.Namespace], int]] = {
+            "crawl": cmd_crawl,
+            "manager": cmd_manager,
+            "fetcher": cmd_fetcher,
+            "status": cmd_status,
+            "stats": cmd_stats,
+            "demo": cmd_demo,
+        }
+        return commands[args.command](args)
     except (SettingsError, AllocatorMissing) as e:
         print(f"drumbeat {args.command}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:  # before the crawl's own handlers, or in another command
-        return EXIT_STOPPED if args.command == "crawl" else 130
+        return EXIT_STOPPED if args.command in ("crawl", "manager") else 130
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import time
 from array import array
 from collections import Counter, defaultdict
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from time import thread_time
 from typing import Any, TypeVar
@@ -90,8 +91,11 @@ class Fetcher:
         warc: WarcWriter,
         *,
         worker: str = "fetcher-0",
+        pace: Callable[[FetchItem], AbstractAsyncContextManager[None]] | None = None,
     ) -> None:
+        """``pace``: each request runs inside ``pace(item)`` (a cluster's IP leases)."""
         self.settings = settings
+        self.pace = pace
         self.queue = queue
         self.http = http
         self.warc = warc
@@ -113,7 +117,7 @@ class Fetcher:
                 if not tasks and self.queue.closed:
                     break
                 for task in tasks:
-                    self._start(task)
+                    self.start(task)
         finally:
             pending = [*self._running, *filter(None, [self._archiver])]
             for t in pending:
@@ -121,7 +125,16 @@ class Fetcher:
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
 
-    def _start(self, task: Task) -> None:
+    async def stop(self) -> None:
+        """Cancel the fetches under way (their items are not reported)."""
+        pending = [*self._running, *filter(None, [self._archiver])]
+        for t in pending:
+            t.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    def start(self, task: Task) -> None:
+        """Fetch the task's items (within the concurrency limit); results go to the queue."""
         for index, item in enumerate(task.items):
             t = asyncio.ensure_future(self._run_item(task.task_id, index, item))
             self._running.add(t)
@@ -130,7 +143,11 @@ class Fetcher:
     async def _run_item(self, task_id: int, index: int, item: FetchItem) -> None:
         async with self._slots:
             try:
-                resp = await self._fetch(item)
+                if self.pace is None:
+                    resp = await self._fetch(item)
+                else:
+                    async with self.pace(item):
+                        resp = await self._fetch(item)
             except Exception as e:  # a bug must cost one URL, not a stuck crawl
                 await self.queue.report(self.worker, [_internal_error(task_id, index, item, e)])
                 return

@@ -389,14 +389,20 @@ SAVED_FILE = "settings.json"
 _NOT_SAVED = {"state_dir", "seeds", "seeds_file", "progress", "max_time_s"}
 
 
-def save_for_resume(s: Settings) -> None:
-    """Remember a crawl's settings in its state dir, so a resume needs only ``--state DIR``."""
-    assert s.state_dir is not None
-    values = {
+def saved_values(s: Settings) -> dict[str, Any]:
+    """The settings a resume (or a cluster's fetchers) takes from ``s``, JSON-able: all but
+    where the state is, what this run was given to crawl and what limits this run only."""
+    return {
         name: (str(v) if isinstance(v, Path) else v)
         for name, v in dataclasses.asdict(s).items()
         if name not in _NOT_SAVED
     }
+
+
+def save_for_resume(s: Settings) -> None:
+    """Remember a crawl's settings in its state dir, so a resume needs only ``--state DIR``."""
+    assert s.state_dir is not None
+    values = saved_values(s)
     tmp = s.state_dir / (SAVED_FILE + ".tmp")
     # Durable before the first fetch: a crash at any instant leaves a resumable crawl.
     with open(tmp, "w", encoding="utf-8") as f:

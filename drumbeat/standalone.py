@@ -29,7 +29,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,7 @@ from drumbeat import compiled_modules
 from drumbeat.fetcher import Fetcher, open_http
 from drumbeat.manager import Manager
 from drumbeat.progress import Progress
-from drumbeat.queue.base import ManagerQueue
+from drumbeat.queue.base import Inbox, ManagerQueue
 from drumbeat.queue.local import LocalTaskQueue
 from drumbeat.queue.process import ProcessTaskQueue, WorkerFailed
 from drumbeat.runtime import allocator
@@ -128,8 +128,37 @@ def _setup_logging(state_dir: Path) -> logging.Handler:
     return handler
 
 
-def run_crawl(settings: Settings) -> CrawlOutcome:
-    """Run (or resume) the crawl in ``settings.state_dir`` until done, a limit, or a signal."""
+@dataclass(frozen=True)
+class Fetching:
+    """How a manager reaches its fetchers: the task queue, what to sync before a
+    checkpoint (in-process WARC files), the fetchers' stats, and a cluster's inbox."""
+
+    queue: ManagerQueue
+    durables: list[Callable[[], None]]
+    stats: Callable[[], list[dict[str, Any]]]
+    inbox: Inbox | None = None
+
+
+FetchingFactory = Callable[[Settings, int], AbstractAsyncContextManager[Fetching]]
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What differs between the standalone crawl and a cluster manager: where fetching
+    happens (``fetching(settings, processes)``), which seeds this manager keeps, and a
+    hook that sees the manager once built (a cluster publishes its figures)."""
+
+    fetching: FetchingFactory
+    keep_seed: Callable[[str], bool] | None = None
+    on_manager: Callable[[Manager], None] | None = None
+    local_fetchers: bool = True  # fetcher processes of this machine (settings.fetchers)
+
+
+def run_crawl(settings: Settings, deployment: Deployment | None = None) -> CrawlOutcome:
+    """Run (or resume) the crawl in ``settings.state_dir`` until done, a limit, or a signal.
+
+    ``deployment``: the standalone one (fetchers on this machine) by default."""
+    deployment = deployment or Deployment(_fetching)
     state_dir = settings.state_dir
     if state_dir is None:
         raise SettingsError("setting 'state_dir' is required (--state DIR)")
@@ -141,14 +170,14 @@ def run_crawl(settings: Settings) -> CrawlOutcome:
             try:
                 import uvloop
             except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-                return asyncio.run(_crawl(settings, state_dir))
-            return uvloop.run(_crawl(settings, state_dir))
+                return asyncio.run(_crawl(settings, state_dir, deployment))
+            return uvloop.run(_crawl(settings, state_dir, deployment))
         finally:
             logging.getLogger("drumbeat").removeHandler(handler)
             handler.close()
 
 
-async def _crawl(settings: Settings, state_dir: Path) -> CrawlOutcome:
+async def _crawl(settings: Settings, state_dir: Path, deployment: Deployment) -> CrawlOutcome:
     started = time.monotonic()
     warc_dir = state_dir / "warc"
     warc_dir.mkdir(exist_ok=True)
@@ -161,7 +190,7 @@ async def _crawl(settings: Settings, state_dir: Path) -> CrawlOutcome:
     note_run_start(state_dir, log_path.stat().st_size)
     refusals = crawl_log.refusals = SeedRefusals(state_dir)
     try:
-        outcome = await _run(settings, state_dir, crawl_log, refusals, started)
+        outcome = await _run(settings, state_dir, crawl_log, refusals, started, deployment)
     except BaseException:
         refusals.close()
         raise
@@ -178,21 +207,26 @@ async def _run(
     crawl_log: SeedWatchingLog,
     refusals: SeedRefusals,
     started: float,
+    deployment: Deployment,
 ) -> CrawlOutcome:
-    fetchers = settings.fetcher_processes()
-    async with _fetching(settings, fetchers) as (queue, durables, fetcher_stats):
+    fetchers = settings.fetcher_processes() if deployment.local_fetchers else 0
+    async with deployment.fetching(settings, fetchers) as fetching:
+        fetcher_stats = fetching.stats
         manager = Manager(
             settings,
-            queue,
+            fetching.queue,
             crawl_log,
-            durables=[*durables, refusals.sync],
-            journal_syncs=durables,
+            durables=[*fetching.durables, refusals.sync],
+            journal_syncs=fetching.durables,
+            inbox=fetching.inbox,
         )
+        if deployment.on_manager is not None:
+            deployment.on_manager(manager)
         try:
             resumed = manager.restore()
             pages_before = manager.pages_done
             cpu_before = time.process_time()
-            tried = _add_seeds(settings, manager, refusals, resumed)
+            tried = _add_seeds(settings, manager, refusals, resumed, deployment.keep_seed)
             log.info(
                 "%s crawl in %s with %d fetcher processes: %d seeds to try; "
                 "malloc: %s; compiled: %s",
@@ -258,15 +292,22 @@ async def _run(
     )
 
 
-def _add_seeds(settings: Settings, manager: Manager, refusals: SeedRefusals, resumed: bool) -> int:
+def _add_seeds(
+    settings: Settings,
+    manager: Manager,
+    refusals: SeedRefusals,
+    resumed: bool,
+    keep: Callable[[str], bool] | None = None,
+) -> int:
     """Send this run's seeds to URL-seen and earlier runs' refused seeds past it (see
-    seedrefusals); returns how many seeds this run tries."""
+    seedrefusals); returns how many seeds this run tries (``keep``: those of them this
+    manager crawls, in a cluster)."""
     seeds = list(settings.seeds)
     if settings.seeds_file is not None:
         seeds += read_seeds_file(settings.seeds_file)
     seeds = [with_scheme(s) for s in seeds]
     known = len(manager.seeds)
-    rejected = manager.add_seeds(seeds)
+    rejected = manager.add_seeds(seeds, keep)
     for line in rejected:
         print(f"drumbeat crawl: warning: seed {line}", file=sys.stderr)
     if not resumed and not manager.seeds:
@@ -277,15 +318,12 @@ def _add_seeds(settings: Settings, manager: Manager, refusals: SeedRefusals, res
     if refusals.pending:
         log.info("trying again %d seeds an earlier run refused", len(refusals.pending))
         manager.readmit(refusals.pending)
-    return len(set(manager.seeds[known:]) | set(refusals.pending))
+    mine = [u for u in manager.seeds[known:] if keep is None or keep(u)]
+    return len(set(mine) | set(refusals.pending))
 
 
 @asynccontextmanager
-async def _fetching(
-    settings: Settings, processes: int
-) -> AsyncIterator[
-    tuple[ManagerQueue, list[Callable[[], None]], Callable[[], list[dict[str, Any]]]]
-]:
+async def _fetching(settings: Settings, processes: int) -> AsyncIterator[Fetching]:
     """The task queue to the fetchers, the manager's durables, and the fetchers' stats.
 
     ``processes`` 0 runs one Fetcher on this event loop; otherwise that many fetcher
@@ -302,7 +340,7 @@ async def _fetching(
         )
         await queue.start()
         try:
-            yield queue, [], queue.worker_stats
+            yield Fetching(queue, [], queue.worker_stats)
         finally:
             await queue.close()
         return
@@ -331,7 +369,7 @@ async def _fetching(
         ]
 
     try:
-        yield local, [warc.sync], stats
+        yield Fetching(local, [warc.sync], stats)
     finally:
         await local.close()
         running.cancel()

@@ -24,7 +24,7 @@ from drumbeat.manager.journal import Journal, save_done
 from drumbeat.manager.pricing import Pricing
 from drumbeat.manager.stores import Stores
 from drumbeat.manager.tuning import LoopTuning
-from drumbeat.queue.base import PAGE, FetchItem, ManagerQueue
+from drumbeat.queue.base import PAGE, FetchItem, Inbox, ManagerQueue
 from drumbeat.settings import Settings
 from drumbeat.store.crawllog import CrawlLog
 from drumbeat.store.durable import deferring_fsyncs, sync_filesystem
@@ -55,6 +55,7 @@ class Checkpointer:
         clock: Callable[[], float],
         started: float,
         journal: Journal | None = None,
+        inbox: Inbox | None = None,
     ) -> None:
         self.settings = settings
         self.tuning = tuning
@@ -73,6 +74,10 @@ class Checkpointer:
         self.counters = counters
         self.clock = clock
         self.journal = journal
+        # A cluster manager's forwarded links: those taken before a checkpoint's commit are
+        # acknowledged once it is live (_went_live).
+        self.inbox = inbox
+        self._writing_mark = 0
         self.last_checkpoint = started
         self.presync: asyncio.Future[None] | None = None  # see presync_if_due
         # A checkpoint's files being written in a thread (see synced_checkpoint).
@@ -89,6 +94,7 @@ class Checkpointer:
                 return False
             self.writing = None
             writing.result()
+            self._went_live(self._writing_mark)
         return now >= self.last_checkpoint + self.settings.checkpoint_interval_s
 
     def presync_if_due(self, now: float) -> None:
@@ -151,17 +157,27 @@ class Checkpointer:
             # Every edge found goes into the PLD graph (and its count), however the
             # background merges fell: a crawl's pld_edges_new is its distinct edges.
             self.admission.counting_edges(self.stores.plds.flush)
+        mark = self.inbox.mark() if self.inbox is not None else 0
         write = self.commit(laps)
         if final:
             write()
+            self._went_live(mark)
         else:
+            self._writing_mark = mark
             self.writing = asyncio.get_running_loop().run_in_executor(None, write)
+
+    def _went_live(self, mark: int) -> None:
+        """A checkpoint committed at inbox position ``mark`` is live."""
+        if self.inbox is not None:
+            self.inbox.acknowledge(mark)
 
     def initial(self) -> None:
         """At a run's start, before the first fetch: a checkpoint of what the run starts
         from (its seeds, or what the last run's checkpoint and journal held), and a new
         journal after it."""
+        mark = self.inbox.mark() if self.inbox is not None else 0
         path = self.commit(Laps())()
+        self._went_live(mark)
         if self.journal is not None:
             self.journal.start(self.checkpoints.number(path))
 

@@ -28,7 +28,7 @@ from drumbeat.manager.pricing import Pricing
 from drumbeat.manager.state import LoopState
 from drumbeat.manager.stores import Drops, Stores
 from drumbeat.manager.tuning import TUNING, LoopTuning
-from drumbeat.queue.base import FoundEdges, FoundURLs, ItemResult, ManagerQueue
+from drumbeat.queue.base import FoundEdges, FoundURLs, Inbox, ItemResult, ManagerQueue
 from drumbeat.runtime.pace import Pace
 from drumbeat.runtime.stalls import Stalls
 from drumbeat.settings import Settings
@@ -62,15 +62,19 @@ class Manager:
         *,
         durables: Iterable[Callable[[], None]] = (),
         journal_syncs: Iterable[Callable[[], None]] = (),
+        inbox: Inbox | None = None,
         clock: Callable[[], float] = time.monotonic,
         tuning: LoopTuning = TUNING,
     ) -> None:
+        """``inbox``: a cluster manager's links from other partitions (queue.base.Inbox);
+        with one, the crawl is done when no partition has work left, not this one."""
         state_dir = settings.state_dir
         if state_dir is None:
             raise ValueError("the manager needs a state directory")
         s = self.settings = settings
         self.tuning = t = tuning
         self.queue = queue
+        self.inbox = inbox
         self.crawl_log = crawl_log
         self.clock = clock
         self.checkpoints = checkpoints = Checkpoints(state_dir)
@@ -174,6 +178,7 @@ class Manager:
             clock=self.clock,
             started=self._started,
             journal=self.journal,
+            inbox=self.inbox,
         )
 
     # -- what other modules read -----------------------------------------------------------
@@ -264,8 +269,13 @@ class Manager:
         apply()
         return n
 
-    def add_seeds(self, seeds: Iterable[str]) -> list[str]:
-        """Normalize seed URLs and send them to URL-seen; returns "URL: reason" for rejects."""
+    def add_seeds(
+        self, seeds: Iterable[str], keep: Callable[[str], bool] | None = None
+    ) -> list[str]:
+        """Normalize seed URLs and send them to URL-seen; returns "URL: reason" for rejects.
+
+        ``keep``: which normalized seeds this manager crawls (a cluster partition's own);
+        all of them still define the crawl's scope and trusted hosts."""
         good: list[str] = []
         rejected: list[str] = []
         for raw in seeds:
@@ -276,7 +286,7 @@ class Manager:
                 log.warning("seed %r rejected: %s", raw, e.reason)
                 rejected.append(f"{raw[:100]!r}: {e.reason}")
         self.pricing.set_seeds(self.seeds + [u for u in good if u not in self.seeds])
-        self.admission.admit(good, depth=0, via=None)
+        self.admission.admit([u for u in good if keep is None or keep(u)], depth=0, via=None)
         return rejected
 
     def readmit(self, seeds: Iterable[str]) -> None:
@@ -324,7 +334,7 @@ class Manager:
                 self.stage_s["frontier"] += t1 - t0
                 self.stage_s["scheduling"] += thread_time() - t1
                 w3 = perf_counter()
-                if self.finished():
+                if self._crawl_done():
                     self.request_stop("max_pages" if dispatch.page_limit_reached() else "done")
                     break
                 await self._collect(self._wait_time(now, deadline))
@@ -390,6 +400,13 @@ class Manager:
         end = self.clock() + min(self.settings.total_timeout_s, 10.0)
         while self.dispatch.in_flight and self.clock() < end and not self._force_stop:
             await self._collect(min(0.2, max(0.0, end - self.clock())))
+
+    def _crawl_done(self) -> bool:
+        """This manager's work is done and, in a cluster, every other partition's too."""
+        finished = self.finished()
+        if self.inbox is None or self.dispatch.page_limit_reached():
+            return finished
+        return self.inbox.idle(finished)
 
     def finished(self) -> bool:
         """Nothing is in flight and nothing is left to fetch anywhere (or the page limit
@@ -460,6 +477,10 @@ class Manager:
         on_result = self.dispatch.on_result
         for r in results:
             on_result(r, now, found, edges)
+        if self.inbox is not None:
+            more_found, more_edges = self.inbox.take()
+            found += more_found
+            edges += more_edges
         if self.journal is not None:
             self.journal.note(results)
         self._add_edges(edges)

@@ -73,6 +73,8 @@ class Dispatcher:
         self.next_item_id = 0
         self._next_task_id = 0
         self._submits: set[asyncio.Future[None]] = set()  # task submits under way
+        # A cluster's fetchers pace IPs cluster-wide by the delay each item carries.
+        self.stamp_ip_delays = False
         # Dispatch latency (module docstring): each waiting host holds when its next
         # request could leave (HostState.free_at), so what waits is bounded by RAM's hosts.
         self._measure = s.ip_delay_s == 0
@@ -108,6 +110,8 @@ class Dispatcher:
                 item.attempts, item.hops = q.attempts, q.hops
             if host.queue and host.delay_s < REPORT_NOW_BELOW_S:
                 item.report_now = True
+            if self.stamp_ip_delays and host.ip:
+                item.ip_delay_s = self.scheduler.ip_delay(host.ip)
             self.in_flight[item.item_id] = (item, host)
             # A host's items share a partition: one fetcher, one keep-alive connection; with
             # host_connections > 1, its k-th request in flight goes to the next partition k

@@ -59,6 +59,9 @@ class FetchItem:
     # The host's next request waits for this result, soon: a fetcher process reports it at
     # once rather than with the next batch of results (queue.process.WorkerQueue).
     report_now: bool = False
+    # In a cluster, the IP's delay this manager keeps (its PLD's scaled τs): fetchers keep
+    # requests to the IP that far apart cluster-wide, hosts of other partitions included.
+    ip_delay_s: float = 0.0
 
 
 @_pickled_as_fields
@@ -222,3 +225,22 @@ class TaskQueue(ManagerQueue, FetcherQueue, Protocol):
 
     async def close(self) -> None:
         """Wake every waiter; later claims and collects return empty lists."""
+
+
+class Inbox(Protocol):
+    """What a cluster's manager gets besides results: the links and PLD edges that pages
+    of other partitions found for its own (queue.partition), and whether the crawl as a
+    whole is done. Entries taken stay in the cluster's store until a checkpoint holding
+    them is live, so a manager killed at any instant loses none."""
+
+    def take(self) -> tuple[list[FoundURLs], list[FoundEdges]]:
+        """What arrived since the last call (delivered by the queue's collect())."""
+
+    def mark(self) -> int:
+        """A checkpoint's commit: the position up to which entries are in it."""
+
+    def acknowledge(self, mark: int) -> None:
+        """The checkpoint committed at ``mark`` is live: forget what it holds."""
+
+    def idle(self, finished: bool) -> bool:
+        """Note whether this manager has nothing left; True once no partition has."""

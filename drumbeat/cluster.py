@@ -1,0 +1,475 @@
+"""The cluster deployment: managers and fetchers on any machines, coordinated by Redis.
+
+* ``drumbeat manager``: one of a crawl's M managers (:func:`run_manager`). It is the
+  standalone crawl's manager (standalone.run_crawl, the same state directory and
+  guarantees) whose fetchers are reached through Redis (queue.redis) and which keeps the
+  URLs of its partition only (queue.partition): its share of the seeds, the links its
+  fetchers find for it and those other partitions forward to it.
+* ``drumbeat fetcher``: stateless fetch workers serving every crawl on the Redis
+  (:func:`run_fetcher`); each process runs one queue.redis.RedisFetcherQueue and one
+  drumbeat.fetcher.Fetcher per crawl (the crawl's settings, as its managers registered
+  them), writes WARC files under its own ``--state DIR/warc/CRAWL/``, and keeps requests
+  to one IP ``ip_delay`` apart cluster-wide through a slot reserved in Redis.
+* ``drumbeat status``: the cluster at a glance (:func:`cluster_status`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from drumbeat.fetch.client import HttpClient
+from drumbeat.fetch.dns import DnsCache
+from drumbeat.fetcher import Fetcher, open_http
+from drumbeat.manager import Manager
+from drumbeat.queue.base import FetchItem
+from drumbeat.queue.partition import partition_of
+from drumbeat.queue.redis import (
+    DEFAULT_PREFIX,
+    ClusterError,
+    Keys,
+    RedisFetcherQueue,
+    RedisLink,
+    RedisManagerQueue,
+    host_name,
+    safe_url,
+)
+from drumbeat.runtime import allocator
+from drumbeat.runtime.gctune import tune_gc
+from drumbeat.settings import Settings, SettingsError, build, saved_values
+from drumbeat.standalone import CrawlOutcome, Deployment, Fetching, run_crawl
+from drumbeat.store.warc import WarcWriter, recover_directory
+
+log = logging.getLogger("drumbeat.cluster")
+
+
+@dataclass(frozen=True)
+class ManagerRole:
+    redis_url: str
+    crawl: str
+    part: int
+    parts: int
+    weight: float = 1.0
+    heartbeat_timeout_s: float = 15.0
+    prefix: str = DEFAULT_PREFIX
+
+
+def parse_partition(text: str) -> tuple[int, int]:
+    """``I/M`` -> (I, M), with 0 <= I < M; SettingsError otherwise."""
+    left, sep, right = text.partition("/")
+    try:
+        part, parts = int(left), int(right)
+    except ValueError:
+        part, parts = -1, 0
+    if not sep or parts < 1 or not 0 <= part < parts:
+        raise SettingsError(f"--partition {text!r}: give I/M with 0 <= I < M, e.g. 0/2")
+    return part, parts
+
+
+def run_manager(settings: Settings, role: ManagerRole) -> CrawlOutcome:
+    """Run (or resume) manager ``role.part`` of crawl ``role.crawl`` until the whole crawl
+    is done, a limit, or a signal."""
+    holder: dict[str, RedisManagerQueue] = {}
+
+    @asynccontextmanager
+    async def fetching(s: Settings, _processes: int) -> AsyncIterator[Fetching]:
+        link = RedisLink(role.redis_url, prefix=role.prefix)
+        queue = RedisManagerQueue(
+            link,
+            role.crawl,
+            role.part,
+            role.parts,
+            weight=role.weight,
+            heartbeat_timeout_s=role.heartbeat_timeout_s,
+        )
+        try:
+            try:
+                await queue.open(json.dumps(saved_values(s)))
+            except ClusterError as e:
+                raise SettingsError(str(e)) from None
+            holder["queue"] = queue
+            yield Fetching(queue, [], list, inbox=queue)
+        finally:
+            await queue.close()
+            await link.close()
+
+    def on_manager(manager: Manager) -> None:
+        queue = holder["queue"]
+        manager.dispatch.stamp_ip_delays = True
+
+        def figures() -> dict[str, Any]:
+            st = manager.stats()
+            return {
+                "pages_done": st.pages_done,
+                "in_flight": st.in_flight,
+                "queued": st.queued,
+                "seen": st.seen,
+                "hosts": st.hosts,
+                "stop_reason": manager.stop_reason,
+                "counters": dict(queue.counters),
+            }
+
+        queue.figures = figures
+
+    def keep(url: str) -> bool:
+        return partition_of(url, role.parts) == role.part
+
+    return run_crawl(
+        settings,
+        Deployment(fetching, keep_seed=keep, on_manager=on_manager, local_fetchers=False),
+    )
+
+
+# -- fetchers -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FetcherRole:
+    redis_url: str
+    state_dir: Path
+    processes: int = 1
+    concurrency: int = 200
+    exit_when_idle: bool = False
+    heartbeat_timeout_s: float = 15.0
+    prefix: str = DEFAULT_PREFIX
+
+
+def run_fetcher(role: FetcherRole) -> int:
+    """Serve every crawl on the Redis until a signal (or, with ``exit_when_idle``, until
+    every crawl there is done). ``processes`` > 1 starts that many fetcher processes and
+    watches them (a dead one is started again)."""
+    role.state_dir.mkdir(parents=True, exist_ok=True)
+    if role.processes > 1:
+        return _supervise(role)
+    handler = logging.FileHandler(role.state_dir / "drumbeat.log", encoding="utf-8")
+    handler.setFormatter(
+        logging.Formatter(f"%(asctime)s %(levelname)s %(name)s[{os.getpid()}]: %(message)s")
+    )
+    root = logging.getLogger("drumbeat")
+    root.setLevel(logging.INFO)
+    root.addHandler(handler)
+    tune_gc()
+    try:
+        try:
+            import uvloop
+        except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+            return asyncio.run(_serve(role))
+        return uvloop.run(_serve(role))
+    finally:
+        root.removeHandler(handler)
+        handler.close()
+
+
+def _supervise(role: FetcherRole) -> int:
+    """Start ``role.processes`` single-process fetchers; start one again when it dies
+    (at most once a second each); on SIGINT/SIGTERM stop them all."""
+    env = allocator.preload_env(allocator.library("auto"))
+    command = [
+        sys.executable,
+        "-P",
+        "-m",
+        "drumbeat",
+        "fetcher",
+        "--redis",
+        role.redis_url,
+        "--state",
+        str(role.state_dir),
+        "--processes",
+        "1",
+        "--concurrency",
+        str(role.concurrency),
+        "--heartbeat-timeout",
+        str(role.heartbeat_timeout_s),
+        "--prefix",
+        role.prefix,
+        *(["--exit-when-idle"] if role.exit_when_idle else []),
+    ]
+    stopping = False
+
+    def stop(_sig: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    children: list[tuple[subprocess.Popen[bytes], float]] = []
+    for _ in range(role.processes):
+        children.append((subprocess.Popen(command, env=env), time.monotonic()))
+    failed = 0
+    while children:
+        if stopping:
+            for proc, _ in children:
+                if proc.poll() is None:
+                    proc.terminate()
+            for proc, _ in children:
+                proc.wait()
+            return 0
+        time.sleep(0.2)
+        alive = []
+        for proc, since in children:
+            code = proc.poll()
+            if code is None:
+                alive.append((proc, since))
+            elif code != 0 and not stopping:
+                failed += 1
+                log.warning("fetcher process %d exited with %d; starting another", proc.pid, code)
+                time.sleep(max(0.0, 1.0 - (time.monotonic() - since)))
+                alive.append((subprocess.Popen(command, env=env), time.monotonic()))
+        children = alive
+    return 1 if failed and not role.exit_when_idle else 0
+
+
+@dataclass
+class _CrawlFetcher:
+    fetcher: Fetcher
+    http: HttpClient
+    dns: DnsCache
+    warc: WarcWriter
+
+
+class FetcherProcess:
+    """One fetcher process: claims tasks while it has room, runs each with its crawl's
+    Fetcher, answers WARC sync requests."""
+
+    def __init__(self, role: FetcherRole, link: RedisLink) -> None:
+        self.role = role
+        self.link = link
+        self.name = f"{host_name()}:{os.getpid()}"
+        self.queue = RedisFetcherQueue(
+            link,
+            self.name,
+            heartbeat_timeout_s=role.heartbeat_timeout_s,
+            warc_sync=self._sync_warcs,
+        )
+        self.crawls: dict[str, _CrawlFetcher] = {}
+        self.stopping = False
+
+    def active(self) -> int:
+        return sum(c.fetcher.stats().active for c in self.crawls.values())
+
+    async def run(self) -> None:
+        await self.queue.start()
+        log.info("fetcher %s serving the crawls on %s", self.name, safe_url(self.role.redis_url))
+        idle_since = time.monotonic()
+        try:
+            while not self.stopping:
+                room = self.role.concurrency - self.active()
+                if room <= 0:
+                    await asyncio.sleep(0.002)
+                    continue
+                tasks = await self.queue.claim(self.name, min(16, room), timeout_s=0.5)
+                for task in tasks:
+                    crawl = self.queue.crawl_of(task.task_id)
+                    (await self._for(crawl)).fetcher.start(task)
+                if tasks or self.active():
+                    idle_since = time.monotonic()
+                elif (
+                    self.role.exit_when_idle
+                    and time.monotonic() - idle_since >= 1.0
+                    and await self._all_done()
+                ):
+                    break
+        finally:
+            await self._drain()
+
+    async def _all_done(self) -> bool:
+        k: Keys = self.link.keys
+        names = await self.link.call(lambda: self.link.redis.hkeys(k.crawls), "crawls")
+        if not names:
+            return False
+        for raw in names:
+            done = await self.link.call(
+                lambda raw=raw: self.link.redis.exists(k.crawl(raw.decode(), "done")), "done"
+            )
+            if not done:
+                return False
+        return True
+
+    async def _for(self, crawl: str) -> _CrawlFetcher:
+        known = self.crawls.get(crawl)
+        if known is not None:
+            return known
+        info = await self.queue.crawl_info(crawl)
+        try:
+            settings = build(Settings(), info.settings)
+        except SettingsError as e:  # a crawl registered by another drumbeat version
+            log.error("crawl %s: its settings do not load here (%s); using defaults", crawl, e)
+            settings = Settings()
+        http, dns = open_http(settings)
+        warc_dir = self.role.state_dir / "warc" / crawl
+        warc_dir.mkdir(parents=True, exist_ok=True)
+        for rec in recover_directory(warc_dir):
+            log.warning("recovered WARC file after a crash: %s", rec)
+        warc = WarcWriter(
+            warc_dir,
+            max_file_bytes=settings.warc_max_file_bytes,
+            gzip_level=settings.warc_gzip_level,
+        )
+        fetcher = Fetcher(
+            settings,
+            self.queue,
+            http,
+            warc,
+            worker=self.name,
+            pace=self._pacer(settings) if settings.ip_delay_s > 0 else None,
+        )
+        made = self.crawls[crawl] = _CrawlFetcher(fetcher, http, dns, warc)
+        return made
+
+    def _pacer(
+        self, settings: Settings
+    ) -> Callable[[FetchItem], AbstractAsyncContextManager[None]]:
+        lease_s = settings.total_timeout_s + 5.0
+
+        def pace(item: FetchItem) -> AbstractAsyncContextManager[None]:
+            return self.queue.ip_lease(item.ip, item.ip_delay_s, lease_s)
+
+        return pace
+
+    async def _sync_warcs(self) -> None:
+        for c in list(self.crawls.values()):
+            await c.warc.sync_off_loop()
+
+    async def _drain(self, grace_s: float = 10.0) -> None:
+        """Let the fetches under way finish and report (up to ``grace_s``), then hand
+        back what is left and close."""
+        end = time.monotonic() + grace_s
+        while self.active() and time.monotonic() < end:
+            await asyncio.sleep(0.05)
+        for c in self.crawls.values():
+            await c.fetcher.stop()
+        await self.queue.close()
+        for c in self.crawls.values():
+            c.warc.close()
+            await c.http.close()
+            await c.dns.close()
+
+
+async def _serve(role: FetcherRole) -> int:
+    link = RedisLink(role.redis_url, prefix=role.prefix)
+    process = FetcherProcess(role, link)
+    loop = asyncio.get_running_loop()
+
+    def stop() -> None:
+        process.stopping = True
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop)
+    try:
+        await process.run()
+    except ClusterError as e:
+        print(f"drumbeat fetcher: {e}", file=sys.stderr)
+        return 1
+    finally:
+        await link.close()
+    return 0
+
+
+# -- status ---------------------------------------------------------------------------
+
+
+async def cluster_status(redis_url: str, prefix: str = DEFAULT_PREFIX) -> dict[str, Any]:
+    """The cluster at a glance: crawls (weight, partitions, managers' figures, queues),
+    fetchers alive."""
+    link = RedisLink(redis_url, prefix=prefix)
+    k = link.keys
+    r = link.redis
+    try:
+        await link.check()
+        t = await r.time()
+        now_ms = int(t[0]) * 1000 + int(t[1]) // 1000
+        workers = await r.zrangebyscore(k.workers, "-inf", "+inf", withscores=True)
+        fetchers = []
+        for name, score in workers:
+            w = name.decode()
+            fetchers.append(
+                {
+                    "name": w,
+                    "last_heartbeat_s": round((now_ms - score) / 1000, 1),
+                    "tasks_held": await r.llen(k.worker(w)),
+                }
+            )
+        crawls = []
+        for name, weight in sorted((await r.hgetall(k.crawls)).items()):
+            c = name.decode()
+            meta = await r.hgetall(k.crawl(c, "meta"))
+            parts = int(meta.get(b"partitions", b"1"))
+            managers = []
+            for i in range(parts):
+                raw = await r.hget(k.part(c, "mgr", i), "json")
+                managers.append(
+                    {
+                        "partition": i,
+                        "alive": raw is not None,
+                        **(json.loads(raw) if raw else {}),
+                        "results_waiting": await r.llen(k.part(c, "results", i)),
+                        "inbox": await r.llen(k.part(c, "inbox", i)),
+                        "idle": bool(await r.hexists(k.crawl(c, "idle"), str(i))),
+                    }
+                )
+            crawls.append(
+                {
+                    "crawl": c,
+                    "weight": float(weight),
+                    "partitions": parts,
+                    "done": bool(await r.exists(k.crawl(c, "done"))),
+                    "tasks_pending": await r.llen(k.crawl(c, "pending")),
+                    "tasks_total": await r.hlen(k.crawl(c, "tasks")),
+                    "pages_done": sum(m.get("pages_done", 0) for m in managers),
+                    "managers": managers,
+                }
+            )
+        info = await r.info("memory")
+        return {
+            "redis": safe_url(redis_url),
+            "redis_used_memory": info.get("used_memory"),
+            "crawls": crawls,
+            "fetchers": fetchers,
+        }
+    finally:
+        await link.close()
+
+
+def render_status(status: dict[str, Any]) -> str:
+    """``status`` as a few lines of text for a terminal."""
+    lines = [
+        (
+            f"Redis {status['redis']}: {status['redis_used_memory'] or 0:,} bytes used; "
+            f"{len(status['fetchers'])} fetcher processes"
+        )
+    ]
+    for f in status["fetchers"]:
+        lines.append(
+            f"  fetcher {f['name']}: {f['tasks_held']} tasks held, "
+            f"heartbeat {f['last_heartbeat_s']:.1f} s ago"
+        )
+    if not status["crawls"]:
+        lines.append("no crawls")
+    for c in status["crawls"]:
+        state = "done" if c["done"] else "running"
+        lines.append(
+            f"crawl {c['crawl']} ({state}): weight {c['weight']:g}, {c['partitions']} "
+            f"partitions, {c['pages_done']:,} pages, {c['tasks_pending']} tasks pending"
+        )
+        for m in c["managers"]:
+            if not m["alive"]:
+                lines.append(f"  partition {m['partition']}: no manager running")
+                continue
+            lines.append(
+                f"  partition {m['partition']}: {m.get('host')} pid {m.get('pid')}, "
+                f"{m.get('pages_done', 0):,} pages, {m.get('queued', 0):,} queued, "
+                f"{m.get('in_flight', 0)} in flight, inbox {m['inbox']}"
+                + (", idle" if m["idle"] else "")
+            )
+    return "\n".join(lines)

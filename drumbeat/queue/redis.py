@@ -1,0 +1,1174 @@
+"""The cluster's task queue on Redis (BloomReach's crawl queue, Polybot's partitions).
+
+Roles: each of a crawl's M managers owns one partition of its URLs (queue.partition) and
+submits politeness-cleared tasks; fetchers on any machine claim tasks of every crawl on
+the Redis, fetch them and report the results to the task's manager. Redis holds only the
+tasks under way, the results on their way back, the links forwarded between partitions
+and small bookkeeping: the frontier stays on the managers' disks.
+
+Keys, all under a prefix ``P`` (default ``drumbeat:``)::
+
+    P crawls                      hash   crawl -> weight (weighted fair queuing)
+    P c:C:meta                    hash   partitions, settings (JSON, for the fetchers)
+    P c:C:pending                 list   refs "I:E:id" of tasks no fetcher holds (FIFO)
+    P c:C:tasks                   hash   ref -> task (pickled), pending or held
+    P c:C:epoch:I                 string manager I's run counter: a ref's E
+    P c:C:results:I               list   (E, [ItemResult]) batches for manager I
+    P c:C:orphans:I               list   refs of I's tasks whose fetcher was taken for dead
+    P c:C:inbox:I                 list   ([FoundURLs], [FoundEdges]) forwarded to I
+    P c:C:taken:I                 list   inbox entries I took, kept until a checkpoint
+                                         that holds them is live
+    P c:C:idle                    hash   I -> 1 while manager I has nothing left
+    P c:C:done                    string set once every partition is idle at once
+    P c:C:mgr:I                   hash   manager I's figures for `drumbeat status` (TTL)
+    P workers                     zset   fetcher -> last heartbeat (Redis time, ms)
+    P w:F                         list   "C\\x1fref" of the tasks fetcher F holds
+    P w:F:info                    hash   fetcher F's host, pid, WARC sync (TTL)
+    P syncseq                     string WARC sync requests (ManagerQueue.sync)
+    P ip:A                        hash   IP A's lease: holder, until, free_at (ms)
+
+Ownership stays with the server, as in BloomReach: a claim moves a task's ref into the
+fetcher's list ``w:F`` in one Lua script, and only the fetcher's report of the task's
+last item (results and removal in one transaction) or the reaper ends it. A fetcher that
+misses heartbeats for ``heartbeat_timeout_s`` is taken for dead by whichever manager
+notices first: its refs go to their managers' ``orphans`` lists, and each manager turns
+the unreported items into ``fetcher_died`` results, which its politeness scheduler
+retries (the request may have been sent) up to the retry limit: a task that keeps killing
+fetchers is given up, and counted, not retried forever.
+
+Every call goes through :class:`RedisLink`, which waits out an outage (connection
+refused, reset, timeout, Redis loading its data) with back-off, saying so in the log
+once, and retries; each operation is safe to repeat (a task is added once, results and
+forwarded links are idempotent, a fetcher re-reads its list ``w:F``).
+
+Pickles cross Redis, so they are read with an unpickler that builds only the queue's
+own classes (:func:`loads`): whoever can write to the Redis cannot run code in a
+drumbeat process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import itertools
+import json
+import logging
+import os
+import pickle
+import random
+import socket
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import redis.asyncio as aioredis
+from redis.exceptions import BusyLoadingError, ResponseError, TryAgainError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from drumbeat.queue.base import (
+    FoundEdges,
+    FoundURLs,
+    ItemResult,
+    QueueStats,
+    Task,
+)
+from drumbeat.queue.partition import Splitter
+
+log = logging.getLogger("drumbeat.cluster")
+
+DEFAULT_PREFIX = "drumbeat:"
+WORKER_DIED = "fetcher_died"  # as queue.process: the manager retries such items
+SEP = "\x1f"
+_T = TypeVar("_T")
+
+# Errors that mean "Redis is not there right now": waited out, never fatal.
+OUTAGE_ERRORS: tuple[type[Exception], ...] = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    BusyLoadingError,
+    TryAgainError,
+    ConnectionError,
+    OSError,
+)
+
+
+class ClusterError(RuntimeError):
+    """The cluster cannot be joined as asked (one line for the operator)."""
+
+
+# -- pickles --------------------------------------------------------------------------
+
+_ALLOWED = {
+    ("drumbeat.queue.base", name)
+    for name in ("Task", "FetchItem", "ItemResult", "FoundURLs", "FoundEdges")
+}
+
+
+class _QueueUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in _ALLOWED:
+            raise pickle.UnpicklingError(f"{module}.{name} is not a queue class")
+        return super().find_class(module, name)
+
+
+def dumps(obj: object) -> bytes:
+    return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def loads(data: bytes) -> Any:
+    """Unpickle ``data``, building no class but the queue's own (see the module docstring)."""
+    return _QueueUnpickler(io.BytesIO(data)).load()
+
+
+# -- keys -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    prefix: str = DEFAULT_PREFIX
+
+    @property
+    def crawls(self) -> str:
+        return self.prefix + "crawls"
+
+    @property
+    def workers(self) -> str:
+        return self.prefix + "workers"
+
+    @property
+    def syncseq(self) -> str:
+        return self.prefix + "syncseq"
+
+    def crawl(self, crawl: str, name: str) -> str:
+        return f"{self.prefix}c:{crawl}:{name}"
+
+    def part(self, crawl: str, name: str, part: int) -> str:
+        return f"{self.prefix}c:{crawl}:{name}:{part}"
+
+    def worker(self, worker: str) -> str:
+        return f"{self.prefix}w:{worker}"
+
+    def worker_info(self, worker: str) -> str:
+        return f"{self.prefix}w:{worker}:info"
+
+    def ip(self, ip: str) -> str:
+        return f"{self.prefix}ip:{ip}"
+
+
+def task_ref(part: int, epoch: int, task_id: int) -> str:
+    return f"{part}:{epoch}:{task_id}"
+
+
+def parse_ref(ref: str) -> tuple[int, int, int]:
+    part, epoch, task_id = ref.split(":")
+    return int(part), int(epoch), int(task_id)
+
+
+# -- Lua scripts ----------------------------------------------------------------------
+# Keys are built inside the scripts from the prefix (one Redis, not Redis Cluster).
+
+_NOW_MS = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+
+# ARGV: prefix, crawl, ref1, blob1, ref2, blob2, ...  A task already there is not added
+# again (a retried submit).
+SUBMIT = """
+local P, C = ARGV[1], ARGV[2]
+local tasks, pending = P..'c:'..C..':tasks', P..'c:'..C..':pending'
+local n = 0
+for i = 3, #ARGV, 2 do
+  if redis.call('HSETNX', tasks, ARGV[i], ARGV[i+1]) == 1 then
+    redis.call('RPUSH', pending, ARGV[i]); n = n + 1
+  end
+end
+return n
+"""
+
+# ARGV: prefix, worker, max_tasks, random in [0, 1).  Heartbeats the worker, picks a crawl
+# with pending tasks at random in proportion to its weight, moves up to max_tasks refs
+# into the worker's list. Returns {crawl, ref1, blob1, ...} or {}.
+CLAIM = (
+    """
+local P, W, n, r = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+"""
+    + _NOW_MS
+    + """
+redis.call('ZADD', P..'workers', now, W)
+local crawls = redis.call('HGETALL', P..'crawls')
+local names, weights, total = {}, {}, 0
+for i = 1, #crawls, 2 do
+  local w = tonumber(crawls[i+1])
+  if w and w > 0 and redis.call('LLEN', P..'c:'..crawls[i]..':pending') > 0 then
+    names[#names+1] = crawls[i]; weights[#weights+1] = w; total = total + w
+  end
+end
+if total == 0 then return {} end
+local pick, chosen = r * total, names[#names]
+for i = 1, #names do
+  pick = pick - weights[i]
+  if pick < 0 then chosen = names[i]; break end
+end
+local C = chosen
+local out = {C}
+local tasks, mine = P..'c:'..C..':tasks', P..'w:'..W
+for _ = 1, n do
+  local ref = redis.call('LPOP', P..'c:'..C..':pending')
+  if not ref then break end
+  local blob = redis.call('HGET', tasks, ref)
+  if blob then
+    redis.call('RPUSH', mine, C..'\\31'..ref)
+    out[#out+1] = ref; out[#out+1] = blob
+  end
+end
+return out
+"""
+)
+
+# ARGV: prefix, worker, info TTL ms.  Returns {present before (0/1), syncseq}.
+HEARTBEAT = (
+    """
+local P, W, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+"""
+    + _NOW_MS
+    + """
+local before = redis.call('ZSCORE', P..'workers', W)
+redis.call('ZADD', P..'workers', now, W)
+redis.call('PEXPIRE', P..'w:'..W..':info', ttl)
+local seq = tonumber(redis.call('GET', P..'syncseq') or '0')
+return {before and 1 or 0, seq}
+"""
+)
+
+# ARGV: prefix, timeout ms[, worker].  Every worker not heard of for timeout ms (or the
+# one named, leaving) is removed; each task it held goes to its manager's orphans list.
+# Returns the number of tasks returned.
+REAP = (
+    """
+local P, timeout = ARGV[1], tonumber(ARGV[2])
+"""
+    + _NOW_MS
+    + """
+local dead
+if ARGV[3] then dead = {ARGV[3]}
+else dead = redis.call('ZRANGEBYSCORE', P..'workers', '-inf', now - timeout) end
+local n = 0
+for _, W in ipairs(dead) do
+  local mine = P..'w:'..W
+  local held = redis.call('LRANGE', mine, 0, -1)
+  for _, entry in ipairs(held) do
+    local sep = string.find(entry, '\\31', 1, true)
+    local C, ref = string.sub(entry, 1, sep - 1), string.sub(entry, sep + 1)
+    if redis.call('HDEL', P..'c:'..C..':tasks', ref) == 1 then
+      local part = string.match(ref, '^(%d+):')
+      redis.call('RPUSH', P..'c:'..C..':orphans:'..part, ref)
+      n = n + 1
+    end
+  end
+  redis.call('DEL', mine)
+  redis.call('ZREM', P..'workers', W)
+end
+return n
+"""
+)
+
+# ARGV: prefix, crawl, part, epoch.  Removes manager I's tasks of runs before ``epoch``
+# that no fetcher holds (their items are in the manager's checkpoint); returns how many.
+_WITHDRAW = """
+local P, C, I, E = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local pending, tasks = P..'c:'..C..':pending', P..'c:'..C..':tasks'
+local refs = redis.call('LRANGE', pending, 0, -1)
+local removed = 0
+for _, ref in ipairs(refs) do
+  local part, epoch = string.match(ref, '^(%d+):(%d+):')
+  if part == I and tonumber(epoch) < E then
+    redis.call('LREM', pending, 1, ref); redis.call('HDEL', tasks, ref)
+    removed = removed + 1
+  end
+end
+"""
+WITHDRAW = _WITHDRAW + "return removed\n"
+
+# ARGV: as WITHDRAW.  At a manager's start: its tasks of earlier runs are withdrawn, its
+# old results and orphans dropped; inbox entries taken but not acknowledged go back to
+# the inbox; the crawl is not done (this partition has not said it is idle).
+START = (
+    _WITHDRAW
+    + """
+redis.call('DEL', P..'c:'..C..':results:'..I, P..'c:'..C..':orphans:'..I)
+local taken = P..'c:'..C..':taken:'..I
+local inbox = P..'c:'..C..':inbox:'..I
+local back = redis.call('LRANGE', taken, 0, -1)
+for i = #back, 1, -1 do redis.call('LPUSH', inbox, back[i]) end
+redis.call('DEL', taken)
+redis.call('HDEL', P..'c:'..C..':idle', I)
+redis.call('DEL', P..'c:'..C..':done')
+return {removed, #back}
+"""
+)
+
+# ARGV: prefix, crawl, part, n.  Moves up to n inbox entries to the taken list; returns them.
+TAKE_INBOX = """
+local P, C, I, n = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local inbox, taken = P..'c:'..C..':inbox:'..I, P..'c:'..C..':taken:'..I
+local out = {}
+for _ = 1, n do
+  local e = redis.call('LMOVE', inbox, taken, 'LEFT', 'RIGHT')
+  if not e then break end
+  out[#out+1] = e
+end
+return out
+"""
+
+# ARGV: prefix, crawl, part, partitions, idle (0/1).  Records whether manager I has
+# nothing left (only while its inbox is empty); returns 1 once every partition is idle
+# with every inbox empty and no task pending: the crawl is done.
+IDLE = """
+local P, C, I, M, flag = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local idle = P..'c:'..C..':idle'
+if redis.call('EXISTS', P..'c:'..C..':done') == 1 then return 1 end
+if flag == '1' and redis.call('LLEN', P..'c:'..C..':inbox:'..I) == 0 then
+  redis.call('HSET', idle, I, 1)
+else
+  redis.call('HDEL', idle, I)
+  return 0
+end
+if redis.call('HLEN', idle) < M then return 0 end
+for j = 0, M - 1 do
+  if redis.call('HEXISTS', idle, tostring(j)) == 0 then return 0 end
+  if redis.call('LLEN', P..'c:'..C..':inbox:'..j) > 0 then return 0 end
+end
+if redis.call('LLEN', P..'c:'..C..':pending') > 0 then return 0 end
+redis.call('SET', P..'c:'..C..':done', 1)
+return 1
+"""
+
+# ARGV: prefix, ip, holder, lease ms.  Takes the IP's lease, as the politeness scheduler
+# does in one process: one request per IP at a time, the next ``delay`` after the last
+# one's end (IP_RELEASE). Returns 0 when taken, else ms to wait before asking again.
+IP_ACQUIRE = (
+    """
+local P, ip, holder, lease = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+"""
+    + _NOW_MS
+    + """
+local key = P..'ip:'..ip
+local h = redis.call('HMGET', key, 'holder', 'until', 'free_at')
+if h[1] and h[1] ~= holder and tonumber(h[2]) > now then
+  return math.min(20, tonumber(h[2]) - now)
+end
+local free_at = tonumber(h[3] or '0')
+if now < free_at then return free_at - now end
+redis.call('HSET', key, 'holder', holder, 'until', now + lease)
+redis.call('PEXPIRE', key, lease + 3600000)
+return 0
+"""
+)
+
+# ARGV: prefix, ip, holder, delay ms.  Ends the holder's lease: the IP is free again
+# ``delay`` ms from now.
+IP_RELEASE = (
+    """
+local P, ip, holder, delay = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+"""
+    + _NOW_MS
+    + """
+local key = P..'ip:'..ip
+if redis.call('HGET', key, 'holder') == holder then
+  redis.call('HDEL', key, 'holder', 'until')
+end
+redis.call('HSET', key, 'free_at', now + delay)
+redis.call('PEXPIRE', key, delay + 3600000)
+return 1
+"""
+)
+
+
+# -- the link to Redis ----------------------------------------------------------------
+
+
+class RedisLink:
+    """One process's connection to the cluster's Redis, which waits out outages.
+
+    :meth:`call` runs an operation and, while Redis is unreachable, retries it with
+    back-off (up to ``max_backoff_s`` apart), logging once when Redis goes and once when
+    it is back. Nothing is given up: the process waits with what it holds.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        max_backoff_s: float = 2.0,
+        socket_timeout_s: float = 10.0,
+    ) -> None:
+        self.url = url
+        self.keys = Keys(prefix)
+        self.max_backoff_s = max_backoff_s
+        try:
+            self.redis: aioredis.Redis = aioredis.Redis.from_url(
+                url,
+                socket_timeout=socket_timeout_s,
+                socket_connect_timeout=min(socket_timeout_s, 5.0),
+                health_check_interval=15,
+            )
+        except ValueError as e:
+            raise ClusterError(f"bad --redis URL {safe_url(url)!r}: {e}") from None
+        self.down_since: float | None = None
+        self.outages = 0
+        self._scripts: dict[str, Any] = {}
+
+    def script(self, text: str) -> Any:
+        """The registered Lua script (EVALSHA, loaded again after a Redis restart)."""
+        found = self._scripts.get(text)
+        if found is None:
+            found = self._scripts[text] = self.redis.register_script(text)
+        return found
+
+    async def run_script(self, text: str, args: Sequence[Any], what: str) -> Any:
+        script = self.script(text)
+        return await self.call(lambda: script(args=[self.keys.prefix, *args]), what)
+
+    async def call(self, op: Callable[[], Awaitable[_T]], what: str) -> _T:
+        """``await op()``, retried until Redis answers (see the class docstring)."""
+        delay = 0.05
+        while True:
+            try:
+                result = await op()
+            except OUTAGE_ERRORS as e:
+                if isinstance(e, ResponseError) and not isinstance(e, BusyLoadingError):
+                    raise
+                if self.down_since is None:
+                    self.down_since = time.monotonic()
+                    self.outages += 1
+                    log.warning(
+                        "Redis at %s unreachable (%s: %s); waiting for it, nothing is lost",
+                        safe_url(self.url),
+                        what,
+                        _one_line(e),
+                    )
+                await asyncio.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, self.max_backoff_s)
+                continue
+            if self.down_since is not None:
+                log.warning(
+                    "Redis at %s reachable again after %.1f s",
+                    safe_url(self.url),
+                    time.monotonic() - self.down_since,
+                )
+                self.down_since = None
+            return result
+
+    async def check(self) -> None:
+        """Raise ClusterError with one line if Redis does not answer now (at start-up, a
+        wrong URL or password should say so rather than wait)."""
+        try:
+            await self.redis.ping()
+        except OUTAGE_ERRORS as e:
+            raise ClusterError(
+                f"cannot reach Redis at {safe_url(self.url)}: {_one_line(e)}"
+            ) from None
+        except ResponseError as e:  # e.g. a password is required or wrong
+            raise ClusterError(f"Redis at {safe_url(self.url)} refused: {e}") from None
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+
+def safe_url(url: str) -> str:
+    """``url`` without its password, for logs."""
+    if "@" not in url:
+        return url
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://***@{rest.rpartition('@')[2]}"
+
+
+def _one_line(e: BaseException) -> str:
+    return (str(e) or type(e).__name__).splitlines()[0][:200]
+
+
+def host_name() -> str:
+    return socket.gethostname()
+
+
+# -- the manager's side ---------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Outstanding:
+    task: Task
+    unreported: set[int]
+    submitted: float
+    missing: int = 0  # sweeps in a row that found the task gone from Redis
+
+
+class RedisManagerQueue:
+    """Manager ``part`` of ``parts`` of crawl ``crawl``: a ManagerQueue on Redis, and the
+    manager's inbox of links other partitions found (manager.core's ``Inbox``).
+
+    :meth:`open` registers the crawl and starts this manager's run (a new epoch: tasks of
+    earlier runs are dropped, their items being in the checkpoint); a background task
+    heartbeats, reaps dead fetchers, sweeps tasks that vanished from Redis and keeps the
+    crawl's idle record.
+    """
+
+    partitions = 1  # fetchers claim from one list per crawl; no affinity to keep
+
+    def __init__(
+        self,
+        link: RedisLink,
+        crawl: str,
+        part: int,
+        parts: int,
+        *,
+        weight: float = 1.0,
+        heartbeat_timeout_s: float = 15.0,
+        sync_timeout_s: float = 30.0,
+        tick_s: float = 0.25,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not 0 <= part < parts:
+            raise ClusterError(f"partition {part}/{parts}: I must be in 0..M-1")
+        self.link = link
+        self.keys = link.keys
+        self.crawl = crawl
+        self.part = part
+        self.parts = parts
+        self.weight = weight
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.sync_timeout_s = sync_timeout_s
+        self.tick_s = tick_s
+        self.clock = clock
+        self.epoch = 0
+        self._outstanding: dict[int, _Outstanding] = {}
+        self._stash_urls: list[FoundURLs] = []
+        self._stash_edges: list[FoundEdges] = []
+        self._taken = 0  # inbox entries taken this run (the taken list's length)
+        self._acked = 0
+        self._acking: asyncio.Task[None] | None = None
+        self._idle = False
+        self._done = False
+        self._closed = False
+        self._ticker: asyncio.Task[None] | None = None
+        self._last_sweep = 0.0
+        self._submitted = self._completed = 0
+        self._lost: list[ItemResult] = []  # items of vanished tasks, for the next collect
+        self.figures: Callable[[], dict[str, Any]] = dict
+        self.counters: defaultdict[str, int] = defaultdict(int)
+        self.handoff_s = 0.0
+
+    # -- start and stop
+
+    async def open(self, settings_json: str) -> None:
+        """Register the crawl (weight, partitions, the settings fetchers use) and start
+        this manager's run."""
+        k, crawl = self.keys, self.crawl
+        await self.link.check()
+        meta = await self.link.call(
+            lambda: self.link.redis.hgetall(k.crawl(crawl, "meta")), "read crawl"
+        )
+        known = meta.get(b"partitions")
+        if known is not None and int(known) != self.parts:
+            raise ClusterError(
+                f"crawl {crawl!r} has {int(known)} partitions in Redis, not {self.parts}: "
+                f"give --partition I/{int(known)}, or a new --crawl name"
+            )
+
+        async def register() -> None:
+            async with self.link.redis.pipeline(transaction=True) as p:
+                p.hset(k.crawls, crawl, str(self.weight))
+                p.hset(
+                    k.crawl(crawl, "meta"),
+                    mapping={"partitions": self.parts, "settings": settings_json},
+                )
+                p.incr(k.part(crawl, "epoch", self.part))
+                out = await p.execute()
+            self.epoch = int(out[-1])
+
+        await self.link.call(register, "register crawl")
+        removed, back = await self.link.run_script(
+            START, [crawl, self.part, self.epoch], "start partition"
+        )
+        if removed or back:
+            log.info(
+                "partition %d: dropped %d tasks of its last run; %d forwarded link batches "
+                "go through URL-seen again",
+                self.part,
+                removed,
+                back,
+            )
+        self._ticker = asyncio.ensure_future(self._tick_forever())
+
+    async def close(self) -> None:
+        """Stop the background work; tasks not claimed yet are withdrawn (their items are
+        in the checkpoint: the next run dispatches them again)."""
+        self._closed = True
+        if self._ticker is not None:
+            self._ticker.cancel()
+            await asyncio.gather(self._ticker, return_exceptions=True)
+        if self._acking is not None:
+            await asyncio.gather(self._acking, return_exceptions=True)
+        try:
+            await asyncio.wait_for(
+                self.link.run_script(WITHDRAW, [self.crawl, self.part, self.epoch + 1], "withdraw"),
+                timeout=5.0,
+            )
+            await self.link.redis.delete(self.keys.part(self.crawl, "mgr", self.part))
+        except (TimeoutError, *OUTAGE_ERRORS):
+            pass  # the next run's start does the same
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- ManagerQueue
+
+    async def submit(self, tasks: Sequence[Task]) -> None:
+        if not tasks:
+            return
+        now = self.clock()
+        args: list[Any] = [self.crawl]
+        started = time.thread_time()
+        for t in tasks:
+            self._outstanding[t.task_id] = _Outstanding(t, set(range(len(t.items))), now)
+            args += [task_ref(self.part, self.epoch, t.task_id), dumps(t)]
+        self.handoff_s += time.thread_time() - started
+        self._submitted += len(tasks)
+        await self.link.run_script(SUBMIT, args, "submit tasks")
+
+    async def collect(self, max_results: int, timeout_s: float) -> list[ItemResult]:
+        k, crawl, part = self.keys, self.crawl, self.part
+        results_key = k.part(crawl, "results", part)
+        orphans_key = k.part(crawl, "orphans", part)
+        deadline = self.clock() + timeout_s
+        out, self._lost = self._lost, []
+        while not self._closed:
+
+            async def pop() -> list[Any]:
+                async with self.link.redis.pipeline(transaction=False) as p:
+                    p.lpop(results_key, 64)
+                    p.lpop(orphans_key, 256)
+                    return list(await p.execute())
+
+            batches, orphans = await self.link.call(pop, "collect results")
+            await self._take_inbox()
+            started = time.thread_time()
+            for blob in batches or ():
+                epoch, results = loads(blob)
+                if epoch == self.epoch:
+                    out += self._accept(results)
+            for ref in orphans or ():
+                out += self._orphaned(ref.decode())
+            self.handoff_s += time.thread_time() - started
+            if out or self._stash_urls or self._stash_edges:
+                return out
+            left = deadline - self.clock()
+            if left <= 0:
+                return out
+            wait = min(left, 0.1)
+            got = await self.link.call(
+                lambda wait=wait: self.link.redis.blpop([results_key, orphans_key], timeout=wait),
+                "wait for results",
+            )
+            if got is not None:
+                key, blob = got
+                if key.decode() == results_key:
+                    epoch, results = loads(blob)
+                    if epoch == self.epoch:
+                        out += self._accept(results)
+                else:
+                    out += self._orphaned(blob.decode())
+                if out:
+                    return out
+        return out
+
+    def _accept(self, results: list[ItemResult]) -> list[ItemResult]:
+        accepted = []
+        for r in results:
+            o = self._outstanding.get(r.task_id)
+            if o is None or r.index not in o.unreported:
+                continue  # a late or repeated report of work already accounted for
+            o.unreported.discard(r.index)
+            if not o.unreported:
+                del self._outstanding[r.task_id]
+                self._completed += 1
+            accepted.append(r)
+        return accepted
+
+    def _orphaned(self, ref: str) -> list[ItemResult]:
+        _, epoch, task_id = parse_ref(ref)
+        if epoch != self.epoch:
+            return []
+        return self._give_up(task_id, "tasks_orphaned")
+
+    def _give_up(self, task_id: int, counter: str) -> list[ItemResult]:
+        """``fetcher_died`` results for the task's unreported items (the manager retries
+        them through its politeness scheduler)."""
+        o = self._outstanding.pop(task_id, None)
+        if o is None:
+            return []
+        self.counters[counter] += 1
+        return [
+            ItemResult(task_id, i, o.task.items[i], error=WORKER_DIED) for i in sorted(o.unreported)
+        ]
+
+    async def sync(self) -> bool:
+        """Ask every live fetcher to fsync its WARC files; True once all confirm."""
+        k = self.keys
+        seq = int(await self.link.call(lambda: self.link.redis.incr(k.syncseq), "sync"))
+        deadline = self.clock() + self.sync_timeout_s
+        while self.clock() < deadline:
+            live = await self._live_workers()
+            if not live:
+                return True
+
+            async def synced(names: list[str] = live) -> list[Any]:
+                async with self.link.redis.pipeline(transaction=False) as p:
+                    for w in names:
+                        p.hget(k.worker_info(w), "synced")
+                    return list(await p.execute())
+
+            values = await self.link.call(synced, "sync")
+            if all(v is None or int(v) >= seq for v in values):
+                return True
+            await asyncio.sleep(0.05)
+        return False
+
+    async def _live_workers(self) -> list[str]:
+        k = self.keys
+        t = await self.link.call(lambda: self.link.redis.time(), "time")
+        now_ms = int(t[0]) * 1000 + int(t[1]) // 1000
+        since = now_ms - int(self.heartbeat_timeout_s * 1000)
+        names = await self.link.call(
+            lambda: self.link.redis.zrangebyscore(k.workers, since, "+inf"), "workers"
+        )
+        return [n.decode() for n in names]
+
+    def stats(self) -> QueueStats:
+        unreported = sum(len(o.unreported) for o in self._outstanding.values())
+        return QueueStats(
+            pending_tasks=0,
+            owned_tasks=len(self._outstanding),
+            unreported_items=unreported,
+            results_waiting=0,
+            submitted_tasks=self._submitted,
+            completed_tasks=self._completed,
+        )
+
+    # -- the inbox (manager.core.Inbox)
+
+    def take(self) -> tuple[list[FoundURLs], list[FoundEdges]]:
+        """The links and PLD edges other partitions forwarded, taken since the last call."""
+        urls, edges = self._stash_urls, self._stash_edges
+        self._stash_urls, self._stash_edges = [], []
+        return urls, edges
+
+    def mark(self) -> int:
+        """How many inbox entries were taken so far: a checkpoint's commit notes it, and
+        :meth:`acknowledge` s it once live."""
+        return self._taken
+
+    def acknowledge(self, mark: int) -> None:
+        """The entries taken before ``mark`` are in a live checkpoint: drop them from the
+        taken list (in the background, in order)."""
+        if mark <= self._acked or self._closed:
+            return
+        before = self._acking
+
+        async def trim() -> None:
+            if before is not None:
+                await asyncio.gather(before, return_exceptions=True)
+            n = mark - self._acked
+            if n <= 0:
+                return
+            key = self.keys.part(self.crawl, "taken", self.part)
+            await self.link.call(lambda: self.link.redis.ltrim(key, n, -1), "acknowledge")
+            self._acked = mark
+
+        self._acking = asyncio.ensure_future(trim())
+
+    def idle(self, finished: bool) -> bool:
+        """Note whether this manager has nothing left to do; True once the whole crawl
+        has nothing left (every partition idle at once, no link on its way)."""
+        self._idle = finished and not self._stash_urls and not self._stash_edges
+        return self._done
+
+    async def _take_inbox(self) -> None:
+        entries = await self.link.run_script(
+            TAKE_INBOX, [self.crawl, self.part, 16], "take forwarded links"
+        )
+        for blob in entries:
+            urls, edges = loads(blob)
+            self._stash_urls += urls
+            self._stash_edges += edges
+            self.counters["forwarded_batches_in"] += 1
+        self._taken += len(entries)
+
+    # -- background
+
+    async def _tick_forever(self) -> None:
+        while True:
+            try:
+                await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug here must not stop the crawl; it is logged
+                log.exception("cluster bookkeeping failed; trying again")
+            await asyncio.sleep(self.tick_s)
+
+    async def tick(self) -> None:
+        """Heartbeat, reap dead fetchers, sweep vanished tasks, keep the idle record."""
+        k, crawl, part = self.keys, self.crawl, self.part
+        figures = {
+            "host": host_name(),
+            "pid": os.getpid(),
+            "epoch": self.epoch,
+            "in_flight_tasks": len(self._outstanding),
+            **self.figures(),
+        }
+        fig_key = k.part(crawl, "mgr", part)
+
+        async def heartbeat() -> None:
+            async with self.link.redis.pipeline(transaction=True) as p:
+                p.delete(fig_key)
+                p.hset(fig_key, mapping={"json": json.dumps(figures)})
+                p.pexpire(fig_key, max(5000, int(self.heartbeat_timeout_s * 1000)))
+                await p.execute()
+
+        await self.link.call(heartbeat, "heartbeat")
+        reaped = await self.link.run_script(
+            REAP, [int(self.heartbeat_timeout_s * 1000)], "reap fetchers"
+        )
+        if reaped:
+            log.warning(
+                "fetchers missed heartbeats for %.0f s: %d of their tasks went back to "
+                "their managers",
+                self.heartbeat_timeout_s,
+                reaped,
+            )
+        now = self.clock()
+        if now - self._last_sweep >= max(5.0, self.heartbeat_timeout_s / 2):
+            self._last_sweep = now
+            await self._sweep(now)
+        self._done = bool(
+            await self.link.run_script(
+                IDLE, [crawl, part, self.parts, "1" if self._idle else "0"], "idle record"
+            )
+        )
+
+    async def _sweep(self, now: float) -> None:
+        """Tasks that vanished from Redis (a Redis restarted without its data) while this
+        manager waited for them: after two sweeps that found one gone and its results
+        not come, its unreported items come back as ``fetcher_died``."""
+        old = [t for t, o in self._outstanding.items() if now - o.submitted >= 5.0]
+        if not old:
+            return
+        key = self.keys.crawl(self.crawl, "tasks")
+
+        async def exists() -> list[Any]:
+            async with self.link.redis.pipeline(transaction=False) as p:
+                for t in old:
+                    p.hexists(key, task_ref(self.part, self.epoch, t))
+                return list(await p.execute())
+
+        there = await self.link.call(exists, "sweep")
+        lost: list[ItemResult] = []
+        for t, present in zip(old, there):
+            o = self._outstanding.get(t)
+            if o is None:
+                continue
+            o.missing = 0 if present else o.missing + 1
+            if o.missing >= 2:
+                lost += self._give_up(t, "tasks_vanished")
+        if lost:
+            log.warning(
+                "%d items of tasks that vanished from Redis go back to the scheduler", len(lost)
+            )
+            self._lost += lost
+
+
+# -- the fetcher's side ---------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Held:
+    crawl: str
+    ref: str
+    part: int
+    epoch: int
+    task_id: int  # the manager's
+    left: int  # items not reported yet
+
+
+@dataclass(frozen=True, slots=True)
+class CrawlInfo:
+    crawl: str
+    partitions: int
+    settings: dict[str, Any]
+
+
+class RedisFetcherQueue:
+    """A fetcher process's side: claims tasks of every crawl on the Redis (weighted fair),
+    reports results to their managers and forwards found links to their owners.
+
+    Task ids are made unique within this process (two managers number their tasks
+    alike): :meth:`crawl_of` names a claimed task's crawl.
+    """
+
+    def __init__(
+        self,
+        link: RedisLink,
+        worker: str,
+        *,
+        heartbeat_s: float = 0.25,
+        heartbeat_timeout_s: float = 15.0,
+        warc_sync: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self.link = link
+        self.keys = link.keys
+        self.worker = worker
+        self.heartbeat_s = heartbeat_s
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.warc_sync = warc_sync
+        self._held: dict[int, _Held] = {}
+        self._ids = itertools.count(1)
+        self._crawls: dict[str, CrawlInfo] = {}
+        self._splitters: dict[str, Splitter] = {}
+        self._closed = False
+        self._heart: asyncio.Task[None] | None = None
+        self._synced = 0
+        self.counters: defaultdict[str, int] = defaultdict(int)
+        self.handoff_s = 0.0
+
+    async def start(self) -> None:
+        await self.link.check()
+        info = self.keys.worker_info(self.worker)
+        ttl = int(max(self.heartbeat_timeout_s, 5.0) * 2000)
+
+        async def register() -> None:
+            async with self.link.redis.pipeline(transaction=True) as p:
+                p.hset(info, mapping={"host": host_name(), "pid": os.getpid(), "synced": 0})
+                p.pexpire(info, ttl)
+                await p.execute()
+
+        await self.link.call(register, "register fetcher")
+        await self.link.run_script(HEARTBEAT, [self.worker, ttl], "heartbeat")
+        self._heart = asyncio.ensure_future(self._beat_forever(ttl))
+
+    async def close(self) -> None:
+        """Stop claiming; the tasks still held go back to their managers at once."""
+        self._closed = True
+        if self._heart is not None:
+            self._heart.cancel()
+            await asyncio.gather(self._heart, return_exceptions=True)
+        try:
+            await asyncio.wait_for(self._leave(), timeout=5.0)
+        except (TimeoutError, *OUTAGE_ERRORS):
+            pass  # the managers reap this fetcher after heartbeat_timeout_s
+
+    async def _leave(self) -> None:
+        await self.link.redis.delete(self.keys.worker_info(self.worker))
+        await self.link.run_script(REAP, [0, self.worker], "leave")
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def held_items(self) -> int:
+        return sum(h.left for h in self._held.values())
+
+    def crawl_of(self, task_id: int) -> str:
+        return self._held[task_id].crawl
+
+    async def crawl_info(self, crawl: str) -> CrawlInfo:
+        """The crawl's partitions and settings (as its managers registered them)."""
+        known = self._crawls.get(crawl)
+        if known is not None:
+            return known
+        meta = await self.link.call(
+            lambda: self.link.redis.hgetall(self.keys.crawl(crawl, "meta")), "crawl settings"
+        )
+        info = CrawlInfo(
+            crawl,
+            int(meta.get(b"partitions", b"1")),
+            json.loads(meta.get(b"settings", b"{}")),
+        )
+        self._crawls[crawl] = info
+        self._splitters[crawl] = Splitter(info.partitions)
+        return info
+
+    def forget_crawl(self, crawl: str) -> None:
+        """Read the crawl's settings again on its next task (a manager restarted)."""
+        self._crawls.pop(crawl, None)
+
+    async def claim(self, worker: str, max_tasks: int, timeout_s: float) -> list[Task]:
+        """Up to ``max_tasks`` tasks of one crawl (picked by weight), waiting up to
+        ``timeout_s`` for some; their ``task_id`` s are this process's (see crawl_of)."""
+        deadline = time.monotonic() + timeout_s
+        pause = 0.002
+        while not self._closed:
+            out = await self.link.run_script(
+                CLAIM, [self.worker, max_tasks, random.random()], "claim tasks"
+            )
+            if out:
+                return await self._adopt(out[0].decode(), out[1:])
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return []
+            await asyncio.sleep(min(pause, left))
+            pause = min(pause * 2, 0.05)
+        return []
+
+    async def _adopt(self, crawl: str, pairs: list[bytes]) -> list[Task]:
+        await self.crawl_info(crawl)
+        tasks = []
+        started = time.thread_time()
+        for i in range(0, len(pairs), 2):
+            ref = pairs[i].decode()
+            task: Task = loads(pairs[i + 1])
+            part, epoch, task_id = parse_ref(ref)
+            local = next(self._ids)
+            self._held[local] = _Held(crawl, ref, part, epoch, task_id, len(task.items))
+            task.task_id = local
+            tasks.append(task)
+        self.handoff_s += time.thread_time() - started
+        self.counters["tasks_claimed"] += len(tasks)
+        return tasks
+
+    async def report(self, worker: str, results: Sequence[ItemResult]) -> None:
+        """Send results to their managers, the links they found to their owners, and end
+        the tasks whose last item this is: one transaction."""
+        k = self.keys
+        started = time.thread_time()
+        batches: dict[tuple[str, int, int], list[ItemResult]] = defaultdict(list)
+        forwarded: dict[tuple[str, int], tuple[list[FoundURLs], list[FoundEdges]]] = {}
+        finished: list[tuple[int, _Held]] = []
+        for r in results:
+            held = self._held.get(r.task_id)
+            if held is None:
+                continue
+            r.task_id = held.task_id
+            self._route(held, r, forwarded)
+            batches[(held.crawl, held.part, held.epoch)].append(r)
+            held.left -= 1
+            if held.left <= 0:
+                finished.append((id(held), held))
+        blobs = [
+            (k.part(crawl, "results", part), dumps((epoch, rs)))
+            for (crawl, part, epoch), rs in batches.items()
+        ]
+        inbox = [(crawl, part, dumps(value)) for (crawl, part), value in forwarded.items()]
+        self.handoff_s += time.thread_time() - started
+
+        async def send() -> None:
+            async with self.link.redis.pipeline(transaction=True) as p:
+                for key, blob in blobs:
+                    p.rpush(key, blob)
+                for crawl, part, blob in inbox:
+                    p.rpush(k.part(crawl, "inbox", part), blob)
+                    p.hdel(k.crawl(crawl, "idle"), str(part))
+                for _, held in finished:
+                    p.lrem(k.worker(self.worker), 1, held.crawl + SEP + held.ref)
+                    p.hdel(k.crawl(held.crawl, "tasks"), held.ref)
+                await p.execute()
+
+        await self.link.call(send, "report results")
+        for local in [t for t, h in self._held.items() if h.left <= 0]:
+            del self._held[local]
+        self.counters["results"] += len(results)
+        self.counters["forwarded_batches_out"] += len(inbox)
+
+    def _route(
+        self,
+        held: _Held,
+        r: ItemResult,
+        forwarded: dict[tuple[str, int], tuple[list[FoundURLs], list[FoundEdges]]],
+    ) -> None:
+        """Keep in ``r`` the links and edges its own partition owns; put the rest in
+        ``forwarded`` by owner."""
+        splitter = self._splitters[held.crawl]
+        if splitter.partitions == 1:
+            return
+        if r.found is not None and len(r.found):
+            parts = splitter.split_found(r.found)
+            r.found = parts.pop(held.part, None)
+            for part, f in parts.items():
+                forwarded.setdefault((held.crawl, part), ([], []))[0].append(f)
+        if r.pld_edges is not None and len(r.pld_edges):
+            edge_parts = splitter.split_edges(r.pld_edges)
+            r.pld_edges = edge_parts.pop(held.part, None)
+            for part, e in edge_parts.items():
+                forwarded.setdefault((held.crawl, part), ([], []))[1].append(e)
+
+    @asynccontextmanager
+    async def ip_lease(self, ip: str, delay_s: float, lease_s: float) -> AsyncIterator[None]:
+        """Hold ``ip`` for one request, cluster-wide: one request per IP at a time, the
+        next no sooner than ``delay_s`` after this one's end (as the politeness scheduler
+        keeps in one manager; hosts of one IP may belong to several partitions). A lease
+        whose holder died runs out after ``lease_s``."""
+        if delay_s <= 0 or not ip:
+            yield
+            return
+        holder = f"{self.worker}/{next(self._ids)}"
+        while True:
+            wait_ms = await self.link.run_script(
+                IP_ACQUIRE, [ip, holder, int(lease_s * 1000)], "take IP lease"
+            )
+            if int(wait_ms) <= 0:
+                break
+            self.counters["ip_waits"] += 1
+            await asyncio.sleep(int(wait_ms) / 1000)
+        try:
+            yield
+        finally:
+            await self.link.run_script(
+                IP_RELEASE, [ip, holder, int(delay_s * 1000)], "end IP lease"
+            )
+
+    async def _beat_forever(self, ttl: int) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_s)
+            try:
+                await self.beat(ttl)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("fetcher heartbeat failed; trying again")
+
+    async def beat(self, ttl: int) -> None:
+        """Heartbeat; answer WARC sync requests; notice having been taken for dead."""
+        present, seq = await self.link.run_script(HEARTBEAT, [self.worker, ttl], "heartbeat")
+        if not present:
+            lost = len(self._held)
+            if lost:
+                log.warning(
+                    "this fetcher was taken for dead (no heartbeat for %.0f s): its %d tasks "
+                    "went back to their managers; their results are dropped",
+                    self.heartbeat_timeout_s,
+                    lost,
+                )
+                self._held.clear()
+            await self.link.call(
+                lambda: self.link.redis.hset(
+                    self.keys.worker_info(self.worker),
+                    mapping={"host": host_name(), "pid": os.getpid(), "synced": self._synced},
+                ),
+                "register fetcher",
+            )
+        if int(seq) > self._synced:
+            if self.warc_sync is not None:
+                await self.warc_sync()
+            self._synced = int(seq)
+            await self.link.call(
+                lambda: self.link.redis.hset(
+                    self.keys.worker_info(self.worker), "synced", self._synced
+                ),
+                "confirm sync",
+            )

@@ -1,0 +1,168 @@
+"""End-to-end: a crawl on a Redis cluster (real redis-server, real subprocesses for the
+managers and fetchers) against simweb on loopback, checked against simweb's oracle and
+the server's own log, as tests/e2e/test_crawl.py checks the standalone crawl."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from drumbeat.simweb.model import SimWebConfig
+from drumbeat.simweb.server import run_in_thread
+from drumbeat.testing import RedisServer
+from tests.e2e.test_crawl import CONFIG, HOST_DELAY, IP_DELAY, assert_polite
+
+HEARTBEAT_TIMEOUT = "2"
+
+
+def manager_cmd(web, redis: RedisServer, state: Path, part: str, *extra: str) -> list[str]:
+    cfg = state.parent / f"{state.name}.toml"
+    cfg.write_text(CONFIG)
+    return [
+        sys.executable,
+        "-m",
+        "drumbeat",
+        "manager",
+        *web.seeds,
+        "--redis",
+        redis.url,
+        "--crawl",
+        "test",
+        "--partition",
+        part,
+        "--heartbeat-timeout",
+        HEARTBEAT_TIMEOUT,
+        "--state",
+        str(state),
+        "--dns-server",
+        web.dns_address,
+        "--host-delay",
+        str(HOST_DELAY),
+        "--ip-delay",
+        str(IP_DELAY),
+        "--concurrency",
+        "50",
+        "--config",
+        str(cfg),
+        "--no-progress",
+        "--allow-loopback",
+        *extra,
+    ]
+
+
+def fetcher_cmd(redis: RedisServer, state: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "drumbeat",
+        "fetcher",
+        "--redis",
+        redis.url,
+        "--state",
+        str(state),
+        "--heartbeat-timeout",
+        HEARTBEAT_TIMEOUT,
+        "--exit-when-idle",
+        *extra,
+    ]
+
+
+def read_logs(*states: Path) -> list[dict]:
+    out = []
+    for state in states:
+        lines = (state / "crawl.log").read_text().splitlines()
+        out += [json.loads(ln) for ln in lines if ln.endswith("}")]
+    return out
+
+
+def fetched_pages(entries: list[dict]) -> list[str]:
+    return [e["url"] for e in entries if e["kind"] == "page" and e["status"] is not None]
+
+
+@pytest.fixture(scope="module")
+def web():
+    config = SimWebConfig(seed=11, hosts=40, ips=6, pages_per_host=6, crawl_delay_s=0.3)
+    with run_in_thread(config) as w:
+        yield w
+
+
+@pytest.fixture(scope="module")
+def cluster_crawl(web, tmp_path_factory):
+    """Two managers of one crawl and a fetcher with two processes, to the crawl's end."""
+    work = tmp_path_factory.mktemp("cluster")
+    with RedisServer(work / "redis") as redis:
+        start = len(web.requests)
+        fetchers = subprocess.Popen(
+            fetcher_cmd(redis, work / "fetchers", "--processes", "2"),
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        managers = [
+            subprocess.Popen(
+                manager_cmd(web, redis, work / f"m{i}", f"{i}/2"),
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for i in range(2)
+        ]
+        try:
+            codes = [m.wait(timeout=240) for m in managers]
+            fetcher_code = fetchers.wait(timeout=60)
+        finally:
+            for p in [*managers, fetchers]:
+                if p.poll() is None:
+                    p.kill()
+        errors = [p.stderr.read() for p in [*managers, fetchers]]
+        assert codes == [0, 0], errors
+        assert fetcher_code == 0, errors[-1]
+        status = subprocess.run(
+            [sys.executable, "-m", "drumbeat", "status", "--redis", redis.url, "--json"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    return work, list(web.requests[start:]), json.loads(status.stdout)
+
+
+def test_two_managers_fetch_what_one_crawl_does_each_page_once(web, cluster_crawl):
+    work, requests, _ = cluster_crawl
+    entries = read_logs(work / "m0", work / "m1")
+    pages = fetched_pages(entries)
+    assert Counter(pages).most_common(1)[0][1] == 1, "a page was fetched twice"
+    truth = web.model.crawl(web.seeds)
+    assert set(pages) == truth.fetched
+    # Each manager fetched only its own partition's pages.
+    from drumbeat.queue.partition import partition_of
+
+    for i in range(2):
+        own = fetched_pages(read_logs(work / f"m{i}"))
+        assert own and all(partition_of(u, 2) == i for u in own)
+    served = Counter((r.host, r.path) for r in requests if r.path != "/robots.txt")
+    assert max(served.values()) == 1
+    robots = Counter(r.host for r in requests if r.path == "/robots.txt")
+    for host, n in robots.items():
+        assert n == (2 if web.model.robots_status(host) == 500 else 1), host
+
+
+def test_politeness_holds_cluster_wide(web, cluster_crawl):
+    _, requests, _ = cluster_crawl
+    assert_polite(web, requests)
+
+
+def test_status_shows_the_finished_crawl(cluster_crawl):
+    _, _, status = cluster_crawl
+    [crawl] = status["crawls"]
+    assert crawl["crawl"] == "test" and crawl["partitions"] == 2 and crawl["done"]
+    assert crawl["tasks_pending"] == 0 and crawl["tasks_total"] == 0
+
+
+def test_fetchers_write_warc_per_crawl(cluster_crawl):
+    work, _, _ = cluster_crawl
+    assert list((work / "fetchers" / "warc" / "test").glob("*.warc.gz"))
