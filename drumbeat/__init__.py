@@ -6,7 +6,8 @@ Floors, from the bottom; a module imports only from its own floor or those below
 1. runtime helpers  ``runtime`` (malloc choice, GC tuning, pacing, long-turn recording),
                     ``urls``, ``settings``
 2. storage and      ``drum`` (bucketed disk repositories), ``store`` (WARC, crawl log,
-   transport        durable files), ``queue`` (task hand-off), ``checkpoint``
+   transport        durable files), ``queue`` (task hand-off), ``checkpoint``,
+                    ``stats`` (the cluster's counters in Redis)
 3. net              ``fetch`` (DNS cache, address guard, the HTTP clients)
 4. crawl logic      ``frontier`` (URL-seen, STAR, BEAST, robots, QR, politeness),
                     ``parse`` (links, encodings)
