@@ -20,6 +20,7 @@ from pathlib import Path
 
 SAMPLE_INTERVAL_S = 0.5
 _KILL_GRACE_S = 15.0  # after SIGTERM at the time limit, SIGKILL
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +59,35 @@ def process_tree(root: int) -> list[int]:
         out.append(pid)
         todo.extend(children.get(pid, ()))
     return out
+
+
+def tree_cpu_s(
+    root: int, children: dict[int, list[int]] | None = None, *, include_root: bool = True
+) -> float:
+    """CPU seconds (user + system) of ``root``'s live process tree, from ``/proc/<pid>/stat``:
+    each process's own time and its reaped children's, so a child that exits and is waited
+    for keeps counting (in its parent). ``include_root=False``: the descendants only.
+    ``children`` is a :func:`children_map` to reuse across several roots."""
+    children = _children_map() if children is None else children
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, ()))
+        if pid == root and not include_root:
+            continue
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # exited meanwhile
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    return total / _CLOCK_TICKS
+
+
+def children_map() -> dict[int, list[int]]:
+    """Parent pid -> its children's pids, for every process now."""
+    return _children_map()
 
 
 def _rss_bytes(pid: int) -> int:

@@ -310,6 +310,11 @@ http {{
         proc.wait()
         return None
 
+    @property
+    def pid(self) -> int | None:
+        """The nginx master's pid while it runs (its workers are its children)."""
+        return self._proc.pid if self._proc is not None else None
+
     def error_text(self) -> str:
         try:
             return self.error_log.read_text(encoding="utf-8", errors="replace")[-1000:].strip()

@@ -1,0 +1,914 @@
+"""``drumbeat bench cluster``: pages/s, CPU per page by role and Redis cost per page of the
+Redis cluster (managers and fetcher processes) against the standalone crawl, on one
+nginx-served web (does the cluster scale with fetchers and managers, and what does
+Redis cost).
+
+One run:
+
+1. **The web** of ``drumbeat bench throughput`` (``_throughput_web``): ``--hosts`` host
+   names (default 5,000, each its own pay-level domain) of ~20 KB pages with ~60 links,
+   nginx on ``IPS`` loopback addresses 127.77.x.y, a ``SimDNS`` thread mapping the names.
+   A fresh nginx per configuration.
+2. **The configurations,** one after another on the same web, each from the same seeds
+   with politeness off (host and IP delays 0, their budget-scaling floors too; robots.txt
+   obeyed), fresh state and, for the cluster, a fresh ``redis-server``
+   (``drumbeat.testing.RedisServer``, append-only file fsynced ``--redis-fsync``):
+   ``standalone`` (``drumbeat crawl --fetchers 1``, the baseline), then ``MmPf``: M
+   ``drumbeat manager`` processes (``--partition I/M``) and one ``drumbeat fetcher
+   --processes P``. Every fetcher process has ``CONCURRENCY`` fetches in flight at most
+   (``--concurrency`` of the standalone crawl and of ``drumbeat fetcher``); a manager may
+   have ``CONCURRENCY`` x P in flight, so that it alone can keep every fetcher busy.
+3. **The figures,** over the steady window: ``warmup`` seconds after the first page of
+   any manager, the next ``--seconds``. Pages/s counts 2xx page lines of the managers'
+   ``crawl.log`` files together. Every ``SAMPLE_S`` a thread of this process samples the
+   CPU time of each role's process trees (``/proc/<pid>/stat``: manager processes,
+   fetcher processes, redis-server, nginx), Redis's ``INFO`` (commands processed,
+   network bytes in + out, ``used_memory``; this sampler's own commands and bytes taken
+   out) and the managers' figures in Redis (``queued``: URLs in their frontiers); the
+   window's figures are the differences between its two ends, interpolated between
+   samples. Redis memory per queued URL: ``used_memory`` at the window's end less
+   ``used_memory`` before the first manager started, over the URLs the managers hold
+   queued then. Task latency: each manager's ``dispatch_latency`` (``stages.json``, the
+   whole run: a host's delay passing to its next request's start at a fetcher).
+
+Ratios: each configuration's pages/s against ``standalone`` and against ``1m1f``; growth
+per added fetcher process, ``(rate / rate(M managers, 1 process) - 1) / (P - 1)``, and per
+added manager, ``(rate / rate(1 manager, P processes) - 1) / (M - 1)``: the issue's target
+is 0.8 for each until a manager's core is the limit, and at most 1 byte of Redis memory
+per queued URL. On a machine with fewer cores than the processes of a configuration
+(nginx and Redis count too) the cores, not the design, cap the growth: "cores busy" shows
+how many the configuration kept busy.
+
+``--quick``: 15 s measured after 5 s warm-up (about 3 min in all). ``--tiny`` (tests): 50
+hosts, 2 s. ``--scaling``: for a 16-core machine, 1 manager with 1, 2, 4, 8 and 12 fetcher
+processes, 2 and 4 managers with 8 and 12 (``scripts/device-cluster-scaling.sh``).
+``--json`` prints the figures as one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from drumbeat.bench._throughput_dns import DnsThread
+from drumbeat.bench._throughput_proc import children_map, tree_cpu_s
+from drumbeat.bench._throughput_web import Nginx, WebShape, build_tree, nginx_binary, pick_port
+from drumbeat.bench.throughput import (
+    INSTALL_HINT,
+    PAGES_PER_HOST,
+    Rate,
+    _drumbeat_page_times,
+    _tail,
+    interpreter,
+    processor,
+    steady_rate,
+)
+from drumbeat.queue.redis import Keys
+
+CRAWL = "bench"
+CONCURRENCY = 200  # fetches in flight per fetcher process
+SAMPLE_S = 0.5
+START_SLACK_S = 8.0  # --max-time beyond warm-up + measured seconds (start-up)
+# --max-time + this: the benchmark stops a manager (or crawl) itself, SIGTERM then SIGKILL
+# this long after; a fetcher gets as long from SIGTERM to SIGKILL.
+LIMIT_SLACK_S = 20.0
+TARGET_GROWTH = 0.8  # of one more fetcher process's / manager's share
+TARGET_BYTES_PER_QUEUED_URL = 1.0
+ROLES = ("manager", "fetchers", "redis", "nginx")
+FSYNC = ("always", "everysec", "no")
+TREE, ROOT, BELOW = "tree", "root", "below"  # which part of a process tree a role is
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    managers: int  # 0: the standalone crawl
+    processes: int  # fetcher processes (the standalone crawl's --fetchers)
+
+    @property
+    def name(self) -> str:
+        return "standalone" if self.managers == 0 else f"{self.managers}m{self.processes}f"
+
+
+DEFAULT_CONFIGS = (Config(0, 1), Config(1, 1), Config(1, 2), Config(2, 2))
+SCALING_CONFIGS = (
+    Config(0, 1),
+    *(Config(1, p) for p in (1, 2, 4, 8, 12)),
+    *(Config(m, p) for m in (2, 4) for p in (8, 12)),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    mode: str
+    seconds: float  # measured (steady) seconds per configuration
+    warmup_s: float
+    hosts: int
+    seeds: int
+    ips: int
+    configs: tuple[Config, ...]
+    nginx_workers: int
+    redis_fsync: str
+    start_slack_s: float = START_SLACK_S
+    limit_slack_s: float = LIMIT_SLACK_S
+
+    def max_time_s(self) -> float:
+        return self.warmup_s + self.seconds + self.start_slack_s
+
+
+@dataclass(slots=True)
+class Sample:
+    at: float  # epoch seconds
+    cpu_s: dict[str, float]  # role -> CPU seconds so far
+    redis: dict[str, float] | None = None  # commands, net_bytes, used_memory (crawl's own)
+    queued: int | None = None  # URLs the managers hold queued (their figures in Redis)
+
+
+@dataclass(slots=True)
+class ConfigRun:
+    config: Config
+    rate: Rate
+    window: tuple[float, float] | None  # epoch seconds
+    samples: list[Sample]
+    baseline_memory: int | None  # Redis used_memory before the first manager
+    latency: list[dict[str, Any] | None]  # each manager's dispatch_latency
+    allocators: dict[str, list[str]]  # role -> malloc of its processes
+    exit_codes: dict[str, int | None]  # process name (crawl, fetcher, managerI) -> code
+    stopped: list[str]  # the processes the benchmark had to stop: they outlived the limit
+    log_tail: str = ""
+
+
+class RedisProbe:
+    """A tiny RESP client for ``INFO`` and the managers' figures, counting its own commands
+    and bytes so that they can be taken out of Redis's totals."""
+
+    def __init__(self, port: int) -> None:
+        self._sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self._file = self._sock.makefile("rb")
+        self.commands = 0
+        self.sent = 0
+        self.received = 0
+
+    def close(self) -> None:
+        self._file.close()
+        self._sock.close()
+
+    def call(self, *args: str) -> bytes | None:
+        parts = [f"*{len(args)}\r\n".encode()]
+        for a in args:
+            raw = a.encode()
+            parts.append(b"$%d\r\n%s\r\n" % (len(raw), raw))
+        request = b"".join(parts)
+        self._sock.sendall(request)
+        self.commands += 1
+        self.sent += len(request)
+        head = self._file.readline()
+        self.received += len(head)
+        if head.startswith(b"$"):
+            n = int(head[1:])
+            if n < 0:
+                return None
+            body = self._file.read(n + 2)
+            self.received += len(body)
+            return body[:-2]
+        if head.startswith(b"-"):
+            raise RuntimeError(f"redis: {head.decode(errors='replace').strip()}")
+        return head[1:].strip()
+
+    def info(self) -> dict[str, float]:
+        """The crawl's commands and network bytes so far (this probe's left out, the INFO
+        being answered included as Redis counts it), and ``used_memory``."""
+        commands, sent, received = self.commands, self.sent, self.received
+        text = (self.call("INFO", "stats", "memory") or b"").decode()
+        values = dict(
+            line.split(":", 1) for line in text.splitlines() if ":" in line and line[0] != "#"
+        )
+        request = self.sent - sent  # read by Redis before it answered
+        return {
+            "commands": int(values["total_commands_processed"]) - commands,
+            "net_bytes": int(values["total_net_input_bytes"])
+            - (sent + request)
+            + int(values["total_net_output_bytes"])
+            - received,
+            "used_memory": int(values["used_memory"]),
+        }
+
+
+class Sampler:
+    """Samples each role's CPU time (and Redis, when there is one) from a thread."""
+
+    def __init__(
+        self,
+        roles: dict[str, list[tuple[int, str]]],  # role -> (root pid, TREE / ROOT / BELOW)
+        probe: RedisProbe | None,
+        figure_keys: Sequence[str],
+    ) -> None:
+        self.roles = roles
+        self.probe = probe
+        self.figure_keys = list(figure_keys)
+        self.samples: list[Sample] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-sampler", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def sample(self) -> Sample:
+        children = children_map()
+        cpu = {
+            role: sum(_cpu_s(pid, part, children) for pid, part in roots)
+            for role, roots in self.roles.items()
+        }
+        out = Sample(time.time(), cpu)
+        if self.probe is not None:
+            out.redis = self.probe.info()
+            queued = 0
+            for key in self.figure_keys:
+                raw = self.probe.call("HGET", key, "json")
+                queued += int(json.loads(raw).get("queued", 0)) if raw else 0
+            out.queued = queued
+        return out
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.samples.append(self.sample())
+            except (OSError, RuntimeError, ValueError, KeyError):
+                pass  # Redis going away at the end; the samples so far stand
+            self._stop.wait(SAMPLE_S)
+
+
+def _cpu_s(pid: int, part: str, children: dict[int, list[int]]) -> float:
+    """CPU seconds of ``pid``'s tree (TREE), of ``pid`` alone (ROOT) or of its descendants
+    (BELOW)."""
+    below = tree_cpu_s(pid, children, include_root=False)
+    if part == BELOW:
+        return below
+    whole = tree_cpu_s(pid, children)
+    return whole if part == TREE else whole - below
+
+
+def at(samples: list[Sample], t: float, value: Any) -> float | None:
+    """``value(sample)`` at epoch ``t``, interpolated between the samples around it (None
+    where ``t`` is outside them or a value is missing)."""
+    for a, b in itertools.pairwise(samples):
+        if a.at <= t <= b.at:
+            va, vb = value(a), value(b)
+            if va is None or vb is None:
+                return None
+            share = (t - a.at) / (b.at - a.at) if b.at > a.at else 0.0
+            return float(va + share * (vb - va))
+    return None
+
+
+def _allocator(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as maps:
+            text = maps.read()
+    except OSError:
+        return "gone"
+    return next((name for name in ("mimalloc", "jemalloc") if f"lib{name}" in text), "system")
+
+
+class Bench:
+    """One benchmark run: the web, its DNS and the configurations, in ``work``."""
+
+    def __init__(self, plan: Plan, work: Path, nginx: str, log: bool) -> None:
+        self.plan = plan
+        self.work = work
+        self.nginx = nginx
+        self.log = log
+        self.shape = WebShape.make(plan.hosts, PAGES_PER_HOST, plan.ips, plan.seeds)
+        self.docroot = work / "web"
+        self.seeds_file = work / "seeds.txt"
+        self.config_file = work / "crawl.toml"
+        self.port = 0
+        self.dns_address = ""
+
+    def say(self, text: str) -> None:
+        if self.log:
+            print(text, file=sys.stderr, flush=True)
+
+    def prepare(self, dns: DnsThread) -> None:
+        self.dns_address = dns.address
+        self.port = pick_port(self.shape.ip(0), random.Random())
+        build_tree(self.docroot, self.shape, self.port)
+        self.seeds_file.write_text(
+            "\n".join(self.shape.seed_urls(self.port)) + "\n", encoding="utf-8"
+        )
+        # Politeness off, budget scaling included: its floors are the delays (0).
+        self.config_file.write_text(
+            'host_delay_min_s = 0.0\nip_delay_min_s = 0.0\nhttp_client = "curl"\n',
+            encoding="utf-8",
+        )
+
+    def crawl_args(self, state: Path, concurrency: int) -> list[str]:
+        return [
+            "--seeds",
+            str(self.seeds_file),
+            "--state",
+            str(state),
+            "--dns-server",
+            self.dns_address,
+            "--allow-loopback",
+            "--max-time",
+            str(self.plan.max_time_s()),
+            "--no-progress",
+            "--host-delay",
+            "0",
+            "--ip-delay",
+            "0",
+            "--concurrency",
+            str(concurrency),
+            "--config",
+            str(self.config_file),
+        ]
+
+    def run(self, cfg: Config) -> ConfigRun:
+        server = Nginx(
+            self.nginx,
+            self.work / f"nginx-{cfg.name}",
+            self.docroot,
+            self.shape.addresses(),
+            self.port,
+            self.plan.nginx_workers,
+        )
+        self.say(f"{cfg.name}: crawling for {self.plan.max_time_s():.0f} s ...")
+        server.start()
+        try:
+            assert server.pid is not None
+            nginx_role = [(server.pid, TREE)]
+            if cfg.managers == 0:
+                run = self._standalone(cfg, nginx_role)
+            else:
+                run = self._cluster(cfg, nginx_role)
+        finally:
+            server.stop()
+        self.say(
+            f"{cfg.name}: {run.rate.pages_per_s:,.0f} pages/s steady, {run.rate.pages:,} pages"
+        )
+        return run
+
+    def _standalone(self, cfg: Config, nginx_role: list[tuple[int, str]]) -> ConfigRun:
+        state = self.work / cfg.name
+        cmd = [sys.executable, "-m", "drumbeat", "crawl", *self.crawl_args(state, CONCURRENCY)]
+        cmd += ["--fetchers", str(cfg.processes)]
+        procs = _Processes(self.work / cfg.name)
+        crawl = procs.start(cmd, "crawl")
+        # The crawl's process is its manager; its children are the fetcher processes.
+        roles = {
+            "manager": [(crawl.pid, ROOT)],
+            "fetchers": [(crawl.pid, BELOW)],
+            "nginx": nginx_role,
+        }
+        sampler = Sampler(roles, None, ())
+        return self._measure(cfg, procs, [crawl], None, sampler, [state], None, standalone=True)
+
+    def _cluster(self, cfg: Config, nginx_role: list[tuple[int, str]]) -> ConfigRun:
+        from drumbeat.testing import RedisServer
+
+        work = self.work / cfg.name
+        with RedisServer(work / "redis") as redis:
+            probe = RedisProbe(redis.port)
+            try:
+                probe.call("CONFIG", "SET", "appendfsync", self.plan.redis_fsync)
+                baseline = int(probe.info()["used_memory"])
+                procs = _Processes(work)
+                fetcher = procs.start(
+                    [
+                        *(sys.executable, "-m", "drumbeat", "fetcher", "--redis", redis.url),
+                        *("--state", str(work / "fetchers")),
+                        *("--processes", str(cfg.processes)),
+                        *("--concurrency", str(CONCURRENCY)),
+                    ],
+                    "fetcher",
+                )
+                states = [work / f"m{i}" for i in range(cfg.managers)]
+                managers = [
+                    procs.start(
+                        [
+                            *(sys.executable, "-m", "drumbeat", "manager"),
+                            *("--redis", redis.url, "--crawl", CRAWL),
+                            *("--partition", f"{i}/{cfg.managers}"),
+                            *self.crawl_args(state, CONCURRENCY * cfg.processes),
+                        ],
+                        f"manager{i}",
+                    )
+                    for i, state in enumerate(states)
+                ]
+                assert redis.proc is not None
+                roles = {
+                    "manager": [(m.pid, TREE) for m in managers],
+                    "fetchers": [(fetcher.pid, TREE)],
+                    "redis": [(redis.proc.pid, TREE)],
+                    "nginx": nginx_role,
+                }
+                keys = [Keys().part(CRAWL, "mgr", i) for i in range(cfg.managers)]
+                sampler = Sampler(roles, probe, keys)
+                return self._measure(cfg, procs, managers, fetcher, sampler, states, baseline)
+            finally:
+                probe.close()
+
+    def _measure(
+        self,
+        cfg: Config,
+        procs: _Processes,
+        crawls: list[subprocess.Popen[bytes]],
+        fetcher: subprocess.Popen[bytes] | None,
+        sampler: Sampler,
+        states: list[Path],
+        baseline: int | None,
+        *,
+        standalone: bool = False,
+    ) -> ConfigRun:
+        """Sample until the crawls (standalone or managers) end, then stop the fetchers."""
+        sampler.start()
+        allocators: dict[str, list[str]] = {}
+        stopped: list[str] = []
+        grace = self.plan.limit_slack_s
+        try:
+            allocators, stopped = self._watch(crawls, fetcher, standalone)
+        finally:
+            sampler.stop()
+            if fetcher is not None and procs.stop(fetcher, grace):
+                stopped.append("fetcher")
+            procs.stop_all(grace)
+        times = sorted(t for state in states for t in _drumbeat_page_times(state / "crawl.log"))
+        started = sampler.samples[0].at if sampler.samples else time.time()
+        rate = steady_rate(times, started, self.plan.warmup_s, self.plan.seconds)
+        window = None
+        if times:
+            begin = times[0] + self.plan.warmup_s
+            window = (begin, begin + self.plan.seconds)
+        codes = {n: p.returncode for (p, _), n in zip(procs.started, procs.names)}
+        # A process the benchmark stopped ran its crawl to the end and then hung (see the
+        # report's notes): its figures stand.
+        bad = [f"{n} exited {c}" for n, c in codes.items() if c != 0 and n not in stopped]
+        failed = bad + ([] if times else ["no pages"])
+        return ConfigRun(
+            config=cfg,
+            rate=rate,
+            window=window,
+            samples=sampler.samples,
+            baseline_memory=baseline,
+            latency=[_latency(state) for state in states],
+            allocators=allocators,
+            exit_codes=codes,
+            stopped=stopped,
+            log_tail=f"{', '.join(failed)}\n{procs.tails()}" if failed else "",
+        )
+
+    def _watch(
+        self, crawls: list[subprocess.Popen[bytes]], fetcher: Any, standalone: bool
+    ) -> tuple[dict[str, list[str]], list[str]]:
+        """Wait for ``crawls`` to end (stopping them at the limit: their names are returned
+        too); note the allocators of the processes halfway through."""
+        deadline = time.monotonic() + self.plan.max_time_s() + self.plan.limit_slack_s
+        stopped: list[str] = []
+        look_at = time.monotonic() + self.plan.max_time_s() / 2
+        allocators: dict[str, list[str]] = {}
+        while any(p.poll() is None for p in crawls):
+            now = time.monotonic()
+            if not allocators and now >= look_at:
+                children = children_map()
+                if standalone:
+                    pids = {"manager": [crawls[0].pid], "fetchers": children.get(crawls[0].pid, [])}
+                else:
+                    kids = children.get(fetcher.pid, []) or [fetcher.pid]
+                    pids = {"manager": [p.pid for p in crawls], "fetchers": kids}
+                allocators = {role: sorted(map(_allocator, ps)) for role, ps in pids.items()}
+            if now >= deadline:
+                for i, p in enumerate(crawls):
+                    if p.poll() is None:
+                        stopped.append("crawl" if standalone else f"manager{i}")
+                        p.send_signal(signal.SIGTERM)
+                for p in crawls:
+                    try:
+                        p.wait(self.plan.limit_slack_s)
+                    except subprocess.TimeoutExpired:
+                        os.killpg(p.pid, signal.SIGKILL)
+                        p.wait()
+            time.sleep(0.1)
+        return allocators, stopped
+
+
+class _Processes:
+    """The processes of one configuration, each in its own session, output to ``DIR/*.out``."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.started: list[tuple[subprocess.Popen[bytes], Path]] = []
+        self.names: list[str] = []
+        work.mkdir(parents=True, exist_ok=True)
+
+    def start(self, cmd: list[str], name: str) -> subprocess.Popen[bytes]:
+        log = self.work / f"{name}.out"
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.started.append((proc, log))
+        self.names.append(name)
+        return proc
+
+    def stop(self, proc: subprocess.Popen[bytes], grace_s: float) -> bool:
+        """SIGTERM, then SIGKILL to its whole session after ``grace_s``; True when it had
+        to be killed."""
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        killed = False
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            killed = True
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # children left behind, if any
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait()
+        return killed
+
+    def stop_all(self, grace_s: float) -> None:
+        for proc, _ in self.started:
+            if proc.returncode is None:
+                self.stop(proc, grace_s)
+
+    def tails(self) -> str:
+        return "\n".join(f"--- {log.name}\n{_tail(log)}" for _, log in self.started)
+
+
+def _latency(state: Path) -> dict[str, Any] | None:
+    path = state / "stages.json"
+    if not path.exists():
+        return None
+    value = json.loads(path.read_text(encoding="utf-8")).get("dispatch_latency")
+    return value if isinstance(value, dict) else None
+
+
+# ------------------------------------------------------------------ figures
+
+
+def figures(run: ConfigRun, seconds: float) -> dict[str, Any]:
+    """One configuration's figures over its steady window (see the module docstring)."""
+    cfg, rate, samples = run.config, run.rate, run.samples
+    out: dict[str, Any] = {
+        "managers": cfg.managers,
+        "processes": cfg.processes,
+        "pages": rate.pages,
+        "steady_pages": rate.steady_pages,
+        "pages_per_s": rate.pages_per_s,
+        "slowest_window_pages_per_s": rate.slowest_window_pages_per_s,
+        "window_pages": list(rate.window_pages),
+        "first_page_s": rate.first_page_s,
+        "cpu_ms_per_page": {},
+        "cores_busy": {},
+        "redis": None,
+        "dispatch_latency": run.latency,
+        "allocators": run.allocators,
+        "exit_codes": run.exit_codes,
+        "stopped_by_bench": run.stopped,
+    }
+    if run.window is None or not rate.steady_pages:
+        return out
+    begin, end = run.window
+    out["window_complete"] = bool(samples) and samples[-1].at >= end
+    for role in ROLES:
+        a = at(samples, begin, lambda s, role=role: s.cpu_s.get(role))
+        b = at(samples, end, lambda s, role=role: s.cpu_s.get(role))
+        if a is None or b is None:
+            continue
+        out["cpu_ms_per_page"][role] = 1000 * (b - a) / rate.steady_pages
+        out["cores_busy"][role] = (b - a) / seconds
+    if run.baseline_memory is not None:
+        out["redis"] = _redis_figures(run, begin, end)
+    if run.log_tail:
+        out["log_tail"] = run.log_tail
+    return out
+
+
+def _redis_figures(run: ConfigRun, begin: float, end: float) -> dict[str, Any]:
+    pages = run.rate.steady_pages
+    samples = [s for s in run.samples if s.redis is not None]
+
+    def delta(key: str) -> float | None:
+        a = at(samples, begin, lambda s: s.redis[key])
+        b = at(samples, end, lambda s: s.redis[key])
+        return None if a is None or b is None else b - a
+
+    commands, net = delta("commands"), delta("net_bytes")
+    last = next((s for s in reversed(samples) if s.at <= end and s.queued is not None), None)
+    memory = queued = None
+    if last is not None and last.redis is not None and run.baseline_memory is not None:
+        memory = int(last.redis["used_memory"]) - run.baseline_memory
+        queued = last.queued
+    return {
+        "ops_per_page": None if commands is None else commands / pages,
+        "bytes_per_page": None if net is None else net / pages,
+        "used_memory_bytes": memory,
+        "queued_urls": queued,
+        "bytes_per_queued_url": memory / queued if memory is not None and queued else None,
+    }
+
+
+def ratios(configs: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    """Pages/s against ``standalone`` and ``1m1f``; growth per added fetcher process and
+    per added manager (see the module docstring)."""
+    rate = {name: c["pages_per_s"] for name, c in configs.items()}
+    by_shape = {(c["managers"], c["processes"]): name for name, c in configs.items()}
+
+    def over(name: str, ref: str | None) -> float | None:
+        return rate[name] / rate[ref] if ref and rate.get(ref) else None
+
+    out: dict[str, dict[str, float | None]] = {}
+    for name, c in configs.items():
+        m, p = c["managers"], c["processes"]
+        per_fetcher = per_manager = None
+        if m and p > 1:
+            r = over(name, by_shape.get((m, 1)))
+            per_fetcher = None if r is None else (r - 1) / (p - 1)
+        if m > 1:
+            r = over(name, by_shape.get((1, p)))
+            per_manager = None if r is None else (r - 1) / (m - 1)
+        out[name] = {
+            "vs_standalone": over(name, by_shape.get((0, 1))),
+            "vs_1m1f": over(name, by_shape.get((1, 1))),
+            "growth_per_added_fetcher": per_fetcher,
+            "growth_per_added_manager": per_manager,
+        }
+    return out
+
+
+def report(plan: Plan, bench: Bench, runs: list[ConfigRun], elapsed_s: float) -> dict[str, Any]:
+    configs = {r.config.name: figures(r, plan.seconds) for r in runs}
+    rats = ratios(configs)
+    memory = [
+        c["redis"]["bytes_per_queued_url"]
+        for c in configs.values()
+        if c["redis"] and c["redis"]["bytes_per_queued_url"] is not None
+    ]
+    return {
+        "mode": plan.mode,
+        "seconds": plan.seconds,
+        "warmup_s": plan.warmup_s,
+        "web": {
+            "hosts": bench.shape.hosts,
+            "pages_per_host": bench.shape.pages + 1,
+            "ips": bench.shape.ips,
+            "seeds": bench.shape.seeds,
+            "nginx_workers": plan.nginx_workers,
+        },
+        "concurrency_per_process": CONCURRENCY,
+        "redis_fsync": plan.redis_fsync,
+        "cpus": len(os.sched_getaffinity(0)),
+        "cpu_model": processor(),
+        "python": interpreter(),
+        "configs": configs,
+        "ratios": rats,
+        "targets": {
+            "growth": TARGET_GROWTH,
+            "bytes_per_queued_url": TARGET_BYTES_PER_QUEUED_URL,
+            "memory_reached": bool(memory) and max(memory) <= TARGET_BYTES_PER_QUEUED_URL,
+        },
+        "elapsed_s": elapsed_s,
+    }
+
+
+# ------------------------------------------------------------------ printing
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "n/a" if value is None else format(value, fmt)
+
+
+def print_report(rep: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=170)
+    web = rep["web"]
+    table = Table(
+        title=f"Cluster on {web['hosts']:,} hosts x {web['pages_per_host']} pages "
+        f"(nginx, {web['ips']} loopback IPs, {web['nginx_workers']} workers), politeness off, "
+        f"{rep['seconds']:.0f} s measured after {rep['warmup_s']:.0f} s warm-up, "
+        f"{rep['cpus']} CPUs ({rep['cpu_model']}), Redis appendfsync {rep['redis_fsync']}"
+    )
+    columns = [
+        "config", "pages/s", "slowest 5 s", "x standalone", "x 1m1f", "+/fetcher",
+        "+/manager", "CPU ms/page mgr", "fetchers", "redis", "nginx", "cores busy",
+        "Redis ops/page", "bytes/page", "B/queued URL", "latency p50/p90 ms",
+    ]  # fmt: skip
+    for col in columns:
+        table.add_column(col, justify="left" if col == "config" else "right")
+    for name, c in rep["configs"].items():
+        r = rep["ratios"][name]
+        cpu = c["cpu_ms_per_page"]
+        redis = c["redis"] or {}
+        lat = " ".join(
+            f"{x['p50_ms']:.0f}/{x['p90_ms']:.0f}" if x else "n/a" for x in c["dispatch_latency"]
+        )
+        table.add_row(
+            name,
+            f"{c['pages_per_s']:,.0f}",
+            f"{c['slowest_window_pages_per_s']:,.0f}",
+            _num(r["vs_standalone"], ".2f"),
+            _num(r["vs_1m1f"], ".2f"),
+            _num(r["growth_per_added_fetcher"], ".2f"),
+            _num(r["growth_per_added_manager"], ".2f"),
+            _num(cpu.get("manager"), ".3f"),
+            _num(cpu.get("fetchers"), ".3f"),
+            _num(cpu.get("redis"), ".3f"),
+            _num(cpu.get("nginx"), ".3f"),
+            _num(sum(c["cores_busy"].values()) if c["cores_busy"] else None, ".2f"),
+            _num(redis.get("ops_per_page"), ".2f"),
+            _num(redis.get("bytes_per_page"), ",.0f"),
+            _num(redis.get("bytes_per_queued_url"), ".3f"),
+            lat,
+        )
+    console.print(table)
+    _print_notes(console, rep)
+
+
+def _print_notes(console: Any, rep: dict[str, Any]) -> None:
+    for name, c in rep["configs"].items():
+        busy = ", ".join(f"{k} {v:.2f}" for k, v in c["cores_busy"].items())
+        redis = c["redis"] or {}
+        memory = redis.get("used_memory_bytes")
+        console.print(
+            f"{name}: cores busy by role: {busy or 'n/a'}; malloc "
+            + (", ".join(f"{k} {'/'.join(v)}" for k, v in c["allocators"].items()) or "n/a")
+            + (
+                f"; Redis memory {memory:,} B for {redis.get('queued_urls') or 0:,} queued URLs"
+                if memory is not None
+                else ""
+            )
+            + ("" if c.get("window_complete", True) else "; the window outlasted the crawl")
+            + (
+                f"; {', '.join(c['stopped_by_bench'])} did not exit after the crawl: stopped "
+                "by the benchmark (the figures stand; a stopped manager leaves no latency)"
+                if c["stopped_by_bench"]
+                else ""
+            )
+        )
+        if c.get("log_tail"):
+            console.print(f"[bold]{name} failed[/bold] (exit {c['exit_codes']}):\n{c['log_tail']}")
+    t = rep["targets"]
+    console.print(
+        f"Targets: growth >= {t['growth']:.1f} per added fetcher process (until a manager's "
+        f"core is the limit) and per added manager; Redis <= "
+        f"{t['bytes_per_queued_url']:g} byte per queued URL: "
+        f"{'reached' if t['memory_reached'] else 'not reached'}."
+    )
+    python = rep["python"]
+    console.print(
+        f"Notes: {rep['concurrency_per_process']} fetches in flight per fetcher process; a "
+        f"manager may have that many times the fetcher processes in flight. CPU ms/page is "
+        f"over the steady window, per role (every process of it); 'cores busy' sums the "
+        f"roles' CPU over the window's seconds: near {rep['cpus']} the machine, not the "
+        f"design, is the limit. Redis ops and bytes (in + out) per page leave out this "
+        f"benchmark's own INFO calls. Latency: each manager's dispatch latency over its "
+        f"whole run. Python {python['version']} ({python['executable']}). "
+        f"{rep['mode']} run, {rep['elapsed_s']:.0f} s."
+    )
+
+
+# ------------------------------------------------------------------ command line
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="drumbeat bench cluster", description=__doc__.splitlines()[0])
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="15 s measured per configuration")
+    mode.add_argument("--tiny", action="store_true", help="50 hosts, 2 s measured: a smoke test")
+    ap.add_argument(
+        "--scaling",
+        action="store_true",
+        help="1 manager with 1-12 fetcher processes, 2 and 4 with 8 and 12 (a 16-core machine)",
+    )
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument(
+        "--configs",
+        metavar="NAME,...",
+        help="the configurations to run, e.g. standalone,1m1f,2m8f (MmPf: M managers, P "
+        "fetcher processes; default standalone,1m1f,1m2f,2m2f)",
+    )
+    ap.add_argument("--seconds", type=float, help="seconds measured per configuration")
+    ap.add_argument("--hosts", type=int, help="host names in the web (default 5000)")
+    ap.add_argument("--nginx-workers", type=int, default=None, help="default 1 (--scaling: 4)")
+    ap.add_argument(
+        "--redis-fsync",
+        choices=FSYNC,
+        default="always",
+        help="Redis appendfsync (default always, as drumbeat.testing.RedisServer starts it)",
+    )
+    ap.add_argument("--dir", type=Path, default=None, help="work directory (default: a temp dir)")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    return ap.parse_args(argv)
+
+
+def parse_configs(text: str) -> tuple[Config, ...]:
+    """``standalone,1m2f,...`` -> configurations; SystemExit (a usage error) otherwise."""
+    out = []
+    for name in text.split(","):
+        m = re.fullmatch(r"(\d+)m(\d+)f", name.strip())
+        if name.strip() == "standalone":
+            out.append(Config(0, 1))
+        elif m and int(m[1]) >= 1 and int(m[2]) >= 1:
+            out.append(Config(int(m[1]), int(m[2])))
+        else:
+            raise SystemExit(f"drumbeat bench cluster: --configs: no configuration {name!r}")
+    return tuple(out)
+
+
+def make_plan(args: argparse.Namespace) -> Plan:
+    mode = "tiny" if args.tiny else "quick" if args.quick else "full"
+    seconds, warmup, hosts, seeds = {
+        "full": (60.0, 10.0, 5000, 300),
+        "quick": (15.0, 5.0, 5000, 300),
+        "tiny": (2.0, 1.0, 50, 10),
+    }[mode]
+    hosts = args.hosts or hosts
+    return Plan(
+        mode=mode + ("-scaling" if args.scaling else ""),
+        seconds=args.seconds or seconds,
+        warmup_s=warmup,
+        hosts=hosts,
+        seeds=min(seeds, hosts),
+        ips=min(500, max(1, hosts // 5)),
+        configs=parse_configs(args.configs)
+        if args.configs
+        else SCALING_CONFIGS
+        if args.scaling
+        else DEFAULT_CONFIGS,
+        start_slack_s=2.5 if mode == "tiny" else START_SLACK_S,
+        limit_slack_s=4.0 if mode == "tiny" else LIMIT_SLACK_S,
+        nginx_workers=args.nginx_workers or (4 if args.scaling else 1),
+        redis_fsync=args.redis_fsync,
+    )
+
+
+def missing_tools() -> list[str]:
+    missing = [] if nginx_binary() else ["nginx"]
+    if shutil.which("redis-server") is None:
+        missing.append("redis-server")
+    return missing
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    plan = make_plan(args)
+    missing = missing_tools()
+    if missing:
+        print(
+            f"drumbeat bench cluster needs {' and '.join(missing)}: {INSTALL_HINT}; "
+            "redis-server: scripts/test installs it",
+            file=sys.stderr,
+        )
+        return 2
+    nginx = nginx_binary()
+    assert nginx is not None
+    if args.dir:
+        Path(args.dir).mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="clusterbench-", dir=args.dir))
+    work.chmod(0o755)  # nginx's workers may run as another user: they must read the tree
+    t0 = time.perf_counter()
+    runs: list[ConfigRun] = []
+    try:
+        bench = Bench(plan, work, nginx, log=not args.json)
+        with DnsThread(bench.shape.dns_table()) as dns:
+            bench.prepare(dns)
+            for cfg in plan.configs:
+                runs.append(bench.run(cfg))
+        rep = report(plan, bench, runs, time.perf_counter() - t0)
+    finally:
+        if args.keep:
+            print(f"work directory kept: {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    if args.json:
+        print(json.dumps(rep))
+    else:
+        print_report(rep)
+    return 0 if all(r.rate.pages and not r.log_tail for r in runs) else 1
