@@ -566,6 +566,10 @@ def cmd_fetcher(args: argparse.Namespace) -> int:
     check_state_path(state)
     check_state_dir(state)
     processes = args.processes if args.processes is not None else (os.cpu_count() or 1)
+    if processes == 1 and args.reexec:
+        # The malloc a crawl's fetchers run on (drumbeat.runtime.allocator); with more
+        # processes, the children are started with it.
+        reexec_if_needed("auto", sys.argv[1:])  # returns if nothing to do
     return run_fetcher(
         FetcherRole(
             redis_url=args.redis,

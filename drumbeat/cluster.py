@@ -268,7 +268,7 @@ class FetcherProcess:
                 if room <= 0:
                     await asyncio.sleep(0.002)
                     continue
-                tasks = await self.queue.claim(self.name, min(16, room), timeout_s=0.5)
+                tasks = await self.queue.claim(self.name, min(32, room), timeout_s=0.5)
                 for task in tasks:
                     crawl = self.queue.crawl_of(task.task_id)
                     (await self._for(crawl)).fetcher.start(task)

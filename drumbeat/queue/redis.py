@@ -9,6 +9,7 @@ and small bookkeeping: the frontier stays on the managers' disks.
 Keys, all under a prefix ``P`` (default ``drumbeat:``)::
 
     P crawls                      hash   crawl -> weight (weighted fair queuing)
+    P passes, P vt                hash, string  the claims' stride schedule (CLAIM)
     P c:C:meta                    hash   partitions, settings (JSON, for the fetchers)
     P c:C:pending                 list   refs "I:E:id" of tasks no fetcher holds (FIFO)
     P c:C:tasks                   hash   ref -> task (pickled), pending or held
@@ -25,6 +26,7 @@ Keys, all under a prefix ``P`` (default ``drumbeat:``)::
     P w:F                         list   "C\\x1fref" of the tasks fetcher F holds
     P w:F:info                    hash   fetcher F's host, pid, WARC sync (TTL)
     P syncseq                     string WARC sync requests (ManagerQueue.sync)
+    P wake                        list   tokens that wake fetchers waiting for tasks
     P ip:A                        hash   IP A's lease: holder, until, free_at (ms)
 
 Ownership stays with the server, as in BloomReach: a claim moves a task's ref into the
@@ -61,11 +63,18 @@ import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from copy import copy
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
-from redis.exceptions import BusyLoadingError, ResponseError, TryAgainError
+from redis.exceptions import (
+    AuthenticationError,
+    AuthorizationError,
+    BusyLoadingError,
+    ResponseError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -94,6 +103,15 @@ OUTAGE_ERRORS: tuple[type[Exception], ...] = (
     ConnectionError,
     OSError,
 )
+
+
+async def _stop(task: asyncio.Task[None] | None) -> None:
+    """Cancel ``task`` and wait for its end, cancelling again while it runs on: on Python
+    3.11, asyncio.wait_for (redis-py's send under a socket timeout) swallows a
+    cancellation that arrives as its operation completes (CPython gh-86296)."""
+    while task is not None and not task.done():
+        task.cancel()
+        await asyncio.wait([task], timeout=0.1)
 
 
 class ClusterError(RuntimeError):
@@ -140,6 +158,10 @@ class Keys:
         return self.prefix + "workers"
 
     @property
+    def wake(self) -> str:
+        return self.prefix + "wake"
+
+    @property
     def syncseq(self) -> str:
         return self.prefix + "syncseq"
 
@@ -159,12 +181,14 @@ class Keys:
         return f"{self.prefix}ip:{ip}"
 
 
-def task_ref(part: int, epoch: int, task_id: int) -> str:
-    return f"{part}:{epoch}:{task_id}"
+def task_ref(part: int, epoch: int, task: Task) -> str:
+    """A task's name in Redis: its manager's partition and run, its id, its size."""
+    return f"{part}:{epoch}:{task.task_id}:{len(task.items)}"
 
 
 def parse_ref(ref: str) -> tuple[int, int, int]:
-    part, epoch, task_id = ref.split(":")
+    """(partition, epoch, task id) of a task_ref."""
+    part, epoch, task_id, _ = ref.split(":")
     return int(part), int(epoch), int(task_id)
 
 
@@ -177,7 +201,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
 # ARGV: prefix, crawl, ref1, blob1, ref2, blob2, ...  A task already there is not added
-# again (a retried submit).
+# again (a retried submit). Wakes up to 8 idle fetchers (tokens in the wake list).
 SUBMIT = """
 local P, C = ARGV[1], ARGV[2]
 local tasks, pending = P..'c:'..C..':tasks', P..'c:'..C..':pending'
@@ -187,45 +211,51 @@ for i = 3, #ARGV, 2 do
     redis.call('RPUSH', pending, ARGV[i]); n = n + 1
   end
 end
+for _ = 1, math.min(n, 8) do redis.call('RPUSH', P..'wake', 1) end
+if n > 0 then redis.call('LTRIM', P..'wake', -64, -1) end
 return n
 """
 
-# ARGV: prefix, worker, max_tasks, random in [0, 1).  Heartbeats the worker, picks a crawl
-# with pending tasks at random in proportion to its weight, moves up to max_tasks refs
-# into the worker's list. Returns {crawl, ref1, blob1, ...} or {}.
+# ARGV: prefix, worker, max_items.  Heartbeats the worker; picks, among the crawls with
+# pending tasks, the one whose pass is lowest (stride scheduling: a crawl's pass grows by
+# items / weight with each claim, and one back from idle starts at the current virtual
+# time, so shares of items follow the weights exactly and none starves); moves its tasks
+# into the worker's list until max_items items (at least one task). Returns
+# {absent, crawl, ref1, blob1, ...} or {absent}: absent is 1 when the worker had been
+# reaped (taken for dead) since its last call.
 CLAIM = (
     """
-local P, W, n, r = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local P, W, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 """
     + _NOW_MS
     + """
-redis.call('ZADD', P..'workers', now, W)
+local absent = redis.call('ZADD', P..'workers', now, W)
 local crawls = redis.call('HGETALL', P..'crawls')
-local names, weights, total = {}, {}, 0
+local vt = tonumber(redis.call('GET', P..'vt') or '0')
+local C, pass, weight = nil, nil, nil
 for i = 1, #crawls, 2 do
   local w = tonumber(crawls[i+1])
   if w and w > 0 and redis.call('LLEN', P..'c:'..crawls[i]..':pending') > 0 then
-    names[#names+1] = crawls[i]; weights[#weights+1] = w; total = total + w
+    local p = math.max(vt, tonumber(redis.call('HGET', P..'passes', crawls[i]) or '0'))
+    if C == nil or p < pass then C, pass, weight = crawls[i], p, w end
   end
 end
-if total == 0 then return {} end
-local pick, chosen = r * total, names[#names]
-for i = 1, #names do
-  pick = pick - weights[i]
-  if pick < 0 then chosen = names[i]; break end
-end
-local C = chosen
-local out = {C}
+if C == nil then return {absent} end
+redis.call('SET', P..'vt', tostring(pass))
+local out = {absent, C}
 local tasks, mine = P..'c:'..C..':tasks', P..'w:'..W
-for _ = 1, n do
+local items = 0
+while items < n do
   local ref = redis.call('LPOP', P..'c:'..C..':pending')
   if not ref then break end
   local blob = redis.call('HGET', tasks, ref)
   if blob then
     redis.call('RPUSH', mine, C..'\\31'..ref)
     out[#out+1] = ref; out[#out+1] = blob
+    items = items + tonumber(string.match(ref, ':(%d+)$'))
   end
 end
+redis.call('HSET', P..'passes', C, tostring(pass + items / weight))
 return out
 """
 )
@@ -441,6 +471,8 @@ class RedisLink:
         while True:
             try:
                 result = await op()
+            except (AuthenticationError, AuthorizationError) as e:
+                raise ClusterError(f"Redis at {safe_url(self.url)} refused: {e}") from None
             except OUTAGE_ERRORS as e:
                 if isinstance(e, ResponseError) and not isinstance(e, BusyLoadingError):
                     raise
@@ -609,9 +641,7 @@ class RedisManagerQueue:
         """Stop the background work; tasks not claimed yet are withdrawn (their items are
         in the checkpoint: the next run dispatches them again)."""
         self._closed = True
-        if self._ticker is not None:
-            self._ticker.cancel()
-            await asyncio.gather(self._ticker, return_exceptions=True)
+        await _stop(self._ticker)
         if self._acking is not None:
             await asyncio.gather(self._acking, return_exceptions=True)
         try:
@@ -637,7 +667,7 @@ class RedisManagerQueue:
         started = time.thread_time()
         for t in tasks:
             self._outstanding[t.task_id] = _Outstanding(t, set(range(len(t.items))), now)
-            args += [task_ref(self.part, self.epoch, t.task_id), dumps(t)]
+            args += [task_ref(self.part, self.epoch, t), dumps(t)]
         self.handoff_s += time.thread_time() - started
         self._submitted += len(tasks)
         await self.link.run_script(SUBMIT, args, "submit tasks")
@@ -808,12 +838,14 @@ class RedisManagerQueue:
             self._stash_urls += urls
             self._stash_edges += edges
             self.counters["forwarded_batches_in"] += 1
+        if entries:
+            self._idle = False  # until idle() has seen them admitted (ticks run meanwhile)
         self._taken += len(entries)
 
     # -- background
 
     async def _tick_forever(self) -> None:
-        while True:
+        while not self._closed:
             try:
                 await self.tick()
             except asyncio.CancelledError:
@@ -874,7 +906,7 @@ class RedisManagerQueue:
         async def exists() -> list[Any]:
             async with self.link.redis.pipeline(transaction=False) as p:
                 for t in old:
-                    p.hexists(key, task_ref(self.part, self.epoch, t))
+                    p.hexists(key, task_ref(self.part, self.epoch, self._outstanding[t].task))
                 return list(await p.execute())
 
         there = await self.link.call(exists, "sweep")
@@ -903,7 +935,7 @@ class _Held:
     part: int
     epoch: int
     task_id: int  # the manager's
-    left: int  # items not reported yet
+    left: set[int]  # indexes of the items not reported yet
 
 
 @dataclass(frozen=True, slots=True)
@@ -947,7 +979,8 @@ class RedisFetcherQueue:
         self.handoff_s = 0.0
 
     async def start(self) -> None:
-        await self.link.check()
+        """Join the cluster: waits for Redis (fetchers may start first)."""
+        await self.link.call(self.link.redis.ping, "connect")
         info = self.keys.worker_info(self.worker)
         ttl = int(max(self.heartbeat_timeout_s, 5.0) * 2000)
 
@@ -964,9 +997,7 @@ class RedisFetcherQueue:
     async def close(self) -> None:
         """Stop claiming; the tasks still held go back to their managers at once."""
         self._closed = True
-        if self._heart is not None:
-            self._heart.cancel()
-            await asyncio.gather(self._heart, return_exceptions=True)
+        await _stop(self._heart)
         try:
             await asyncio.wait_for(self._leave(), timeout=5.0)
         except (TimeoutError, *OUTAGE_ERRORS):
@@ -982,7 +1013,7 @@ class RedisFetcherQueue:
 
     @property
     def held_items(self) -> int:
-        return sum(h.left for h in self._held.values())
+        return sum(len(h.left) for h in self._held.values())
 
     def crawl_of(self, task_id: int) -> str:
         return self._held[task_id].crawl
@@ -1009,21 +1040,26 @@ class RedisFetcherQueue:
         self._crawls.pop(crawl, None)
 
     async def claim(self, worker: str, max_tasks: int, timeout_s: float) -> list[Task]:
-        """Up to ``max_tasks`` tasks of one crawl (picked by weight), waiting up to
-        ``timeout_s`` for some; their ``task_id`` s are this process's (see crawl_of)."""
+        """Tasks of one crawl (picked by weight) holding up to ``max_tasks`` *items* (at
+        least one task: managers size tasks differently, and a fetcher's room is in
+        items), waiting up to ``timeout_s`` for some; their ``task_id`` s are this
+        process's (see crawl_of)."""
         deadline = time.monotonic() + timeout_s
-        pause = 0.002
         while not self._closed:
-            out = await self.link.run_script(
-                CLAIM, [self.worker, max_tasks, random.random()], "claim tasks"
-            )
-            if out:
-                return await self._adopt(out[0].decode(), out[1:])
+            out = await self.link.run_script(CLAIM, [self.worker, max_tasks], "claim tasks")
+            if out[0]:
+                self._taken_for_dead()
+            if len(out) > 1:
+                return await self._adopt(out[1].decode(), out[2:])
             left = deadline - time.monotonic()
             if left <= 0:
                 return []
-            await asyncio.sleep(min(pause, left))
-            pause = min(pause * 2, 0.05)
+            # Wait for a submit's wake token (or a while: tokens are few, fetchers many).
+            wait = max(0.01, min(left, 0.05))
+            await self.link.call(
+                lambda wait=wait: self.link.redis.blpop([self.keys.wake], timeout=wait),
+                "wait for tasks",
+            )
         return []
 
     async def _adopt(self, crawl: str, pairs: list[bytes]) -> list[Task]:
@@ -1035,7 +1071,8 @@ class RedisFetcherQueue:
             task: Task = loads(pairs[i + 1])
             part, epoch, task_id = parse_ref(ref)
             local = next(self._ids)
-            self._held[local] = _Held(crawl, ref, part, epoch, task_id, len(task.items))
+            unreported = set(range(len(task.items)))
+            self._held[local] = _Held(crawl, ref, part, epoch, task_id, unreported)
             task.task_id = local
             tasks.append(task)
         self.handoff_s += time.thread_time() - started
@@ -1049,17 +1086,18 @@ class RedisFetcherQueue:
         started = time.thread_time()
         batches: dict[tuple[str, int, int], list[ItemResult]] = defaultdict(list)
         forwarded: dict[tuple[str, int], tuple[list[FoundURLs], list[FoundEdges]]] = {}
-        finished: list[tuple[int, _Held]] = []
+        finished: list[_Held] = []
         for r in results:
             held = self._held.get(r.task_id)
-            if held is None:
-                continue
+            if held is None or r.index not in held.left:
+                continue  # a task taken back, or an item reported already
+            held.left.discard(r.index)
+            if not held.left:
+                finished.append(held)
+            r = copy(r)  # the caller's stays as it was (a retried report finds it again)
             r.task_id = held.task_id
             self._route(held, r, forwarded)
             batches[(held.crawl, held.part, held.epoch)].append(r)
-            held.left -= 1
-            if held.left <= 0:
-                finished.append((id(held), held))
         blobs = [
             (k.part(crawl, "results", part), dumps((epoch, rs)))
             for (crawl, part, epoch), rs in batches.items()
@@ -1074,13 +1112,13 @@ class RedisFetcherQueue:
                 for crawl, part, blob in inbox:
                     p.rpush(k.part(crawl, "inbox", part), blob)
                     p.hdel(k.crawl(crawl, "idle"), str(part))
-                for _, held in finished:
+                for held in finished:
                     p.lrem(k.worker(self.worker), 1, held.crawl + SEP + held.ref)
                     p.hdel(k.crawl(held.crawl, "tasks"), held.ref)
                 await p.execute()
 
         await self.link.call(send, "report results")
-        for local in [t for t, h in self._held.items() if h.left <= 0]:
+        for local in [t for t, h in self._held.items() if not h.left]:
             del self._held[local]
         self.counters["results"] += len(results)
         self.counters["forwarded_batches_out"] += len(inbox)
@@ -1132,8 +1170,19 @@ class RedisFetcherQueue:
                 IP_RELEASE, [ip, holder, int(delay_s * 1000)], "end IP lease"
             )
 
+    def _taken_for_dead(self) -> None:
+        """A manager reaped this fetcher (it missed heartbeats): what it held went back."""
+        if self._held:
+            log.warning(
+                "this fetcher was taken for dead (no heartbeat for %.0f s): its %d tasks "
+                "went back to their managers; their results are dropped",
+                self.heartbeat_timeout_s,
+                len(self._held),
+            )
+            self._held.clear()
+
     async def _beat_forever(self, ttl: int) -> None:
-        while True:
+        while not self._closed:
             await asyncio.sleep(self.heartbeat_s)
             try:
                 await self.beat(ttl)
@@ -1146,15 +1195,7 @@ class RedisFetcherQueue:
         """Heartbeat; answer WARC sync requests; notice having been taken for dead."""
         present, seq = await self.link.run_script(HEARTBEAT, [self.worker, ttl], "heartbeat")
         if not present:
-            lost = len(self._held)
-            if lost:
-                log.warning(
-                    "this fetcher was taken for dead (no heartbeat for %.0f s): its %d tasks "
-                    "went back to their managers; their results are dropped",
-                    self.heartbeat_timeout_s,
-                    lost,
-                )
-                self._held.clear()
+            self._taken_for_dead()
             await self.link.call(
                 lambda: self.link.redis.hset(
                     self.keys.worker_info(self.worker),

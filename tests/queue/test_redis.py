@@ -159,12 +159,6 @@ def test_loads_refuses_any_other_class(blob: bytes) -> None:
 # -- start and stop -------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: close() cancels the background tick once; on Python 3.11 redis-py's "
-    "send (asyncio.wait_for) swallows a cancellation that lands in it, and the tick loop "
-    "then runs on forever: close() never returns",
-)
 def test_close_returns_with_a_tick_under_way(redis_server: RedisServer) -> None:
     async def go(stack: AsyncExitStack) -> None:
         queue = RedisManagerQueue(await link(stack, redis_server.url), "c", 0, 1)
@@ -206,7 +200,7 @@ def test_submit_claim_report_round_trip(redis_server: RedisServer) -> None:
         assert rows(first) == [(1, 0, 200, None), (1, 1, 200, None), (2, 0, 200, None)]
         assert [x.item for x in first] == [sent[0].items[0], sent[0].items[1], sent[1].items[0]]
         redis = f.link.redis
-        assert sorted(await redis.hkeys(tasks_key)) == [b"0:1:2", b"0:1:3"], "task 1 is over"
+        assert sorted(await redis.hkeys(tasks_key)) == [b"0:1:2:2", b"0:1:3:2"], "task 1 is over"
         assert len(await redis.lrange(worker_key, 0, -1)) == 5
 
         # A task whose results all came is not reported again, nor collected twice.
@@ -217,7 +211,7 @@ def test_submit_claim_report_round_trip(redis_server: RedisServer) -> None:
         assert await mgr.collect(1000, 0.2) == []
         assert await redis.hlen(tasks_key) == 0
         assert sorted(await redis.lrange(worker_key, 0, -1)) == [
-            b"d\x1f0:1:" + str(i).encode() for i in (1, 2, 3)
+            b"d\x1f0:1:" + str(i).encode() + b":2" for i in (1, 2, 3)
         ]
         assert mgr.stats().unreported_items == 0 and mgr.stats().completed_tasks == 3
         assert f.held_items == 6
@@ -225,11 +219,6 @@ def test_submit_claim_report_round_trip(redis_server: RedisServer) -> None:
     run(go)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: RedisFetcherQueue.report counts reports, not distinct items: a result "
-    "reported twice ends its task early and the task's other results are dropped",
-)
 def test_a_result_reported_twice_does_not_end_its_task_early(redis_server: RedisServer) -> None:
     async def go(stack: AsyncExitStack) -> list[tuple[Any, ...]]:
         mgr = await manager(stack, redis_server.url)
@@ -305,7 +294,7 @@ def test_a_fetcher_that_stops_heartbeating_loses_its_tasks(redis_server: RedisSe
         f = await fetcher(stack, url, "slow", heartbeat_timeout_s=0.3)
         live = await fetcher(stack, url, "live", heartbeat_timeout_s=0.3)
         await mgr.submit(make_tasks(2, per_task=2))
-        first, second = await f.claim("slow", 2, 1.0)
+        first, second = await f.claim("slow", 4, 1.0)  # 4 items: both tasks
         await f.report("slow", [ok(first, 0)])
         assert rows(await collect_all(mgr, 1)) == [(1, 0, 200, None)]
         await mgr.submit(make_tasks(1, first_id=3))
@@ -326,7 +315,7 @@ def test_a_fetcher_that_stops_heartbeating_loses_its_tasks(redis_server: RedisSe
         ]
         assert died[0].item == first.items[1]
         redis = mgr.link.redis
-        assert await redis.hkeys(K.crawl("c", "tasks")) == [b"0:1:3"], "the live one's"
+        assert await redis.hkeys(K.crawl("c", "tasks")) == [b"0:1:3:1"], "the live one's"
         assert await redis.exists(K.worker("slow")) == 0
         assert await redis.zrange(K.workers, 0, -1) == [b"live"]
 
@@ -352,7 +341,7 @@ def test_a_closing_fetcher_gives_its_tasks_back_at_once(redis_server: RedisServe
         f = await fetcher(stack, redis_server.url)
         await f.start()
         await mgr.submit(make_tasks(2, per_task=2))
-        first, _ = await f.claim("f1", 2, 1.0)
+        first, _ = await f.claim("f1", 4, 1.0)  # 4 items: both tasks
         await f.report("f1", [ok(first, 0)])
         await closed(f, f._heart)
         assert f.closed and await f.claim("f1", 1, 0.1) == []
@@ -519,12 +508,6 @@ def test_links_on_their_way_keep_the_crawl_going(redis_server: RedisServer) -> N
     run(go)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a tick between collect() taking inbox entries and the manager's next "
-    "idle() call records the partition idle from the stale flag: the crawl is done while "
-    "forwarded links wait in the stash",
-)
 def test_links_taken_but_not_yet_read_keep_the_crawl_going(redis_server: RedisServer) -> None:
     owners = _sites_by_owner(2, 1)
     url = redis_server.url
@@ -568,7 +551,7 @@ def test_a_reopened_manager_drops_the_tasks_and_results_of_its_last_run(
         f = await fetcher(stack, url, "f1")
         other = await fetcher(stack, url, "f2")
         await old.submit(make_tasks(5, per_task=2))
-        held, done = await f.claim("f1", 2, 1.0)
+        held, done = await f.claim("f1", 4, 1.0)  # 4 items: two tasks
         [orphan] = await other.claim("f2", 1, 1.0)
         await f.report("f1", [ok(done, 0), ok(done, 1)])
         # The old run is killed (no close): a new run of partition 0 starts.
