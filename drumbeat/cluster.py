@@ -254,11 +254,15 @@ class FetcherProcess:
         )
         self.crawls: dict[str, _CrawlFetcher] = {}
         self.stopping = False
+        self._slots: asyncio.Semaphore | None = None
 
     def active(self) -> int:
         return sum(c.fetcher.stats().active for c in self.crawls.values())
 
     async def run(self) -> None:
+        # Fetches at once, over every crawl: a claim takes whole tasks, so more items may
+        # be held than run.
+        self._slots = asyncio.Semaphore(self.role.concurrency)
         await self.queue.start()
         log.info("fetcher %s serving the crawls on %s", self.name, safe_url(self.role.redis_url))
         idle_since = time.monotonic()
@@ -323,6 +327,7 @@ class FetcherProcess:
             warc,
             worker=self.name,
             pace=self._pacer(settings) if settings.ip_delay_s > 0 else None,
+            slots=self._slots,
         )
         made = self.crawls[crawl] = _CrawlFetcher(fetcher, http, dns, warc)
         return made

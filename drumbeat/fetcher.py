@@ -92,15 +92,18 @@ class Fetcher:
         *,
         worker: str = "fetcher-0",
         pace: Callable[[FetchItem], AbstractAsyncContextManager[None]] | None = None,
+        slots: asyncio.Semaphore | None = None,
     ) -> None:
-        """``pace``: each request runs inside ``pace(item)`` (a cluster's IP leases)."""
+        """``pace``: each request runs inside ``pace(item)`` (a cluster's IP leases).
+        ``slots``: the fetches that may run at once (default: ``settings.concurrency``
+        of this fetcher's own; a cluster's fetcher process shares one among its crawls)."""
         self.settings = settings
         self.pace = pace
         self.queue = queue
         self.http = http
         self.warc = warc
         self.worker = worker
-        self._slots = asyncio.Semaphore(settings.concurrency)
+        self._slots = slots or asyncio.Semaphore(settings.concurrency)
         self._running: set[asyncio.Task[None]] = set()
         # Fetched items waiting for _archive_fetched, which runs while any wait.
         self._fetched: list[tuple[int, int, FetchItem, FetchResponse]] = []

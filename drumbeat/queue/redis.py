@@ -220,7 +220,8 @@ return n
 # pending tasks, the one whose pass is lowest (stride scheduling: a crawl's pass grows by
 # items / weight with each claim, and one back from idle starts at the current virtual
 # time, so shares of items follow the weights exactly and none starves); moves its tasks
-# into the worker's list until max_items items (at least one task). Returns
+# into the worker's list while they hold at most max_items items (at least one task).
+# Returns
 # {absent, crawl, ref1, blob1, ...} or {absent}: absent is 1 when the worker had been
 # reaped (taken for dead) since its last call.
 CLAIM = (
@@ -245,14 +246,18 @@ redis.call('SET', P..'vt', tostring(pass))
 local out = {absent, C}
 local tasks, mine = P..'c:'..C..':tasks', P..'w:'..W
 local items = 0
+local pending = P..'c:'..C..':pending'
 while items < n do
-  local ref = redis.call('LPOP', P..'c:'..C..':pending')
+  local ref = redis.call('LINDEX', pending, 0)
   if not ref then break end
+  local size = tonumber(string.match(ref, ':(%d+)$'))
+  if items > 0 and items + size > n then break end
+  redis.call('LPOP', pending)
   local blob = redis.call('HGET', tasks, ref)
   if blob then
     redis.call('RPUSH', mine, C..'\\31'..ref)
     out[#out+1] = ref; out[#out+1] = blob
-    items = items + tonumber(string.match(ref, ':(%d+)$'))
+    items = items + size
   end
 end
 redis.call('HSET', P..'passes', C, tostring(pass + items / weight))

@@ -124,6 +124,7 @@ class SimWebConfig:
     spammed_links_per_page: int = 20
     hostile: bool = False  # serve the hostile case hosts and link to them from host 0
     hostile_interval_s: float = 2.0  # pause between the bytes of slow hostile responses
+    latency_s: float = 0.0  # every answer but robots.txt waits this long (a far server)
 
     def __post_init__(self) -> None:
         if self.hosts < 1 or self.ips < 1 or self.pages_per_host < 1:

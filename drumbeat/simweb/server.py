@@ -180,6 +180,8 @@ class SimWeb:
                 status=robots.status, body=robots.body, content_type="text/plain"
             )
         else:
+            if model.config.latency_s > 0:
+                await asyncio.sleep(model.config.latency_s)
             page = model.page(host, path)
             response = await HANDLERS[page.kind](request, page, renderer)
         sockname = request.transport.get_extra_info("sockname") if request.transport else None

@@ -275,3 +275,44 @@ def test_a_redis_outage_is_waited_out(web, tmp_path):
     for log in (tmp_path / "m0" / "drumbeat.log", tmp_path / "f" / "drumbeat.log"):
         text = log.read_text()
         assert "unreachable" in text and "reachable again" in text, log
+
+
+def test_two_crawls_share_the_fetchers_by_weight(tmp_path):
+    """Crawls of weight 3 and 1 on one fetcher process that cannot keep up with both (4
+    fetches at a time from a server 20 ms away): while both have work, their fetches
+    split 3:1."""
+    config = SimWebConfig(seed=5, hosts=200, ips=8, pages_per_host=30, latency_s=0.02)
+    with run_in_thread(config) as big, RedisServer(tmp_path / "redis") as redis:
+        fetcher = subprocess.Popen(
+            fetcher_cmd(redis, tmp_path / "f", "--processes", "1", "--concurrency", "4")
+        )
+        # Every host a seed: each crawl has far more hosts ready than the fetcher can take.
+        port = big.seeds[0].rsplit(":", 1)[1].rstrip("/")
+        seeds = tmp_path / "seeds.txt"
+        seeds.write_text("".join(f"http://site{i}.test:{port}/\n" for i in range(config.hosts)))
+        managers = []
+        for name, weight in (("heavy", "3"), ("light", "1")):
+            cmd = manager_cmd(big, redis, tmp_path / name, "0/1", "--max-time", "8")
+            cmd += ["--seeds", str(seeds)]
+            cmd[cmd.index("--crawl") + 1] = name
+            cmd[cmd.index("--host-delay") + 1] = "0"
+            cmd[cmd.index("--ip-delay") + 1] = "0"
+            cmd[cmd.index("--concurrency") + 1] = "400"  # work waits in Redis for both
+            # Shares are kept in items, claim by claim: tasks of a few items make the grain
+            # fine against the few hundred fetches a second this machine measures.
+            with open(tmp_path / f"{name}.toml", "a") as cfg:
+                cfg.write("task_max_items = 4\n")
+            managers.append(subprocess.Popen([*cmd, "--weight", weight]))
+        try:
+            codes = _finish(managers, 120)
+        finally:
+            fetcher.kill()
+        assert codes == [0, 0]
+    times = {
+        name: sorted(e["time"] for e in read_logs(tmp_path / name)) for name in ("heavy", "light")
+    }
+    start = max(t[0] for t in times.values()) + 1.0
+    end = min(t[-1] for t in times.values()) - 0.5
+    counts = {name: sum(start <= x <= end for x in t) for name, t in times.items()}
+    assert end - start > 3 and counts["light"] > 100, counts
+    assert counts["heavy"] / counts["light"] == pytest.approx(3.0, rel=0.1), counts
