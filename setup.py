@@ -27,8 +27,13 @@ COMPILED = ["drumbeat/urls.py"]
 # [tool.mypy] (no config file): those are scripts/check's rules, for an environment with
 # every dependency installed, and the isolated build has none of them (their Any would
 # fail the strict rules, and the build would fall back to pure Python).
-MYPY_FLAGS = ["--config-file", os.devnull, "--ignore-missing-imports",
-              "--follow-imports=silent", "--disable-error-code=import-untyped"]
+MYPY_FLAGS = [
+    "--config-file",
+    os.devnull,
+    "--ignore-missing-imports",
+    "--follow-imports=silent",
+    "--disable-error-code=import-untyped",
+]
 
 
 def compiled_extensions() -> list:
@@ -42,8 +47,9 @@ def compiled_extensions() -> list:
     except (Exception, SystemExit) as e:  # mypyc exits on a type error
         if mode == "1":
             raise
-        print(f"warning: drumbeat is installed as pure Python, not compiled: {e!r}",
-              file=sys.stderr)
+        print(
+            f"warning: drumbeat is installed as pure Python, not compiled: {e!r}", file=sys.stderr
+        )
         return []
     for extension in extensions:
         # mypyc builds with -Werror; a new compiler's new warning must not fail a build.

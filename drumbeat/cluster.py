@@ -26,6 +26,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +45,13 @@ from drumbeat.queue.redis import (
     RedisManagerQueue,
     host_name,
     safe_url,
+    text,
 )
 from drumbeat.runtime import allocator
 from drumbeat.runtime.gctune import tune_gc
 from drumbeat.settings import Settings, SettingsError, build, saved_values
 from drumbeat.standalone import CrawlOutcome, Deployment, Fetching, run_crawl
+from drumbeat.stats import StatsReader
 from drumbeat.store.warc import WarcWriter, recover_directory
 
 log = logging.getLogger("drumbeat.cluster")
@@ -293,9 +296,8 @@ class FetcherProcess:
         if not names:
             return False
         for raw in names:
-            done = await self.link.call(
-                lambda raw=raw: self.link.redis.exists(k.crawl(raw.decode(), "done")), "done"
-            )
+            done_key = k.crawl(text(raw), "done")
+            done = await self.link.call(partial(self.link.redis.exists, done_key), "done")
             if not done:
                 return False
         return True
@@ -394,10 +396,10 @@ async def cluster_status(redis_url: str, prefix: str = DEFAULT_PREFIX) -> dict[s
         await link.check()
         t = await r.time()
         now_ms = int(t[0]) * 1000 + int(t[1]) // 1000
-        workers = await r.zrangebyscore(k.workers, "-inf", "+inf", withscores=True)
+        workers: list[Any] = await r.zrangebyscore(k.workers, "-inf", "+inf", withscores=True)
         fetchers = []
-        for name, score in workers:
-            w = name.decode()
+        for worker, score in workers:
+            w = text(worker)
             fetchers.append(
                 {
                     "name": w,
@@ -405,9 +407,9 @@ async def cluster_status(redis_url: str, prefix: str = DEFAULT_PREFIX) -> dict[s
                     "tasks_held": await r.llen(k.worker(w)),
                 }
             )
-        crawls = []
+        crawls: list[dict[str, Any]] = []
         for name, weight in sorted((await r.hgetall(k.crawls)).items()):
-            c = name.decode()
+            c = text(name)
             meta = await r.hgetall(k.crawl(c, "meta"))
             parts = int(meta.get(b"partitions", b"1"))
             managers = []
@@ -435,6 +437,13 @@ async def cluster_status(redis_url: str, prefix: str = DEFAULT_PREFIX) -> dict[s
                     "managers": managers,
                 }
             )
+        snap = (await StatsReader(r, prefix).snapshot(window_s=10)).as_dict()
+        for entry in crawls:
+            name = entry["crawl"]
+            entry["rates"] = snap["queues"].get(name, {})
+            entry["totals"] = {
+                tier: by_crawl.get(name, {}) for tier, by_crawl in snap["tiers"].items()
+            }
         info = await r.info("memory")
         return {
             "redis": safe_url(redis_url),
@@ -463,9 +472,12 @@ def render_status(status: dict[str, Any]) -> str:
         lines.append("no crawls")
     for c in status["crawls"]:
         state = "done" if c["done"] else "running"
+        rates = c.get("rates", {})
         lines.append(
             f"crawl {c['crawl']} ({state}): weight {c['weight']:g}, {c['partitions']} "
-            f"partitions, {c['pages_done']:,} pages, {c['tasks_pending']} tasks pending"
+            f"partitions, {c['pages_done']:,} pages, {c['tasks_pending']} tasks pending; "
+            f"last 10 s: {rates.get('fetched', 0.0):,.1f} fetches/s, "
+            f"{rates.get('errors', 0.0):,.1f} errors/s"
         )
         for m in c["managers"]:
             if not m["alive"]:

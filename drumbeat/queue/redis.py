@@ -65,6 +65,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from copy import copy
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
@@ -86,12 +87,15 @@ from drumbeat.queue.base import (
     Task,
 )
 from drumbeat.queue.partition import Splitter
+from drumbeat.stats import SEP as SEP_STATS
+from drumbeat.stats import StatsReader, StatsWriter
 
 log = logging.getLogger("drumbeat.cluster")
 
 DEFAULT_PREFIX = "drumbeat:"
 WORKER_DIED = "fetcher_died"  # as queue.process: the manager retries such items
 SEP = "\x1f"
+ROLLUP_INTERVAL_S = 5.0  # managers fold per-second stats into minutes, hours, days
 _T = TypeVar("_T")
 
 # Errors that mean "Redis is not there right now": waited out, never fatal.
@@ -112,6 +116,15 @@ async def _stop(task: asyncio.Task[None] | None) -> None:
     while task is not None and not task.done():
         task.cancel()
         await asyncio.wait([task], timeout=0.1)
+
+
+# What close() gives up on: Redis gone, or too slow to say goodbye to.
+_CLOSE_ERRORS: tuple[type[BaseException], ...] = (TimeoutError, *OUTAGE_ERRORS)
+
+
+def text(value: object) -> str:
+    """A Redis reply (bytes) as text."""
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class ClusterError(RuntimeError):
@@ -596,6 +609,9 @@ class RedisManagerQueue:
         self._last_sweep = 0.0
         self._submitted = self._completed = 0
         self._lost: list[ItemResult] = []  # items of vanished tasks, for the next collect
+        self.stats_writer = StatsWriter(link.redis, link.keys.prefix, f"{crawl}/{part}")
+        self._rollups = StatsReader(link.redis, link.keys.prefix)
+        self._last_rollup = 0.0
         self.figures: Callable[[], dict[str, Any]] = dict
         self.counters: defaultdict[str, int] = defaultdict(int)
         self.handoff_s = 0.0
@@ -655,7 +671,7 @@ class RedisManagerQueue:
                 timeout=5.0,
             )
             await self.link.redis.delete(self.keys.part(self.crawl, "mgr", self.part))
-        except (TimeoutError, *OUTAGE_ERRORS):
+        except _CLOSE_ERRORS:
             pass  # the next run's start does the same
 
     @property
@@ -698,6 +714,8 @@ class RedisManagerQueue:
                 epoch, results = loads(blob)
                 if epoch == self.epoch:
                     out += self._accept(results)
+            if out:
+                self.stats_writer.add(self.crawl, "results", len(out))
             for ref in orphans or ():
                 out += self._orphaned(ref.decode())
             self.handoff_s += time.thread_time() - started
@@ -706,14 +724,13 @@ class RedisManagerQueue:
             left = deadline - self.clock()
             if left <= 0:
                 return out
-            wait = min(left, 0.1)
             got = await self.link.call(
-                lambda wait=wait: self.link.redis.blpop([results_key, orphans_key], timeout=wait),
+                partial(self.link.redis.blpop, [results_key, orphans_key], timeout=min(left, 0.1)),
                 "wait for results",
             )
             if got is not None:
                 key, blob = got
-                if key.decode() == results_key:
+                if text(key) == results_key:
                     epoch, results = loads(blob)
                     if epoch == self.epoch:
                         out += self._accept(results)
@@ -783,7 +800,7 @@ class RedisManagerQueue:
         names = await self.link.call(
             lambda: self.link.redis.zrangebyscore(k.workers, since, "+inf"), "workers"
         )
-        return [n.decode() for n in names]
+        return [text(n) for n in names]
 
     def stats(self) -> QueueStats:
         unreported = sum(len(o.unreported) for o in self._outstanding.values())
@@ -890,6 +907,11 @@ class RedisManagerQueue:
                 reaped,
             )
         now = self.clock()
+        if self.stats_writer.pending:
+            await self.stats_writer.flush()
+        if now - self._last_rollup >= ROLLUP_INTERVAL_S:
+            self._last_rollup = now
+            await self._rollups.roll_up()  # any manager may; they do not double count
         if now - self._last_sweep >= max(5.0, self.heartbeat_timeout_s / 2):
             self._last_sweep = now
             await self._sweep(now)
@@ -982,6 +1004,9 @@ class RedisFetcherQueue:
         self._synced = 0
         self.counters: defaultdict[str, int] = defaultdict(int)
         self.handoff_s = 0.0
+        # Per-second counters per crawl (drumbeat.stats), flushed with the heartbeat.
+        node = worker.replace(SEP_STATS, "_")
+        self.stats_writer = StatsWriter(link.redis, link.keys.prefix, node)
 
     async def start(self) -> None:
         """Join the cluster: waits for Redis (fetchers may start first)."""
@@ -1004,8 +1029,9 @@ class RedisFetcherQueue:
         self._closed = True
         await _stop(self._heart)
         try:
+            await asyncio.wait_for(self.stats_writer.flush(), timeout=5.0)
             await asyncio.wait_for(self._leave(), timeout=5.0)
-        except (TimeoutError, *OUTAGE_ERRORS):
+        except _CLOSE_ERRORS:
             pass  # the managers reap this fetcher after heartbeat_timeout_s
 
     async def _leave(self) -> None:
@@ -1062,8 +1088,7 @@ class RedisFetcherQueue:
             # Wait for a submit's wake token (or a while: tokens are few, fetchers many).
             wait = max(0.01, min(left, 0.05))
             await self.link.call(
-                lambda wait=wait: self.link.redis.blpop([self.keys.wake], timeout=wait),
-                "wait for tasks",
+                partial(self.link.redis.blpop, [self.keys.wake], timeout=wait), "wait for tasks"
             )
         return []
 
@@ -1082,6 +1107,8 @@ class RedisFetcherQueue:
             tasks.append(task)
         self.handoff_s += time.thread_time() - started
         self.counters["tasks_claimed"] += len(tasks)
+        self.stats_writer.add(crawl, "tasks_claimed", len(tasks))
+        self.stats_writer.add(crawl, "items_claimed", sum(len(t.items) for t in tasks))
         return tasks
 
     async def report(self, worker: str, results: Sequence[ItemResult]) -> None:
@@ -1100,6 +1127,7 @@ class RedisFetcherQueue:
             if not held.left:
                 finished.append(held)
             r = copy(r)  # the caller's stays as it was (a retried report finds it again)
+            self._count(held.crawl, r)
             r.task_id = held.task_id
             self._route(held, r, forwarded)
             batches[(held.crawl, held.part, held.epoch)].append(r)
@@ -1127,6 +1155,16 @@ class RedisFetcherQueue:
             del self._held[local]
         self.counters["results"] += len(results)
         self.counters["forwarded_batches_out"] += len(inbox)
+        for crawl, _, _ in inbox:
+            self.stats_writer.add(crawl, "link_batches_forwarded")
+
+    def _count(self, crawl: str, r: ItemResult) -> None:
+        add = self.stats_writer.add
+        if r.status is not None:
+            add(crawl, "fetched")
+            add(crawl, "bytes", r.body_bytes)
+        else:
+            add(crawl, "errors")
 
     def _route(
         self,
@@ -1208,6 +1246,8 @@ class RedisFetcherQueue:
                 ),
                 "register fetcher",
             )
+        if self.stats_writer.pending:
+            await self.stats_writer.flush()  # keeps its counts if Redis is gone: sent next time
         if int(seq) > self._synced:
             if self.warc_sync is not None:
                 await self.warc_sync()
