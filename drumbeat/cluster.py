@@ -206,9 +206,11 @@ def _supervise(role: FetcherRole) -> int:
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
-    children: list[tuple[subprocess.Popen[bytes], float]] = []
-    for _ in range(role.processes):
-        children.append((subprocess.Popen(command, env=env), time.monotonic()))
+
+    def start() -> tuple[subprocess.Popen[bytes], float]:
+        return subprocess.Popen(command, env=env, preexec_fn=_die_with_parent), time.monotonic()
+
+    children = [start() for _ in range(role.processes)]
     failed = 0
     while children:
         if stopping:
@@ -228,9 +230,20 @@ def _supervise(role: FetcherRole) -> int:
                 failed += 1
                 log.warning("fetcher process %d exited with %d; starting another", proc.pid, code)
                 time.sleep(max(0.0, 1.0 - (time.monotonic() - since)))
-                alive.append((subprocess.Popen(command, env=env), time.monotonic()))
+                alive.append(start())
         children = alive
     return 1 if failed and not role.exit_when_idle else 0
+
+
+def _die_with_parent() -> None:
+    """In a fetcher process the supervisor starts: SIGTERM when the supervisor dies, even
+    of kill -9 (Linux), so that no fetcher outlives it."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the children stop when stopped, or when Redis says so
 
 
 @dataclass
@@ -370,6 +383,7 @@ async def _serve(role: FetcherRole) -> int:
 
     def stop() -> None:
         process.stopping = True
+        link.closing = True  # no waiting for an unreachable Redis once asked to stop
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop)
@@ -377,7 +391,7 @@ async def _serve(role: FetcherRole) -> int:
         await process.run()
     except ClusterError as e:
         print(f"drumbeat fetcher: {e}", file=sys.stderr)
-        return 1
+        return 0 if process.stopping else 1
     finally:
         await link.close()
     return 0

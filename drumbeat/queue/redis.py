@@ -470,6 +470,9 @@ class RedisLink:
             raise ClusterError(f"bad --redis URL {safe_url(url)!r}: {e}") from None
         self.down_since: float | None = None
         self.outages = 0
+        # Set when the process is stopping: a call that finds Redis unreachable then
+        # gives up (ClusterError) instead of waiting for it.
+        self.closing = False
         self._scripts: dict[str, Any] = {}
 
     def script(self, text: str) -> Any:
@@ -494,6 +497,10 @@ class RedisLink:
             except OUTAGE_ERRORS as e:
                 if isinstance(e, ResponseError) and not isinstance(e, BusyLoadingError):
                     raise
+                if self.closing:
+                    raise ClusterError(
+                        f"stopped while Redis at {safe_url(self.url)} was unreachable"
+                    ) from None
                 if self.down_since is None:
                     self.down_since = time.monotonic()
                     self.outages += 1
