@@ -98,7 +98,8 @@ def run_manager(settings: Settings, role: ManagerRole) -> CrawlOutcome:
         )
         try:
             try:
-                await queue.open(json.dumps(saved_values(s)))
+                identity = f"{host_name()}:{s.state_dir}"
+                await queue.open(json.dumps(saved_values(s)), identity)
             except ClusterError as e:
                 raise SettingsError(str(e)) from None
             holder["queue"] = queue

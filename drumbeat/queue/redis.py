@@ -603,6 +603,7 @@ class RedisManagerQueue:
         self.tick_s = tick_s
         self.clock = clock
         self.epoch = 0
+        self.identity = ""
         self._outstanding: dict[int, _Outstanding] = {}
         self._stash_urls: list[FoundURLs] = []
         self._stash_edges: list[FoundEdges] = []
@@ -625,11 +626,23 @@ class RedisManagerQueue:
 
     # -- start and stop
 
-    async def open(self, settings_json: str) -> None:
+    async def open(self, settings_json: str, identity: str = "") -> None:
         """Register the crawl (weight, partitions, the settings fetchers use) and start
-        this manager's run."""
+        this manager's run. ``identity`` (host and state dir) names this manager: another
+        one of the same partition, alive, is refused; the same one restarted is not."""
         k, crawl = self.keys, self.crawl
         await self.link.check()
+        self.identity = identity
+        raw = await self.link.call(
+            lambda: self.link.redis.hget(k.part(crawl, "mgr", self.part), "json"), "read crawl"
+        )
+        other = json.loads(raw).get("identity", "") if raw else ""
+        if other and identity and other != identity:
+            raise ClusterError(
+                f"partition {self.part}/{self.parts} of crawl {crawl!r} is run by another "
+                f"manager ({other}); stop it first, or wait {self.heartbeat_timeout_s:g} s "
+                "if it died"
+            )
         meta = await self.link.call(
             lambda: self.link.redis.hgetall(k.crawl(crawl, "meta")), "read crawl"
         )
@@ -889,6 +902,7 @@ class RedisManagerQueue:
         figures = {
             "host": host_name(),
             "pid": os.getpid(),
+            "identity": self.identity,
             "epoch": self.epoch,
             "in_flight_tasks": len(self._outstanding),
             **self.figures(),

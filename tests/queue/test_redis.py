@@ -712,3 +712,24 @@ def test_sync_waits_for_every_live_fetcher_to_sync(redis_server: RedisServer) ->
         assert len(synced) == 2, "each request is answered"
 
     run(go)
+
+
+def test_a_partition_runs_one_manager_at_a_time(redis_server: RedisServer) -> None:
+    """A second manager of a partition whose manager is alive is refused; the same
+    manager (host and state dir) started again after a crash is not."""
+
+    async def go(stack: AsyncExitStack) -> None:
+        url = redis_server.url
+        first = RedisManagerQueue(await link(stack, url), "c", 0, 1, tick_s=3600.0)
+        await first.open("{}", "vm:/data/a")
+        await first.tick()  # publishes its figures, identity included
+        other = RedisManagerQueue(await link(stack, url), "c", 0, 1, tick_s=3600.0)
+        with pytest.raises(ClusterError, match="run by another manager"):
+            await other.open("{}", "vm:/data/b")
+        again = RedisManagerQueue(await link(stack, url), "c", 0, 1, tick_s=3600.0)
+        await again.open("{}", "vm:/data/a")  # a restart: its old figures are still there
+        assert again.epoch == first.epoch + 1
+        for q in (again, first):
+            await closed(q, q._ticker)
+
+    run(go)
