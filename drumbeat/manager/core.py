@@ -155,6 +155,7 @@ class Manager:
                 queue=queue,
                 crawl_log=crawl_log,
                 syncs=journal_syncs,
+                inbox=self.inbox,
             )
             if s.journal
             else None
@@ -253,9 +254,10 @@ class Manager:
             edges.clear()
 
         for entry in replay_entries(self.journal_dir, since):
-            n += 1
-            done.add(urls.fingerprint(entry.url))
-            self.dispatch.pages_done += count_entry(entry, self.counters)
+            if entry.url:  # else links another partition forwarded (journal.Forwarded)
+                n += 1
+                done.add(urls.fingerprint(entry.url))
+                self.dispatch.pages_done += count_entry(entry, self.counters)
             if entry.fingerprints:
                 found.append(FoundURLs(entry.fingerprints, entry.payloads, entry.lengths))
             if entry.edge_keys:
@@ -481,6 +483,8 @@ class Manager:
             more_found, more_edges = self.inbox.take()
             found += more_found
             edges += more_edges
+            if self.journal is not None:
+                self.journal.note_forwarded(more_found, more_edges)
         if self.journal is not None:
             self.journal.note(results)
         self._add_edges(edges)

@@ -45,12 +45,13 @@ import os
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import suppress
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from drumbeat.frontier.backoff import retryable
-from drumbeat.queue.base import PAGE, ItemResult, ManagerQueue
+from drumbeat.queue.base import PAGE, FoundEdges, FoundURLs, Inbox, ItemResult, ManagerQueue
 from drumbeat.store.crawllog import CrawlLog
 from drumbeat.store.durable import DeferredSyncs, deferring_fsyncs
 from drumbeat.store.journal import (
@@ -65,6 +66,7 @@ from drumbeat.store.journal import (
 
 log = logging.getLogger("drumbeat.manager")
 DIR_NAME = "journal"
+FORWARDED = "forwarded"  # the error of an entry of forwarded links (no fetch, no URL)
 DONE_FILE = "done.u64"
 
 
@@ -79,15 +81,19 @@ class Journal:
         queue: ManagerQueue,
         crawl_log: CrawlLog,
         syncs: list[Callable[[], None]],
+        inbox: Inbox | None = None,
     ) -> None:
+        """``inbox``: a cluster manager's forwarded links, journaled with the fetches
+        (:meth:`note_forwarded`) and acknowledged once a commit holds them."""
         self.directory = directory
+        self.inbox = inbox
         self.commit_s = commit_s
         self.queue = queue
         self.crawl_log = crawl_log
         self.syncs = syncs  # the in-process fetchers' WARC syncs
         self.number: int | None = None  # the file the results collected now go to
-        self._pending: list[ItemResult] = []
-        self._segments: list[tuple[int, list[ItemResult]]] = []  # closed by rotate
+        self._pending: list[ItemResult | Forwarded] = []
+        self._segments: list[tuple[int, list[ItemResult | Forwarded]]] = []  # closed by rotate
         self._writers: dict[int, JournalWriter] = {}
         self.committing: asyncio.Future[None] | None = None
         self._last_commit = float("-inf")
@@ -96,6 +102,11 @@ class Journal:
         """Results just collected (their crawl-log lines appended): journal them."""
         if self.number is not None:
             self._pending += results
+
+    def note_forwarded(self, found: list[FoundURLs], edges: list[FoundEdges]) -> None:
+        """Links and PLD edges another partition forwarded, just admitted: journal them."""
+        if self.number is not None and (found or edges):
+            self._pending.append(Forwarded(found, edges))
 
     def start(self, number: int) -> None:
         """Checkpoint ``number`` is live and holds everything so far: remove every
@@ -151,6 +162,9 @@ class Journal:
             await self._commit()
 
     async def _commit(self) -> None:
+        # What the inbox handed out so far was noted (note_forwarded) with the results
+        # collected so far: once they are written, it may forget them.
+        mark = self.inbox.mark() if self.inbox is not None else 0
         segments = self._segments
         if self._pending and self.number is not None:
             segments.append((self.number, self._pending))
@@ -165,13 +179,20 @@ class Journal:
                 sync()
         self.crawl_log.flush()
         await asyncio.get_running_loop().run_in_executor(None, self._write, segments, pending)
+        if self.inbox is not None:
+            self.inbox.acknowledge(mark)
 
-    def _write(self, segments: list[tuple[int, list[ItemResult]]], pending: DeferredSyncs) -> None:
+    def _write(
+        self, segments: list[tuple[int, list[ItemResult | Forwarded]]], pending: DeferredSyncs
+    ) -> None:
         pending.sync()
         self.crawl_log.fsync_written()
         for number, results in segments:
             parts: list[bytes] = []
             for r in results:
+                if isinstance(r, Forwarded):
+                    r.encode(parts)
+                    continue
                 if r.item.kind != PAGE or retryable(r.status, r.error):
                     continue
                 f, e = r.found, r.pld_edges
@@ -199,6 +220,21 @@ class Journal:
         for writer in self._writers.values():
             writer.close()
         self._writers.clear()
+
+
+@dataclass(frozen=True, slots=True)
+class Forwarded:
+    """Links and PLD edges another partition forwarded: journaled as entries without a
+    URL (replay admits them again and counts no fetch)."""
+
+    found: list[FoundURLs]
+    edges: list[FoundEdges]
+
+    def encode(self, parts: list[bytes]) -> None:
+        for f in self.found:
+            encode_entry(parts, "", None, FORWARDED, (f.fingerprints, f.lengths, f.payloads), None)
+        for e in self.edges:
+            encode_entry(parts, "", None, FORWARDED, None, (e.source, e.keys, e.lengths, e.targets))
 
 
 def replay_entries(directory: Path, since: int | None) -> Iterator[JournalEntry]:

@@ -230,17 +230,18 @@ class TaskQueue(ManagerQueue, FetcherQueue, Protocol):
 class Inbox(Protocol):
     """What a cluster's manager gets besides results: the links and PLD edges that pages
     of other partitions found for its own (queue.partition), and whether the crawl as a
-    whole is done. Entries taken stay in the cluster's store until a checkpoint holding
-    them is live, so a manager killed at any instant loses none."""
+    whole is done. Entries taken stay in the cluster's store until the manager's journal
+    or a live checkpoint holds them, so a manager killed at any instant loses none."""
 
     def take(self) -> tuple[list[FoundURLs], list[FoundEdges]]:
         """What arrived since the last call (delivered by the queue's collect())."""
 
     def mark(self) -> int:
-        """A checkpoint's commit: the position up to which entries are in it."""
+        """How far take() has handed entries out: a commit (journal or checkpoint) made
+        after them holds them."""
 
     def acknowledge(self, mark: int) -> None:
-        """The checkpoint committed at ``mark`` is live: forget what it holds."""
+        """What was handed out before ``mark`` is durable: forget it."""
 
     def idle(self, finished: bool) -> bool:
         """Note whether this manager has nothing left; True once no partition has."""

@@ -608,6 +608,8 @@ class RedisManagerQueue:
         self._stash_urls: list[FoundURLs] = []
         self._stash_edges: list[FoundEdges] = []
         self._taken = 0  # inbox entries taken this run (the taken list's length)
+        self._stashed = 0  # of them, waiting in the stash for take()
+        self._handed = 0  # of them, handed out by take()
         self._acked = 0
         self._acking: asyncio.Task[None] | None = None
         self._idle = False
@@ -839,16 +841,19 @@ class RedisManagerQueue:
         """The links and PLD edges other partitions forwarded, taken since the last call."""
         urls, edges = self._stash_urls, self._stash_edges
         self._stash_urls, self._stash_edges = [], []
+        self._handed += self._stashed
+        self._stashed = 0
         return urls, edges
 
     def mark(self) -> int:
-        """How many inbox entries were taken so far: a checkpoint's commit notes it, and
-        :meth:`acknowledge` s it once live."""
-        return self._taken
+        """How many inbox entries :meth:`take` handed out so far (a prefix of the taken
+        list): the journal's or a checkpoint's commit notes it, and :meth:`acknowledge` s
+        it once durable."""
+        return self._handed
 
     def acknowledge(self, mark: int) -> None:
-        """The entries taken before ``mark`` are in a live checkpoint: drop them from the
-        taken list (in the background, in order)."""
+        """The entries handed out before ``mark`` are durable in the manager (journal or
+        checkpoint): drop them from the taken list (in the background, in order)."""
         if mark <= self._acked or self._closed:
             return
         before = self._acking
@@ -880,6 +885,7 @@ class RedisManagerQueue:
             self._stash_urls += urls
             self._stash_edges += edges
             self.counters["forwarded_batches_in"] += 1
+        self._stashed += len(entries)
         if entries:
             self._idle = False  # until idle() has seen them admitted (ticks run meanwhile)
         self._taken += len(entries)
