@@ -878,7 +878,7 @@ class RedisManagerQueue:
 
     async def _take_inbox(self) -> None:
         entries = await self.link.run_script(
-            TAKE_INBOX, [self.crawl, self.part, 16], "take forwarded links"
+            TAKE_INBOX, [self.crawl, self.part, 128], "take forwarded links"
         )
         for blob in entries:
             urls, edges = loads(blob)
