@@ -38,10 +38,13 @@ def test_compiled_urls_pass_the_url_link_and_fetcher_tests(tmp_path: Path) -> No
 
     # The check and the tests in one process: they run on the module it imported.
     # importlib mode: pytest must not put the repository (and its drumbeat) on sys.path.
+    # No addopts: its pytest-xdist workers would run the tests in other processes.
     args = [
         "-q",
         "-p",
         "no:cacheprovider",
+        "-o",
+        "addopts=",
         "--import-mode=importlib",
         *(str(REPO / "tests" / name) for name in TESTS),
     ]

@@ -38,7 +38,9 @@ WINDOW_S = 2 * COMMIT_S + 1.0
 
 @pytest.fixture(scope="module")
 def web():
-    config = SimWebConfig(seed=23, hosts=60, ips=10, pages_per_host=40, crawl_delay_s=0.3)
+    # Its longest host takes 20 s of host delays (100 pages): far more than the fetching
+    # the ten kills leave time for, so the crawl is still going at the tenth.
+    config = SimWebConfig(seed=23, hosts=60, ips=10, pages_per_host=20, crawl_delay_s=0.3)
     with run_in_thread(config) as w:
         yield w
 
@@ -58,6 +60,14 @@ def _wait_for_fetches(state: Path, proc: subprocess.Popen[bytes]) -> None:
         if log.exists() and log.stat().st_size > before:
             return
         time.sleep(0.02)
+
+
+def _pages_logged(state: Path) -> int:
+    """Pages fetched by the crawl log's complete lines so far (the crawl is running)."""
+    log = state / "crawl.log"
+    data = log.read_bytes() if log.exists() else b""
+    lines = data[: data.rfind(b"\n") + 1].decode().splitlines()
+    return len(fetched_pages([json.loads(ln) for ln in lines]))
 
 
 def _runs(state: Path) -> list[list[dict]]:
@@ -143,15 +153,16 @@ def test_ten_sigkills_of_the_whole_crawl_lose_nothing(web, tmp_path):
 
 @pytest.fixture(scope="module")
 def big_web():
-    config = SimWebConfig(seed=29, hosts=40, ips=8, pages_per_host=40, crawl_delay_s=0.3)
+    # 782 pages, the longest host 11 s of host delays: far from done after 100 pages.
+    config = SimWebConfig(seed=29, hosts=40, ips=8, pages_per_host=15, crawl_delay_s=0.3)
     with run_in_thread(config) as w:
         yield w
 
 
 def test_a_kill_before_any_checkpoint_resumes_from_the_state_dir_alone(big_web, tmp_path):
-    """Killed 5 s into a fresh crawl (checkpoints 60 s apart: none but the run's first),
-    then `drumbeat crawl --state DIR` with nothing else: the crawl goes on to the end,
-    every page fetched once but the last group commit's."""
+    """Killed once a fresh crawl has fetched over 100 pages (checkpoints 60 s apart: none
+    but the run's first), then `drumbeat crawl --state DIR` with nothing else: the crawl
+    goes on to the end, every page fetched once but the last group commit's."""
     web = big_web
     truth = web.model.crawl(web.seeds)
     state = tmp_path / "state"
@@ -162,7 +173,9 @@ def test_a_kill_before_any_checkpoint_resumes_from_the_state_dir_alone(big_web, 
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    time.sleep(5.0)
+    deadline = time.monotonic() + 60
+    while proc.poll() is None and time.monotonic() < deadline and _pages_logged(state) <= 100:
+        time.sleep(0.05)
     assert proc.poll() is None, "the crawl ended before it was killed"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()

@@ -81,6 +81,11 @@ def web(tmp_path_factory):
         yield w
 
 
+# The tests that check the one full crawl: one pytest-xdist worker runs them all, so that
+# the crawl runs once.
+on_full_crawl = pytest.mark.xdist_group("full_crawl")
+
+
 @pytest.fixture(scope="module")
 def full_crawl(web, tmp_path_factory):
     """One uninterrupted crawl of the whole web, shared by the checks below."""
@@ -110,6 +115,7 @@ def assert_matches_oracle(web, entries: list[dict]) -> dict[str, set[str]]:
     return dropped
 
 
+@on_full_crawl
 def test_every_reachable_allowed_page_is_fetched_exactly_once(web, full_crawl):
     state, _, _ = full_crawl
     dropped = assert_matches_oracle(web, read_log(state))
@@ -147,6 +153,7 @@ def test_tight_frontier_loses_nothing_and_each_url_waits_in_qr_once(web, tmp_pat
     assert counters.get("qr_repeats", 0) == 0
 
 
+@on_full_crawl
 def test_pld_indegree_counts_each_linking_pld_once(web, full_crawl):
     from drumbeat.checkpoint import Checkpoints
     from drumbeat.frontier.pldgraph import PLDIndegree
@@ -173,6 +180,7 @@ def test_pld_indegree_counts_each_linking_pld_once(web, full_crawl):
     assert expected and graph.lookup(sorted(expected)) == expected
 
 
+@on_full_crawl
 def test_server_saw_no_disallowed_request_and_no_repeat(web, full_crawl):
     _, requests, _ = full_crawl
     model = web.model
@@ -190,6 +198,7 @@ def test_server_saw_no_disallowed_request_and_no_repeat(web, full_crawl):
         assert n == (2 if model.robots_status(host) == 500 else 1), host
 
 
+@on_full_crawl
 def test_politeness_from_the_server_side(web, full_crawl):
     _, requests, _ = full_crawl
     assert_polite(web, requests)
@@ -271,6 +280,7 @@ def read_warc_targets(state) -> tuple[list[str], int]:
     return responses, requests
 
 
+@on_full_crawl
 def test_warc_has_one_response_per_fetch_and_reads_back(full_crawl):
     state, _, _ = full_crawl
     entries = read_log(state)
@@ -283,6 +293,7 @@ def test_warc_has_one_response_per_fetch_and_reads_back(full_crawl):
     assert any(u.endswith("/robots.txt") for u in responses)
 
 
+@on_full_crawl
 def test_bad_input_is_counted_and_the_crawl_goes_on(web, full_crawl):
     state, _, proc = full_crawl
     counters = json.loads(

@@ -146,6 +146,8 @@ def test_one_connection_waits_the_delay_after_each_request(site, tmp_path, fetch
     assert latency is not None and latency["samples"] >= PAGES // 2
 
 
+# Starts 30 ms apart, stamped by a server thread: other tests' load would delay its stamps.
+@pytest.mark.alone
 @pytest.mark.parametrize("fetchers", ["0", "2"])
 def test_several_connections_overlap_with_starts_spaced(site, tmp_path, fetchers):
     delay = 0.03

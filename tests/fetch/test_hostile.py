@@ -35,6 +35,11 @@ from drumbeat.frontier.robots import ALLOW_ALL, RULES, UNAVAILABLE, RobotsStore
 from drumbeat.parse.links import DEFAULT_MAX_PARSE_BYTES, extract_links
 from drumbeat.simweb import SimWeb, SimWebConfig, SimWebModel, hostile, run_in_thread
 
+# Its fetches run against 1 s timeouts, in one process with the servers and under
+# tracemalloc: other tests' load could time them out. One pytest-xdist worker runs them
+# all, so that each backend's cases are fetched once.
+pytestmark = [pytest.mark.alone, pytest.mark.xdist_group("fetch_hostile")]
+
 UA = "drumbeat-test/1.0 (+http://example.invalid/bot)"
 BODY_CAP = 8 << 20
 DECODED_CAP = 16 << 20
