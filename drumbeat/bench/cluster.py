@@ -798,7 +798,9 @@ def _print_notes(console: Any, rep: dict[str, Any]) -> None:
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="drumbeat bench cluster", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="drumbeat bench cluster", description=" ".join(__doc__.split("\n\n")[0].split())
+    )
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="15 s measured per configuration")
     mode.add_argument("--tiny", action="store_true", help="50 hosts, 2 s measured: a smoke test")

@@ -53,15 +53,17 @@ def test_growth_per_added_fetcher_and_manager():
 )
 def test_tiny_run_end_to_end(tmp_path):
     done = subprocess.run(
-        [*BENCH, "--tiny", "--json", "--dir", str(tmp_path)],
+        # The baseline and the cluster's every part (two managers forwarding links to
+        # each other, two fetcher processes): the other configurations add no code path.
+        [*BENCH, "--tiny", "--configs", "standalone,2m2f", "--json", "--dir", str(tmp_path)],
         capture_output=True,
         text=True,
-        timeout=90,  # about 45 s on 2 cores
+        timeout=90,  # about 25 s on 2 cores
     )
     assert done.returncode == 0, (done.stdout or done.stderr)[-3000:]
     report = json.loads(done.stdout)
     assert report["mode"] == "tiny" and report["cpu_model"]
-    assert list(report["configs"]) == ["standalone", "1m1f", "1m2f", "2m2f"]
+    assert list(report["configs"]) == ["standalone", "2m2f"]
     for name, c in report["configs"].items():
         assert c["steady_pages"] > 0 and c["pages_per_s"] > 0, name
         assert c["cpu_ms_per_page"]["manager"] > 0 and c["cpu_ms_per_page"]["fetchers"] > 0

@@ -20,10 +20,14 @@ from drumbeat.simweb.server import run_in_thread
 from drumbeat.testing import RedisServer
 from tests.e2e.test_crawl import CONFIG, HOST_DELAY, IP_DELAY, assert_polite
 
-HEARTBEAT_TIMEOUT = "2"
+HEARTBEAT_TIMEOUT = "2"  # the fault tests' fetchers are taken for dead after this
+# The tests sharing one cluster crawl run on one xdist worker (the crawl runs once).
+on_cluster_crawl = pytest.mark.xdist_group("cluster_crawl")
 
 
-def manager_cmd(web, redis: RedisServer, state: Path, part: str, *extra: str) -> list[str]:
+def manager_cmd(
+    web, redis: RedisServer, state: Path, part: str, *extra: str, heartbeat: str = HEARTBEAT_TIMEOUT
+) -> list[str]:
     cfg = state.parent / f"{state.name}.toml"
     cfg.write_text(CONFIG)
     return [
@@ -39,7 +43,7 @@ def manager_cmd(web, redis: RedisServer, state: Path, part: str, *extra: str) ->
         "--partition",
         part,
         "--heartbeat-timeout",
-        HEARTBEAT_TIMEOUT,
+        heartbeat,
         "--state",
         str(state),
         "--dns-server",
@@ -58,7 +62,9 @@ def manager_cmd(web, redis: RedisServer, state: Path, part: str, *extra: str) ->
     ]
 
 
-def fetcher_cmd(redis: RedisServer, state: Path, *extra: str) -> list[str]:
+def fetcher_cmd(
+    redis: RedisServer, state: Path, *extra: str, heartbeat: str = HEARTBEAT_TIMEOUT
+) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -69,7 +75,7 @@ def fetcher_cmd(redis: RedisServer, state: Path, *extra: str) -> list[str]:
         "--state",
         str(state),
         "--heartbeat-timeout",
-        HEARTBEAT_TIMEOUT,
+        heartbeat,
         "--exit-when-idle",
         *extra,
     ]
@@ -100,14 +106,16 @@ def cluster_crawl(web, tmp_path_factory):
     work = tmp_path_factory.mktemp("cluster")
     with RedisServer(work / "redis") as redis:
         start = len(web.requests)
+        # The default heartbeat timeout: a busy machine must not take a live fetcher for
+        # dead here, where every page is to be fetched once.
         fetchers = subprocess.Popen(
-            fetcher_cmd(redis, work / "fetchers", "--processes", "2"),
+            fetcher_cmd(redis, work / "fetchers", "--processes", "2", heartbeat="15"),
             stderr=subprocess.PIPE,
             text=True,
         )
         managers = [
             subprocess.Popen(
-                manager_cmd(web, redis, work / f"m{i}", f"{i}/2"),
+                manager_cmd(web, redis, work / f"m{i}", f"{i}/2", heartbeat="15"),
                 stderr=subprocess.PIPE,
                 text=True,
             )
@@ -132,6 +140,7 @@ def cluster_crawl(web, tmp_path_factory):
     return work, list(web.requests[start:]), json.loads(status.stdout)
 
 
+@on_cluster_crawl
 def test_two_managers_fetch_what_one_crawl_does_each_page_once(web, cluster_crawl):
     work, requests, _ = cluster_crawl
     entries = read_logs(work / "m0", work / "m1")
@@ -152,11 +161,13 @@ def test_two_managers_fetch_what_one_crawl_does_each_page_once(web, cluster_craw
         assert n == (2 if web.model.robots_status(host) == 500 else 1), host
 
 
+@on_cluster_crawl
 def test_politeness_holds_cluster_wide(web, cluster_crawl):
     _, requests, _ = cluster_crawl
     assert_polite(web, requests)
 
 
+@on_cluster_crawl
 def test_status_shows_the_finished_crawl(cluster_crawl):
     _, _, status = cluster_crawl
     [crawl] = status["crawls"]
@@ -164,6 +175,7 @@ def test_status_shows_the_finished_crawl(cluster_crawl):
     assert crawl["tasks_pending"] == 0 and crawl["tasks_total"] == 0
 
 
+@on_cluster_crawl
 def test_fetchers_write_warc_per_crawl(cluster_crawl):
     work, _, _ = cluster_crawl
     assert list((work / "fetchers" / "warc" / "test").glob("*.warc.gz"))
@@ -295,6 +307,7 @@ def _fetched_per_second(redis: RedisServer) -> dict[int, Counter[str]]:
     return out
 
 
+@pytest.mark.alone  # shares measured on a machine of its own
 def test_two_crawls_share_the_fetchers_by_weight(tmp_path):
     """Crawls of weight 3 and 1 on one fetcher process that cannot keep up with both (4
     fetches at a time from a server 20 ms away): while both have work, their fetches
