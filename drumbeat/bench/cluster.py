@@ -102,7 +102,9 @@ class Config:
 
     @property
     def name(self) -> str:
-        return "standalone" if self.managers == 0 else f"{self.managers}m{self.processes}f"
+        if self.managers == 0:
+            return "standalone" if self.processes == 1 else f"standalone{self.processes}"
+        return f"{self.managers}m{self.processes}f"
 
 
 DEFAULT_CONFIGS = (Config(0, 1), Config(1, 1), Config(1, 2), Config(2, 2))
@@ -370,7 +372,9 @@ class Bench:
 
     def _standalone(self, cfg: Config, nginx_role: list[tuple[int, str]]) -> ConfigRun:
         state = self.work / cfg.name
-        cmd = [sys.executable, "-m", "drumbeat", "crawl", *self.crawl_args(state, CONCURRENCY)]
+        # As many fetches in flight per fetcher process as a cluster manager allows.
+        concurrency = CONCURRENCY * cfg.processes
+        cmd = [sys.executable, "-m", "drumbeat", "crawl", *self.crawl_args(state, concurrency)]
         cmd += ["--fetchers", str(cfg.processes)]
         procs = _Processes(self.work / cfg.name)
         crawl = procs.start(cmd, "crawl")
@@ -831,12 +835,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def parse_configs(text: str) -> tuple[Config, ...]:
-    """``standalone,1m2f,...`` -> configurations; SystemExit (a usage error) otherwise."""
+    """``standalone,standalone4,1m2f,...`` -> configurations (``standaloneP``: the
+    standalone crawl with P fetcher processes); SystemExit (a usage error) otherwise."""
     out = []
     for name in text.split(","):
         m = re.fullmatch(r"(\d+)m(\d+)f", name.strip())
-        if name.strip() == "standalone":
-            out.append(Config(0, 1))
+        alone = re.fullmatch(r"standalone(\d*)", name.strip())
+        if alone and int(alone[1] or 1) >= 1:
+            out.append(Config(0, int(alone[1] or 1)))
         elif m and int(m[1]) >= 1 and int(m[2]) >= 1:
             out.append(Config(int(m[1]), int(m[2])))
         else:
