@@ -50,7 +50,7 @@ from drumbeat.queue.redis import (
 from drumbeat.runtime import allocator
 from drumbeat.runtime.gctune import tune_gc
 from drumbeat.settings import Settings, SettingsError, build, saved_values
-from drumbeat.standalone import CrawlOutcome, Deployment, Fetching, run_crawl
+from drumbeat.standalone import CrawlError, CrawlOutcome, Deployment, Fetching, run_crawl
 from drumbeat.stats import StatsReader
 from drumbeat.store.warc import WarcWriter, recover_directory
 
@@ -101,7 +101,7 @@ def run_manager(settings: Settings, role: ManagerRole) -> CrawlOutcome:
                 identity = f"{host_name()}:{s.state_dir}"
                 await queue.open(json.dumps(saved_values(s)), identity)
             except ClusterError as e:
-                raise SettingsError(str(e)) from None
+                raise CrawlError(str(e)) from None
             holder["queue"] = queue
             yield Fetching(queue, [], list, inbox=queue)
         finally:

@@ -793,7 +793,15 @@ class RedisManagerQueue:
         ]
 
     async def sync(self) -> bool:
-        """Ask every live fetcher to fsync its WARC files; True once all confirm."""
+        """Ask every live fetcher to fsync its WARC files; True once all confirm, False
+        after ``sync_timeout_s`` (Redis unreachable included: a stop's last checkpoint
+        goes on without the confirmation)."""
+        try:
+            return await asyncio.wait_for(self._sync(), self.sync_timeout_s)
+        except TimeoutError:
+            return False
+
+    async def _sync(self) -> bool:
         k = self.keys
         seq = int(await self.link.call(lambda: self.link.redis.incr(k.syncseq), "sync"))
         deadline = self.clock() + self.sync_timeout_s
