@@ -309,6 +309,12 @@ def _add_cluster_args(g: argparse._ArgumentGroup, *, manager: bool) -> None:
         help="the cluster's Redis: redis://[:PASSWORD@]HOST:PORT/DB (rediss:// for TLS)",
     )
     g.add_argument(
+        "--redis-ca",
+        metavar="FILE",
+        default=None,
+        help="CA certificate(s) of a rediss:// server not signed by the system's store",
+    )
+    g.add_argument(
         "--prefix",
         default="drumbeat:",
         help="prefix of every Redis key (default drumbeat:); clusters sharing a Redis "
@@ -456,7 +462,7 @@ def build_parser() -> argparse.ArgumentParser:
 # Arguments that are not crawl settings: the command's own and a cluster manager's role.
 _NOT_SETTINGS = frozenset(
     {"command", "urls", "config", "reexec", "redis", "prefix", "crawl", "partition", "weight"}
-    | {"heartbeat_timeout"}
+    | {"heartbeat_timeout", "redis_ca"}
 )
 
 
@@ -514,6 +520,7 @@ def cmd_manager(args: argparse.Namespace) -> int:
         weight=args.weight,
         heartbeat_timeout_s=args.heartbeat_timeout,
         prefix=args.prefix,
+        redis_ca=args.redis_ca,
     )
     return _run_manager(args, lambda settings: run_manager(settings, role))
 
@@ -579,6 +586,7 @@ def cmd_fetcher(args: argparse.Namespace) -> int:
             exit_when_idle=args.exit_when_idle,
             heartbeat_timeout_s=args.heartbeat_timeout,
             prefix=args.prefix,
+            redis_ca=args.redis_ca,
         )
     )
 
@@ -590,7 +598,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from drumbeat.queue.redis import ClusterError
 
     try:
-        status = asyncio.run(cluster_status(args.redis, args.prefix))
+        status = asyncio.run(cluster_status(args.redis, args.prefix, args.redis_ca))
     except ClusterError as e:
         print(f"drumbeat status: {e}", file=sys.stderr)
         return EXIT_FAILED

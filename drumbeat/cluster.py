@@ -66,6 +66,7 @@ class ManagerRole:
     weight: float = 1.0
     heartbeat_timeout_s: float = 15.0
     prefix: str = DEFAULT_PREFIX
+    redis_ca: str | None = None
 
 
 def parse_partition(text: str) -> tuple[int, int]:
@@ -87,7 +88,7 @@ def run_manager(settings: Settings, role: ManagerRole) -> CrawlOutcome:
 
     @asynccontextmanager
     async def fetching(s: Settings, _processes: int) -> AsyncIterator[Fetching]:
-        link = RedisLink(role.redis_url, prefix=role.prefix)
+        link = RedisLink(role.redis_url, prefix=role.prefix, ca_file=role.redis_ca)
         queue = RedisManagerQueue(
             link,
             role.crawl,
@@ -147,6 +148,7 @@ class FetcherRole:
     exit_when_idle: bool = False
     heartbeat_timeout_s: float = 15.0
     prefix: str = DEFAULT_PREFIX
+    redis_ca: str | None = None
 
 
 def run_fetcher(role: FetcherRole) -> int:
@@ -197,6 +199,7 @@ def _supervise(role: FetcherRole) -> int:
         str(role.heartbeat_timeout_s),
         "--prefix",
         role.prefix,
+        *(["--redis-ca", role.redis_ca] if role.redis_ca else []),
         *(["--exit-when-idle"] if role.exit_when_idle else []),
     ]
     stopping = False
@@ -378,7 +381,7 @@ class FetcherProcess:
 
 
 async def _serve(role: FetcherRole) -> int:
-    link = RedisLink(role.redis_url, prefix=role.prefix)
+    link = RedisLink(role.redis_url, prefix=role.prefix, ca_file=role.redis_ca)
     process = FetcherProcess(role, link)
     loop = asyncio.get_running_loop()
 
@@ -401,10 +404,12 @@ async def _serve(role: FetcherRole) -> int:
 # -- status ---------------------------------------------------------------------------
 
 
-async def cluster_status(redis_url: str, prefix: str = DEFAULT_PREFIX) -> dict[str, Any]:
+async def cluster_status(
+    redis_url: str, prefix: str = DEFAULT_PREFIX, redis_ca: str | None = None
+) -> dict[str, Any]:
     """The cluster at a glance: crawls (weight, partitions, managers' figures, queues),
     fetchers alive."""
-    link = RedisLink(redis_url, prefix=prefix)
+    link = RedisLink(redis_url, prefix=prefix, ca_file=redis_ca)
     k = link.keys
     r = link.redis
     try:

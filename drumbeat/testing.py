@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import socket
+import ssl
 import subprocess
 import time
 from collections.abc import AsyncIterator, Callable
@@ -98,7 +99,16 @@ class RedisServer:
     :meth:`start` and :meth:`stop`.
     """
 
-    def __init__(self, work: Path, *, port: int | None = None, password: str | None = None) -> None:
+    def __init__(
+        self,
+        work: Path,
+        *,
+        port: int | None = None,
+        password: str | None = None,
+        tls: tuple[Path, Path] | None = None,
+    ) -> None:
+        """``tls``: (certificate chain, key) PEM files: the server then speaks TLS only
+        (``rediss://``), with no client certificate asked for."""
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed (scripts/test installs it)")
@@ -106,12 +116,14 @@ class RedisServer:
         self.work = work
         self.port = port or _free_port()
         self.password = password
+        self.tls = tls
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         auth = f":{self.password}@" if self.password else ""
-        return f"redis://{auth}127.0.0.1:{self.port}/0"
+        scheme = "rediss" if self.tls else "redis"
+        return f"{scheme}://{auth}127.0.0.1:{self.port}/0"
 
     def start(self, timeout_s: float = 10.0) -> None:
         self.work.mkdir(parents=True, exist_ok=True)
@@ -128,13 +140,17 @@ class RedisServer:
         ]  # fmt: skip
         if self.password:
             args += ["--requirepass", self.password]
+        if self.tls:
+            cert, key = self.tls
+            port = args.index("--port") + 1
+            args[port] = "0"  # no plain-text port: TLS only
+            args += ["--tls-port", str(self.port), "--tls-cert-file", str(cert)]
+            args += ["--tls-key-file", str(key), "--tls-auth-clients", "no"]
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
-                    sock.sendall(b"PING\r\n")
-                    reply = sock.recv(64)
+                reply = self._ping()
                 if reply.startswith((b"+PONG", b"-NOAUTH")):
                     return
                 if not reply.startswith(b"-LOADING"):
@@ -144,6 +160,17 @@ class RedisServer:
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"redis-server did not start; see {self.work / 'redis.log'}")
             time.sleep(0.02)
+
+    def _ping(self) -> bytes:
+        with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as raw:
+            sock = raw
+            if self.tls:  # readiness only: the certificate is the tests' business
+                context = ssl.create_default_context()
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+                sock = context.wrap_socket(raw)
+            sock.sendall(b"PING\r\n")
+            return sock.recv(64)
 
     def stop(self) -> None:
         """Stop the server (SIGTERM: it finishes writing its append-only file)."""

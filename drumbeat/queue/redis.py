@@ -453,18 +453,25 @@ class RedisLink:
         url: str,
         *,
         prefix: str = DEFAULT_PREFIX,
+        ca_file: str | None = None,
         max_backoff_s: float = 2.0,
         socket_timeout_s: float = 10.0,
     ) -> None:
+        """``ca_file``: the CA certificate(s) that sign a ``rediss://`` server's
+        certificate, where the system's store does not."""
         self.url = url
         self.keys = Keys(prefix)
         self.max_backoff_s = max_backoff_s
+        tls: dict[str, Any] = {}
+        if ca_file is not None and url.startswith("rediss://"):
+            tls["ssl_ca_certs"] = ca_file
         try:
             self.redis: aioredis.Redis = aioredis.Redis.from_url(
                 url,
                 socket_timeout=socket_timeout_s,
                 socket_connect_timeout=min(socket_timeout_s, 5.0),
                 health_check_interval=15,
+                **tls,
             )
         except ValueError as e:
             raise ClusterError(f"bad --redis URL {safe_url(url)!r}: {e}") from None

@@ -736,3 +736,30 @@ def test_a_partition_runs_one_manager_at_a_time(redis_server: RedisServer) -> No
             await closed(q, q._ticker)
 
     run(go)
+
+
+def test_a_password_and_tls_are_spoken(tmp_path: Path) -> None:
+    """rediss:// with a password against a TLS-only redis-server, its certificate from a
+    CA given as ca_file (--redis-ca); without that CA the server is not trusted."""
+    import trustme
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    chain, key, ca_pem = tmp_path / "chain.pem", tmp_path / "key.pem", tmp_path / "ca.pem"
+    cert.private_key_and_cert_chain_pem.write_to_path(str(chain))
+    cert.private_key_pem.write_to_path(str(key))
+    ca.cert_pem.write_to_path(str(ca_pem))
+    with RedisServer(tmp_path / "redis", password="s3cret", tls=(chain, key)) as server:
+        assert server.url.startswith("rediss://:s3cret@")
+
+        async def go(stack: AsyncExitStack) -> None:
+            trusted = await link(stack, server.url, ca_file=str(ca_pem))
+            await trusted.check()
+            await trusted.redis.set("k", "v")
+            assert await trusted.redis.get("k") == b"v"
+            strange = await link(stack, server.url)  # the system's CAs only
+            with pytest.raises(ClusterError, match="cannot reach Redis") as refused:
+                await strange.check()
+            assert "s3cret" not in str(refused.value)
+
+        run(go)
