@@ -476,6 +476,7 @@ class RedisLink:
         except ValueError as e:
             raise ClusterError(f"bad --redis URL {safe_url(url)!r}: {e}") from None
         self.down_since: float | None = None
+        self.back_at = float("-inf")  # when Redis last came back after an outage
         self.outages = 0
         # Set when the process is stopping: a call that finds Redis unreachable then
         # gives up (ClusterError) instead of waiting for it.
@@ -521,10 +522,11 @@ class RedisLink:
                 delay = min(delay * 2, self.max_backoff_s)
                 continue
             if self.down_since is not None:
+                self.back_at = time.monotonic()
                 log.warning(
                     "Redis at %s reachable again after %.1f s",
                     safe_url(self.url),
-                    time.monotonic() - self.down_since,
+                    self.back_at - self.down_since,
                 )
                 self.down_since = None
             return result
@@ -938,9 +940,14 @@ class RedisManagerQueue:
                 await p.execute()
 
         await self.link.call(heartbeat, "heartbeat")
-        reaped = await self.link.run_script(
-            REAP, [int(self.heartbeat_timeout_s * 1000)], "reap fetchers"
-        )
+        # After an outage no fetcher could beat: give them a timeout (and their back-off)
+        # to come back before any is taken for dead.
+        grace = self.heartbeat_timeout_s + 2 * self.link.max_backoff_s
+        reaped = 0
+        if time.monotonic() - self.link.back_at >= grace:
+            reaped = await self.link.run_script(
+                REAP, [int(self.heartbeat_timeout_s * 1000)], "reap fetchers"
+            )
         if reaped:
             log.warning(
                 "fetchers missed heartbeats for %.0f s: %d of their tasks went back to "
