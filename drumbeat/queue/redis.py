@@ -745,8 +745,6 @@ class RedisManagerQueue:
                 epoch, results = loads(blob)
                 if epoch == self.epoch:
                     out += self._accept(results)
-            if out:
-                self.stats_writer.add(self.crawl, "results", len(out))
             for ref in orphans or ():
                 out += self._orphaned(ref.decode())
             self.handoff_s += time.thread_time() - started
@@ -782,6 +780,8 @@ class RedisManagerQueue:
                 del self._outstanding[r.task_id]
                 self._completed += 1
             accepted.append(r)
+        if accepted:
+            self.stats_writer.add(self.crawl, "results", len(accepted))
         return accepted
 
     def _orphaned(self, ref: str) -> list[ItemResult]:
