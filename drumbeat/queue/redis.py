@@ -118,10 +118,6 @@ async def _stop(task: asyncio.Task[None] | None) -> None:
         await asyncio.wait([task], timeout=0.1)
 
 
-# What close() gives up on: Redis gone, or too slow to say goodbye to.
-_CLOSE_ERRORS: tuple[type[BaseException], ...] = (TimeoutError, *OUTAGE_ERRORS)
-
-
 def text(value: object) -> str:
     """A Redis reply (bytes) as text."""
     return value.decode() if isinstance(value, bytes) else str(value)
@@ -129,6 +125,11 @@ def text(value: object) -> str:
 
 class ClusterError(RuntimeError):
     """The cluster cannot be joined as asked (one line for the operator)."""
+
+
+# What close() gives up on: Redis gone (or the wait for it given up: ClusterError), or
+# too slow to say goodbye to.
+_CLOSE_ERRORS: tuple[type[BaseException], ...] = (TimeoutError, ClusterError, *OUTAGE_ERRORS)
 
 
 # -- pickles --------------------------------------------------------------------------
