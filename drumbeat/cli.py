@@ -112,6 +112,16 @@ def _pos_float(text: str) -> float:
     return value
 
 
+def _redis_url(text: str) -> str:
+    """An argparse type: a Redis URL redis-py reads (its scheme; the rest is checked when
+    connecting)."""
+    if not text.startswith(("redis://", "rediss://", "unix://")):
+        raise argparse.ArgumentTypeError(
+            f"expected redis://[:PASSWORD@]HOST:PORT/DB (or rediss://, unix://), got {text!r}"
+        )
+    return text
+
+
 def _int_at_least(minimum: int) -> Callable[[str], int]:
     """An argparse type: a whole number >= ``minimum``."""
 
@@ -305,6 +315,7 @@ def _add_cluster_args(g: argparse._ArgumentGroup, *, manager: bool) -> None:
     g.add_argument(
         "--redis",
         metavar="URL",
+        type=_redis_url,
         required=True,
         help="the cluster's Redis: redis://[:PASSWORD@]HOST:PORT/DB (rediss:// for TLS)",
     )

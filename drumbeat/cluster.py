@@ -381,7 +381,11 @@ class FetcherProcess:
 
 
 async def _serve(role: FetcherRole) -> int:
-    link = RedisLink(role.redis_url, prefix=role.prefix, ca_file=role.redis_ca)
+    try:
+        link = RedisLink(role.redis_url, prefix=role.prefix, ca_file=role.redis_ca)
+    except ClusterError as e:
+        print(f"drumbeat fetcher: {e}", file=sys.stderr)
+        return 1
     process = FetcherProcess(role, link)
     loop = asyncio.get_running_loop()
 

@@ -1,0 +1,88 @@
+"""The cluster's faces (drumbeat.cluster, `drumbeat manager | fetcher | status`): their
+arguments and what an operator reads when the cluster cannot be joined. The crawls
+themselves are in tests/e2e/test_cluster.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from drumbeat.cluster import parse_partition, render_status
+from drumbeat.settings import SettingsError
+
+# Nothing listens on port 1 of loopback: a refused connection, never a remote one.
+NOWHERE = "redis://127.0.0.1:1/0"
+
+
+def drumbeat(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "drumbeat", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_partitions_are_i_of_m() -> None:
+    assert parse_partition("0/1") == (0, 1) and parse_partition("3/4") == (3, 4)
+    for bad in ("2/2", "-1/2", "1", "a/b", "1/0", ""):
+        with pytest.raises(SettingsError, match="0 <= I < M"):
+            parse_partition(bad)
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--partition", "2/2"], "--partition '2/2'"),
+        (["--crawl", "a:b"], "--crawl 'a:b'"),
+        (["--redis", "localhost:6379"], "expected redis://"),
+    ],
+)
+def test_bad_manager_arguments_are_one_line_and_exit_2(tmp_path, args, says) -> None:
+    base = {"--redis": NOWHERE, "--crawl": "c", "--partition": "0/1"}
+    for flag, value in zip(args[::2], args[1::2]):
+        base[flag] = value
+    flags = [x for kv in base.items() for x in kv]
+    done = drumbeat("manager", "http://a.test/", *flags, "--state", str(tmp_path / "s"))
+    assert done.returncode == 2, done.stderr
+    assert says in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_an_unreachable_redis_is_one_line_and_exit_1(tmp_path) -> None:
+    manager = drumbeat(
+        "manager", "http://a.test/", "--redis", NOWHERE, "--crawl", "c", "--state", str(tmp_path)
+    )
+    assert manager.returncode == 1 and "cannot reach Redis" in manager.stderr
+    assert "Traceback" not in manager.stderr
+    status = drumbeat("status", "--redis", NOWHERE)
+    assert status.returncode == 1 and status.stderr.count("\n") == 1
+    assert "cannot reach Redis at redis://127.0.0.1:1/0" in status.stderr
+
+
+def test_status_text_names_what_an_operator_looks_for() -> None:
+    text = render_status(
+        {
+            "redis": NOWHERE,
+            "redis_used_memory": 1_500_000,
+            "fetchers": [{"name": "vm:12", "tasks_held": 3, "last_heartbeat_s": 0.2}],
+            "crawls": [
+                {
+                    "crawl": "news",
+                    "done": False,
+                    "weight": 3.0,
+                    "partitions": 2,
+                    "pages_done": 1234,
+                    "tasks_pending": 7,
+                    "rates": {"fetched": 55.5, "errors": 0.5},
+                    "managers": [
+                        {"partition": 0, "alive": True, "host": "vm", "pid": 7, "inbox": 1,
+                         "idle": False, "pages_done": 1000, "queued": 50, "in_flight": 4},
+                        {"partition": 1, "alive": False, "inbox": 9, "idle": False},
+                    ],
+                }
+            ],
+        }
+    )  # fmt: skip
+    assert "1 fetcher processes" in text and "vm:12: 3 tasks held" in text
+    assert "crawl news (running): weight 3, 2 partitions, 1,234 pages" in text
+    assert "55.5 fetches/s" in text
+    assert "partition 1: no manager running" in text
