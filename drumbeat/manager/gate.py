@@ -398,12 +398,12 @@ class RobotsGate:
                 return
             self.counters[f"hosts_failed.{reason}"] += 1
             log.info("host %s refused: %s", host.name, reason)
-            self._refuse(host, reason, answer.ip)
+            self.refuse(host, reason, answer.ip)
         finally:
             self.resolving.pop(host.name, None)
             self.wake()
 
-    def _refuse(self, host: HostState, reason: str, ip: str | None) -> None:
+    def refuse(self, host: HostState, reason: str, ip: str | None) -> None:
         """The host cannot be fetched: answer its robots requests with the refusal (so its
         URLs waiting in QR are dropped with ``reason``), drop its queued pages."""
         for q in self.scheduler.drain(host):
