@@ -27,6 +27,7 @@ from drumbeat import urls
 BLOCKS_NAME = "blocks.json"
 BLOCKS_VERSION = 1
 BLOCK_KINDS = ("host", "pld", "regex")
+BLOCKED = "blocked"  # the reason blocked URLs are dropped with (crawl.log, counters)
 # Hosts whose PLD block decision is remembered; cleared past this (bounded RAM).
 PLD_CACHE_HOSTS = 65_536
 
@@ -196,6 +197,9 @@ class Controls:
         self.blocking = bool(self.blocks)
         self.checkpoint_requested = False
         self.on_change = on_change
+        # Called after a host or PLD block is lifted (the manager expires the refusals
+        # the block left in the robots cache).
+        self.on_unblock: Callable[[], None] = lambda: None
 
     def pause(self) -> None:
         self.paused = True
@@ -219,6 +223,8 @@ class Controls:
     def unblock(self, kind: str, value: str) -> bool:
         gone = self.blocks.remove(kind, value)
         self.blocking = bool(self.blocks)
+        if gone and kind != "regex":
+            self.on_unblock()
         self.on_change()
         return gone
 

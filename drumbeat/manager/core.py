@@ -20,7 +20,7 @@ from drumbeat.frontier.star import Star, irlbot_budget
 from drumbeat.frontier.urlseen import encode_payload
 from drumbeat.manager.admission import Admission
 from drumbeat.manager.checkpointer import Checkpointer
-from drumbeat.manager.controls import Controls
+from drumbeat.manager.controls import BLOCKED, Controls
 from drumbeat.manager.dispatch import Dispatcher
 from drumbeat.manager.gate import RobotsGate, robots_admitter
 from drumbeat.manager.journal import DIR_NAME as JOURNAL_DIR
@@ -108,6 +108,7 @@ class Manager:
         # The operator's pause, speed, blocks and checkpoint requests (drumbeat.web).
         self.controls = Controls(state_dir, on_change=self._wake.set)
         self._build_parts(state_dir, list(durables), list(journal_syncs))
+        self.controls.on_unblock = self._lift_block_refusals
         self._last_sweep = self._started
         self.stop_reason: str | None = None
         self._force_stop = False
@@ -191,6 +192,12 @@ class Manager:
             journal=self.journal,
             inbox=self.inbox,
         )
+
+    def _lift_block_refusals(self) -> None:
+        """A host or PLD block was lifted: the robots refusals it left (Dispatcher._blocked)
+        no longer hold for the hosts now free."""
+        lifted = self.gate.lift_refusals(BLOCKED, self.controls.blocks.host_blocked)
+        log.info("block lifted: %d origins may be fetched again", lifted)
 
     # -- what other modules read -----------------------------------------------------------
 

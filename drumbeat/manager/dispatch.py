@@ -21,7 +21,7 @@ from collections import Counter
 
 from drumbeat.frontier.backoff import Backoff, retryable
 from drumbeat.frontier.politeness import HostState, PolitenessScheduler, QueuedURL
-from drumbeat.manager.controls import Controls
+from drumbeat.manager.controls import BLOCKED, Controls
 from drumbeat.manager.gate import RobotsGate
 from drumbeat.manager.state import LoopState
 from drumbeat.manager.stores import Drops
@@ -156,11 +156,11 @@ class Dispatcher:
         if blocks.host_blocked(host.name):
             self.scheduler.push(host, q, front=True)
             self.scheduler.release(host)
-            self._refuse(host, "blocked", host.ip)
+            self._refuse(host, BLOCKED, host.ip)
             return True
         if q.robots or not blocks.url_blocked(q.url):
             return False
-        self._drop(q.url, q.depth, q.via, "blocked", ip=host.ip)
+        self._drop(q.url, q.depth, q.via, BLOCKED, ip=host.ip)
         self.scheduler.release(host)
         return True
 

@@ -419,6 +419,17 @@ class RobotsGate:
         if not host.busy:
             self.scheduler.forget(host)
 
+    def lift_refusals(self, reason: str, still_refused: Callable[[str], bool]) -> int:
+        """Expire the RAM's refusals for ``reason`` of origins whose host is no longer
+        ``still_refused``: their next URL asks for robots.txt again. (A refusal only on
+        disk lasts its TTL.) Returns how many were lifted."""
+        lifted = 0
+        for origin in self.robots.origins_in_ram(REFUSED, reason):
+            if not still_refused(urls.host_of(origin)):
+                self.robots.record_refused(origin, reason, 0.0)
+                lifted += 1
+        return lifted
+
     def on_robots(self, r: ItemResult, host: HostState) -> float | None:
         """Record a robots.txt answer; returns the host's next delay if not the usual one."""
         origin = urls.origin_of(r.item.url)

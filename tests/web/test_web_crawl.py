@@ -179,8 +179,15 @@ def test_control_api_steers_a_running_crawl(web, tmp_path):
         assert out.returncode == 0, out.stderr
         status = json.loads(out.stdout)
         assert status["blocks"]["hosts"] == [busy] and status["pages_done"] > 0
-        assert ctl(state, "speed", "50").returncode == 0
-        assert json.loads(ctl(state, "status").stdout)["speed"]["pages_per_s"] == 50
+        # Speed: any window of T s sees at most rate * T requests, plus a second's worth
+        # saved up (the token bucket's burst).
+        assert ctl(state, "speed", "5").returncode == 0
+        assert json.loads(ctl(state, "status").stdout)["speed"]["pages_per_s"] == 5
+        limited_at = time.time()
+        time.sleep(2.5)
+        window = [r for r in web.requests if limited_at + 0.5 < r.time < limited_at + 2.5]
+        assert 0 < len(window) <= 5 * 2 + 5
+        assert ctl(state, "speed", "none").returncode == 0
         assert ctl(state, "checkpoint").returncode == 0
 
         out = ctl(state, "stop")
