@@ -543,6 +543,8 @@ def _add_ctl_parser(sub: Any) -> None:
         one.add_argument("--regex", metavar="REGEX")
     host = acts.add_parser("host", help="why a host is or is not fetching now")
     host.add_argument("name", metavar="NAME")
+    hosts = acts.add_parser("hosts", help="the hosts with the most URLs queued in RAM")
+    hosts.add_argument("--top", type=_pos_int, default=20, metavar="N")
 
 
 def cmd_ctl(args: argparse.Namespace) -> int:
@@ -554,6 +556,8 @@ def cmd_ctl(args: argparse.Namespace) -> int:
         method = "GET"
     elif action == "host":
         method, path = "GET", host_path(args.name)
+    elif action == "hosts":
+        method, path = "GET", f"/api/hosts?top={args.top}"
     elif action == "speed":
         text = args.pages_per_s.strip().lower()
         if text in ("none", "off", "0"):

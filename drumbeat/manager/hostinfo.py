@@ -19,6 +19,7 @@ The answer's ``state`` is one of:
 
 from __future__ import annotations
 
+import heapq
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -73,3 +74,9 @@ def host_report(manager: Manager, name: str) -> dict[str, Any]:
     if h.parked:
         return {**doc, "state": "waiting_for_ip"}
     return {**doc, "state": "ready"}
+
+
+def top_hosts(manager: Manager, n: int) -> list[dict[str, Any]]:
+    """The ``n`` hosts in RAM with the most URLs queued, each with its host report."""
+    hosts = heapq.nlargest(n, manager.scheduler.hosts.values(), key=lambda h: len(h.queue))
+    return [host_report(manager, h.name) for h in hosts]

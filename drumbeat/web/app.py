@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from drumbeat.manager.controls import BLOCK_KINDS, ControlError
-from drumbeat.manager.hostinfo import host_report
+from drumbeat.manager.hostinfo import host_report, top_hosts
 from drumbeat.web.metrics import CONTENT_TYPE, exposition, registry_for
 from drumbeat.web.status import Rates, status_report
 
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 STOP_REASON = "stop_requested"  # Manager.stop_reason of POST /api/stop
 _SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
 _HOST_NAME = re.compile(r"[A-Za-z0-9._-]{1,253}")
+TOP_HOSTS_MAX = 1000
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -38,6 +39,7 @@ def build_app(manager: Manager, token: str, *, read_open: bool) -> web.Applicati
         [
             web.get("/api/status", api.status),
             web.get("/api/host/{name}", api.host),
+            web.get("/api/hosts", api.hosts),
             web.post("/api/pause", api.pause),
             web.post("/api/resume", api.resume),
             web.post("/api/checkpoint", api.checkpoint),
@@ -113,6 +115,16 @@ class ControlApi:
         if not _HOST_NAME.fullmatch(name):
             return _error(400, "not a host name")
         return web.json_response(host_report(self.manager, name))
+
+    async def hosts(self, request: web.Request) -> web.Response:
+        """``?top=N`` (default 20): the hosts in RAM with the most URLs queued."""
+        try:
+            n = int(request.query.get("top", "20"))
+        except ValueError:
+            return _error(400, "top: a whole number")
+        if not 0 < n <= TOP_HOSTS_MAX:
+            return _error(400, f"top: 1 to {TOP_HOSTS_MAX}")
+        return web.json_response({"hosts": top_hosts(self.manager, n)})
 
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=exposition(self.registry), headers={"Content-Type": CONTENT_TYPE})

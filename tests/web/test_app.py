@@ -15,6 +15,7 @@ import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
+from drumbeat.frontier.politeness import QueuedURL
 from drumbeat.manager import Manager
 from drumbeat.testing import offline_manager
 from drumbeat.web.app import STOP_REASON, build_app
@@ -83,6 +84,16 @@ def test_controls_through_the_api(tmp_path: Path) -> None:
             assert r.status == 200 and (await r.json())["blocks"]["plds"] == []
         async with session.get(base + "/api/host/bad%20name") as r:
             assert r.status == 400
+        for i, name in enumerate(("a.test", "b.test", "c.test")):
+            host = m.scheduler.host(name)
+            for j in range(i + 1):
+                m.scheduler.push(host, QueuedURL(f"http://{name}/{j}", 1, None))
+        async with session.get(base + "/api/hosts?top=2") as r:
+            hosts = (await r.json())["hosts"]
+            assert [(h["host"], h["queued"]) for h in hosts] == [("c.test", 3), ("b.test", 2)]
+        for bad in ("0", "x", "100000"):
+            async with session.get(base + f"/api/hosts?top={bad}") as r:
+                assert r.status == 400
         async with session.get(base + "/api/status") as r:
             doc = await r.json()
             assert doc["pages_done"] == 0 and "beast" in doc["queued_by_place"]

@@ -179,6 +179,10 @@ def test_control_api_steers_a_running_crawl(web, tmp_path):
         assert out.returncode == 0, out.stderr
         status = json.loads(out.stdout)
         assert status["blocks"]["hosts"] == [busy] and status["pages_done"] > 0
+        out = ctl(state, "hosts", "--top", "3")
+        assert out.returncode == 0 and len(json.loads(out.stdout)["hosts"]) <= 3
+        out = ctl(state, "host", busy)
+        assert out.returncode == 0 and json.loads(out.stdout)["state"] == "blocked"
         # Speed: any window of T s sees at most rate * T requests, plus a second's worth
         # saved up (the token bucket's burst).
         assert ctl(state, "speed", "5").returncode == 0
