@@ -369,6 +369,14 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_crawl_args(crawl)
+    crawl.add_argument(
+        "--web",
+        metavar="[HOST:]PORT",
+        default="127.0.0.1:0",
+        help="serve the control API and /metrics there (default 127.0.0.1, a free port; "
+        "the address goes to STATE/web.json, the token to STATE/web.token); off: none",
+    )
+    _add_ctl_parser(sub)
 
     stats = sub.add_parser(
         "stats",
@@ -473,7 +481,7 @@ def build_parser() -> argparse.ArgumentParser:
 # Arguments that are not crawl settings: the command's own and a cluster manager's role.
 _NOT_SETTINGS = frozenset(
     {"command", "urls", "config", "reexec", "redis", "prefix", "crawl", "partition", "weight"}
-    | {"heartbeat_timeout", "redis_ca"}
+    | {"heartbeat_timeout", "redis_ca", "web"}
 )
 
 
@@ -515,8 +523,79 @@ def check_state_dir(path: Path) -> None:
 
 def cmd_crawl(args: argparse.Namespace) -> int:
     from drumbeat.standalone import run_crawl
+    from drumbeat.web.server import AddressError, parse_address
 
-    return _run_manager(args, run_crawl)
+    try:
+        web = parse_address(args.web)
+    except AddressError as e:
+        raise SettingsError(str(e)) from None
+    return _run_manager(args, lambda settings: run_crawl(settings, web=web))
+
+
+def _add_ctl_parser(sub: Any) -> None:
+    ctl = sub.add_parser(
+        "ctl",
+        help="steer a running crawl: pause, resume, speed, block, status...",
+        description="Call the control API of the crawl running in --state DIR (it reads "
+        "STATE/web.json and STATE/web.token). Prints the JSON answer; exits 1 when the "
+        "crawl is not running or refuses the call.",
+    )
+    ctl.add_argument("--state", dest="state_dir", metavar="DIR", required=True)
+    acts = ctl.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    for name, what in [
+        ("status", "pages, rates, queues, pause, speed, blocks, counters"),
+        ("pause", "no new request leaves (in-flight ones finish)"),
+        ("resume", "undo pause"),
+        ("checkpoint", "write a checkpoint soon"),
+        ("stop", "stop gracefully, as SIGTERM does"),
+    ]:
+        acts.add_parser(name, help=what)
+    speed = acts.add_parser("speed", help="a ceiling in pages/s (none: no ceiling)")
+    speed.add_argument("pages_per_s", metavar="N|none")
+    for name, what in [("block", "drop a host's, PLD's or regex's URLs"), ("unblock", "lift")]:
+        b = acts.add_parser(name, help=what)
+        one = b.add_mutually_exclusive_group(required=True)
+        one.add_argument("--host", metavar="HOST")
+        one.add_argument("--pld", metavar="PLD")
+        one.add_argument("--regex", metavar="REGEX")
+    host = acts.add_parser("host", help="why a host is or is not fetching now")
+    host.add_argument("name", metavar="NAME")
+    hosts = acts.add_parser("hosts", help="the hosts with the most URLs queued in RAM")
+    hosts.add_argument("--top", type=_pos_int, default=20, metavar="N")
+
+
+def cmd_ctl(args: argparse.Namespace) -> int:
+    from drumbeat.web.client import CtlError, call, host_path
+
+    action = args.action
+    method, path, body = "POST", f"/api/{action}", None
+    if action == "status":
+        method = "GET"
+    elif action == "host":
+        method, path = "GET", host_path(args.name)
+    elif action == "hosts":
+        method, path = "GET", f"/api/hosts?top={args.top}"
+    elif action == "speed":
+        text = args.pages_per_s.strip().lower()
+        if text in ("none", "off", "0"):
+            rate = None
+        else:
+            try:
+                rate = _pos_float(text)
+            except argparse.ArgumentTypeError as e:
+                raise SettingsError(f"speed: {e}") from None
+        method, path, body = "PUT", "/api/speed", {"pages_per_s": rate}
+    elif action in ("block", "unblock"):
+        kind = next(k for k in ("host", "pld", "regex") if getattr(args, k) is not None)
+        method = "POST" if action == "block" else "DELETE"
+        path, body = "/api/block", {kind: getattr(args, kind)}
+    try:
+        answer = call(Path(args.state_dir), method, path, body)
+    except CtlError as e:
+        print(f"drumbeat ctl: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    print(json.dumps(answer, indent=1 if method == "GET" else None))
+    return EXIT_OK
 
 
 def cmd_manager(args: argparse.Namespace) -> int:
@@ -574,7 +653,9 @@ def _run_manager(args: argparse.Namespace, run: Callable[[Settings], Any]) -> in
     )
     if outcome.all_seeds_refused:
         return EXIT_FAILED
-    return EXIT_STOPPED if outcome.stop_reason == "signal" else EXIT_OK
+    # Stopped by a signal or by the control API (drumbeat.web.app.STOP_REASON).
+    stopped = outcome.stop_reason in ("signal", "stop_requested")
+    return EXIT_STOPPED if stopped else EXIT_OK
 
 
 def cmd_fetcher(args: argparse.Namespace) -> int:
@@ -732,6 +813,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "status": cmd_status,
             "stats": cmd_stats,
             "demo": cmd_demo,
+            "ctl": cmd_ctl,
         }
         return commands[args.command](args)
     except (SettingsError, AllocatorMissing) as e:

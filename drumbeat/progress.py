@@ -50,6 +50,8 @@ class Progress:
         table.add_column(style="bold")
         table.add_column(justify="right")
         table.add_row("elapsed", f"{s.elapsed_s:,.0f} s")
+        if self.manager.controls.paused:
+            table.add_row("state", "PAUSED (drumbeat ctl resume)")
         table.add_row("pages/s (last 5 s)", f"{self._rate():,.1f}")
         table.add_row("pages fetched", f"{s.pages_done:,}")
         table.add_row("queued (in RAM)", f"{s.queued:,} ({s.queued_ram:,})")
@@ -69,6 +71,7 @@ class Progress:
             f"[{s.elapsed_s:,.0f}s] pages={s.pages_done:,} rate={self._rate():,.1f}/s "
             f"queued={s.queued:,} ram={s.queued_ram:,} in_flight={s.in_flight} "
             f"hosts={s.hosts:,} seen={s.seen:,} errors: {self._errors()}"
+            + (" PAUSED" if self.manager.controls.paused else "")
         )
 
     async def run(self) -> None:

@@ -11,6 +11,8 @@ State directory layout::
     DIR/stages.json        where the last run's time went, per stage (written at its end)
     DIR/runs.jsonl         where each run began in crawl.log, and its clean end (store.summary)
     DIR/refused_seeds.jsonl  seeds to try again on the next run (see seedrefusals.py)
+    DIR/blocks.json        the operator's blocks (manager/controls.py)
+    DIR/web.json, DIR/web.token  the control API's address and token (drumbeat.web)
 
 Fetching runs in ``fetchers`` child processes (one per core by default), or on the
 manager's own event loop when ``fetchers`` is 0.
@@ -46,6 +48,7 @@ from drumbeat.settings import Settings, SettingsError, save_for_resume
 from drumbeat.store.seedrefusals import SeedRefusals, SeedWatchingLog
 from drumbeat.store.summary import CRAWL_LOG_NAME, note_run_end, note_run_start
 from drumbeat.store.warc import WarcWriter, recover_directory
+from drumbeat.web.server import WebAddress, WebServer
 
 STAGES_NAME = "stages.json"
 # The manager's event loop hands out all work, and it wakes often for little (a batch of
@@ -154,10 +157,14 @@ class Deployment:
     local_fetchers: bool = True  # fetcher processes of this machine (settings.fetchers)
 
 
-def run_crawl(settings: Settings, deployment: Deployment | None = None) -> CrawlOutcome:
-    """Run (or resume) the crawl in ``settings.state_dir`` until done, a limit, or a signal.
+def run_crawl(
+    settings: Settings, deployment: Deployment | None = None, web: WebAddress | None = None
+) -> CrawlOutcome:
+    """Run (or resume) the crawl in ``settings.state_dir`` until done, a limit, a signal
+    or a stop through the control API.
 
-    ``deployment``: the standalone one (fetchers on this machine) by default."""
+    ``deployment``: the standalone one (fetchers on this machine) by default. ``web``:
+    where to serve the control API and /metrics (drumbeat.web); None: nowhere."""
     deployment = deployment or Deployment(_fetching)
     state_dir = settings.state_dir
     if state_dir is None:
@@ -170,14 +177,16 @@ def run_crawl(settings: Settings, deployment: Deployment | None = None) -> Crawl
             try:
                 import uvloop
             except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-                return asyncio.run(_crawl(settings, state_dir, deployment))
-            return uvloop.run(_crawl(settings, state_dir, deployment))
+                return asyncio.run(_crawl(settings, state_dir, deployment, web))
+            return uvloop.run(_crawl(settings, state_dir, deployment, web))
         finally:
             logging.getLogger("drumbeat").removeHandler(handler)
             handler.close()
 
 
-async def _crawl(settings: Settings, state_dir: Path, deployment: Deployment) -> CrawlOutcome:
+async def _crawl(
+    settings: Settings, state_dir: Path, deployment: Deployment, web: WebAddress | None
+) -> CrawlOutcome:
     started = time.monotonic()
     warc_dir = state_dir / "warc"
     warc_dir.mkdir(exist_ok=True)
@@ -190,7 +199,7 @@ async def _crawl(settings: Settings, state_dir: Path, deployment: Deployment) ->
     note_run_start(state_dir, log_path.stat().st_size)
     refusals = crawl_log.refusals = SeedRefusals(state_dir)
     try:
-        outcome = await _run(settings, state_dir, crawl_log, refusals, started, deployment)
+        outcome = await _run(settings, state_dir, crawl_log, refusals, started, deployment, web)
     except BaseException:
         refusals.close()
         raise
@@ -208,6 +217,7 @@ async def _run(
     refusals: SeedRefusals,
     started: float,
     deployment: Deployment,
+    web: WebAddress | None = None,
 ) -> CrawlOutcome:
     fetchers = settings.fetcher_processes() if deployment.local_fetchers else 0
     async with deployment.fetching(settings, fetchers) as fetching:
@@ -248,6 +258,7 @@ async def _run(
 
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, on_signal)
+            server = None if web is None else await _serve(manager, state_dir, web)
             progress = Progress(settings, manager, sys.stderr)
             progress_task = asyncio.ensure_future(progress.run())
             try:
@@ -255,6 +266,8 @@ async def _run(
             except WorkerFailed as e:
                 raise CrawlError(str(e)) from None
             finally:
+                if server is not None:
+                    await server.close()
                 progress_task.cancel()
                 await asyncio.gather(progress_task, return_exceptions=True)
                 for sig in (signal.SIGINT, signal.SIGTERM):
@@ -290,6 +303,21 @@ async def _run(
         and pages == 0
         and reason == "done",
     )
+
+
+async def _serve(manager: Manager, state_dir: Path, address: WebAddress) -> WebServer:
+    """Start the control API (its address on stderr and in web.json)."""
+    server = WebServer(manager, state_dir, address)
+    try:
+        url = await server.start()
+    except OSError as e:
+        raise CrawlError(f"--web {address.host}:{address.port}: cannot listen: {e}") from None
+    print(
+        f"drumbeat crawl: control API at {url} (token in {state_dir / 'web.token'})",
+        file=sys.stderr,
+    )
+    log.info("control API at %s", url)
+    return server
 
 
 def _add_seeds(

@@ -69,6 +69,7 @@ class HostState:
     parked: bool = False  # in its IP's line (IPState.parked)
     failures: int = 0  # recent failures, for the back-off (frontier.backoff)
     failed_at: float = float("-inf")
+    failure: str = ""  # the last failure's status or error, for the operator
     # Dispatch latency (manager.dispatch): when the next request could leave (wall clock,
     # -1: not measured now) and the least item id that request will have.
     free_at: float = -1.0

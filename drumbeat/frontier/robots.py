@@ -315,6 +315,10 @@ class RobotsStore:
         for a look at rules that is not a use of them (a URL that may be fetched later)."""
         return self._lru.get(origin)
 
+    def origins_in_ram(self, state: str, text: str) -> list[str]:
+        """The origins of the RAM entries in ``state`` with ``text`` (a refusal's reason)."""
+        return [o for o, e in self._lru.items() if e.state == state and e.text == text]
+
     def is_fresh(self, entry: RobotsEntry) -> bool:
         """True until ``entry`` expires (UNAVAILABLE: until its retry time); GIVEN_UP always."""
         return entry.state == GIVEN_UP or entry.expires_at > self.clock()

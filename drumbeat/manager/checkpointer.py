@@ -84,10 +84,10 @@ class Checkpointer:
         self.writing: asyncio.Future[Path] | None = None
         self._presynced_for = float("-inf")  # the checkpoint time it was last started for
 
-    def due(self, now: float) -> bool:
-        """Whether to checkpoint now: the interval has passed, and the last checkpoint's
-        files have been written (a write that failed fails the crawl here, as it would
-        have in the loop)."""
+    def due(self, now: float, *, asked: bool = False) -> bool:
+        """Whether to checkpoint now: the interval has passed (or one was ``asked`` for),
+        and the last checkpoint's files have been written (a write that failed fails the
+        crawl here, as it would have in the loop)."""
         writing = self.writing
         if writing is not None:
             if not writing.done():
@@ -95,7 +95,7 @@ class Checkpointer:
             self.writing = None
             writing.result()
             self._went_live(self._writing_mark)
-        return now >= self.last_checkpoint + self.settings.checkpoint_interval_s
+        return asked or now >= self.last_checkpoint + self.settings.checkpoint_interval_s
 
     def presync_if_due(self, now: float) -> None:
         """``presync_lead_s`` before a checkpoint falls due, start writing out the dirty

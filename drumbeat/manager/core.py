@@ -20,6 +20,7 @@ from drumbeat.frontier.star import Star, irlbot_budget
 from drumbeat.frontier.urlseen import encode_payload
 from drumbeat.manager.admission import Admission
 from drumbeat.manager.checkpointer import Checkpointer
+from drumbeat.manager.controls import BLOCKED, Controls
 from drumbeat.manager.dispatch import Dispatcher
 from drumbeat.manager.gate import RobotsGate, robots_admitter
 from drumbeat.manager.journal import DIR_NAME as JOURNAL_DIR
@@ -104,7 +105,10 @@ class Manager:
         )
         self._started = self.clock()
         self._wake = asyncio.Event()
+        # The operator's pause, speed, blocks and checkpoint requests (drumbeat.web).
+        self.controls = Controls(state_dir, on_change=self._wake.set)
         self._build_parts(state_dir, list(durables), list(journal_syncs))
+        self.controls.on_unblock = self._lift_block_refusals
         self._last_sweep = self._started
         self.stop_reason: str | None = None
         self._force_stop = False
@@ -133,7 +137,14 @@ class Manager:
             wake=self._wake.set,
         )
         self.dispatch = Dispatcher(
-            s, queue, self.scheduler, self.gate, self.state, self.drops, self.counters
+            s,
+            queue,
+            self.scheduler,
+            self.gate,
+            self.state,
+            self.drops,
+            self.counters,
+            self.controls,
         )
         self.admission = Admission(
             s,
@@ -181,6 +192,12 @@ class Manager:
             journal=self.journal,
             inbox=self.inbox,
         )
+
+    def _lift_block_refusals(self) -> None:
+        """A host or PLD block was lifted: the robots refusals it left (Dispatcher._blocked)
+        no longer hold for the hosts now free."""
+        lifted = self.gate.lift_refusals(BLOCKED, self.controls.blocks.host_blocked)
+        log.info("block lifted: %d origins may be fetched again", lifted)
 
     # -- what other modules read -----------------------------------------------------------
 
@@ -315,7 +332,7 @@ class Manager:
             self.checkpointer,
         )
         deadline = self._started + s.max_time_s if s.max_time_s else None
-        journal = self.journal
+        journal, controls = self.journal, self.controls
         # What this run starts from (the seeds, or what the last run's checkpoint and
         # journal hold) is durable before the first fetch.
         cp.initial()
@@ -348,7 +365,8 @@ class Manager:
                 if journal is not None:
                     journal.commit_if_due(now)
                 w4 = perf_counter()
-                if cp.due(now):
+                if cp.due(now, asked=controls.checkpoint_requested):
+                    controls.checkpoint_started()
                     # The fetchers live on what is in flight while the checkpoint's turn
                     # runs: the slots the collect just freed are filled first.
                     dispatch.dispatch(self.clock())
@@ -437,8 +455,12 @@ class Manager:
     def _wait_time(self, now: float, deadline: float | None) -> float:
         wait = 0.25
         due = self.scheduler.next_due_time()
+        controls = self.controls
+        if controls.speed is not None and (token_s := controls.speed.wait_s(now)) > 0:
+            wait = min(wait, token_s)
         if (
-            due is not None
+            not controls.paused
+            and due is not None
             and len(self.dispatch.in_flight) < self.settings.concurrency
             and not self.dispatch.page_limit_reached()
         ):

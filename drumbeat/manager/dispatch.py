@@ -21,6 +21,7 @@ from collections import Counter
 
 from drumbeat.frontier.backoff import Backoff, retryable
 from drumbeat.frontier.politeness import HostState, PolitenessScheduler, QueuedURL
+from drumbeat.manager.controls import BLOCKED, Controls
 from drumbeat.manager.gate import RobotsGate
 from drumbeat.manager.state import LoopState
 from drumbeat.manager.stores import Drops
@@ -56,14 +57,18 @@ class Dispatcher:
         state: LoopState,
         drops: Drops,
         counters: Counter[str],
+        controls: Controls | None = None,
     ) -> None:
+        """``controls``: the operator's pause, speed and blocks (none by default)."""
         s = self.settings = settings
         self.queue = queue
         self.scheduler = scheduler
         self.state = state
         self.counters = counters
         self._on_robots = gate.on_robots
+        self._refuse = gate.refuse
         self._drop = drops.drop
+        self.controls = controls or Controls()
         self.backoff = Backoff(
             max_s=s.backoff_max_s, forgive_s=s.backoff_forgive_s, max_attempts=s.fetch_max_attempts
         )
@@ -91,10 +96,17 @@ class Dispatcher:
         parts = self.queue.partitions
         by_part: list[list[FetchItem]] = [[] for _ in range(parts)]
         limit = self.settings.concurrency
+        controls = self.controls
+        if controls.paused:
+            return  # in-flight fetches finish; nothing new leaves
+        speed = controls.speed
+        allowed = -1 if speed is None else speed.available(now)
+        sent = 0
+        blocking = controls.blocking
         # Past the page limit nothing is sent (robots.txt included): a host released
         # unused would otherwise come straight back from next_ready.
         self.state.slots_idle = False
-        while len(self.in_flight) < limit and not self.page_limit_reached():
+        while len(self.in_flight) < limit and not self.page_limit_reached() and sent != allowed:
             host = self.scheduler.next_ready(now)
             if host is None:
                 # Politeness, not fetching, is what limits the crawl now: it needs more
@@ -102,6 +114,9 @@ class Dispatcher:
                 self.state.slots_idle = True
                 break
             q = self.scheduler.pop_url(host)
+            if blocking and self._blocked(host, q):
+                continue
+            sent += 1
             if q.robots:
                 item = self._new_item(q.url, host, ROBOTS, 0, None)
             else:
@@ -117,6 +132,8 @@ class Dispatcher:
             # host_connections > 1, its k-th request in flight goes to the next partition k
             # (fetchers share its parsing, each with its keep-alive connections).
             by_part[(hash(host.name) + host.in_flight - 1) % parts].append(item)
+        if speed is not None:
+            speed.take(sent)
         size = self.settings.task_max_items
         tasks = []
         for part, items in enumerate(by_part):
@@ -130,6 +147,22 @@ class Dispatcher:
         submit = asyncio.ensure_future(self.queue.submit(tasks))
         self._submits.add(submit)
         submit.add_done_callback(self._submits.discard)
+
+    def _blocked(self, host: HostState, q: QueuedURL) -> bool:
+        """Drop ``q`` (returned by next_ready and pop_url) if the operator blocked it, and
+        free ``host``: a blocked host's queue goes with it (its robots.txt requests are
+        answered ``blocked``, so the URLs waiting for them in QR are dropped too)."""
+        blocks = self.controls.blocks
+        if blocks.host_blocked(host.name):
+            self.scheduler.push(host, q, front=True)
+            self.scheduler.release(host)
+            self._refuse(host, BLOCKED, host.ip)
+            return True
+        if q.robots or not blocks.url_blocked(q.url):
+            return False
+        self._drop(q.url, q.depth, q.via, BLOCKED, ip=host.ip)
+        self.scheduler.release(host)
+        return True
 
     def _new_item(
         self, url: str, host: HostState, kind: str, depth: int, via: str | None
@@ -157,6 +190,7 @@ class Dispatcher:
             return
         self.in_flight_pages -= 1
         self.counters["fetches"] += 1
+        self.counters["bytes_fetched"] += r.body_bytes
         self.counters[f"status.{r.status}" if r.status is not None else f"error.{r.error}"] += 1
         if retryable(r.status, r.error):
             self.scheduler.done(host, ended, self._back_off(r, host, now))
@@ -229,6 +263,7 @@ class Dispatcher:
         URLs (or give it up); returns the host's delay before its next request."""
         item = r.item
         delay = self.backoff.failed(host, now, r.retry_after_s)
+        host.failure = str(r.status or r.error)
         self.counters["backoffs"] += 1
         attempts = item.attempts + 1
         if self.backoff.may_retry(attempts):

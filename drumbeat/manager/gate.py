@@ -398,12 +398,12 @@ class RobotsGate:
                 return
             self.counters[f"hosts_failed.{reason}"] += 1
             log.info("host %s refused: %s", host.name, reason)
-            self._refuse(host, reason, answer.ip)
+            self.refuse(host, reason, answer.ip)
         finally:
             self.resolving.pop(host.name, None)
             self.wake()
 
-    def _refuse(self, host: HostState, reason: str, ip: str | None) -> None:
+    def refuse(self, host: HostState, reason: str, ip: str | None) -> None:
         """The host cannot be fetched: answer its robots requests with the refusal (so its
         URLs waiting in QR are dropped with ``reason``), drop its queued pages."""
         for q in self.scheduler.drain(host):
@@ -418,6 +418,17 @@ class RobotsGate:
         # negatives from memory until their TTL runs out).
         if not host.busy:
             self.scheduler.forget(host)
+
+    def lift_refusals(self, reason: str, still_refused: Callable[[str], bool]) -> int:
+        """Expire the RAM's refusals for ``reason`` of origins whose host is no longer
+        ``still_refused``: their next URL asks for robots.txt again. (A refusal only on
+        disk lasts its TTL.) Returns how many were lifted."""
+        lifted = 0
+        for origin in self.robots.origins_in_ram(REFUSED, reason):
+            if not still_refused(urls.host_of(origin)):
+                self.robots.record_refused(origin, reason, 0.0)
+                lifted += 1
+        return lifted
 
     def on_robots(self, r: ItemResult, host: HostState) -> float | None:
         """Record a robots.txt answer; returns the host's next delay if not the usual one."""

@@ -1,0 +1,9 @@
+"""The operator's face of a running crawl: the control API, ``/metrics`` and ``drumbeat
+ctl`` (issue 50). It runs on the manager's event loop (``server.WebServer``), steers the
+crawl through ``drumbeat.manager.controls.Controls`` and reads the manager's stats.
+
+Files in the state directory while a crawl with its web server runs::
+
+    DIR/web.json    {"url": "http://127.0.0.1:PORT", "pid": PID}; removed at the end
+    DIR/web.token   the bearer token of this run (mode 0600), secrets.token_urlsafe
+"""

@@ -1,0 +1,79 @@
+"""``/metrics``: the manager's counters and gauges in Prometheus text format.
+
+Labels take bounded sets only (status classes, error and drop reasons, robots states,
+queue places): no URL or host is ever a label.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from drumbeat.web.status import queued_by_place
+
+if TYPE_CHECKING:
+    from drumbeat.manager import Manager
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class ManagerCollector(Collector):
+    """Reads the manager at each scrape (nothing is kept between scrapes)."""
+
+    def __init__(self, manager: Manager) -> None:
+        self.manager = manager
+
+    def collect(self) -> Iterator[Metric]:
+        m = self.manager
+        c = dict(m.counters)
+        pages = CounterMetricFamily(
+            "drumbeat_pages", "Pages fetched, by HTTP status class", labels=["class"]
+        )
+        by_class: dict[str, int] = {}
+        for k, v in c.items():
+            if k.startswith("status."):
+                cls = k[7:8] + "xx"
+                by_class[cls] = by_class.get(cls, 0) + v
+        for cls, v in sorted(by_class.items()):
+            pages.add_metric([cls], v)
+        yield pages
+        yield _by_prefix(c, "error.", "drumbeat_fetch_errors", "Fetches without an answer")
+        yield _by_prefix(c, "dropped.", "drumbeat_dropped_urls", "URLs given up on")
+        yield _by_prefix(c, "robots.", "drumbeat_robots", "robots.txt answers, by state")
+        yield CounterMetricFamily(
+            "drumbeat_fetched_bytes", "Body bytes fetched", value=c.get("bytes_fetched", 0)
+        )
+        yield CounterMetricFamily("drumbeat_fetches", "Page fetches", value=c.get("fetches", 0))
+        s = m.stats()
+        queued = GaugeMetricFamily("drumbeat_queued_urls", "URLs waiting", labels=["place"])
+        for place, n in queued_by_place(m).items():
+            queued.add_metric([place], n)
+        yield queued
+        yield GaugeMetricFamily("drumbeat_in_flight", "Fetches under way", value=s.in_flight)
+        yield GaugeMetricFamily("drumbeat_hosts", "Hosts in RAM", value=s.hosts)
+        yield GaugeMetricFamily("drumbeat_urls_seen", "URLs in URL-seen", value=s.seen)
+        yield GaugeMetricFamily(
+            "drumbeat_paused", "1 while the crawl is paused", value=int(m.controls.paused)
+        )
+
+
+def _by_prefix(c: dict[str, int], prefix: str, name: str, doc: str) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, doc, labels=["reason"])
+    for k, v in sorted(c.items()):
+        if k.startswith(prefix):
+            family.add_metric([k[len(prefix) :]], v)
+    return family
+
+
+def registry_for(manager: Manager) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ManagerCollector(manager))
+    return registry
+
+
+def exposition(registry: CollectorRegistry) -> bytes:
+    return generate_latest(registry)
