@@ -114,7 +114,14 @@ class RedisServer:
             raise RuntimeError("redis-server is not installed (scripts/test installs it)")
         self.binary = binary
         self.work = work
-        self.port = port or _free_port()
+        # A socket bound to the port (never listening) holds it for this server's life:
+        # while the server is stopped, connections are refused and no other process
+        # (another test's server) can take the port. redis-server binds beside it, as
+        # both allow address reuse.
+        self._hold = socket.socket()
+        self._hold.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._hold.bind(("127.0.0.1", port or 0))
+        self.port: int = self._hold.getsockname()[1]
         self.password = password
         self.tls = tls
         self.proc: subprocess.Popen[bytes] | None = None
@@ -183,16 +190,14 @@ class RedisServer:
                 self.proc.wait()
         self.proc = None
 
+    def close(self) -> None:
+        """Stop the server and give its port up."""
+        self.stop()
+        self._hold.close()
+
     def __enter__(self) -> RedisServer:
         self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        self.close()
