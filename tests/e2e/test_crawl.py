@@ -404,6 +404,9 @@ def test_sigterm_stops_gracefully_and_resume_completes(web, tmp_path):
     assert_polite(web, web.requests[start:])
 
 
+# Politeness is read from simweb's stamps: a loaded machine delays the stamp of the
+# killed fetcher's last request towards its retry's (seen once beside 4 workers).
+@pytest.mark.alone
 def test_a_killed_fetcher_process_is_replaced_and_its_work_done(web, tmp_path):
     truth = web.model.crawl(web.seeds)
     state = tmp_path / "state"
