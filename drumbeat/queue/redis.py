@@ -230,21 +230,39 @@ if n > 0 then redis.call('LTRIM', P..'wake', -64, -1) end
 return n
 """
 
-# ARGV: prefix, worker, max_items.  Heartbeats the worker; picks, among the crawls with
+# ARGV: prefix, worker, max_items, request id.  Heartbeats the worker; picks, among the crawls with
 # pending tasks, the one whose pass is lowest (stride scheduling: a crawl's pass grows by
 # items / weight with each claim, and one back from idle starts at the current virtual
 # time, so shares of items follow the weights exactly and none starves); moves its tasks
 # into the worker's list while they hold at most max_items items (at least one task).
 # Returns
 # {absent, crawl, ref1, blob1, ...} or {absent}: absent is 1 when the worker had been
-# reaped (taken for dead) since its last call.
+# reaped (taken for dead) since its last call. A call repeated with the same request id
+# (its reply lost to a connection error) gets the same tasks again, not new ones: no
+# task stays held by a fetcher that does not know it holds it.
 CLAIM = (
     """
-local P, W, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local P, W, n, req = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 """
     + _NOW_MS
     + """
 local absent = redis.call('ZADD', P..'workers', now, W)
+local mine, last = P..'w:'..W, P..'w:'..W..':claim'
+if redis.call('HGET', last, 'id') == req then
+  -- A retry (its reply was lost): the same tasks again, the last k of the list.
+  local C, k = redis.call('HGET', last, 'crawl'), tonumber(redis.call('HGET', last, 'k'))
+  local out = {0}
+  if k == 0 then return out end
+  out[2] = C
+  for _, entry in ipairs(redis.call('LRANGE', mine, -k, -1)) do
+    local ref = string.sub(entry, #C + 2)
+    local blob = redis.call('HGET', P..'c:'..C..':tasks', ref)
+    if blob then out[#out+1] = ref; out[#out+1] = blob end
+  end
+  return out
+end
+redis.call('HSET', last, 'id', req, 'k', 0)
+redis.call('PEXPIRE', last, 3600000)
 local crawls = redis.call('HGETALL', P..'crawls')
 local vt = tonumber(redis.call('GET', P..'vt') or '0')
 local C, pass, weight = nil, nil, nil
@@ -258,8 +276,8 @@ end
 if C == nil then return {absent} end
 redis.call('SET', P..'vt', tostring(pass))
 local out = {absent, C}
-local tasks, mine = P..'c:'..C..':tasks', P..'w:'..W
-local items = 0
+local tasks = P..'c:'..C..':tasks'
+local items, k = 0, 0
 local pending = P..'c:'..C..':pending'
 while items < n do
   local ref = redis.call('LINDEX', pending, 0)
@@ -271,10 +289,11 @@ while items < n do
   if blob then
     redis.call('RPUSH', mine, C..'\\31'..ref)
     out[#out+1] = ref; out[#out+1] = blob
-    items = items + size
+    items, k = items + size, k + 1
   end
 end
 redis.call('HSET', P..'passes', C, tostring(pass + items / weight))
+redis.call('HSET', last, 'crawl', C, 'k', k)
 return out
 """
 )
@@ -361,16 +380,26 @@ return {removed, #back}
 """
 )
 
-# ARGV: prefix, crawl, part, n.  Moves up to n inbox entries to the taken list; returns them.
+# ARGV: prefix, crawl, part, n, request id.  Moves up to n inbox entries to the taken
+# list; returns them (the same ones again to a repeat of the request: a lost reply must
+# not leave entries in the taken list that the manager never saw, as acknowledgements
+# count entries from its head).
 TAKE_INBOX = """
-local P, C, I, n = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local P, C, I, n, req = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local inbox, taken = P..'c:'..C..':inbox:'..I, P..'c:'..C..':taken:'..I
+local last = P..'c:'..C..':take:'..I
+if redis.call('HGET', last, 'id') == req then
+  local k = tonumber(redis.call('HGET', last, 'k'))
+  if k == 0 then return {} end
+  return redis.call('LRANGE', taken, -k, -1)
+end
 local out = {}
 for _ = 1, n do
   local e = redis.call('LMOVE', inbox, taken, 'LEFT', 'RIGHT')
   if not e then break end
   out[#out+1] = e
 end
+redis.call('HSET', last, 'id', req, 'k', #out)
 return out
 """
 
@@ -622,6 +651,7 @@ class RedisManagerQueue:
         self._handed = 0  # of them, handed out by take()
         self._acked = 0
         self._acking: asyncio.Task[None] | None = None
+        self._requests = 0  # TAKE_INBOX request ids (a retry repeats its id)
         self._idle = False
         self._done = False
         self._closed = False
@@ -895,8 +925,10 @@ class RedisManagerQueue:
         return self._done
 
     async def _take_inbox(self) -> None:
+        self._requests += 1
+        request = f"{self.epoch}.{self._requests}"
         entries = await self.link.run_script(
-            TAKE_INBOX, [self.crawl, self.part, 128], "take forwarded links"
+            TAKE_INBOX, [self.crawl, self.part, 128, request], "take forwarded links"
         )
         for blob in entries:
             urls, edges = loads(blob)
@@ -1127,7 +1159,10 @@ class RedisFetcherQueue:
         process's (see crawl_of)."""
         deadline = time.monotonic() + timeout_s
         while not self._closed:
-            out = await self.link.run_script(CLAIM, [self.worker, max_tasks], "claim tasks")
+            request = f"{os.getpid()}.{next(self._ids)}"
+            out = await self.link.run_script(
+                CLAIM, [self.worker, max_tasks, request], "claim tasks"
+            )
             if out[0]:
                 self._taken_for_dead()
             if len(out) > 1:

@@ -26,6 +26,8 @@ from drumbeat.fetcher import pack_edges, pack_found
 from drumbeat.queue.base import FetchItem, FoundEdges, FoundURLs, ItemResult, Task
 from drumbeat.queue.partition import partition_of_pld
 from drumbeat.queue.redis import (
+    CLAIM,
+    TAKE_INBOX,
     WORKER_DIED,
     ClusterError,
     Keys,
@@ -763,3 +765,36 @@ def test_a_password_and_tls_are_spoken(tmp_path: Path) -> None:
             assert "s3cret" not in str(refused.value)
 
         run(go)
+
+
+def test_a_claim_or_take_repeated_after_a_lost_reply_gets_the_same(
+    redis_server: RedisServer,
+) -> None:
+    """RedisLink repeats a call whose reply a connection error lost; the claim and inbox
+    scripts answer a repeated request id with what they did the first time, so no task
+    stays held, nor inbox entry taken, unknown to its process."""
+    owners = _sites_by_owner(2, 2)
+    url = redis_server.url
+
+    async def go(stack: AsyncExitStack) -> None:
+        m0 = await manager(stack, url, "rq", 0, 2)
+        m1 = await manager(stack, url, "rq", 1, 2)
+        f = await fetcher(stack, url)
+        await m0.submit(make_tasks(3))
+        first = await f.link.run_script(CLAIM, ["f1", 2, "req-1"], "claim")
+        again = await f.link.run_script(CLAIM, ["f1", 2, "req-1"], "claim")
+        assert len(first) == 2 + 2 * 2 and again[1:] == first[1:]
+        assert await f.link.redis.llen(K.worker("f1")) == 2, "held once"
+        other = await f.link.run_script(CLAIM, ["f1", 1, "req-2"], "claim")
+        assert other[2] not in first[2::2], "a new request, a new task"
+
+        [task] = make_tasks(1, first_id=9)
+        await m0.submit([task])
+        [claimed] = await f.claim("f1", 1, 1.0)
+        await f.report("f1", [_page_result(claimed, [owners[1][0], owners[1][1]])])
+        take = ["rq", 1, 128, "take-1"]
+        got = await m1.link.run_script(TAKE_INBOX, take, "take")
+        assert got and await m1.link.run_script(TAKE_INBOX, take, "take") == got
+        assert await m1.link.redis.llen(K.part("rq", "taken", 1)) == len(got)
+
+    run(go)
