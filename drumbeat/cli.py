@@ -451,6 +451,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_cluster_args(status.add_argument_group("the cluster"), manager=False)
     status.add_argument("--json", action="store_true", help="print one JSON object")
+    status.add_argument(
+        "--forget",
+        metavar="CRAWL",
+        default=None,
+        help="remove crawl CRAWL's keys from Redis (refused while one of its managers runs); "
+        "the managers' state dirs and the fetchers' WARC files are not touched",
+    )
 
     demo = sub.add_parser("demo", help="crawl the bundled synthetic web for about 30 s")
     demo.add_argument("--seconds", type=_nonneg_float, default=30.0, help="crawl time (default 30)")
@@ -686,10 +693,14 @@ def cmd_fetcher(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     import asyncio
 
-    from drumbeat.cluster import cluster_status, render_status
+    from drumbeat.cluster import cluster_status, forget_crawl, render_status
     from drumbeat.queue.redis import ClusterError
 
     try:
+        if args.forget is not None:
+            forget = forget_crawl(args.redis, args.forget, args.prefix, args.redis_ca)
+            removed = asyncio.run(forget)
+            print(f"drumbeat status: forgot {args.forget!r} ({removed} keys)", file=sys.stderr)
         status = asyncio.run(cluster_status(args.redis, args.prefix, args.redis_ca))
     except ClusterError as e:
         print(f"drumbeat status: {e}", file=sys.stderr)

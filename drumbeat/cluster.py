@@ -19,6 +19,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -475,6 +476,35 @@ async def cluster_status(
             "crawls": crawls,
             "fetchers": fetchers,
         }
+    finally:
+        await link.close()
+
+
+async def forget_crawl(
+    redis_url: str, crawl: str, prefix: str = DEFAULT_PREFIX, redis_ca: str | None = None
+) -> int:
+    """Remove crawl ``crawl``'s keys (its registration, queues, inboxes, figures); returns
+    how many. ClusterError while one of its managers is alive, or if there is no such
+    crawl. Per-second stats expire on their own."""
+    link = RedisLink(redis_url, prefix=prefix, ca_file=redis_ca)
+    k, r = link.keys, link.redis
+    try:
+        await link.check()
+        if not await r.hexists(k.crawls, crawl):
+            raise ClusterError(f"no crawl {crawl!r} in Redis")
+        # SCAN patterns are globs: a name's own *, ?, [, ] and backslash are escaped.
+        glob = k.crawl(re.sub(r"([*?\[\]\\])", r"\\\1", crawl), "")
+        alive = [key async for key in r.scan_iter(glob + "mgr:*")]
+        if alive:
+            raise ClusterError(f"crawl {crawl!r} has managers running; stop them first")
+        keys = [key async for key in r.scan_iter(glob + "*")]
+        async with r.pipeline(transaction=True) as p:
+            p.hdel(k.crawls, crawl)
+            p.hdel(k.prefix + "passes", crawl)
+            for key in keys:
+                p.delete(key)
+            await p.execute()
+        return len(keys)
     finally:
         await link.close()
 

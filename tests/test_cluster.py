@@ -86,3 +86,36 @@ def test_status_text_names_what_an_operator_looks_for() -> None:
     assert "crawl news (running): weight 3, 2 partitions, 1,234 pages" in text
     assert "55.5 fetches/s" in text
     assert "partition 1: no manager running" in text
+
+
+def test_a_stopped_crawl_can_be_forgotten(redis_server) -> None:
+    """`drumbeat status --forget NAME` removes that crawl's keys only (a name with glob
+    characters included), and refuses while one of its managers runs."""
+    import asyncio
+
+    import redis as redis_py
+
+    from drumbeat.cluster import forget_crawl
+    from drumbeat.queue.redis import ClusterError, Keys
+
+    k = Keys()
+    client = redis_py.Redis.from_url(redis_server.url)
+    try:
+        for crawl in ("a*b", "axb"):
+            client.hset(k.crawls, crawl, 1)
+            client.rpush(k.crawl(crawl, "pending"), "0:1:2:1")
+            client.hset(k.crawl(crawl, "meta"), "partitions", 1)
+        client.hset(k.part("a*b", "mgr", 0), "json", "{}")
+        with pytest.raises(ClusterError, match="managers running"):
+            asyncio.run(forget_crawl(redis_server.url, "a*b"))
+        client.delete(k.part("a*b", "mgr", 0))
+        assert asyncio.run(forget_crawl(redis_server.url, "a*b")) == 2
+        assert client.hkeys(k.crawls) == [b"axb"]
+        assert client.exists(k.crawl("axb", "pending"), k.crawl("axb", "meta")) == 2
+        with pytest.raises(ClusterError, match="no crawl 'a\\*b'"):
+            asyncio.run(forget_crawl(redis_server.url, "a*b"))
+        done = drumbeat("status", "--redis", redis_server.url, "--forget", "axb")
+        assert done.returncode == 0 and "forgot 'axb'" in done.stderr
+        assert "no crawls" in done.stdout
+    finally:
+        client.close()
