@@ -191,9 +191,6 @@ class Keys:
     def worker_info(self, worker: str) -> str:
         return f"{self.prefix}w:{worker}:info"
 
-    def ip(self, ip: str) -> str:
-        return f"{self.prefix}ip:{ip}"
-
 
 def task_ref(part: int, epoch: int, task: Task) -> str:
     """A task's name in Redis: its manager's partition and run, its id, its size."""
@@ -507,7 +504,6 @@ class RedisLink:
             raise ClusterError(f"bad --redis URL {safe_url(url)!r}: {e}") from None
         self.down_since: float | None = None
         self.back_at = float("-inf")  # when Redis last came back after an outage
-        self.outages = 0
         # Set when the process is stopping: a call that finds Redis unreachable then
         # gives up (ClusterError) instead of waiting for it.
         self.closing = False
@@ -541,7 +537,6 @@ class RedisLink:
                     ) from None
                 if self.down_since is None:
                     self.down_since = time.monotonic()
-                    self.outages += 1
                     log.warning(
                         "Redis at %s unreachable (%s: %s); waiting for it, nothing is lost",
                         safe_url(self.url),
@@ -646,9 +641,8 @@ class RedisManagerQueue:
         self._outstanding: dict[int, _Outstanding] = {}
         self._stash_urls: list[FoundURLs] = []
         self._stash_edges: list[FoundEdges] = []
-        self._taken = 0  # inbox entries taken this run (the taken list's length)
-        self._stashed = 0  # of them, waiting in the stash for take()
-        self._handed = 0  # of them, handed out by take()
+        self._stashed = 0  # inbox entries taken, waiting in the stash for take()
+        self._handed = 0  # inbox entries handed out by take() this run
         self._acked = 0
         self._acking: asyncio.Task[None] | None = None
         self._requests = 0  # TAKE_INBOX request ids (a retry repeats its id)
@@ -938,7 +932,6 @@ class RedisManagerQueue:
         self._stashed += len(entries)
         if entries:
             self._idle = False  # until idle() has seen them admitted (ticks run meanwhile)
-        self._taken += len(entries)
 
     # -- background
 
@@ -1148,10 +1141,6 @@ class RedisFetcherQueue:
         self._splitters[crawl] = Splitter(info.partitions)
         return info
 
-    def forget_crawl(self, crawl: str) -> None:
-        """Read the crawl's settings again on its next task (a manager restarted)."""
-        self._crawls.pop(crawl, None)
-
     async def claim(self, worker: str, max_tasks: int, timeout_s: float) -> list[Task]:
         """Tasks of one crawl (picked by weight) holding up to ``max_tasks`` *items* (at
         least one task: managers size tasks differently, and a fetcher's room is in
@@ -1191,7 +1180,6 @@ class RedisFetcherQueue:
             task.task_id = local
             tasks.append(task)
         self.handoff_s += time.thread_time() - started
-        self.counters["tasks_claimed"] += len(tasks)
         self.stats_writer.add(crawl, "tasks_claimed", len(tasks))
         self.stats_writer.add(crawl, "items_claimed", sum(len(t.items) for t in tasks))
         return tasks
@@ -1238,8 +1226,6 @@ class RedisFetcherQueue:
         await self.link.call(send, "report results")
         for local in [t for t, h in self._held.items() if not h.left]:
             del self._held[local]
-        self.counters["results"] += len(results)
-        self.counters["forwarded_batches_out"] += len(inbox)
         for crawl, _, _ in inbox:
             self.stats_writer.add(crawl, "link_batches_forwarded")
 

@@ -18,7 +18,7 @@ import pytest
 from drumbeat.simweb.model import SimWebConfig
 from drumbeat.simweb.server import run_in_thread
 from drumbeat.testing import RedisServer
-from tests.e2e.test_crawl import CONFIG, HOST_DELAY, IP_DELAY, assert_polite
+from tests.e2e.test_crawl import CONFIG, assert_polite, crawl_cmd, fetched_pages, read_log
 
 HEARTBEAT_TIMEOUT = "2"  # the fault tests' fetchers are taken for dead after this
 # The tests sharing one cluster crawl run on one xdist worker (the crawl runs once).
@@ -28,38 +28,12 @@ on_cluster_crawl = pytest.mark.xdist_group("cluster_crawl")
 def manager_cmd(
     web, redis: RedisServer, state: Path, part: str, *extra: str, heartbeat: str = HEARTBEAT_TIMEOUT
 ) -> list[str]:
-    cfg = state.parent / f"{state.name}.toml"
-    cfg.write_text(CONFIG)
-    return [
-        sys.executable,
-        "-m",
-        "drumbeat",
-        "manager",
-        *web.seeds,
-        "--redis",
-        redis.url,
-        "--crawl",
-        "test",
-        "--partition",
-        part,
-        "--heartbeat-timeout",
-        heartbeat,
-        "--state",
-        str(state),
-        "--dns-server",
-        web.dns_address,
-        "--host-delay",
-        str(HOST_DELAY),
-        "--ip-delay",
-        str(IP_DELAY),
-        "--concurrency",
-        "50",
-        "--config",
-        str(cfg),
-        "--no-progress",
-        "--allow-loopback",
-        *extra,
-    ]
+    """test_crawl's `drumbeat crawl` command, as manager ``part`` of crawl "test"."""
+    cluster = ["--redis", redis.url, "--crawl", "test", "--partition", part]
+    cluster += ["--heartbeat-timeout", heartbeat]
+    cmd = crawl_cmd(web, state, "--allow-loopback", *cluster, *extra)
+    cmd[cmd.index("crawl")] = "manager"
+    return cmd
 
 
 def fetcher_cmd(
@@ -82,15 +56,7 @@ def fetcher_cmd(
 
 
 def read_logs(*states: Path) -> list[dict]:
-    out = []
-    for state in states:
-        lines = (state / "crawl.log").read_text().splitlines()
-        out += [json.loads(ln) for ln in lines if ln.endswith("}")]
-    return out
-
-
-def fetched_pages(entries: list[dict]) -> list[str]:
-    return [e["url"] for e in entries if e["kind"] == "page" and e["status"] is not None]
+    return [entry for state in states for entry in read_log(state)]
 
 
 @pytest.fixture(scope="module")
