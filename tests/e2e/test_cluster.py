@@ -198,7 +198,16 @@ def test_a_fetcher_killed_mid_task_loses_nothing(web, tmp_path):
         client = redis_py.Redis.from_url(redis.url)
         held = f"drumbeat:w:{socket.gethostname()}:{victim.pid}"
         try:
-            _wait_for(lambda: client.llen(held) > 0, 60, "the victim to hold tasks")
+            # Freeze the victim before checking: a running one may report its tasks
+            # between the check and the kill, and then there is nothing to take back.
+            deadline = time.monotonic() + 60
+            while True:
+                _wait_for(lambda: client.llen(held) > 0, 60, "the victim to hold tasks")
+                victim.send_signal(signal.SIGSTOP)
+                if client.llen(held) > 0:
+                    break
+                victim.send_signal(signal.SIGCONT)
+                assert time.monotonic() < deadline, "the victim never held tasks when frozen"
             victim.send_signal(signal.SIGKILL)
             codes = _finish(managers)
         finally:
