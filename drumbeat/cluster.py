@@ -105,7 +105,7 @@ def run_manager(settings: Settings, role: ManagerRole) -> CrawlOutcome:
             except ClusterError as e:
                 raise CrawlError(str(e)) from None
             holder["queue"] = queue
-            yield Fetching(queue, [], list, inbox=queue)
+            yield Fetching(queue, [], list, inbox=queue.inbox)
         finally:
             await queue.close()
             await link.close()
@@ -126,7 +126,7 @@ def run_manager(settings: Settings, role: ManagerRole) -> CrawlOutcome:
                 "counters": dict(queue.counters),
             }
 
-        queue.figures = figures
+        queue.upkeep.figures = figures
 
     def keep(url: str) -> bool:
         return partition_of(url, role.parts) == role.part

@@ -600,13 +600,13 @@ class _Outstanding:
 
 
 class RedisManagerQueue:
-    """Manager ``part`` of ``parts`` of crawl ``crawl``: a ManagerQueue on Redis, and the
-    manager's inbox of links other partitions found (manager.core's ``Inbox``).
+    """Manager ``part`` of ``parts`` of crawl ``crawl``: a ManagerQueue on Redis (tasks
+    out, results back), composed with its two other parts: :attr:`inbox`, the links
+    other partitions forwarded (manager.core's ``Inbox``), and :attr:`upkeep`, the
+    bookkeeping that runs in the background.
 
     :meth:`open` registers the crawl and starts this manager's run (a new epoch: tasks of
-    earlier runs are dropped, their items being in the checkpoint); a background task
-    heartbeats, reaps dead fetchers, sweeps tasks that vanished from Redis and keeps the
-    crawl's idle record.
+    earlier runs are dropped, their items being in the checkpoint) and the upkeep.
     """
 
     partitions = 1  # fetchers claim from one list per crawl; no affinity to keep
@@ -634,31 +634,18 @@ class RedisManagerQueue:
         self.weight = weight
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.sync_timeout_s = sync_timeout_s
-        self.tick_s = tick_s
         self.clock = clock
         self.epoch = 0
         self.identity = ""
         self._outstanding: dict[int, _Outstanding] = {}
-        self._stash_urls: list[FoundURLs] = []
-        self._stash_edges: list[FoundEdges] = []
-        self._stashed = 0  # inbox entries taken, waiting in the stash for take()
-        self._handed = 0  # inbox entries handed out by take() this run
-        self._acked = 0
-        self._acking: asyncio.Task[None] | None = None
-        self._requests = 0  # TAKE_INBOX request ids (a retry repeats its id)
-        self._idle = False
-        self._done = False
         self._closed = False
-        self._ticker: asyncio.Task[None] | None = None
-        self._last_sweep = 0.0
         self._submitted = self._completed = 0
         self._lost: list[ItemResult] = []  # items of vanished tasks, for the next collect
-        self.stats_writer = StatsWriter(link.redis, link.keys.prefix, f"{crawl}/{part}")
-        self._rollups = StatsReader(link.redis, link.keys.prefix)
-        self._last_rollup = 0.0
-        self.figures: Callable[[], dict[str, Any]] = dict
         self.counters: defaultdict[str, int] = defaultdict(int)
         self.handoff_s = 0.0
+        self.stats_writer = StatsWriter(link.redis, link.keys.prefix, f"{crawl}/{part}")
+        self.inbox = ForwardedInbox(link, crawl, part, self.counters)
+        self.upkeep = Upkeep(self, tick_s=tick_s)
 
     # -- start and stop
 
@@ -698,7 +685,7 @@ class RedisManagerQueue:
                 )
                 p.incr(k.part(crawl, "epoch", self.part))
                 out = await p.execute()
-            self.epoch = int(out[-1])
+            self.epoch = self.inbox.epoch = int(out[-1])
 
         await self.link.call(register, "register crawl")
         removed, back = await self.link.run_script(
@@ -712,15 +699,14 @@ class RedisManagerQueue:
                 removed,
                 back,
             )
-        self._ticker = asyncio.ensure_future(self._tick_forever())
+        self.upkeep.start()
 
     async def close(self) -> None:
         """Stop the background work; tasks not claimed yet are withdrawn (their items are
         in the checkpoint: the next run dispatches them again)."""
         self._closed = True
-        await _stop(self._ticker)
-        if self._acking is not None:
-            await asyncio.gather(self._acking, return_exceptions=True)
+        await self.upkeep.stop()
+        await self.inbox.close()
         try:
             await asyncio.wait_for(
                 self.link.run_script(WITHDRAW, [self.crawl, self.part, self.epoch + 1], "withdraw"),
@@ -750,6 +736,8 @@ class RedisManagerQueue:
         await self.link.run_script(SUBMIT, args, "submit tasks")
 
     async def collect(self, max_results: int, timeout_s: float) -> list[ItemResult]:
+        """Results, items of dead fetchers' tasks (as ``fetcher_died``) and, into the
+        inbox, forwarded links: returns once any of these came, or after ``timeout_s``."""
         k, crawl, part = self.keys, self.crawl, self.part
         results_key = k.part(crawl, "results", part)
         orphans_key = k.part(crawl, "orphans", part)
@@ -764,7 +752,7 @@ class RedisManagerQueue:
                     return list(await p.execute())
 
             batches, orphans = await self.link.call(pop, "collect results")
-            await self._take_inbox()
+            await self.inbox.pull()
             started = time.thread_time()
             for blob in batches or ():
                 epoch, results = loads(blob)
@@ -773,7 +761,7 @@ class RedisManagerQueue:
             for ref in orphans or ():
                 out += self._orphaned(ref.decode())
             self.handoff_s += time.thread_time() - started
-            if out or self._stash_urls or self._stash_edges:
+            if out or self.inbox.waiting:
                 return out
             left = deadline - self.clock()
             if left <= 0:
@@ -877,129 +865,15 @@ class RedisManagerQueue:
             completed_tasks=self._completed,
         )
 
-    # -- the inbox (manager.core.Inbox)
+    @property
+    def in_flight_tasks(self) -> int:
+        return len(self._outstanding)
 
-    def take(self) -> tuple[list[FoundURLs], list[FoundEdges]]:
-        """The links and PLD edges other partitions forwarded, taken since the last call."""
-        urls, edges = self._stash_urls, self._stash_edges
-        self._stash_urls, self._stash_edges = [], []
-        self._handed += self._stashed
-        self._stashed = 0
-        return urls, edges
-
-    def mark(self) -> int:
-        """How many inbox entries :meth:`take` handed out so far (a prefix of the taken
-        list): the journal's or a checkpoint's commit notes it, and :meth:`acknowledge` s
-        it once durable."""
-        return self._handed
-
-    def acknowledge(self, mark: int) -> None:
-        """The entries handed out before ``mark`` are durable in the manager (journal or
-        checkpoint): drop them from the taken list (in the background, in order)."""
-        if mark <= self._acked or self._closed:
-            return
-        before = self._acking
-
-        async def trim() -> None:
-            if before is not None:
-                await asyncio.gather(before, return_exceptions=True)
-            n = mark - self._acked
-            if n <= 0:
-                return
-            key = self.keys.part(self.crawl, "taken", self.part)
-            await self.link.call(lambda: self.link.redis.ltrim(key, n, -1), "acknowledge")
-            self._acked = mark
-
-        self._acking = asyncio.ensure_future(trim())
-
-    def idle(self, finished: bool) -> bool:
-        """Note whether this manager has nothing left to do; True once the whole crawl
-        has nothing left (every partition idle at once, no link on its way)."""
-        self._idle = finished and not self._stash_urls and not self._stash_edges
-        return self._done
-
-    async def _take_inbox(self) -> None:
-        self._requests += 1
-        request = f"{self.epoch}.{self._requests}"
-        entries = await self.link.run_script(
-            TAKE_INBOX, [self.crawl, self.part, 128, request], "take forwarded links"
-        )
-        for blob in entries:
-            urls, edges = loads(blob)
-            self._stash_urls += urls
-            self._stash_edges += edges
-            self.counters["forwarded_batches_in"] += 1
-        self._stashed += len(entries)
-        if entries:
-            self._idle = False  # until idle() has seen them admitted (ticks run meanwhile)
-
-    # -- background
-
-    async def _tick_forever(self) -> None:
-        while not self._closed:
-            try:
-                await self.tick()
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # a bug here must not stop the crawl; it is logged
-                log.exception("cluster bookkeeping failed; trying again")
-            await asyncio.sleep(self.tick_s)
-
-    async def tick(self) -> None:
-        """Heartbeat, reap dead fetchers, sweep vanished tasks, keep the idle record."""
-        k, crawl, part = self.keys, self.crawl, self.part
-        figures = {
-            "host": host_name(),
-            "pid": os.getpid(),
-            "identity": self.identity,
-            "epoch": self.epoch,
-            "in_flight_tasks": len(self._outstanding),
-            **self.figures(),
-        }
-        fig_key = k.part(crawl, "mgr", part)
-
-        async def heartbeat() -> None:
-            async with self.link.redis.pipeline(transaction=True) as p:
-                p.delete(fig_key)
-                p.hset(fig_key, mapping={"json": json.dumps(figures)})
-                p.pexpire(fig_key, max(5000, int(self.heartbeat_timeout_s * 1000)))
-                await p.execute()
-
-        await self.link.call(heartbeat, "heartbeat")
-        # After an outage no fetcher could beat: give them a timeout (and their back-off)
-        # to come back before any is taken for dead.
-        grace = self.heartbeat_timeout_s + 2 * self.link.max_backoff_s
-        reaped = 0
-        if time.monotonic() - self.link.back_at >= grace:
-            reaped = await self.link.run_script(
-                REAP, [int(self.heartbeat_timeout_s * 1000)], "reap fetchers"
-            )
-        if reaped:
-            log.warning(
-                "fetchers missed heartbeats for %.0f s: %d of their tasks went back to "
-                "their managers",
-                self.heartbeat_timeout_s,
-                reaped,
-            )
-        now = self.clock()
-        if self.stats_writer.pending:
-            await self.stats_writer.flush()
-        if now - self._last_rollup >= ROLLUP_INTERVAL_S:
-            self._last_rollup = now
-            await self._rollups.roll_up()  # any manager may; they do not double count
-        if now - self._last_sweep >= max(5.0, self.heartbeat_timeout_s / 2):
-            self._last_sweep = now
-            await self._sweep(now)
-        self._done = bool(
-            await self.link.run_script(
-                IDLE, [crawl, part, self.parts, "1" if self._idle else "0"], "idle record"
-            )
-        )
-
-    async def _sweep(self, now: float) -> None:
+    async def sweep(self, now: float) -> None:
         """Tasks that vanished from Redis (a Redis restarted without its data) while this
         manager waited for them: after two sweeps that found one gone and its results
-        not come, its unreported items come back as ``fetcher_died``."""
+        not come, its unreported items come back as ``fetcher_died`` (with the next
+        collect)."""
         old = [t for t, o in self._outstanding.items() if now - o.submitted >= 5.0]
         if not old:
             return
@@ -1025,6 +899,189 @@ class RedisManagerQueue:
                 "%d items of tasks that vanished from Redis go back to the scheduler", len(lost)
             )
             self._lost += lost
+
+
+class ForwardedInbox:
+    """Manager ``part``'s inbox (manager.core's ``Inbox``): the links and PLD edges that
+    other partitions' pages found for this one. :meth:`pull` (run by the queue's
+    collect) moves entries from the inbox list to the partition's taken list in Redis
+    and into a stash; :meth:`take` hands the stash out; the taken list keeps them until
+    :meth:`acknowledge` says a commit holds them, so a manager killed at any instant
+    loses none (the next run's START puts them back in the inbox)."""
+
+    def __init__(
+        self, link: RedisLink, crawl: str, part: int, counters: defaultdict[str, int]
+    ) -> None:
+        self.link = link
+        self.crawl = crawl
+        self.part = part
+        self.counters = counters
+        self.epoch = 0  # the run's, set by the queue's open
+        self.finished = False  # the manager said it has nothing left (idle())
+        self.done = False  # the whole crawl has nothing left (Upkeep's idle record)
+        self._urls: list[FoundURLs] = []
+        self._edges: list[FoundEdges] = []
+        self._stashed = 0  # entries pulled, waiting in the stash for take()
+        self._handed = 0  # entries handed out by take() this run
+        self._acked = 0
+        self._acking: asyncio.Task[None] | None = None
+        self._requests = 0  # TAKE_INBOX request ids (a retry repeats its id)
+        self._closed = False
+
+    @property
+    def waiting(self) -> bool:
+        """Entries were pulled that take() has not handed out."""
+        return bool(self._urls or self._edges)
+
+    def take(self) -> tuple[list[FoundURLs], list[FoundEdges]]:
+        """The links and PLD edges other partitions forwarded, pulled since the last call."""
+        urls, edges = self._urls, self._edges
+        self._urls, self._edges = [], []
+        self._handed += self._stashed
+        self._stashed = 0
+        return urls, edges
+
+    def mark(self) -> int:
+        """How many inbox entries :meth:`take` handed out so far (a prefix of the taken
+        list): the journal's or a checkpoint's commit notes it, and :meth:`acknowledge` s
+        it once durable."""
+        return self._handed
+
+    def acknowledge(self, mark: int) -> None:
+        """The entries handed out before ``mark`` are durable in the manager (journal or
+        checkpoint): drop them from the taken list (in the background, in order)."""
+        if mark <= self._acked or self._closed:
+            return
+        before = self._acking
+
+        async def trim() -> None:
+            if before is not None:
+                await asyncio.gather(before, return_exceptions=True)
+            n = mark - self._acked
+            if n <= 0:
+                return
+            key = self.link.keys.part(self.crawl, "taken", self.part)
+            await self.link.call(lambda: self.link.redis.ltrim(key, n, -1), "acknowledge")
+            self._acked = mark
+
+        self._acking = asyncio.ensure_future(trim())
+
+    def idle(self, finished: bool) -> bool:
+        """Note whether this manager has nothing left to do; True once the whole crawl
+        has nothing left (every partition idle at once, no link on its way)."""
+        self.finished = finished and not self.waiting
+        return self.done
+
+    async def pull(self) -> None:
+        """Move up to 128 entries from the inbox into the stash (and the taken list)."""
+        self._requests += 1
+        request = f"{self.epoch}.{self._requests}"
+        entries = await self.link.run_script(
+            TAKE_INBOX, [self.crawl, self.part, 128, request], "take forwarded links"
+        )
+        for blob in entries:
+            urls, edges = loads(blob)
+            self._urls += urls
+            self._edges += edges
+            self.counters["forwarded_batches_in"] += 1
+        self._stashed += len(entries)
+        if entries:
+            self.finished = False  # until idle() has seen them admitted (ticks run meanwhile)
+
+    async def close(self) -> None:
+        """No more acknowledgements; waits for the one under way."""
+        self._closed = True
+        if self._acking is not None:
+            await asyncio.gather(self._acking, return_exceptions=True)
+
+
+class Upkeep:
+    """A manager's bookkeeping in Redis, every ``tick_s`` in the background: its
+    heartbeat and figures (what ``drumbeat status`` shows), reaping fetchers that missed
+    heartbeats, flushing the per-second stats and rolling them up, sweeping for tasks
+    that vanished, and the crawl's idle record (which ends the crawl)."""
+
+    def __init__(self, queue: RedisManagerQueue, *, tick_s: float) -> None:
+        self.queue = queue
+        self.link = queue.link
+        self.tick_s = tick_s
+        self.figures: Callable[[], dict[str, Any]] = dict  # the manager's, set by its face
+        self._rollups = StatsReader(queue.link.redis, queue.keys.prefix)
+        self._last_rollup = 0.0
+        self._last_sweep = 0.0
+        self._ticker: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._ticker = asyncio.ensure_future(self._tick_forever())
+
+    async def stop(self) -> None:
+        await _stop(self._ticker)
+
+    async def _tick_forever(self) -> None:
+        while not self.queue.closed:
+            try:
+                await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug here must not stop the crawl; it is logged
+                log.exception("cluster bookkeeping failed; trying again")
+            await asyncio.sleep(self.tick_s)
+
+    async def tick(self) -> None:
+        """Heartbeat, reap dead fetchers, stats, sweep vanished tasks, the idle record."""
+        q = self.queue
+        await self._heartbeat()
+        await self._reap()
+        now = q.clock()
+        if q.stats_writer.pending:
+            await q.stats_writer.flush()
+        if now - self._last_rollup >= ROLLUP_INTERVAL_S:
+            self._last_rollup = now
+            await self._rollups.roll_up()  # any manager may; they do not double count
+        if now - self._last_sweep >= max(5.0, q.heartbeat_timeout_s / 2):
+            self._last_sweep = now
+            await q.sweep(now)
+        idle = "1" if q.inbox.finished else "0"
+        q.inbox.done = bool(
+            await self.link.run_script(IDLE, [q.crawl, q.part, q.parts, idle], "idle record")
+        )
+
+    async def _heartbeat(self) -> None:
+        q = self.queue
+        figures = {
+            "host": host_name(),
+            "pid": os.getpid(),
+            "identity": q.identity,
+            "epoch": q.epoch,
+            "in_flight_tasks": q.in_flight_tasks,
+            **self.figures(),
+        }
+        key = q.keys.part(q.crawl, "mgr", q.part)
+
+        async def heartbeat() -> None:
+            async with self.link.redis.pipeline(transaction=True) as p:
+                p.delete(key)
+                p.hset(key, mapping={"json": json.dumps(figures)})
+                p.pexpire(key, max(5000, int(q.heartbeat_timeout_s * 1000)))
+                await p.execute()
+
+        await self.link.call(heartbeat, "heartbeat")
+
+    async def _reap(self) -> None:
+        timeout_s = self.queue.heartbeat_timeout_s
+        # After an outage no fetcher could beat: give them a timeout (and their back-off)
+        # to come back before any is taken for dead.
+        grace = timeout_s + 2 * self.link.max_backoff_s
+        if time.monotonic() - self.link.back_at < grace:
+            return
+        reaped = await self.link.run_script(REAP, [int(timeout_s * 1000)], "reap fetchers")
+        if reaped:
+            log.warning(
+                "fetchers missed heartbeats for %.0f s: %d of their tasks went back to "
+                "their managers",
+                timeout_s,
+                reaped,
+            )
 
 
 # -- the fetcher's side ---------------------------------------------------------------

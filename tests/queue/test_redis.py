@@ -65,17 +65,8 @@ async def manager(
     kw.setdefault("tick_s", 3600.0)  # ticks come from the test (one runs at open)
     queue = RedisManagerQueue(await link(stack, url), crawl, part, parts, **kw)
     await queue.open("{}")
-    stack.push_async_callback(closed, queue, queue._ticker)
+    stack.push_async_callback(queue.close)
     return queue
-
-
-async def closed(queue: RedisManagerQueue | RedisFetcherQueue, loop: Any) -> None:
-    """``queue.close()``, its background loop stopped first: a cancellation that lands in
-    a Redis call can be swallowed (see test_close_returns_with_a_tick_under_way)."""
-    while loop is not None and not loop.done():
-        loop.cancel()
-        await asyncio.wait([loop], timeout=0.1)
-    await queue.close()
 
 
 async def fetcher(
@@ -83,7 +74,7 @@ async def fetcher(
 ) -> RedisFetcherQueue:
     """A fetcher queue that does not heartbeat by itself (its claims and beat() do)."""
     queue = RedisFetcherQueue(await link(stack, url), name, **kw)
-    stack.push_async_callback(lambda: closed(queue, queue._heart))
+    stack.push_async_callback(queue.close)
     return queue
 
 
@@ -305,12 +296,12 @@ def test_a_fetcher_that_stops_heartbeating_loses_its_tasks(redis_server: RedisSe
         [kept] = await live.claim("live", 1, 1.0)
 
         await live.beat(TTL_MS)
-        await mgr.tick()
+        await mgr.upkeep.tick()
         assert await mgr.collect(100, 0.1) == [], "not dead yet"
         for _ in range(4):  # "slow" silent for 1.2 s or more, "live" for 0.3 s at most
             await asyncio.sleep(0.3)
             await live.beat(TTL_MS)
-        await mgr.tick()
+        await mgr.upkeep.tick()
         died = await collect_all(mgr, 3)
         assert rows(died) == [
             (1, 1, None, WORKER_DIED),
@@ -347,7 +338,7 @@ def test_a_closing_fetcher_gives_its_tasks_back_at_once(redis_server: RedisServe
         await mgr.submit(make_tasks(2, per_task=2))
         first, _ = await f.claim("f1", 4, 1.0)  # 4 items: both tasks
         await f.report("f1", [ok(first, 0)])
-        await closed(f, f._heart)
+        await f.close()
         assert f.closed and await f.claim("f1", 1, 0.1) == []
         got = await collect_all(mgr, 4, timeout_s=2.0)  # no tick: no reaper involved
         assert rows(got) == [
@@ -417,43 +408,43 @@ def test_links_of_other_partitions_are_forwarded_until_acknowledged(
         assert result.found is not None and result.pld_edges is not None
         assert result.found.urls() == [f"http://www.{s}/p" for s in owners[0][:2]]
         assert [t for _, t in result.pld_edges.pairs()] == sorted(owners[0][:2])
-        assert m0.take() == ([], [])
+        assert m0.inbox.take() == ([], [])
 
         want_urls = [f"http://www.{s}/p" for s in owners[1]]
         want_targets = sorted(owners[1])
         assert await m1.collect(100, 1.0) == []  # no result of its own, but links
-        urls, edges = m1.take()
+        urls, edges = m1.inbox.take()
         assert [u for found in urls for u in found.urls()] == want_urls
         assert [t for e in edges for _, t in e.pairs()] == want_targets
         assert all(e.source == "h1.test" for e in edges)
-        assert m1.take() == ([], [])
+        assert m1.inbox.take() == ([], [])
         taken = K.part("fw", "taken", 1)
         redis = f.link.redis
         assert await redis.llen(taken) == 1
         assert await redis.llen(K.part("fw", "inbox", 1)) == 0
 
         # Killed before a checkpoint held them: the next run of partition 1 gets them again.
-        await closed(m1, m1._ticker)
+        await m1.close()
         again = await manager(stack, url, "fw", 1, 2)
         assert await again.collect(100, 1.0) == []
-        urls, edges = again.take()
+        urls, edges = again.inbox.take()
         assert [u for found in urls for u in found.urls()] == want_urls
         assert [t for e in edges for _, t in e.pairs()] == want_targets
         assert await redis.llen(taken) == 1
-        mark = again.mark()
+        mark = again.inbox.mark()
         assert mark == 1
         await asyncio.sleep(0.05)
         assert await redis.llen(taken) == 1, "kept until acknowledged"
-        again.acknowledge(mark)
+        again.inbox.acknowledge(mark)
 
         async def trimmed() -> bool:
             return await redis.llen(taken) == 0
 
         await _wait_for(trimmed)
-        await closed(again, again._ticker)
+        await again.close()
         third = await manager(stack, url, "fw", 1, 2)
         assert await third.collect(100, 0.3) == []
-        assert third.take() == ([], [])
+        assert third.inbox.take() == ([], [])
 
     run(go)
 
@@ -465,16 +456,16 @@ def test_the_crawl_is_done_once_every_partition_is_idle(redis_server: RedisServe
     async def go(stack: AsyncExitStack) -> None:
         m0 = await manager(stack, redis_server.url, "t", 0, 2)
         m1 = await manager(stack, redis_server.url, "t", 1, 2)
-        assert m0.idle(True) is False
-        await m0.tick()
-        assert m0.idle(True) is False, "partition 1 has not said it is idle"
-        await m0.tick()
-        assert m0.idle(True) is False
-        assert m1.idle(True) is False
-        await m1.tick()
-        assert m1.idle(True) is True
-        await m0.tick()
-        assert m0.idle(True) is True
+        assert m0.inbox.idle(True) is False
+        await m0.upkeep.tick()
+        assert m0.inbox.idle(True) is False, "partition 1 has not said it is idle"
+        await m0.upkeep.tick()
+        assert m0.inbox.idle(True) is False
+        assert m1.inbox.idle(True) is False
+        await m1.upkeep.tick()
+        assert m1.inbox.idle(True) is True
+        await m0.upkeep.tick()
+        assert m0.inbox.idle(True) is True
 
     run(go)
 
@@ -487,27 +478,27 @@ def test_links_on_their_way_keep_the_crawl_going(redis_server: RedisServer) -> N
         m0 = await manager(stack, url, "t", 0, 2)
         m1 = await manager(stack, url, "t", 1, 2)
         f = await fetcher(stack, url)
-        m1.idle(True)
-        await m1.tick()  # partition 1 has nothing left; partition 0 has a task out
+        m1.inbox.idle(True)
+        await m1.upkeep.tick()  # partition 1 has nothing left; partition 0 has a task out
         await m0.submit(make_tasks(1))
         [task] = await f.claim("f1", 1, 1.0)
         await f.report("f1", [_page_result(task, [owners[1][0]])])
         assert len(await collect_all(m0, 1)) == 1
-        m0.idle(True)
-        await m0.tick()
-        assert m0.idle(True) is False, "partition 1 has links in its inbox"
-        await m1.tick()  # it has not collected them yet
-        await m0.tick()
-        assert m0.idle(True) is False and m1.idle(True) is False
+        m0.inbox.idle(True)
+        await m0.upkeep.tick()
+        assert m0.inbox.idle(True) is False, "partition 1 has links in its inbox"
+        await m1.upkeep.tick()  # it has not collected them yet
+        await m0.upkeep.tick()
+        assert m0.inbox.idle(True) is False and m1.inbox.idle(True) is False
 
         assert await m1.collect(100, 1.0) == []
-        urls, _ = m1.take()
+        urls, _ = m1.inbox.take()
         assert [u for found in urls for u in found.urls()] == [f"http://www.{owners[1][0]}/p"]
         # Its links went through URL-seen and it found nothing new to fetch.
-        assert m1.idle(True) is False
-        await m1.tick()
-        await m0.tick()
-        assert m1.idle(True) is True and m0.idle(True) is True
+        assert m1.inbox.idle(True) is False
+        await m1.upkeep.tick()
+        await m0.upkeep.tick()
+        assert m1.inbox.idle(True) is True and m0.inbox.idle(True) is True
 
     run(go)
 
@@ -520,23 +511,23 @@ def test_links_taken_but_not_yet_read_keep_the_crawl_going(redis_server: RedisSe
         m0 = await manager(stack, url, "t", 0, 2)
         m1 = await manager(stack, url, "t", 1, 2)
         f = await fetcher(stack, url)
-        m1.idle(True)
-        await m1.tick()
+        m1.inbox.idle(True)
+        await m1.upkeep.tick()
         await m0.submit(make_tasks(1))
         [task] = await f.claim("f1", 1, 1.0)
         await f.report("f1", [_page_result(task, [owners[1][0]])])
         assert len(await collect_all(m0, 1)) == 1
-        m0.idle(True)
-        await m0.tick()
+        m0.inbox.idle(True)
+        await m0.upkeep.tick()
         # The manager's collect (a background future in manager.core) takes the links;
         # the background tick runs before the manager's loop calls take() and idle().
         assert await m1.collect(100, 1.0) == []
-        await m1.tick()
-        await m0.tick()
-        assert m0.idle(True) is False, "partition 1 has not read its links yet"
-        urls, _ = m1.take()
+        await m1.upkeep.tick()
+        await m0.upkeep.tick()
+        assert m0.inbox.idle(True) is False, "partition 1 has not read its links yet"
+        urls, _ = m1.inbox.take()
         assert len(urls) == 1
-        assert m1.idle(False) is False
+        assert m1.inbox.idle(False) is False
 
     run(go)
 
@@ -727,7 +718,7 @@ def test_a_partition_runs_one_manager_at_a_time(redis_server: RedisServer) -> No
         url = redis_server.url
         first = RedisManagerQueue(await link(stack, url), "c", 0, 1, tick_s=3600.0)
         await first.open("{}", "vm:/data/a")
-        await first.tick()  # publishes its figures, identity included
+        await first.upkeep.tick()  # publishes its figures, identity included
         other = RedisManagerQueue(await link(stack, url), "c", 0, 1, tick_s=3600.0)
         with pytest.raises(ClusterError, match="run by another manager"):
             await other.open("{}", "vm:/data/b")
@@ -735,7 +726,7 @@ def test_a_partition_runs_one_manager_at_a_time(redis_server: RedisServer) -> No
         await again.open("{}", "vm:/data/a")  # a restart: its old figures are still there
         assert again.epoch == first.epoch + 1
         for q in (again, first):
-            await closed(q, q._ticker)
+            await q.close()
 
     run(go)
 
