@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from drumbeat import __version__
 from drumbeat.runtime.allocator import ALLOCATORS, AllocatorMissing, reexec_if_needed
@@ -30,6 +30,9 @@ from drumbeat.settings import (
     load_saved,
     load_toml,
 )
+
+if TYPE_CHECKING:
+    from drumbeat.web.server import WebAddress
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED = 0, 1, 2, 3
 EXIT_CODES = f"""\
@@ -369,13 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_crawl_args(crawl)
-    crawl.add_argument(
-        "--web",
-        metavar="[HOST:]PORT",
-        default="127.0.0.1:0",
-        help="serve the control API and /metrics there (default 127.0.0.1, a free port; "
-        "the address goes to STATE/web.json, the token to STATE/web.token); off: none",
-    )
+    _add_web_arg(crawl)
     _add_ctl_parser(sub)
 
     stats = sub.add_parser(
@@ -406,6 +403,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_cluster_args(manager.add_argument_group("the cluster"), manager=True)
     _add_crawl_args(manager)
+    _add_web_arg(manager, "this manager's (its partition's)")
 
     fetcher = sub.add_parser(
         "fetcher",
@@ -485,6 +483,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_web_arg(parser: argparse.ArgumentParser, whose: str = "the") -> None:
+    parser.add_argument(
+        "--web",
+        metavar="[HOST:]PORT",
+        default="127.0.0.1:0",
+        help=f"serve {whose} control API and /metrics there (default 127.0.0.1, a free "
+        "port; the address goes to STATE/web.json, the token to STATE/web.token, for "
+        "`drumbeat ctl --state STATE`); off: none",
+    )
+
+
 # Arguments that are not crawl settings: the command's own and a cluster manager's role.
 _NOT_SETTINGS = frozenset(
     {"command", "urls", "config", "reexec", "redis", "prefix", "crawl", "partition", "weight"}
@@ -530,13 +539,18 @@ def check_state_dir(path: Path) -> None:
 
 def cmd_crawl(args: argparse.Namespace) -> int:
     from drumbeat.standalone import run_crawl
+
+    web = _web_address(args)
+    return _run_manager(args, lambda settings: run_crawl(settings, web=web))
+
+
+def _web_address(args: argparse.Namespace) -> WebAddress | None:
     from drumbeat.web.server import AddressError, parse_address
 
     try:
-        web = parse_address(args.web)
+        return parse_address(args.web)
     except AddressError as e:
         raise SettingsError(str(e)) from None
-    return _run_manager(args, lambda settings: run_crawl(settings, web=web))
 
 
 def _add_ctl_parser(sub: Any) -> None:
@@ -619,7 +633,8 @@ def cmd_manager(args: argparse.Namespace) -> int:
         prefix=args.prefix,
         redis_ca=args.redis_ca,
     )
-    return _run_manager(args, lambda settings: run_manager(settings, role))
+    web = _web_address(args)
+    return _run_manager(args, lambda settings: run_manager(settings, role, web))
 
 
 def _crawl_name(name: str) -> str:

@@ -54,6 +54,7 @@ from drumbeat.settings import Settings, SettingsError, build, saved_values
 from drumbeat.standalone import CrawlError, CrawlOutcome, Deployment, Fetching, run_crawl
 from drumbeat.stats import StatsReader
 from drumbeat.store.warc import WarcWriter, recover_directory
+from drumbeat.web.server import WebAddress
 
 log = logging.getLogger("drumbeat.cluster")
 
@@ -82,9 +83,12 @@ def parse_partition(text: str) -> tuple[int, int]:
     return part, parts
 
 
-def run_manager(settings: Settings, role: ManagerRole) -> CrawlOutcome:
+def run_manager(
+    settings: Settings, role: ManagerRole, web: WebAddress | None = None
+) -> CrawlOutcome:
     """Run (or resume) manager ``role.part`` of crawl ``role.crawl`` until the whole crawl
-    is done, a limit, or a signal."""
+    is done, a limit, or a signal. ``web``: where to serve this manager's control API and
+    /metrics (its partition's; as ``drumbeat crawl --web``), None: nowhere."""
     holder: dict[str, RedisManagerQueue] = {}
 
     @asynccontextmanager
@@ -134,6 +138,7 @@ def run_manager(settings: Settings, role: ManagerRole) -> CrawlOutcome:
     return run_crawl(
         settings,
         Deployment(fetching, keep_seed=keep, on_manager=on_manager, local_fetchers=False),
+        web=web,
     )
 
 

@@ -19,6 +19,7 @@ from drumbeat.simweb.model import SimWebConfig
 from drumbeat.simweb.server import run_in_thread
 from drumbeat.testing import RedisServer
 from tests.e2e.test_crawl import CONFIG, assert_polite, crawl_cmd, fetched_pages, read_log
+from tests.web.test_web_crawl import ctl
 
 HEARTBEAT_TIMEOUT = "2"  # the fault tests' fetchers are taken for dead after this
 # The tests sharing one cluster crawl run on one xdist worker (the crawl runs once).
@@ -229,6 +230,10 @@ def test_a_manager_killed_mid_crawl_resumes_its_partition(web, tmp_path):
         managers = _start_managers(web, redis, tmp_path)
         try:
             _wait_for(lambda: _log_lines(tmp_path / "m0") > 40, 60, "manager 0's pages")
+            # A manager serves the control API for its partition, as `drumbeat crawl` does.
+            answer = ctl(tmp_path / "m1", "status")
+            assert answer.returncode == 0, answer.stderr
+            assert json.loads(answer.stdout)["pages_done"] > 0
             managers[0].send_signal(signal.SIGKILL)
             managers[0].wait()
             time.sleep(1.0)  # partition 1 goes on, forwarding links to partition 0
