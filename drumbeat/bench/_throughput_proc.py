@@ -14,6 +14,7 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -187,3 +188,44 @@ def run_measured(
         max_processes=sampler.max_processes,
         timed_out=timed_out.is_set(),
     )
+
+
+class ApiPoller:
+    """A client of a running crawl's control API, as a dashboard left open would be: once
+    a second, GET /api/status, /api/hosts?top=20 and /metrics, from a thread, until
+    :meth:`stop`. It waits for ``state/web.json`` (the crawl writes it at start)."""
+
+    PATHS = ("/api/status", "/api/hosts?top=20", "/metrics")
+
+    def __init__(self, state: Path, interval_s: float = 1.0) -> None:
+        self.state = state
+        self.interval_s = interval_s
+        self.rounds = 0
+        self.failed = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="api-poller", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        from drumbeat.web.client import CtlError, find
+
+        while not self._stop.wait(self.interval_s):
+            try:
+                url, token = find(self.state)
+            except CtlError:
+                continue  # not started yet
+            self.rounds += 1
+            for path in self.PATHS:
+                req = urllib.request.Request(url + path)
+                req.add_header("Authorization", f"Bearer {token}")
+                try:
+                    with urllib.request.urlopen(req, timeout=5.0) as resp:
+                        resp.read()
+                except OSError:  # URLError and HTTPError are OSErrors
+                    self.failed += 1

@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from drumbeat.bench._throughput_dns import DnsThread
-from drumbeat.bench._throughput_proc import TreeSampler, Usage, run_measured
+from drumbeat.bench._throughput_proc import ApiPoller, TreeSampler, Usage, run_measured
 from drumbeat.bench._throughput_web import (
     ONE_PLD,
     Nginx,
@@ -102,6 +102,7 @@ class Plan:
     nginx_workers: int
     profile: bool
     http_client: str = "curl"  # drumbeat's http_client setting
+    poll_api: bool = False  # a client reads drumbeat's API and /metrics every second
     web: str = "distinct"  # one of WEBS
     settings: tuple[str, ...] = ()  # extra config-file lines for drumbeat (--set)
 
@@ -300,9 +301,16 @@ class Bench:
         log_path = self.work / f"{tag}.out"
         profile: dict[str, Any] = {}
         during = (lambda sampler: self._profile(sampler, profile)) if self.plan.profile else None
-        usage = run_measured(
-            cmd, log_path=log_path, limit_s=self.crawl_seconds() + LIMIT_SLACK_S, during=during
-        )
+        poller = ApiPoller(state) if self.plan.poll_api else None
+        if poller is not None:
+            poller.start()
+        try:
+            usage = run_measured(
+                cmd, log_path=log_path, limit_s=self.crawl_seconds() + LIMIT_SLACK_S, during=during
+            )
+        finally:
+            if poller is not None:
+                poller.stop()
         times = _drumbeat_page_times(state / "crawl.log")
         stages_path = state / "stages.json"
         stages = (
@@ -317,6 +325,8 @@ class Bench:
         }
         if profile:
             extra["profile"] = profile
+        if poller is not None:
+            extra["api_polls"] = {"rounds": poller.rounds, "failed": poller.failed}
         return times, usage, stages, extra, log_path
 
     def _scrapy(
@@ -819,6 +829,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="py-spy each drumbeat crawl's processes and print the top functions",
     )
+    ap.add_argument(
+        "--poll-api",
+        action="store_true",
+        help="while drumbeat crawls, read its /api/status, /api/hosts and /metrics every "
+        "second, as a dashboard would (the control API's cost, A/B against a run without)",
+    )
     ap.add_argument("--dir", type=Path, default=None, help="work directory (default: a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     ap.add_argument(
@@ -856,6 +872,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
         nginx_workers=args.nginx_workers,
         profile=args.profile,
         http_client=args.http_client,
+        poll_api=args.poll_api,
         web=args.web,
         settings=tuple(args.set),
     )

@@ -116,6 +116,7 @@ def test_tiny_polite_drumbeat_run_end_to_end(tmp_path):
             "drumbeat",
             "--politeness",
             "on",
+            "--poll-api",
             "--json",
             "--dir",
             str(tmp_path),
@@ -138,6 +139,8 @@ def test_tiny_polite_drumbeat_run_end_to_end(tmp_path):
     assert server["min_gap_s"] >= run["host_delay_s"] - 0.001
     assert server["hosts_under_delay"] == 0
     assert server["disallowed"] == 0
+    # The API poller read the crawl's control API while it ran, every call answered.
+    assert run["api_polls"]["rounds"] > 0 and run["api_polls"]["failed"] == 0
     assert server["errors"] == 0 and set(server["statuses"]) == {"200"}
     assert run["warc_bytes"] > 0
     assert list(Path(tmp_path).iterdir()) == [], "the work directory is cleaned up"
