@@ -167,6 +167,7 @@ class Manager:
                 crawl_log=crawl_log,
                 syncs=journal_syncs,
                 inbox=self.inbox,
+                stage_s=self.stage_s,
             )
             if s.journal
             else None

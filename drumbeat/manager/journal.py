@@ -42,11 +42,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
+from time import thread_time
 
 import numpy as np
 
@@ -82,9 +83,12 @@ class Journal:
         crawl_log: CrawlLog,
         syncs: list[Callable[[], None]],
         inbox: Inbox | None = None,
+        stage_s: defaultdict[str, float] | None = None,
     ) -> None:
         """``inbox``: a cluster manager's forwarded links, journaled with the fetches
-        (:meth:`note_forwarded`) and acknowledged once a commit holds them."""
+        (:meth:`note_forwarded`) and acknowledged once a commit holds them. ``stage_s``:
+        the manager's CPU seconds by stage; the commits' CPU goes to ``"journal"`` (the
+        loop's part and the writing thread's, fsyncs included)."""
         self.directory = directory
         self.inbox = inbox
         self.commit_s = commit_s
@@ -97,6 +101,7 @@ class Journal:
         self._writers: dict[int, JournalWriter] = {}
         self.committing: asyncio.Future[None] | None = None
         self._last_commit = float("-inf")
+        self.stage_s: defaultdict[str, float] = defaultdict(float) if stage_s is None else stage_s
 
     def note(self, results: list[ItemResult]) -> None:
         """Results just collected (their crawl-log lines appended): journal them."""
@@ -174,13 +179,24 @@ class Journal:
             self._segments = segments + self._segments
             log.warning("journal commit postponed: the fetchers did not confirm their WARC sync")
             return
+        started = thread_time()
         with deferring_fsyncs() as pending:
             for sync in self.syncs:
                 sync()
         self.crawl_log.flush()
-        await asyncio.get_running_loop().run_in_executor(None, self._write, segments, pending)
+        self.stage_s["journal"] += thread_time() - started
+        await asyncio.get_running_loop().run_in_executor(None, self._timed_write, segments, pending)
         if self.inbox is not None:
             self.inbox.acknowledge(mark)
+
+    def _timed_write(
+        self, segments: list[tuple[int, list[ItemResult | Forwarded]]], pending: DeferredSyncs
+    ) -> None:
+        started = thread_time()  # this thread's CPU: only the write runs in it now
+        try:
+            self._write(segments, pending)
+        finally:
+            self.stage_s["journal"] += thread_time() - started
 
     def _write(
         self, segments: list[tuple[int, list[ItemResult | Forwarded]]], pending: DeferredSyncs

@@ -251,6 +251,7 @@ def test_one_process_and_several_fetcher_processes_find_the_same(web, tmp_path):
         }
         stages = json.loads((state / "stages.json").read_text())
         assert stages["fetchers"] == int(fetchers) and stages["pages"] > 0
+        assert stages["seconds"]["journal"] > 0  # the group commits' CPU (journal on)
         # The manager's loop waits at most this long for the GIL (MANAGER_SWITCH_...).
         assert stages["switch_interval_s"] == pytest.approx(MANAGER_SWITCH_INTERVAL_S)
         stalls = stages["stalls"]  # the manager's long loop turns, the worst 8 kept
