@@ -711,12 +711,14 @@ def _run_manager(args: argparse.Namespace, run: Callable[[Settings], Any]) -> in
     """A crawl's manager, standalone or in a cluster: settings, allocator, run, report."""
     from drumbeat.checkpoint import CheckpointError
     from drumbeat.drum import DrumError
+    from drumbeat.frontier.scope import check_settings as check_scope
     from drumbeat.runtime.gctune import tune_gc
     from drumbeat.standalone import CrawlError
     from drumbeat.store.journal import JournalError
 
     check_state_path(Path(args.state_dir))
     settings = settings_from_args(args)
+    check_scope(settings)  # the blocklist file's lines, before the state dir is made
     check_state_dir(Path(args.state_dir))
     if args.reexec:
         reexec_if_needed(settings.allocator, sys.argv[1:])  # returns if nothing to do

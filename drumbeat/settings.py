@@ -224,6 +224,8 @@ def coerce(name: str, value: Any) -> Any:
             raise SettingsError(f"setting '{name}' cannot be empty")
         if name in _PATH_FIELDS:
             return Path(str(value))
+        if name in ("include", "exclude") and isinstance(value, str):
+            return (value,)  # one pattern (a config file's include = "REGEX")
         if name in _STR_TUPLE_FIELDS:
             if isinstance(value, str) or not all(isinstance(v, str) for v in value):
                 raise SettingsError(f"setting '{name}' must be a list of strings")

@@ -77,6 +77,16 @@ def compile_any(patterns: Iterable[str], name: str) -> re.Pattern[str] | None:
     return re.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None
 
 
+def check_settings(settings: Settings) -> None:
+    """Raise ScopeError (one line) if the scope rules of ``settings`` cannot be used: a
+    regex that does not compile, a blocklist file that cannot be read or parsed. For a
+    command to call before it writes anything."""
+    compile_any(settings.include, "include")
+    compile_any(settings.exclude, "exclude")
+    if settings.blocklist_file is not None:
+        read_blocklist(settings.blocklist_file)
+
+
 class Patterns:
     """Host, PLD and URL-regex patterns: what the control API's blocks
     (drumbeat.manager.controls.Blocks) and the blocklist file match URLs with.
