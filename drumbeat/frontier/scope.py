@@ -398,6 +398,12 @@ class Scope:
                 return BLOCKLIST
         return None if self.caps is None else self.caps.reason(host)
 
+    def host_reason(self, host: str) -> str | None:
+        """Why no page of ``host`` is fetched now (the blocklist, a cap), or None."""
+        if self.host_blocklisted(host):
+            return BLOCKLIST
+        return None if self.caps is None else self.caps.reason(host)
+
     def host_blocklisted(self, host: str) -> bool:
         """The blocklist names ``host`` or its PLD."""
         return self.blocklist is not None and self.blocklist.patterns.host_blocked(host)

@@ -186,6 +186,8 @@ def test_link_reasons_exclude_wins(tmp_path: Path):
     assert scope.link_reason("http://a.test/private/x") == BLOCKLIST
     assert scope.link_reason("http://a.test/x") is None
     assert scope.dispatch_reason("www.blocked.test", "http://www.blocked.test/") == BLOCKLIST
+    assert scope.host_reason("www.blocked.test") == BLOCKLIST
+    assert scope.host_reason("a.test") is None
 
 
 @pytest.mark.parametrize(
