@@ -143,3 +143,21 @@ def test_no_rules_leave_dispatch_and_admission_as_they_were(tmp_path: Path) -> N
         assert not [k for k in m.counters if k.startswith("links_dropped.")]
 
     _run(tmp_path, test)
+
+
+def test_cap_counts_resume_from_the_checkpoint(tmp_path: Path) -> None:
+    async def count_and_checkpoint(m: Manager, clock: FakeClock) -> None:
+        _queue(m, "a.test", 3)
+        for _ in range(2):
+            m.dispatch.dispatch(clock())
+            _finish_all(m, clock)
+            clock.advance(5.0)
+        await m.checkpointer.synced(final=True)
+        assert (m.checkpoints.current() / "scope_max_pages_per_host.bin").exists()
+
+    async def resumed(m: Manager, clock: FakeClock) -> None:
+        assert m.scope.host_reason("a.test") == "max_pages_per_host"
+        assert m.scope.host_reason("b.test") is None
+
+    _run(tmp_path, count_and_checkpoint, max_pages_per_host=2)
+    _run(tmp_path, resumed, max_pages_per_host=2)
