@@ -90,7 +90,7 @@ class Admission:
         p = self.pricing
         if urls.in_scope(urls.host_of(url), self.settings.scope, p.seed_hosts, p.seed_plds):
             return True
-        self.counters["links_out_of_scope"] += 1
+        self.counters["links_dropped.scope"] += 1
         return False
 
     def _within_rules(self, url: str) -> bool:
