@@ -66,17 +66,19 @@ class Admission:
 
     def admit(self, candidates: list[str], depth: int, via: str | None) -> int:
         """Send in-scope URLs to URL-seen; new ones reach BEAST via take_new_urls. Seeds
-        (``via`` None) pass the scope rules of frontier.scope, not ``settings.scope``.
+        (``via`` None) are exempt from the scope rules (frontier.scope), not from
+        ``settings.scope``.
 
         Returns the number of URLs submitted.
         """
         if self.settings.scope != "any":
             candidates = [u for u in candidates if self._in_scope(u)]
-        if via is not None and (self._link_reason is not None or self._max_depth is not None):
+        if via is not None:
             if self._max_depth is not None and depth > self._max_depth:
                 self.counters[f"links_dropped.{MAX_DEPTH}"] += len(candidates)
                 candidates = []
-            candidates = [u for u in candidates if self._within_rules(u)]
+            if self._link_reason is not None:
+                candidates = [u for u in candidates if self._within_rules(u)]
         started = thread_time()
         n = len(candidates)
         self.counters["urlseen_cache_hits"] += self.seen.submit(
