@@ -65,6 +65,9 @@ def test_links_are_dropped_before_urlseen_by_reason(tmp_path: Path) -> None:
         assert (c["links_dropped.exclude"], c["links_dropped.include"]) == (1, 1)
         assert c["links_dropped.blocklist"] == 1
         assert m.stores.seen.pending == before + 1
+        # Seeds are the operator's choice: the link rules pass them.
+        assert m.admission.admit(["http://b.org/"], depth=0, via=None) == 1
+        assert m.admission.admit(["http://b.org/x"], depth=1, via=page) == 0
 
     bl = tmp_path / "bl.txt"
     bl.write_text("blocked.test\n")
