@@ -9,7 +9,7 @@ Floors, from the bottom; a module imports only from its own floor or those below
    transport        durable files), ``queue`` (task hand-off), ``checkpoint``,
                     ``stats`` (the cluster's counters in Redis)
 3. net              ``fetch`` (DNS cache, address guard, the HTTP clients)
-4. crawl logic      ``frontier`` (URL-seen, STAR, BEAST, robots, QR, politeness),
+4. crawl logic      ``frontier`` (URL-seen, STAR, BEAST, robots, QR, politeness, scope),
                     ``parse`` (links, encodings)
 5. roles            ``manager`` (owns the crawl state), ``fetcher`` (fetch, archive, parse)
 6. faces            ``web`` (the control API and /metrics over a manager; below the

@@ -148,6 +148,12 @@ def _add_crawl_args(p: argparse.ArgumentParser) -> None:
     """The crawl's flags, in three groups of ``--help``. A flag not given leaves its
     setting to the config file (argparse.SUPPRESS), whose values flags override."""
     _add_what_args(p.add_argument_group("what to crawl and where its state lives"))
+    _add_scope_args(
+        p.add_argument_group(
+            "scope rules (links dropped before URL-seen; queued URLs dropped at fetch time; "
+            "each drop counted by reason in `drumbeat stats`)"
+        )
+    )
     _add_politeness_args(p.add_argument_group("politeness and identity (be a good guest)"))
     _add_machine_args(p.add_argument_group("this machine"))
 
@@ -202,6 +208,79 @@ def _add_what_args(g: argparse._ArgumentGroup) -> None:
         metavar="FILE.toml",
         default=unset,
         help="TOML file of settings (see below); flags override it",
+    )
+
+
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def _size(text: str) -> int:
+    """An argparse type: bytes, as a whole number with an optional K, M, G or T (binary:
+    1K = 1024) and an optional B or iB (10M, 10MiB, 10MB: all 10 x 2^20)."""
+    t = text.strip().lower().removesuffix("b").removesuffix("i")
+    unit = t[-1:] if t[-1:] in _SIZE_UNITS else ""
+    number = t[: len(t) - len(unit)].strip()
+    if not number.isdigit():
+        raise argparse.ArgumentTypeError(f"expected bytes such as 500000 or 10M, got {text!r}")
+    return int(number) * _SIZE_UNITS[unit]
+
+
+def _add_scope_args(g: argparse._ArgumentGroup) -> None:
+    unset = argparse.SUPPRESS
+    g.add_argument(
+        "--include",
+        action="append",
+        metavar="REGEX",
+        default=unset,
+        help="follow only links whose normalized URL matches REGEX (Python re, searched "
+        "anywhere in the URL; repeat for more: a link matching any is kept)",
+    )
+    g.add_argument(
+        "--exclude",
+        action="append",
+        metavar="REGEX",
+        default=unset,
+        help="drop links whose normalized URL matches REGEX (repeatable; wins over --include)",
+    )
+    g.add_argument(
+        "--max-depth",
+        type=_nonneg_int,
+        metavar="N",
+        default=unset,
+        help="follow links at most N hops from the seeds (seeds are depth 0; a redirect "
+        "counts as a hop; default: no limit)",
+    )
+    g.add_argument(
+        "--max-pages-per-host",
+        type=_pos_int,
+        metavar="N",
+        default=unset,
+        help="fetch at most N pages of each host name (default: no limit)",
+    )
+    g.add_argument(
+        "--max-pages-per-pld",
+        type=_pos_int,
+        metavar="N",
+        default=unset,
+        help="fetch at most N pages of each pay-level domain, all its hosts together "
+        "(default: no limit)",
+    )
+    g.add_argument(
+        "--max-bytes-per-host",
+        type=_size,
+        metavar="BYTES",
+        default=unset,
+        help="fetch no more pages of a host once its bodies add up to BYTES (10M, 1G; "
+        "default: no limit)",
+    )
+    g.add_argument(
+        "--blocklist",
+        dest="blocklist_file",
+        metavar="FILE",
+        default=unset,
+        help="file of hosts, pay-level domains (example.org blocks its subdomains too) "
+        "and re:REGEX URL patterns, one a line ('#' comments), never fetched; read "
+        f"again within {_D.blocklist_check_s:g} s of a change",
     )
 
 
@@ -647,12 +726,14 @@ def _run_manager(args: argparse.Namespace, run: Callable[[Settings], Any]) -> in
     """A crawl's manager, standalone or in a cluster: settings, allocator, run, report."""
     from drumbeat.checkpoint import CheckpointError
     from drumbeat.drum import DrumError
+    from drumbeat.frontier.scope import check_settings as check_scope
     from drumbeat.runtime.gctune import tune_gc
     from drumbeat.standalone import CrawlError
     from drumbeat.store.journal import JournalError
 
     check_state_path(Path(args.state_dir))
     settings = settings_from_args(args)
+    check_scope(settings)  # the blocklist file's lines, before the state dir is made
     check_state_dir(Path(args.state_dir))
     if args.reexec:
         reexec_if_needed(settings.allocator, sys.argv[1:])  # returns if nothing to do

@@ -14,7 +14,7 @@ import json
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,22 @@ class Settings:
     # budget of its own, its PLD's (budget_max in a scoped crawl); delays are unchanged.
     # false = pure STAR for seeds too (drumbeat.frontier.star.SeedTrust).
     trust_seeds: bool = True
+    # Scope rules (drumbeat.frontier.scope); None / () = no such rule, and no cost.
+    # Regexes searched in each found link's normalized URL: a link matching an exclude
+    # pattern is dropped; with include patterns, so is one matching none (exclude wins).
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    max_depth: int | None = None  # links from seeds followed at most this deep (seeds: 0)
+    max_pages_per_host: int | None = None  # pages fetched (with a response) per host name
+    max_pages_per_pld: int | None = None  # ... per pay-level domain
+    max_bytes_per_host: int | None = None  # body bytes fetched per host name
+    # Hosts, PLDs and re:REGEX URL patterns, one a line (frontier.scope.read_blocklist);
+    # read again when it changes, looked at every blocklist_check_s.
+    blocklist_file: Path | None = None
+    blocklist_check_s: float = 5.0
+    # Counters per row of each cap's count-min sketch (4 rows; 4 bytes a counter, 8 for
+    # bytes): more counters, a smaller over-count (frontier.scope.CountSketch).
+    scope_sketch_width: int = 1 << 20
 
     # When to stop (None = no limit). The crawl also stops when nothing is left.
     max_pages: int | None = None
@@ -188,7 +204,8 @@ class Settings:
 
 
 _FIELDS = {f.name: f for f in fields(Settings)}
-_PATH_FIELDS = {"state_dir", "seeds_file"}
+_PATH_FIELDS = {"state_dir", "seeds_file", "blocklist_file"}
+_STR_TUPLE_FIELDS = {"seeds", "include", "exclude"}
 
 
 def _type_name(name: str) -> str:
@@ -207,9 +224,11 @@ def coerce(name: str, value: Any) -> Any:
             raise SettingsError(f"setting '{name}' cannot be empty")
         if name in _PATH_FIELDS:
             return Path(str(value))
-        if name == "seeds":
+        if name in ("include", "exclude") and isinstance(value, str):
+            return (value,)  # one pattern (a config file's include = "REGEX")
+        if name in _STR_TUPLE_FIELDS:
             if isinstance(value, str) or not all(isinstance(v, str) for v in value):
-                raise SettingsError("setting 'seeds' must be a list of URL strings")
+                raise SettingsError(f"setting '{name}' must be a list of strings")
             return tuple(value)
         if kind.startswith("bool"):
             if not isinstance(value, bool):
@@ -256,6 +275,7 @@ POSITIVE_SECONDS = (
     "urlseen_flush_interval_s",
     "budget_refresh_s",
     "robots_wait_max_s",
+    "blocklist_check_s",
     "backoff_max_s",
     "backoff_forgive_s",
 )
@@ -336,7 +356,28 @@ def validate(s: Settings) -> Settings:
     )
     if s.dns_server is not None:
         parse_hostport(s.dns_server)
+    _validate_scope(s, need)
     return s
+
+
+def _validate_scope(s: Settings, need: Callable[[bool, str, str], None]) -> None:
+    """The scope rules' settings (their regexes compile; the blocklist file exists)."""
+    need(s.max_depth is None or s.max_depth >= 0, "max_depth", "must be >= 0")
+    for name in ("max_pages_per_host", "max_pages_per_pld", "max_bytes_per_host"):
+        need(getattr(s, name) is None or getattr(s, name) >= 1, name, "must be >= 1")
+    need(s.scope_sketch_width >= 64, "scope_sketch_width", "must be >= 64")
+    for name in ("include", "exclude"):
+        for pattern in getattr(s, name):
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise SettingsError(
+                    f"setting '{name}' (--{name}) has a bad regex {pattern!r}: {e}"
+                ) from None
+    if s.blocklist_file is not None and not s.blocklist_file.is_file():
+        raise SettingsError(
+            f"setting 'blocklist_file' (--blocklist): no such file {str(s.blocklist_file)!r}"
+        )
 
 
 def parse_hostport(value: str, default_port: int = 53) -> tuple[str, int]:

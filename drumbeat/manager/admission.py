@@ -13,7 +13,8 @@ from typing import TypeVar
 
 from drumbeat import urls
 from drumbeat.frontier.politeness import PolitenessScheduler
-from drumbeat.frontier.urlseen import decode_payload, encode_payloads
+from drumbeat.frontier.scope import MAX_DEPTH, Scope
+from drumbeat.frontier.urlseen import encode_payloads, payload_url
 from drumbeat.manager.gate import RobotsGate
 from drumbeat.manager.pricing import Pricing
 from drumbeat.manager.state import LoopState
@@ -38,8 +39,14 @@ class Admission:
         counters: Counter[str],
         stage_s: defaultdict[str, float],
         started: float,
+        scope: Scope | None = None,
     ) -> None:
+        """``scope``: the scope rules beyond ``settings.scope`` (none by default)."""
         self.settings = settings
+        self.scope = scope = Scope(settings) if scope is None else scope
+        # What admission asks of the rules, bound once (a crawl without rules: nothing).
+        self._max_depth = scope.max_depth
+        self._link_reason = scope.link_reason if scope.per_link else None
         self.tuning = tuning
         self.seen = stores.seen
         self.plds = stores.plds
@@ -58,12 +65,20 @@ class Admission:
         self.merge_busy_s = 0.0  # wall time of take_new_urls's DRUM merges, last call
 
     def admit(self, candidates: list[str], depth: int, via: str | None) -> int:
-        """Send in-scope URLs to URL-seen; new ones reach BEAST via take_new_urls.
+        """Send in-scope URLs to URL-seen; new ones reach BEAST via take_new_urls. Seeds
+        (``via`` None) are exempt from the scope rules (frontier.scope), not from
+        ``settings.scope``.
 
         Returns the number of URLs submitted.
         """
         if self.settings.scope != "any":
             candidates = [u for u in candidates if self._in_scope(u)]
+        if via is not None:
+            if self._max_depth is not None and depth > self._max_depth:
+                self.counters[f"links_dropped.{MAX_DEPTH}"] += len(candidates)
+                candidates = []
+            if self._link_reason is not None:
+                candidates = [u for u in candidates if self._within_rules(u)]
         started = thread_time()
         n = len(candidates)
         self.counters["urlseen_cache_hits"] += self.seen.submit(
@@ -77,18 +92,48 @@ class Admission:
         p = self.pricing
         if urls.in_scope(urls.host_of(url), self.settings.scope, p.seed_hosts, p.seed_plds):
             return True
-        self.counters["links_out_of_scope"] += 1
+        self.counters["links_dropped.scope"] += 1
         return False
+
+    def _within_rules(self, url: str) -> bool:
+        reason = self._link_reason(url) if self._link_reason is not None else None
+        if reason is None:
+            return True
+        self.counters[f"links_dropped.{reason}"] += 1
+        return False
+
+    def _within_depth(self, found: list[FoundURLs], max_depth: int) -> list[FoundURLs]:
+        """The batches of links not deeper than ``max_depth``: the links of one fetch share
+        their depth (fetcher.pack_found), so one payload tells for the whole batch."""
+        kept = []
+        for f in found:
+            lengths = memoryview(f.lengths).cast("I")
+            if not len(lengths):
+                continue
+            if int(f.payloads[: lengths[0]].split(b"\n", 2)[1]) <= max_depth:
+                kept.append(f)
+            else:
+                self.counters[f"links_dropped.{MAX_DEPTH}"] += len(lengths)
+        return kept
 
     def admit_found(self, found: list[FoundURLs]) -> None:
         """Send the URLs fetchers found to URL-seen in one batch (scoped crawls drop those
-        outside the scope first)."""
-        if self.settings.scope != "any":
+        outside the scope first, and the scope rules theirs)."""
+        if self._max_depth is not None:
+            found = self._within_depth(found, self._max_depth)
+            if not found:
+                return
+        within_rules = self._within_rules if self._link_reason is not None else None
+        if self.settings.scope != "any" or within_rules is not None:
+            scoped = self.settings.scope != "any"
             fingerprints: list[int] = []
             payloads: list[bytes] = []
             for f in found:
                 for fp, payload in zip(memoryview(f.fingerprints).cast("Q"), f.payloads_list()):
-                    if self._in_scope(decode_payload(payload)[0]):
+                    url = payload_url(payload)
+                    if (not scoped or self._in_scope(url)) and (
+                        within_rules is None or within_rules(url)
+                    ):
                         fingerprints.append(fp)
                         payloads.append(payload)
             self.counters["urlseen_cache_hits"] += self.seen.submit(fingerprints, payloads)

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from drumbeat.checkpoint import CheckpointMeta, Checkpoints
 from drumbeat.frontier.politeness import PolitenessScheduler, QueuedURL
+from drumbeat.frontier.scope import save_counts
 from drumbeat.frontier.star import Star
 from drumbeat.frontier.urlseen import decode_payload
 from drumbeat.manager.admission import Admission
@@ -244,6 +245,10 @@ class Checkpointer:
         queued = list(self.scheduler.iter_queued())
         unrouted = list(self.gate.to_route)
         savers = [self.star.saver()]
+        caps = self.admission.scope.caps
+        if caps is not None:
+            counts = [(name, sketch.to_bytes()) for name, sketch in caps.sketches.items()]
+            savers.append(lambda target: save_counts(target, counts))
         if self.gate.done:
             savers.append(save_done(self.gate.done))
         journal = self.journal

@@ -22,14 +22,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from drumbeat import urls
+from drumbeat.frontier.scope import Patterns
 
 BLOCKS_NAME = "blocks.json"
 BLOCKS_VERSION = 1
 BLOCK_KINDS = ("host", "pld", "regex")
 BLOCKED = "blocked"  # the reason blocked URLs are dropped with (crawl.log, counters)
-# Hosts whose PLD block decision is remembered; cleared past this (bounded RAM).
-PLD_CACHE_HOSTS = 65_536
 
 
 class ControlError(ValueError):
@@ -71,21 +69,15 @@ class SpeedLimit:
         return max(0.0, missing / self.rate)
 
 
-class Blocks:
-    """Host, PLD and URL-regex blocks, saved in ``path`` on every change."""
+class Blocks(Patterns):
+    """Host, PLD and URL-regex blocks, saved in ``path`` on every change (matched as the
+    blocklist file is: frontier.scope.Patterns)."""
 
     def __init__(self, path: Path | None) -> None:
+        super().__init__()
         self.path = path
-        self.hosts: set[str] = set()
-        self.plds: set[str] = set()
-        self.regexes: list[str] = []
-        self._regex: re.Pattern[str] | None = None
-        self._pld_blocked: dict[str, bool] = {}
         if path is not None and path.exists():
             self._load(path)
-
-    def __bool__(self) -> bool:
-        return bool(self.hosts or self.plds or self.regexes)
 
     def _load(self, path: Path) -> None:
         try:
@@ -143,10 +135,7 @@ class Blocks:
         self.regexes.append(value)
 
     def _changed(self, *, save: bool = True) -> None:
-        self._regex = (
-            re.compile("|".join(f"(?:{r})" for r in self.regexes)) if self.regexes else None
-        )
-        self._pld_blocked.clear()
+        self.compile()
         if save and self.path is not None:
             self._save(self.path)
 
@@ -158,26 +147,6 @@ class Blocks:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-
-    def as_dict(self) -> dict[str, list[str]]:
-        return {"hosts": sorted(self.hosts), "plds": sorted(self.plds), "regexes": self.regexes}
-
-    def host_blocked(self, host: str) -> bool:
-        """The host, or its PLD, is blocked."""
-        if host in self.hosts:
-            return True
-        if not self.plds:
-            return False
-        hit = self._pld_blocked.get(host)
-        if hit is None:
-            if len(self._pld_blocked) >= PLD_CACHE_HOSTS:
-                self._pld_blocked.clear()
-            hit = self._pld_blocked[host] = urls.pld(host) in self.plds
-        return hit
-
-    def url_blocked(self, url: str) -> bool:
-        """A regex block matches ``url``."""
-        return self._regex is not None and self._regex.search(url) is not None
 
 
 class Controls:

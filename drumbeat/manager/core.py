@@ -16,6 +16,7 @@ from drumbeat import urls
 from drumbeat.checkpoint import Checkpoints
 from drumbeat.fetch.dns import DnsCache
 from drumbeat.frontier.politeness import PolitenessScheduler
+from drumbeat.frontier.scope import Scope
 from drumbeat.frontier.star import Star, irlbot_budget
 from drumbeat.frontier.urlseen import encode_payload
 from drumbeat.manager.admission import Admission
@@ -107,6 +108,10 @@ class Manager:
         self._wake = asyncio.Event()
         # The operator's pause, speed, blocks and checkpoint requests (drumbeat.web).
         self.controls = Controls(state_dir, on_change=self._wake.set)
+        # Scope rules beyond settings.scope; their caps' counts resume with the checkpoint.
+        self.scope = Scope(s, clock=clock)
+        if self.scope.caps is not None and self._resume_from is not None:
+            self.scope.caps.load(self._resume_from)
         self._build_parts(state_dir, list(durables), list(journal_syncs))
         self.controls.on_unblock = self._lift_block_refusals
         self._last_sweep = self._started
@@ -145,6 +150,7 @@ class Manager:
             self.drops,
             self.counters,
             self.controls,
+            self.scope,
         )
         self.admission = Admission(
             s,
@@ -157,6 +163,7 @@ class Manager:
             self.counters,
             self.stage_s,
             started=self._started,
+            scope=self.scope,
         )
         self.journal_dir = state_dir / JOURNAL_DIR
         self.journal = (

@@ -21,6 +21,7 @@ from collections import Counter
 
 from drumbeat.frontier.backoff import Backoff, retryable
 from drumbeat.frontier.politeness import HostState, PolitenessScheduler, QueuedURL
+from drumbeat.frontier.scope import BLOCKLIST, Scope
 from drumbeat.manager.controls import BLOCKED, Controls
 from drumbeat.manager.gate import RobotsGate
 from drumbeat.manager.state import LoopState
@@ -58,8 +59,10 @@ class Dispatcher:
         drops: Drops,
         counters: Counter[str],
         controls: Controls | None = None,
+        scope: Scope | None = None,
     ) -> None:
-        """``controls``: the operator's pause, speed and blocks (none by default)."""
+        """``controls``: the operator's pause, speed and blocks (none by default);
+        ``scope``: the scope rules that act at dispatch and count results (none)."""
         s = self.settings = settings
         self.queue = queue
         self.scheduler = scheduler
@@ -69,6 +72,8 @@ class Dispatcher:
         self._refuse = gate.refuse
         self._drop = drops.drop
         self.controls = controls or Controls()
+        # The blocklist and the caps (frontier.scope); None without them.
+        self.scope = scope if scope is not None and scope.at_dispatch else None
         self.backoff = Backoff(
             max_s=s.backoff_max_s, forgive_s=s.backoff_forgive_s, max_attempts=s.fetch_max_attempts
         )
@@ -103,6 +108,9 @@ class Dispatcher:
         allowed = -1 if speed is None else speed.available(now)
         sent = 0
         blocking = controls.blocking
+        scope = self.scope
+        if scope is not None:
+            scope.tick()
         # Past the page limit nothing is sent (robots.txt included): a host released
         # unused would otherwise come straight back from next_ready.
         self.state.slots_idle = False
@@ -115,6 +123,8 @@ class Dispatcher:
                 break
             q = self.scheduler.pop_url(host)
             if blocking and self._blocked(host, q):
+                continue
+            if scope is not None and self._out_of_scope(scope, host, q):
                 continue
             sent += 1
             if q.robots:
@@ -164,6 +174,25 @@ class Dispatcher:
         self.scheduler.release(host)
         return True
 
+    def _out_of_scope(self, scope: Scope, host: HostState, q: QueuedURL) -> bool:
+        """Drop the page ``q`` (returned by next_ready and pop_url) if the blocklist or a
+        cap says so, and free ``host`` (its other URLs come to the same test). A host
+        the blocklist names is refused before its robots.txt is fetched, as a blocked
+        one is (``_blocked``); the refusal lasts ``dns_negative_ttl_s``."""
+        if q.robots:
+            if not scope.host_blocklisted(host.name):
+                return False
+            self.scheduler.push(host, q, front=True)
+            self.scheduler.release(host)
+            self._refuse(host, BLOCKLIST, host.ip)
+            return True
+        reason = scope.dispatch_reason(host.name, q.url)
+        if reason is None:
+            return False
+        self._drop(q.url, q.depth, q.via, reason, ip=host.ip)
+        self.scheduler.release(host)
+        return True
+
     def _new_item(
         self, url: str, host: HostState, kind: str, depth: int, via: str | None
     ) -> FetchItem:
@@ -197,6 +226,8 @@ class Dispatcher:
             self._note_free(r, host, now)
             return
         self.pages_done += 1 if r.status is not None else 0
+        if self.scope is not None and r.status is not None:
+            self.scope.count(host.name, r.body_bytes)
         for reason, n in r.dropped.items():
             self.counters[f"links_dropped.{reason}"] += n
         if r.pld_edges is not None:

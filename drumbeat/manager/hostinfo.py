@@ -4,6 +4,8 @@ politeness scheduler's HostState, the robots gate and the operator's blocks.
 The answer's ``state`` is one of:
 
 - ``blocked``: the operator blocked the host or its PLD (drumbeat.manager.controls);
+- ``out_of_scope``: the blocklist names it or it reached a cap (``reason``:
+  drumbeat.frontier.scope);
 - ``unknown``: not in RAM: nothing of it queued there (it may still have URLs on disk,
   in BEAST or QR; it is done, or never seen);
 - ``resolving``: its DNS lookup is under way;
@@ -55,6 +57,8 @@ def host_report(manager: Manager, name: str) -> dict[str, Any]:
 
     if controls.blocks.host_blocked(name):
         return {**doc, "state": "blocked"}
+    if (reason := manager.scope.host_reason(name)) is not None:
+        return {**doc, "state": "out_of_scope", "reason": reason}
     if h is None:
         return {**doc, "state": "resolving" if name in gate.resolving else "unknown"}
     if h.blocked or h.ip is None:

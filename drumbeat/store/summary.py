@@ -187,7 +187,8 @@ def summarize(state_dir: Path, extra_counters: Mapping[str, int] | None = None) 
     without a duration), ``warc_files`` / ``warc_bytes`` (open files included),
     ``log_lines``, ``log_malformed_lines``, ``log_torn_bytes``, ``links_cut`` ({limit:
     pages} over the pages whose links a limit cut: see crawllog), and ``counters`` =
-    ``extra_counters`` when given. The result is JSON-serializable. Entries with
+    ``extra_counters`` when given, with ``drops`` ({reason: {"links": n, "urls": m}}:
+    :func:`drops_by_reason`). The result is JSON-serializable. Entries with
     missing or mistyped fields are counted as far as they can be, never fatal.
     """
     state_dir = Path(state_dir)
@@ -222,7 +223,22 @@ def summarize(state_dir: Path, extra_counters: Mapping[str, int] | None = None) 
     }
     if extra_counters is not None:
         summary["counters"] = dict(extra_counters)
+        summary["drops"] = drops_by_reason(extra_counters)
     return summary
+
+
+def drops_by_reason(counters: Mapping[str, int]) -> dict[str, dict[str, int]]:
+    """``{reason: {"links": n, "urls": m}}`` from the manager's counters: links dropped
+    before URL-seen (``links_dropped.REASON``: the scope rules', the fetchers' own; a link
+    found on many pages counts each time) and URLs given up later (``dropped.REASON``:
+    each also a crawl-log line with that ``error``), most first."""
+    drops: dict[str, dict[str, int]] = {}
+    for key, n in counters.items():
+        kind, _, reason = key.partition(".")
+        column = {"links_dropped": "links", "dropped": "urls"}.get(kind)
+        if column is not None and reason and isinstance(n, int):
+            drops.setdefault(reason, {"links": 0, "urls": 0})[column] += n
+    return dict(sorted(drops.items(), key=lambda kv: (-sum(kv[1].values()), kv[0])))
 
 
 class _Tally:
@@ -409,6 +425,7 @@ def render_summary(summary: Mapping[str, Any], console: Console) -> None:
     _print_counts(console, "HTTP status", summary["status_counts"])
     _print_counts(console, "errors", summary["errors"])
     _print_counts(console, "links cut by", summary.get("links_cut") or {})
+    _print_drops(console, summary.get("drops") or {})
     _print_counts(console, "counters", summary.get("counters") or {})
 
 
@@ -420,6 +437,18 @@ def _print_counts(console: Console, title: str, counts: Mapping[str, int]) -> No
     table.add_column("count", justify="right")
     for key, n in counts.items():
         table.add_row(str(key), f"{n:,}")
+    console.print(table)
+
+
+def _print_drops(console: Console, drops: Mapping[str, Mapping[str, int]]) -> None:
+    if not drops:
+        return
+    table = Table()
+    table.add_column("dropped, by reason")
+    table.add_column("links", justify="right")
+    table.add_column("URLs", justify="right")
+    for reason, n in drops.items():
+        table.add_row(reason, f"{n['links']:,}", f"{n['urls']:,}")
     console.print(table)
 
 

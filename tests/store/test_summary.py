@@ -71,7 +71,14 @@ def test_counts_on_a_synthetic_log(tmp_path: Path) -> None:
         )
     (tmp_path / "warc" / "notes.txt").write_text("not a warc")
 
-    summary = summarize(tmp_path, {"dropped:offsite": 7})
+    counters = {
+        "dropped:offsite": 7,
+        "dropped.exclude": 2,
+        "links_dropped.exclude": 5,
+        "links_dropped.too_long": 1,
+        "fetches": 6,
+    }
+    summary = summarize(tmp_path, counters)
 
     warc_file = next((tmp_path / "warc").glob("*.warc.gz"))
     assert summary == {
@@ -96,7 +103,9 @@ def test_counts_on_a_synthetic_log(tmp_path: Path) -> None:
         "log_malformed_lines": 1,
         "log_torn_bytes": len(b'{"time": 200, "url": "http://torn'),
         "links_cut": {"max_links": 1, "bytes": 1},
-        "counters": {"dropped:offsite": 7},
+        "counters": counters,
+        # Links dropped before URL-seen and URLs dropped later, by reason, most first.
+        "drops": {"exclude": {"links": 5, "urls": 2}, "too_long": {"links": 1, "urls": 0}},
     }
     json.dumps(summary)  # `drumbeat stats --json` prints it as is
 
