@@ -186,6 +186,8 @@ class Dispatcher:
         ended = now - r.held_s
         if item.kind == ROBOTS:
             self.scheduler.done(host, ended, self._on_robots(r, host))
+            if r.found is not None and len(r.found):
+                found.append(r.found)  # the sitemaps it names (Settings.sitemaps)
             self._note_free(r, host, now)
             return
         self.in_flight_pages -= 1
