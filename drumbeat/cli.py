@@ -24,6 +24,7 @@ from drumbeat.runtime.allocator import ALLOCATORS, AllocatorMissing, reexec_if_n
 from drumbeat.settings import (
     HTTP_CLIENTS,
     SCOPES,
+    SITEMAP_MODES,
     Settings,
     SettingsError,
     build,
@@ -187,6 +188,13 @@ def _add_what_args(g: argparse._ArgumentGroup) -> None:
         default=unset,
         help="follow links to any host (default), only the seeds' hosts, "
         "or only the seeds' pay-level domains",
+    )
+    g.add_argument(
+        "--sitemaps",
+        choices=SITEMAP_MODES,
+        default=unset,
+        help="fetch the sitemaps robots.txt names (robots, the default), also "
+        "/sitemap.xml where it names none (robots+default), or none (off)",
     )
     g.add_argument(
         "--max-pages",

@@ -26,12 +26,23 @@ from drumbeat.fetch.dns import DnsCache
 from drumbeat.fetch.guard import AddressPolicy
 from drumbeat.fetch.response import FetchResponse
 from drumbeat.frontier.pldgraph import edge_keys
+from drumbeat.frontier.robots import robots_sitemaps
 from drumbeat.frontier.urlseen import payload_tail
 from drumbeat.parse.links import (
     PageReferences,
     find_references,
     pld_targets,
     resolve_references,
+    x_robots_tag,
+)
+from drumbeat.parse.sitemaps import (
+    SITEMAP_KINDS,
+    XmlLinks,
+    might_be_xml_links,
+    named_in_robots,
+    read_text_links,
+    read_xml_links,
+    sitemap_or_feed_links,
 )
 from drumbeat.queue.base import (
     ROBOTS,
@@ -49,6 +60,8 @@ log = logging.getLogger("drumbeat.fetcher")
 
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
+# Sitemap URLs taken from one robots.txt at most (each is a fetch of the host's).
+MAX_ROBOTS_SITEMAPS = 1000
 _T = TypeVar("_T")
 
 
@@ -303,6 +316,8 @@ class Fetcher:
         a redirect's target into ``result`` instead."""
         if item.kind == ROBOTS:
             result.robots_text = _robots_text(resp, self.settings.robots_max_bytes)
+            if self.settings.sitemaps != "off":
+                self._robots_sitemaps(item, result, resp)
             return None
         status = resp.status
         if status is None:
@@ -316,6 +331,8 @@ class Fetcher:
         if not 200 <= status < 300 or resp.decoded is None:
             return None
         if not _is_html(resp.content_type, resp.decoded):
+            # Sitemaps and feeds give links; anything else is archived, not parsed.
+            self._xml_links(item, result, resp, resp.decoded)
             return None
         found = find_references(
             resp.decoded,
@@ -325,7 +342,81 @@ class Fetcher:
         )
         if found.cut is None and (resp.truncated == "length" or resp.decoded_truncated):
             found.cut = "bytes"  # the body's rest, and its links, were never received
+        if resp.x_robots_tag is not None:
+            nofollow, noindex = self._x_robots(resp.x_robots_tag, result)
+            found.nofollow, found.noindex = found.nofollow or nofollow, found.noindex or noindex
         return found
+
+    def _x_robots(self, tags: str, result: ItemResult) -> tuple[bool, bool]:
+        """(nofollow, noindex) as the page's X-Robots-Tag headers say for
+        ``robots_agent`` (honoured as meta robots is); they go to the crawl log."""
+        if result.log is not None:
+            result.log["x_robots_tag"] = tags
+        return x_robots_tag(tags, self.settings.robots_agent)
+
+    def _robots_sitemaps(self, item: FetchItem, result: ItemResult, resp: FetchResponse) -> None:
+        """Put the sitemaps a robots.txt names (or, with ``sitemaps = "robots+default"``
+        and none named, its origin's /sitemap.xml) into ``result``, to be fetched as pages
+        are, through URL-seen. A robots.txt that failed names none (it is fetched again);
+        a 4xx one only the default."""
+        status = resp.status
+        if status is None or resp.error is not None or not 200 <= status < 500:
+            return
+        named: list[str] = []
+        if status < 300 and result.robots_text:
+            named = robots_sitemaps(result.robots_text, MAX_ROBOTS_SITEMAPS)
+        if not named and self.settings.sitemaps == "robots+default":
+            named = ["/sitemap.xml"]
+        if not named:
+            return
+        links, dropped = urls.normalize_links(
+            item.url, named, max_bytes=self.settings.max_url_bytes, max_links=MAX_ROBOTS_SITEMAPS
+        )
+        if links:
+            result.found = pack_found(links, item.depth + 1, item.url)
+        result.dropped = dict(dropped)
+        if result.log is not None:
+            result.log["sitemaps"] = len(links)
+
+    def _xml_links(
+        self, item: FetchItem, result: ItemResult, resp: FetchResponse, body: bytes
+    ) -> None:
+        """Put a sitemap's or a feed's links into ``result`` (drumbeat.parse.sitemaps);
+        nothing for any other body. A sitemap named in robots.txt may be a text file."""
+        s = self.settings
+        read: XmlLinks
+        named = named_in_robots(item.via)
+        if might_be_xml_links(resp.content_type, body):
+            read = read_xml_links(body, max_refs=s.sitemap_max_urls, max_bytes=s.sitemap_max_bytes)
+        elif named and resp.content_type == "text/plain":
+            read = read_text_links(body, max_refs=s.sitemap_max_urls, max_bytes=s.sitemap_max_bytes)
+        else:
+            return
+        if read.kind is None:
+            if named and read.error is not None:  # a named sitemap that is no XML at all
+                result.dropped = {f"sitemap_{read.error}": 1}
+            return
+        page = sitemap_or_feed_links(
+            read,
+            item.url,
+            item.via,
+            follow_index=item.depth <= s.sitemap_index_max_depth,
+            max_links=s.sitemap_max_urls if read.kind in SITEMAP_KINDS else s.max_links_per_page,
+            max_url_bytes=s.max_url_bytes,
+        )
+        if page is None:
+            return
+        links = page.links
+        if resp.x_robots_tag is not None and self._x_robots(resp.x_robots_tag, result)[0]:
+            if links:
+                page.dropped["meta_nofollow"] += len(links)
+            links = []
+        if result.log is not None:
+            result.log["sitemap" if page.kind in SITEMAP_KINDS else "feed"] = page.summary
+        result.dropped = dict(page.dropped)
+        if links:
+            result.found = pack_found(links, item.depth + 1, item.url)
+            result.pld_edges = pack_edges(*pld_targets(item.url, links))
 
     def _follow(self, item: FetchItem, location: str, result: ItemResult) -> str | None:
         """Put a redirect's target into ``result``; returns why it is not followed, if
@@ -355,6 +446,8 @@ class Fetcher:
         result.pld_edges = pack_edges(*pld_targets(item.url, page.links))
         if page.cut is not None and result.log is not None:
             result.log["links_cut"] = page.cut
+        if page.noindex and result.log is not None:
+            result.log["noindex"] = True  # meta robots or X-Robots-Tag
         self.stage_s["normalize"] += page.normalize_s
         self.stage_s["parse"] -= page.normalize_s
 

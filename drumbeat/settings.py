@@ -28,6 +28,13 @@ DEFAULT_USER_AGENT = (
 )
 
 SCOPES = ("any", "host", "domain")
+SITEMAP_MODES = ("off", "robots", "robots+default")
+# What the Accept header asks for: pages, then feeds and sitemaps, then anything (other
+# media types are archived, not parsed).
+DEFAULT_ACCEPT = (
+    "text/html,application/xhtml+xml;q=0.9,application/rss+xml;q=0.8,"
+    "application/atom+xml;q=0.8,application/xml;q=0.7,text/xml;q=0.7,*/*;q=0.5"
+)
 HTTP_CLIENTS = ("aiohttp", "curl")
 
 
@@ -127,6 +134,17 @@ class Settings:
     # Redirects followed in a row from a link (each is a new URL through URL-seen, which
     # ends loops); the next Location is dropped as too_many_redirects.
     max_redirects: int = 10
+
+    # Sitemaps and feeds (drumbeat.parse.sitemaps). sitemaps: "robots" fetches those
+    # robots.txt names; "robots+default" also /sitemap.xml where it names none (a guessed
+    # URL on every host); "off" none. Each is fetched politely like a page.
+    sitemaps: str = "robots"
+    sitemap_max_urls: int = 50_000  # read per sitemap file (the protocol's cap)
+    sitemap_max_bytes: int = 50 * 1024 * 1024  # uncompressed, per file (gzip bombs stop here)
+    # An index's sitemaps are followed while the index is at most this many links from a
+    # seed or a robots.txt (whose Sitemap lines are at depth 1): nesting is bounded.
+    sitemap_index_max_depth: int = 2
+    accept: str = DEFAULT_ACCEPT  # the Accept header of page requests
 
     # URL-seen (DRUM): RAM is fixed by this, not by the number of URLs seen.
     urlseen_ram_bytes: int = 64 * 1024 * 1024
@@ -301,6 +319,8 @@ AT_LEAST_ONE = (
     "robots_ram_bytes",
     "fetch_max_attempts",
     "budget_indegree_floor",
+    "sitemap_max_urls",
+    "sitemap_max_bytes",
 )
 
 
@@ -338,6 +358,13 @@ def validate(s: Settings) -> Settings:
         "must be 0 (none) or >= 8",
     )
     need(0 <= s.warc_gzip_level <= 9, "warc_gzip_level", "must be 0..9")
+    need(s.sitemaps in SITEMAP_MODES, "sitemaps", f"must be one of {', '.join(SITEMAP_MODES)}")
+    need(s.sitemap_index_max_depth >= 0, "sitemap_index_max_depth", "must be >= 0")
+    need(
+        bool(s.accept.strip()) and s.accept.isascii() and s.accept.isprintable(),
+        "accept",
+        "must be one line of printable ASCII",
+    )
     need(s.scope in SCOPES, "scope", f"must be one of {', '.join(SCOPES)}")
     need(s.http_client in HTTP_CLIENTS, "http_client", f"must be one of {', '.join(HTTP_CLIENTS)}")
     need(s.allocator in ALLOCATORS, "allocator", f"must be one of {', '.join(ALLOCATORS)}")

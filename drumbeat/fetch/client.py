@@ -86,6 +86,7 @@ class ClientOptions:
     max_decoded_bytes: int = _DEFAULTS.max_decoded_bytes
     max_header_bytes: int = 64 << 10
     accept_encoding: str = "gzip, deflate, br"
+    accept: str = _DEFAULTS.accept  # the Accept header of every request
     max_retry_after_s: float = 86_400
     verify_tls: bool = _DEFAULTS.tls_verify
 
@@ -101,6 +102,7 @@ class ClientOptions:
             max_body_bytes=settings.max_body_bytes,
             max_decoded_bytes=settings.max_decoded_bytes,
             verify_tls=settings.tls_verify,
+            accept=settings.accept,
         )
 
     def request_headers(self) -> list[tuple[str, str]]:

@@ -432,7 +432,7 @@ class CurlHttpClient:
         self._max_retry_after_s = options.max_retry_after_s
         # As aiohttp sends them: after Host, these, then Accept.
         self._request_headers = [f"{name}: {value}" for name, value in options.request_headers()]
-        self._request_headers.append("Accept: */*")
+        self._request_headers.append(f"Accept: {options.accept}")
         self._ca_file = _ca_file()
         self._free: list[_Handle] = []
         self._active: set[_Handle] = set()
@@ -602,6 +602,9 @@ class CurlHttpClient:
                     content_type = value
             elif lower == "location" and location is None:
                 location = value
+            elif lower == "x-robots-tag":
+                tags = response.x_robots_tag
+                response.x_robots_tag = value if tags is None else f"{tags}\n{value}"
         response.content_type = media_type(content_type)
         if location:
             response.location = resolve_location(response.url, location)

@@ -94,6 +94,7 @@ class AiohttpClient:
         self._max_header_bytes = options.max_header_bytes
         self._max_retry_after_s = options.max_retry_after_s
         self._headers = dict(options.request_headers())
+        self._headers["Accept"] = options.accept
         self._pins = _PinnedResolver()
         # aiohttp sessions must be created inside the running event loop.
         self._session: aiohttp.ClientSession | None = None
@@ -257,6 +258,9 @@ def _read_head(reply: aiohttp.ClientResponse, response: FetchResponse) -> None:
     response.status = reply.status
     response.headers = list(reply.headers.items())
     response.content_type = media_type(reply.headers.get("Content-Type"))
+    tags = reply.headers.getall("X-Robots-Tag", ())
+    if tags:
+        response.x_robots_tag = "\n".join(tags)
     location = reply.headers.get("Location")
     if location:
         response.location = resolve_location(response.url, location)

@@ -68,7 +68,8 @@ class FetchResponse:
     ``retry_after_s`` is the first Retry-After header as seconds from
     ``fetch_time`` (delay-seconds or an HTTP date; a past date is 0), capped at the
     client's ``max_retry_after_s``; None when absent or unparsable. It is parsed
-    whatever the status; 429 and 503 are where it matters.
+    whatever the status; 429 and 503 are where it matters. ``x_robots_tag`` holds
+    the values of the X-Robots-Tag headers, one a line (None when there are none).
     """
 
     url: str
@@ -89,6 +90,7 @@ class FetchResponse:
     elapsed_ms: float = 0.0
     redirects: list[str] = field(default_factory=list)
     retry_after_s: float | None = None
+    x_robots_tag: str | None = None  # the X-Robots-Tag headers' values, one a line
 
 
 async def choose_address(

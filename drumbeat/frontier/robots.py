@@ -590,3 +590,17 @@ def _parse(text: str, robots_agent: str) -> Protego | None:
         return Protego.parse(select_group(text, robots_agent))
     except Exception:  # a robots.txt protego cannot read counts as no robots.txt
         return None
+
+
+def robots_sitemaps(text: str, max_sitemaps: int) -> list[str]:
+    """The first ``max_sitemaps`` sitemap URLs that robots.txt ``text`` names in its
+    ``Sitemap:`` lines (site-wide lines: every group's), as written; protego reads them
+    (most robots.txt name none: those are not parsed)."""
+    lowered = text.lower()
+    if "sitemap" not in lowered and "site-map" not in lowered:
+        return []
+    try:
+        named = Protego.parse(text).sitemaps
+        return [url for url, _ in zip(named, range(max_sitemaps))]
+    except Exception:  # a robots.txt protego cannot read names no sitemap
+        return []

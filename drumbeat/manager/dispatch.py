@@ -215,6 +215,10 @@ class Dispatcher:
         ended = now - r.held_s
         if item.kind == ROBOTS:
             self.scheduler.done(host, ended, self._on_robots(r, host))
+            if r.found is not None and len(r.found):
+                found.append(r.found)  # the sitemaps it names (Settings.sitemaps)
+            for reason, n in r.dropped.items():
+                self.counters[f"links_dropped.{reason}"] += n
             self._note_free(r, host, now)
             return
         self.in_flight_pages -= 1

@@ -32,13 +32,14 @@ __all__ = [
     "pld_edges",
     "pld_targets",
     "resolve_references",
+    "x_robots_tag",
 ]
 
 # Matched case-insensitively by lexbor itself, so Python sees only candidate elements,
 # in document order.
 _SELECTOR = (
     "a[href], area[href], frame[src], iframe[src], base[href],"
-    ' link[rel~="canonical" i][href],'
+    ' link[rel~="canonical" i][href], link[rel~="alternate" i][type][href],'
     ' meta[http-equiv="refresh" i][content], meta[name="robots" i][content]'
 )
 _SRC_TAGS = frozenset(("frame", "iframe"))
@@ -51,6 +52,14 @@ _REFRESH_RE = re.compile(
     re.IGNORECASE | re.DOTALL,
 )
 _ROBOTS_SPLIT_RE = re.compile(r"[\s,]+")
+# <link rel=alternate> of these types names the page's feed, whose items are followed
+# (drumbeat.parse.feeds); other alternates (translations, print versions) are not links.
+_FEED_LINK_TYPES = frozenset({"application/rss+xml", "application/atom+xml"})
+# X-Robots-Tag directives that take a value after a colon; any other name before a
+# colon is a user agent's, and the directives after it apply to that agent only.
+_VALUED_DIRECTIVES = frozenset(
+    {"unavailable_after", "max-snippet", "max-image-preview", "max-video-preview"}
+)
 
 DEFAULT_MAX_PARSE_BYTES = 2 << 20
 # lexbor builds the whole DOM: up to ~70 bytes of RAM per byte of markup (a page of
@@ -270,11 +279,15 @@ def _anchor_references(
     """
     if tree.tags("area") or tree.tags("frame") or tree.tags("iframe"):
         return None
-    if any(
-        "canonical" in (attrs.get("rel") or "").lower()
-        for attrs in map(_attributes, tree.tags("link"))
-    ):
-        return None
+    refs: list[str] = []
+    for attrs in map(_attributes, tree.tags("link")):
+        rel = (attrs.get("rel") or "").lower()
+        if "canonical" in rel:
+            return None
+        if "alternate" in rel:
+            feed = _feed_href(rel, attrs)
+            if feed is not None:
+                refs.append(feed)
     nofollow = noindex = False
     for attrs in map(_attributes, tree.tags("meta")):
         if "refresh" in (attrs.get("http-equiv") or "").lower():
@@ -287,7 +300,6 @@ def _anchor_references(
         base_ref = attrs.get("href")
         if base_ref is not None:
             break
-    refs: list[str] = []
     for attrs in map(_attributes, tree.tags("a")):
         ref = attrs.get("href")
         if ref is not None:
@@ -326,6 +338,12 @@ def _selected_references(tree: LexborHTMLParser, url: str, dropped: Counter[str]
             base_ref = ref if base_ref is None else base_ref
             continue
         if tag == "link":
+            rel = (attrs.get("rel") or "").lower()
+            if "canonical" not in rel.split():
+                feed = _feed_href(rel, attrs)
+                if feed is not None:
+                    refs.append(feed)
+                continue
             canonical_ref = ref if canonical_ref is None else canonical_ref
         if _says_nofollow(attrs.get("rel")):
             dropped["nofollow"] += 1
@@ -341,6 +359,35 @@ def _robots_meta(content: str | None) -> tuple[bool, bool]:
     tokens = _ROBOTS_SPLIT_RE.split((content or "").lower())
     none = "none" in tokens
     return none or "nofollow" in tokens, none or "noindex" in tokens
+
+
+def _feed_href(rel: str, attrs: dict[str, str | None]) -> str | None:
+    """The href of a ``<link>`` (``rel`` lower-cased) that names a feed, else None."""
+    if "alternate" not in rel.split():
+        return None
+    kind = (attrs.get("type") or "").strip().lower()
+    return attrs.get("href") if kind in _FEED_LINK_TYPES else None
+
+
+def x_robots_tag(value: str, robots_agent: str) -> tuple[bool, bool]:
+    """(nofollow, noindex) as X-Robots-Tag headers say for ``robots_agent`` (the
+    product token, matched case-insensitively). ``value``: the headers' values, one a
+    line. As for meta robots, ``none`` is both. A header's directives apply to every
+    agent until one names an agent (``drumbeat: nofollow``); those after that name
+    apply to that agent only."""
+    agent = robots_agent.lower()
+    nofollow = noindex = False
+    for line in value.lower().split("\n"):
+        applies = True
+        for token in line.split(","):
+            name, colon, rest = token.partition(":")
+            name = name.strip()
+            if colon and name not in _VALUED_DIRECTIVES:
+                applies, token = name == agent, rest
+            if applies:
+                says_nofollow, says_noindex = _robots_meta(token)
+                nofollow, noindex = nofollow or says_nofollow, noindex or says_noindex
+    return nofollow, noindex
 
 
 def _says_nofollow(rel: str | None) -> bool:

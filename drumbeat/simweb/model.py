@@ -84,13 +84,27 @@ from drumbeat.simweb.oracle import CrawlTruth, crawl
 from drumbeat.simweb.robots import CYCLE, RobotsFile, RobotsVariant, robots_file
 from drumbeat.simweb.scenarios import PLDClass
 
-LinkKind = Literal["a", "area", "frame", "iframe", "refresh", "canonical"]
+# "feed": <link rel="alternate" type="application/rss+xml">; "a" is also what sitemap
+# and feed entries are.
+LinkKind = Literal["a", "area", "frame", "iframe", "refresh", "canonical", "feed"]
 ALL_LINK_KINDS: frozenset[LinkKind] = frozenset(
-    ("a", "area", "frame", "iframe", "refresh", "canonical")
+    ("a", "area", "frame", "iframe", "refresh", "canonical", "feed")
 )
 # Server behaviour of a page; the server's handler table is keyed by it, so new
-# hostile behaviours are a new kind plus one handler.
-PageKind = Literal["html", "redirect", "binary", "garbage", "missing"]
+# hostile behaviours are a new kind plus one handler. The sitemap kinds and "feed" are
+# XML whose entries are the page's links (see SimWebConfig.sitemaps).
+PageKind = Literal[
+    "html",
+    "redirect",
+    "binary",
+    "garbage",
+    "missing",
+    "sitemap",
+    "sitemap_index",
+    "sitemap_gz",
+    "sitemap_broken",
+    "feed",
+]
 
 REFUSED_IP = "127.3.0.1"
 _SCENARIO_ROBOTS = robots_file("allow_all", 0.0, random.Random(0))
@@ -125,6 +139,10 @@ class SimWebConfig:
     hostile: bool = False  # serve the hostile case hosts and link to them from host 0
     hostile_interval_s: float = 2.0  # pause between the bytes of slow hostile responses
     latency_s: float = 0.0  # every answer but robots.txt waits this long (a far server)
+    # Host 0's robots.txt names a sitemap index (plain, gzip, malformed and out-of-scope
+    # sitemaps under it), its "/" links to an RSS feed and to pages served with
+    # X-Robots-Tag; their pages are reachable only through these (_content_pages).
+    sitemaps: bool = False
 
     def __post_init__(self) -> None:
         if self.hosts < 1 or self.ips < 1 or self.pages_per_host < 1:
@@ -194,6 +212,10 @@ class Page:
     base_href: str | None = None  # <base href>, against which relative links resolve
     location: str | None = None  # canonical redirect target
     location_header: str | None = None  # what the Location header says
+    x_robots_tag: str | None = None  # the X-Robots-Tag header served, if any
+    header_nofollow: bool = False  # X-Robots-Tag says nofollow to drumbeat: no link followed
+    # Sitemap entries served but not followed by a correct crawler (out of scope).
+    unfollowed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +228,9 @@ class _Spec:
     base_path: str | None = None
     redirect: tuple[int, str, bool] | None = None  # (status, target path, absolute header)
     generated: bool = True  # add the usual random links and filler
+    x_robots_tag: str | None = None
+    header_nofollow: bool = False
+    unfollowed: tuple[str, ...] = ()  # absolute URLs
 
 
 class SimWebModel:
@@ -380,7 +405,13 @@ class SimWebModel:
 
     def _build_robots(self, index: int) -> RobotsFile:
         rng = random.Random(f"{self.config.seed}:robots:{index}")
-        return robots_file(self.hosts[index].robots_variant, self.config.crawl_delay_s, rng)
+        robots = robots_file(self.hosts[index].robots_variant, self.config.crawl_delay_s, rng)
+        if self.config.sitemaps and index == 0:
+            named = self.url(self.hosts[0].name, SITEMAP_INDEX)
+            robots = replace(
+                robots, body=robots.body + f"Sitemap: {named}\n".encode(), sitemaps=(named,)
+            )
+        return robots
 
     def _build_page(self, host: str, path: str) -> Page:
         h = self.host(host)
@@ -392,6 +423,14 @@ class SimWebModel:
             return Page(host, path, url, "binary", 200, "application/octet-stream")
         if spec.kind == "garbage":
             return Page(host, path, url, "garbage", 200, "text/html")
+        if spec.kind not in ("html", "redirect"):  # a sitemap or a feed
+            links = _LinkMaker(self, h, path, None).make(spec)
+            content_type = "application/rss+xml" if spec.kind == "feed" else "application/xml"
+            if spec.kind == "sitemap_gz":
+                content_type = "application/gzip"
+            return Page(
+                host, path, url, spec.kind, 200, content_type, links, unfollowed=spec.unfollowed
+            )
         if spec.redirect is not None:
             status, target, absolute = spec.redirect
             location = self.url(host, target)
@@ -417,6 +456,8 @@ class SimWebModel:
             links=links,
             meta_nofollow=spec.meta_nofollow,
             base_href=base_href,
+            x_robots_tag=spec.x_robots_tag,
+            header_nofollow=spec.header_nofollow,
         )
 
     def _spec(self, h: Host, path: str) -> _Spec | None:
@@ -531,6 +572,10 @@ class SimWebModel:
             pages.update(special)
             home += [("@" + p, "a", False) for p in _SPECIAL_ENTRIES]
             home.append(("@/special/hidden-2.html", "a", True))
+            if self.config.sitemaps:
+                pages.update(_content_pages(self))
+                home += [("@" + p, "a", False) for p in _XROBOTS_ENTRIES]
+                home.append(("@/feed.xml", "feed", False))
         home += self._scenario_links(index)
         pages["/"] = replace(pages["/"], links=tuple(home))
         return pages
@@ -574,6 +619,79 @@ _SPECIAL_ENTRIES = (
     "/special/temp",
     "/special/garbage.html",
 )
+
+
+SITEMAP_INDEX = "/sitemap_index.xml"
+_XROBOTS_ENTRIES = (
+    "/special/x-robots.html",
+    "/special/x-robots-agent.html",
+    "/special/x-robots-other.html",
+)
+
+
+def _content_pages(model: SimWebModel) -> dict[str, _Spec]:
+    """Host 0's sitemaps, feed and X-Robots-Tag pages (``SimWebConfig.sitemaps``).
+
+    The index lies at the root, so its sitemaps under /sitemaps/ may list the whole
+    host; the one out-of-scope entry is on another host. The malformed sitemap's first
+    entry comes before the fault (a crawler keeps it). Every page they lead to is
+    reachable only through them."""
+    plain = _Spec("html")
+    only = "/only-in-sitemap/"
+    elsewhere = model.hosts[1].name if len(model.hosts) > 1 else model.refused_host
+    other = model.url(elsewhere, only + "elsewhere.html")
+    pages = {
+        SITEMAP_INDEX: _Spec(
+            "sitemap_index",
+            tuple(
+                (f"@/sitemaps/{name}", "a", False)
+                for name in ("pages.xml", "pages.xml.gz", "broken.xml")
+            ),
+            generated=False,
+        ),
+        "/sitemaps/pages.xml": _Spec(
+            "sitemap",
+            ((f"@{only}1.html", "a", False), (f"@{only}2.html", "a", False)),
+            generated=False,
+            unfollowed=(other,),
+        ),
+        "/sitemaps/pages.xml.gz": _Spec(
+            "sitemap_gz", ((f"@{only}3.html", "a", False),), generated=False
+        ),
+        "/sitemaps/broken.xml": _Spec(
+            "sitemap_broken", ((f"@{only}4.html", "a", False),), generated=False
+        ),
+        "/feed.xml": _Spec(
+            "feed",
+            (("@/only-in-feed/1.html", "a", False), ("@/only-in-feed/2.html", "a", False)),
+            generated=False,
+        ),
+        "/special/x-robots.html": _Spec(
+            "html",
+            (("@/special/x-robots-hidden-1.html", "a", False),),
+            x_robots_tag="noindex, nofollow",
+            header_nofollow=True,
+        ),
+        "/special/x-robots-agent.html": _Spec(
+            "html",
+            (("@/special/x-robots-hidden-2.html", "a", False),),
+            x_robots_tag="otherbot: noindex\ndrumbeat: nofollow",
+            header_nofollow=True,
+        ),
+        "/special/x-robots-other.html": _Spec(
+            "html",
+            (("@/special/x-robots-followed.html", "a", False),),
+            x_robots_tag="otherbot: nofollow",
+        ),
+        "/special/x-robots-hidden-1.html": plain,
+        "/special/x-robots-hidden-2.html": plain,
+        "/special/x-robots-followed.html": plain,
+    }
+    for k in range(1, 5):
+        pages[f"{only}{k}.html"] = plain
+    for k in range(1, 3):
+        pages[f"/only-in-feed/{k}.html"] = plain
+    return pages
 
 
 def _special(model: SimWebModel) -> dict[str, _Spec]:

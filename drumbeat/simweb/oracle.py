@@ -14,7 +14,11 @@ The rules (a crawler test compares its crawl against these):
   redirects, octet-stream and garbage alike;
 * a redirect contributes its Location; an HTML page contributes its links whose
   kind is followed, except ``rel="nofollow"`` links and all links of a page with
-  ``<meta name="robots" content="nofollow">``; only ``http``/``https`` URLs count.
+  ``<meta name="robots" content="nofollow">`` or an X-Robots-Tag nofollow for
+  drumbeat; only ``http``/``https`` URLs count;
+* a host's robots.txt (unless it answers 500) contributes the sitemaps it names; a
+  sitemap or a feed contributes its entries that a correct crawler follows (its
+  links; out-of-scope entries are not links).
 
 robots.txt requests themselves are not part of any set.
 """
@@ -53,6 +57,7 @@ def crawl(
     truth = CrawlTruth()
     queue = deque(seeds)
     seen = set(queue)
+    robots_read: set[str] = set()
 
     def discover(url: str | None) -> None:
         if url is not None and url.startswith(("http://", "https://")) and url not in seen:
@@ -74,6 +79,11 @@ def crawl(
             truth.endless.add(url)
             continue
         robots = model.robots(host)
+        if host not in robots_read:
+            robots_read.add(host)
+            if not robots.fetch_nothing:
+                for named in robots.sitemaps:
+                    discover(named)
         if robots.fetch_nothing:
             truth.host_blocked.add(url)
             continue
@@ -83,7 +93,7 @@ def crawl(
         truth.fetched.add(url)
         page = model.page(host, path)
         discover(page.location)
-        if page.meta_nofollow:
+        if page.meta_nofollow or page.header_nofollow:
             continue
         for link in page.links:
             if not link.nofollow and link.kind in kinds:

@@ -8,6 +8,7 @@ keeps the served markup and the oracle in agreement by construction.
 from __future__ import annotations
 
 import functools
+import gzip
 import random
 from html import escape
 
@@ -94,7 +95,39 @@ class Renderer:
             return b""
         if page.kind == "missing":
             return _NOT_FOUND
+        if page.kind != "html":
+            return _xml(page)
         return _html(page, size, rng).encode("utf-8")
+
+
+_SITEMAP_NS = 'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'
+
+
+def _xml(page: Page) -> bytes:
+    """A sitemap (plain, index, gzip or cut short by a fault) or an RSS feed."""
+    entries = [link.url or link.href for link in page.links] + list(page.unfollowed)
+    if page.kind == "feed":
+        items = "".join(
+            f"<item><title>{i}</title><link>{escape(url)}</link></item>"
+            for i, url in enumerate(entries)
+        )
+        return (
+            '<?xml version="1.0" encoding="UTF-8"?>\n<rss version="2.0"><channel>'
+            f"<title>{escape(page.host)}</title><link>{escape(page.url)}</link>{items}"
+            "</channel></rss>\n"
+        ).encode()
+    root, record = (
+        ("sitemapindex", "sitemap") if page.kind == "sitemap_index" else ("urlset", "url")
+    )
+    body = "".join(
+        f"<{record}><loc>{escape(url)}</loc><lastmod>2026-01-0{i % 9 + 1}</lastmod></{record}>"
+        for i, url in enumerate(entries)
+    )
+    text = f'<?xml version="1.0" encoding="UTF-8"?>\n<{root} {_SITEMAP_NS}>{body}</{root}>\n'
+    if page.kind == "sitemap_broken":
+        text = text.replace(f"</{root}>", f"<{record}><loc>&undefined;</lo></{root}>")
+    data = text.encode()
+    return gzip.compress(data, mtime=0) if page.kind == "sitemap_gz" else data
 
 
 def _html(page: Page, size: int, rng: random.Random) -> str:
@@ -113,6 +146,8 @@ def _html(page: Page, size: int, rng: random.Random) -> str:
         href = escape(link.href)
         if link.kind == "canonical":
             head.append(f'<link rel="canonical" href="{href}">')
+        elif link.kind == "feed":
+            head.append(f'<link rel="alternate" type="application/rss+xml" href="{href}">')
         elif link.kind == "refresh":
             head.append(f'<meta http-equiv="refresh" content="0; url={href}">')
         elif link.kind == "frame":

@@ -65,6 +65,7 @@ class RobotsFile:
     body: bytes
     rules: tuple[Rule, ...]
     crawl_delay: float | None
+    sitemaps: tuple[str, ...] = ()  # the canonical URLs of its Sitemap lines
 
     @property
     def fetch_nothing(self) -> bool:

@@ -41,13 +41,23 @@ class RequestRecord:
     status: int
     server_ip: str  # local address the connection arrived on
     method: str
+    accept: str = ""  # the Accept header
 
 
 Handler = Callable[[web.BaseRequest, Page, Renderer], Awaitable[web.StreamResponse]]
 
 
 async def _html(request: web.BaseRequest, page: Page, renderer: Renderer) -> web.StreamResponse:
-    return web.Response(body=renderer.body(page), content_type="text/html", charset="utf-8")
+    response = web.Response(body=renderer.body(page), content_type="text/html", charset="utf-8")
+    if page.x_robots_tag is not None:
+        for value in page.x_robots_tag.split("\n"):  # one header a line
+            response.headers.add("X-Robots-Tag", value)
+    return response
+
+
+async def _xml(request: web.BaseRequest, page: Page, renderer: Renderer) -> web.StreamResponse:
+    assert page.content_type is not None
+    return web.Response(body=renderer.body(page), content_type=page.content_type)
 
 
 async def _redirect(request: web.BaseRequest, page: Page, renderer: Renderer) -> web.StreamResponse:
@@ -73,6 +83,11 @@ HANDLERS: dict[PageKind, Handler] = {
     "binary": _binary,
     "garbage": _html,  # garbage is served as if it were HTML; that is its point
     "missing": _missing,
+    "sitemap": _xml,
+    "sitemap_index": _xml,
+    "sitemap_gz": _xml,
+    "sitemap_broken": _xml,
+    "feed": _xml,
 }
 
 
@@ -193,6 +208,7 @@ class SimWeb:
                 status=response.status,
                 server_ip=sockname[0] if sockname else "",
                 method=request.method,
+                accept=request.headers.get("Accept", ""),
             )
         )
         return response
