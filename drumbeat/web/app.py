@@ -8,15 +8,18 @@ the token too unless the server listens on loopback only (``read_open``).
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import re
 from collections.abc import Awaitable, Callable
+from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from drumbeat.manager.controls import BLOCK_KINDS, ControlError
 from drumbeat.manager.hostinfo import host_report, top_hosts
+from drumbeat.web.dashboard import Dashboard
 from drumbeat.web.metrics import CONTENT_TYPE, exposition, registry_for
 from drumbeat.web.status import Rates, status_report
 
@@ -27,6 +30,22 @@ STOP_REASON = "stop_requested"  # Manager.stop_reason of POST /api/stop
 _SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
 _HOST_NAME = re.compile(r"[A-Za-z0-9._-]{1,253}")
 TOP_HOSTS_MAX = 1000
+# Pages following /api/events at once: each costs a socket and a write a second (the
+# snapshot itself is shared); one more is refused with 503.
+SSE_CLIENTS_MAX = 8
+SSE_EVERY_S = 1.0
+# The dashboard's files (package data, drumbeat/web/static/): the page, served at /.
+STATIC = {
+    "index.html": "text/html",
+    "dashboard.js": "text/javascript",
+    "dashboard.css": "text/css",
+}
+# The page may load and connect to this server only: no CDN, no other site, no inline
+# script (a token typed into the page goes nowhere but this server's API).
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -35,8 +54,13 @@ def build_app(manager: Manager, token: str, *, read_open: bool) -> web.Applicati
     """The application; ``read_open``: GETs need no token (loopback only)."""
     api = ControlApi(manager)
     app = web.Application(middlewares=[_guard(token, read_open)])
+    app.on_shutdown.append(api.shutdown)
     app.add_routes(
         [
+            web.get("/", api.page),
+            web.get("/static/{name}", api.static),
+            web.get("/api/events", api.events),
+            web.get("/api/history", api.history),
             web.get("/api/status", api.status),
             web.get("/api/host/{name}", api.host),
             web.get("/api/hosts", api.hosts),
@@ -59,6 +83,8 @@ def _guard(token: str, read_open: bool) -> Any:
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         safe = request.method in _SAFE
+        if safe and (request.path == "/" or request.path.startswith("/static/")):
+            return await handler(request)  # the page's own files hold no crawl data
         if not safe:
             origin = request.headers.get("Origin")
             if origin is not None and origin != f"{request.scheme}://{request.host}":
@@ -98,6 +124,65 @@ class ControlApi:
         self.controls = manager.controls
         self.rates = Rates(manager)
         self.registry = registry_for(manager)
+        self.dashboard = Dashboard(manager, self.rates)
+        self.files = {
+            name: (resources.files("drumbeat.web") / "static" / name).read_bytes()
+            for name in STATIC
+        }
+        self.sse_clients = 0
+        self.closing = asyncio.Event()
+
+    async def shutdown(self, app: web.Application) -> None:
+        """The server closes: end the event streams (they would hold its shutdown)."""
+        self.closing.set()
+
+    async def page(self, request: web.Request) -> web.Response:
+        return self._file("index.html")
+
+    async def static(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if name not in STATIC:
+            raise web.HTTPNotFound()
+        return self._file(name)
+
+    def _file(self, name: str) -> web.Response:
+        return web.Response(
+            body=self.files[name],
+            content_type=STATIC[name],
+            charset="utf-8",
+            headers={"Content-Security-Policy": CSP, "Cache-Control": "no-cache"},
+        )
+
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        """Server-sent events: the dashboard's snapshot (drumbeat.web.dashboard), one a
+        second, until the client goes or the server closes."""
+        if self.sse_clients >= SSE_CLIENTS_MAX:
+            return _error(503, f"at most {SSE_CLIENTS_MAX} dashboards at once")
+        self.sse_clients += 1
+        try:
+            resp = web.StreamResponse(
+                headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"}
+            )
+            await resp.prepare(request)
+            while not self.closing.is_set():
+                await resp.write(b"data: " + self.dashboard.snapshot_bytes() + b"\n\n")
+                try:
+                    await asyncio.wait_for(self.closing.wait(), SSE_EVERY_S)
+                except TimeoutError:
+                    pass
+        except ConnectionResetError:
+            pass  # the page went away
+        finally:
+            self.sse_clients -= 1
+        return resp
+
+    async def history(self, request: web.Request) -> web.Response:
+        """``?span=hour|day|month|all``: the crawl's history (drumbeat.stats.History)."""
+        try:
+            doc = self.manager.history.span(request.query.get("span", "hour"))
+        except ValueError as e:
+            return _error(400, str(e))
+        return web.json_response(doc)
 
     def _controls_doc(self) -> dict[str, Any]:
         c = self.controls.stats()
