@@ -108,7 +108,7 @@ function drawChart(canvas, start, period, values, color, fmt) {
   const ctx = canvas.getContext("2d");
   ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
   ctx.clearRect(0, 0, w, h);
-  const left = 56, right = 8, top = 8, bottom = 20;
+  const left = 68, right = 8, top = 8, bottom = 20;
   const pw = w - left - right, ph = h - top - bottom;
   const n = values.length;
   const max = niceMax(Math.max(0, ...values));
@@ -135,7 +135,7 @@ function drawChart(canvas, start, period, values, color, fmt) {
     const t = start + i * period;
     const label = period >= 86400 ? new Date(t * 1000).toLocaleDateString()
       : period >= 3600 ? new Date(t * 1000).toLocaleDateString([], { month: "short", day: "numeric" })
-      : clock(t).slice(0, 5);
+      : n * period <= 600 ? clock(t) : clock(t).slice(0, 5);
     ctx.fillText(label, Math.min(Math.max(x(i), left + 20), left + pw - 20), top + ph + 4);
   }
   ctx.beginPath();
@@ -149,8 +149,10 @@ function drawChart(canvas, start, period, values, color, fmt) {
 function drawCharts() {
   if (!history) return;
   const p = history.period_s;
-  const pages = history.pages.map((v) => v / p);
-  const bytesPer = history.bytes.map((v) => v / p);
+  // The newest bucket is still filling: left out, or every chart would end in a dip.
+  const full = Math.max(1, history.pages.length - 1);
+  const pages = history.pages.slice(0, full).map((v) => v / p);
+  const bytesPer = history.bytes.slice(0, full).map((v) => v / p);
   drawChart($("chart-pages"), history.start, p, pages, "#2f6fde", (v) => num(v, 0));
   drawChart($("chart-bytes"), history.start, p, bytesPer, "#d9822b", (v) => bytes(v));
 }
