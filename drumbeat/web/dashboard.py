@@ -28,6 +28,7 @@ from drumbeat.web.status import Rates, queued_by_place
 
 if TYPE_CHECKING:
     from drumbeat.drum import Drum
+    from drumbeat.frontier.politeness import HostState
     from drumbeat.manager import Manager
 
 SNAPSHOT_EVERY_S = 1.0
@@ -114,24 +115,11 @@ class Dashboard:
         """Hosts in RAM by state, the top hosts by URLs queued and the top PLDs by
         in-degree with their budgets."""
         m = self.manager
-        hosts = list(m.scheduler.hosts.values())
-        total = len(hosts)
-        sample = hosts if total <= HOSTS_SCANNED else random.sample(hosts, HOSTS_SCANNED)
         now, paused = m.clock(), m.controls.paused
-        by_state: Counter[str] = Counter()
-        for h in sample:
-            if h.blocked or h.ip is None:
-                by_state["resolving"] += 1
-            else:
-                by_state[host_state(h, now, paused=paused)] += 1
-        scale = total / len(sample) if sample else 1.0
+        total, sample, by_state = host_states(m)
         top = heapq.nlargest(TOP_N, sample, key=lambda h: len(h.queue))
         return {
-            "hosts": {
-                "total": total,
-                "estimated": len(sample) < total,
-                "by_state": {k: round(v * scale) for k, v in sorted(by_state.items())},
-            },
+            "hosts": {"total": total, "estimated": len(sample) < total, "by_state": by_state},
             "top_hosts": [
                 {
                     "host": h.name,
@@ -151,6 +139,24 @@ class Dashboard:
             ],
             "default_budget": m.star.default,
         }
+
+
+def host_states(m: Manager) -> tuple[int, list[HostState], dict[str, int]]:
+    """The hosts in RAM, those looked at (all, or a sample of :data:`HOSTS_SCANNED`),
+    and how many are in each state (hostinfo's; ``resolving`` for those waiting for
+    DNS), scaled up from the sample."""
+    hosts = list(m.scheduler.hosts.values())
+    total = len(hosts)
+    sample = hosts if total <= HOSTS_SCANNED else random.sample(hosts, HOSTS_SCANNED)
+    now, paused = m.clock(), m.controls.paused
+    by_state: Counter[str] = Counter()
+    for h in sample:
+        if h.blocked or h.ip is None:
+            by_state["resolving"] += 1
+        else:
+            by_state[host_state(h, now, paused=paused)] += 1
+    scale = total / len(sample) if sample else 1.0
+    return total, sample, {k: round(v * scale) for k, v in sorted(by_state.items())}
 
 
 def drums(m: Manager) -> dict[str, Drum]:
