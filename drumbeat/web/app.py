@@ -123,8 +123,8 @@ class ControlApi:
         self.manager = manager
         self.controls = manager.controls
         self.rates = Rates(manager)
-        self.registry = registry_for(manager)
         self.dashboard = Dashboard(manager, self.rates)
+        self.registry = registry_for(manager, self.dashboard)
         self.files = {
             name: (resources.files("drumbeat.web") / "static" / name).read_bytes()
             for name in STATIC

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import heapq
 import json
-import random
 import time
 from collections import Counter, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from drumbeat.manager.hostinfo import host_state
 from drumbeat.web.status import Rates, queued_by_place
@@ -37,6 +38,8 @@ HOSTS_SCANNED = 10_000  # hosts looked at per host scan (a sample beyond)
 TOP_N = 10
 RECENT_ERRORS = 30  # lines of the recent-errors list
 RECENT_SECONDS = 10  # per-second points each snapshot carries for the charts
+
+_rng = np.random.default_rng()
 
 
 class Dashboard:
@@ -67,10 +70,6 @@ class Dashboard:
         m = self.manager
         s = m.stats()
         c = m.controls.stats()
-        now = self.clock()
-        if now - self._hosts_at >= HOSTS_EVERY_S:
-            self._hosts = self._host_part()
-            self._hosts_at = now
         counters = s.counters
         return {
             "time": time.time(),
@@ -94,7 +93,7 @@ class Dashboard:
                 "checkpoint_requested": c.checkpoint_requested,
                 "stopping": m.stop_reason,
             },
-            **self._hosts,
+            **self.host_part(),
             "drums": drum_costs(m),
         }
 
@@ -111,9 +110,17 @@ class Dashboard:
                 self._errors.appendleft({"time": at, "kind": kind, "reason": reason, "n": n})
         return list(self._errors)
 
-    def _host_part(self) -> dict[str, Any]:
+    def host_part(self) -> dict[str, Any]:
         """Hosts in RAM by state, the top hosts by URLs queued and the top PLDs by
-        in-degree with their budgets."""
+        in-degree with their budgets: rebuilt when the last is HOSTS_EVERY_S old (the
+        snapshot and /metrics share it)."""
+        now = self.clock()
+        if now - self._hosts_at >= HOSTS_EVERY_S:
+            self._hosts = self._build_host_part()
+            self._hosts_at = now
+        return self._hosts
+
+    def _build_host_part(self) -> dict[str, Any]:
         m = self.manager
         now, paused = m.clock(), m.controls.paused
         total, sample, by_state = host_states(m)
@@ -147,7 +154,12 @@ def host_states(m: Manager) -> tuple[int, list[HostState], dict[str, int]]:
     DNS), scaled up from the sample."""
     hosts = list(m.scheduler.hosts.values())
     total = len(hosts)
-    sample = hosts if total <= HOSTS_SCANNED else random.sample(hosts, HOSTS_SCANNED)
+    sample = hosts
+    if total > HOSTS_SCANNED:
+        # Drawn with replacement (numpy's, not random.sample's Python loop); duplicates
+        # only weigh a host twice in the estimate.
+        picks = _rng.integers(0, total, HOSTS_SCANNED).tolist()
+        sample = list({id(h): h for h in map(hosts.__getitem__, picks)}.values())
     now, paused = m.clock(), m.controls.paused
     by_state: Counter[str] = Counter()
     for h in sample:

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from drumbeat.web.dashboard import drum_costs, host_states
+from drumbeat.web.dashboard import Dashboard, drum_costs
 from drumbeat.web.status import queued_by_place
 
 if TYPE_CHECKING:
@@ -38,8 +38,9 @@ HOST_STATES = (
 class ManagerCollector(Collector):
     """Reads the manager at each scrape (nothing is kept between scrapes)."""
 
-    def __init__(self, manager: Manager) -> None:
+    def __init__(self, manager: Manager, dashboard: Dashboard) -> None:
         self.manager = manager
+        self.dashboard = dashboard
 
     def collect(self) -> Iterator[Metric]:
         m = self.manager
@@ -73,13 +74,14 @@ class ManagerCollector(Collector):
         yield GaugeMetricFamily(
             "drumbeat_paused", "1 while the crawl is paused", value=int(m.controls.paused)
         )
-        yield from _host_gauges(m)
+        yield from _host_gauges(self.dashboard)
         yield from _drum_gauges(m)
 
 
-def _host_gauges(m: Manager) -> Iterator[Metric]:
-    """Hosts in RAM by state (estimated from a sample past HOSTS_SCANNED hosts)."""
-    _, _, by_state = host_states(m)
+def _host_gauges(dashboard: Dashboard) -> Iterator[Metric]:
+    """Hosts in RAM by state (the dashboard's counts: a sample past HOSTS_SCANNED hosts,
+    at most HOSTS_EVERY_S old)."""
+    by_state = dashboard.host_part()["hosts"]["by_state"]
     family = GaugeMetricFamily(
         "drumbeat_hosts_by_state", "Hosts in RAM, by politeness state", labels=["state"]
     )
@@ -122,9 +124,9 @@ def _by_prefix(c: dict[str, int], prefix: str, name: str, doc: str) -> CounterMe
     return family
 
 
-def registry_for(manager: Manager) -> CollectorRegistry:
+def registry_for(manager: Manager, dashboard: Dashboard) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ManagerCollector(manager))
+    registry.register(ManagerCollector(manager, dashboard))
     return registry
 
 
