@@ -349,6 +349,32 @@ class StatsReader:
         if old:
             tx.delete(*old)
 
+    async def series(self, tier_name: str, queue: str | None = None) -> dict[str, Any]:
+        """The buckets of one of :data:`TIERS` over its span, oldest first, the current
+        (partial) one last: ``{"period_s", "start"`` (the epoch second the first begins)
+        ``, "series": {counter: [count per bucket]}}``, of ``queue`` or of all queues
+        summed."""
+        tier = next((t for t in TIERS if t.name == tier_name), None)
+        if tier is None:
+            raise ValueError(f"tier: one of {', '.join(t.name for t in TIERS)}")
+        last = int(self._clock()) // tier.period_s
+        buckets = range(last - tier.span + 1, last + 1)
+        async with self._redis.pipeline(transaction=False) as read:
+            for bucket in buckets:
+                read.hgetall(self._keys.bucket(tier, bucket))
+            hashes = await read.execute()
+        fields, counts = _matrix(hashes)
+        series: dict[str, Any] = {}
+        for j, f in enumerate(fields):
+            q, counter = f.split(SEP, 1)
+            if queue is None or q == queue:
+                series[counter] = series.get(counter, 0) + counts[:, j]
+        return {
+            "period_s": tier.period_s,
+            "start": buckets[0] * tier.period_s,
+            "series": {c: v.tolist() for c, v in sorted(series.items())},
+        }
+
     async def snapshot(self, *, window_s: int = 10) -> Snapshot:
         """Rates over the last ``window_s`` complete seconds (1 to ``SECOND_KEEP_S``), the
         tiers' totals and the alive nodes, read in one round trip."""

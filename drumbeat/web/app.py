@@ -8,11 +8,9 @@ the token too unless the server listens on loopback only (``read_open``).
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import re
 from collections.abc import Awaitable, Callable
-from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -21,6 +19,7 @@ from drumbeat.manager.controls import BLOCK_KINDS, ControlError
 from drumbeat.manager.hostinfo import host_report, top_hosts
 from drumbeat.web.dashboard import Dashboard
 from drumbeat.web.metrics import CONTENT_TYPE, exposition, registry_for
+from drumbeat.web.pages import PageServer
 from drumbeat.web.status import Rates, status_report
 
 if TYPE_CHECKING:
@@ -30,36 +29,17 @@ STOP_REASON = "stop_requested"  # Manager.stop_reason of POST /api/stop
 _SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
 _HOST_NAME = re.compile(r"[A-Za-z0-9._-]{1,253}")
 TOP_HOSTS_MAX = 1000
-# Pages following /api/events at once: each costs a socket and a write a second (the
-# snapshot itself is shared); one more is refused with 503.
-SSE_CLIENTS_MAX = 8
-SSE_EVERY_S = 1.0
-# The dashboard's files (package data, drumbeat/web/static/): the page, served at /.
-STATIC = {
-    "index.html": "text/html",
-    "dashboard.js": "text/javascript",
-    "dashboard.css": "text/css",
-}
-# The page may load and connect to this server only: no CDN, no other site, no inline
-# script (a token typed into the page goes nowhere but this server's API).
-CSP = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-)
-
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def build_app(manager: Manager, token: str, *, read_open: bool) -> web.Application:
     """The application; ``read_open``: GETs need no token (loopback only)."""
     api = ControlApi(manager)
-    app = web.Application(middlewares=[_guard(token, read_open)])
-    app.on_shutdown.append(api.shutdown)
+    app = web.Application(middlewares=[guard(token, read_open)])
+    app.on_shutdown.append(api.pages.shutdown)
     app.add_routes(
         [
-            web.get("/", api.page),
-            web.get("/static/{name}", api.static),
-            web.get("/api/events", api.events),
+            *api.pages.routes(),
             web.get("/api/history", api.history),
             web.get("/api/status", api.status),
             web.get("/api/host/{name}", api.host),
@@ -77,7 +57,8 @@ def build_app(manager: Manager, token: str, *, read_open: bool) -> web.Applicati
     return app
 
 
-def _guard(token: str, read_open: bool) -> Any:
+def guard(token: str, read_open: bool) -> Any:
+    """The access rules (module docstring) as a middleware."""
     expected = f"Bearer {token}".encode()
 
     @web.middleware
@@ -88,17 +69,17 @@ def _guard(token: str, read_open: bool) -> Any:
         if not safe:
             origin = request.headers.get("Origin")
             if origin is not None and origin != f"{request.scheme}://{request.host}":
-                return _error(403, "cross-origin request refused")
+                return error(403, "cross-origin request refused")
         if not (safe and read_open):
             given = request.headers.get("Authorization", "").encode()
             if not hmac.compare_digest(given, expected):
-                return _error(401, "needs Authorization: Bearer TOKEN (STATE/web.token)")
+                return error(401, "needs Authorization: Bearer TOKEN (STATE/web.token)")
         return await handler(request)
 
     return guard
 
 
-def _error(status: int, message: str) -> web.Response:
+def error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
@@ -125,63 +106,17 @@ class ControlApi:
         self.rates = Rates(manager)
         self.dashboard = Dashboard(manager, self.rates)
         self.registry = registry_for(manager, self.dashboard)
-        self.files = {
-            name: (resources.files("drumbeat.web") / "static" / name).read_bytes()
-            for name in STATIC
-        }
-        self.sse_clients = 0
-        self.closing = asyncio.Event()
+        self.pages = PageServer(self._snapshot)
 
-    async def shutdown(self, app: web.Application) -> None:
-        """The server closes: end the event streams (they would hold its shutdown)."""
-        self.closing.set()
-
-    async def page(self, request: web.Request) -> web.Response:
-        return self._file("index.html")
-
-    async def static(self, request: web.Request) -> web.Response:
-        name = request.match_info["name"]
-        if name not in STATIC:
-            raise web.HTTPNotFound()
-        return self._file(name)
-
-    def _file(self, name: str) -> web.Response:
-        return web.Response(
-            body=self.files[name],
-            content_type=STATIC[name],
-            charset="utf-8",
-            headers={"Content-Security-Policy": CSP, "Cache-Control": "no-cache"},
-        )
-
-    async def events(self, request: web.Request) -> web.StreamResponse:
-        """Server-sent events: the dashboard's snapshot (drumbeat.web.dashboard), one a
-        second, until the client goes or the server closes."""
-        if self.sse_clients >= SSE_CLIENTS_MAX:
-            return _error(503, f"at most {SSE_CLIENTS_MAX} dashboards at once")
-        self.sse_clients += 1
-        try:
-            resp = web.StreamResponse(
-                headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"}
-            )
-            await resp.prepare(request)
-            while not self.closing.is_set():
-                await resp.write(b"data: " + self.dashboard.snapshot_bytes() + b"\n\n")
-                try:
-                    await asyncio.wait_for(self.closing.wait(), SSE_EVERY_S)
-                except TimeoutError:
-                    pass
-        except ConnectionResetError:
-            pass  # the page went away
-        finally:
-            self.sse_clients -= 1
-        return resp
+    async def _snapshot(self) -> bytes:
+        return self.dashboard.snapshot_bytes()
 
     async def history(self, request: web.Request) -> web.Response:
         """``?span=hour|day|month|all``: the crawl's history (drumbeat.stats.History)."""
         try:
             doc = self.manager.history.span(request.query.get("span", "hour"))
         except ValueError as e:
-            return _error(400, str(e))
+            return error(400, str(e))
         return web.json_response(doc)
 
     def _controls_doc(self) -> dict[str, Any]:
@@ -198,7 +133,7 @@ class ControlApi:
     async def host(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
         if not _HOST_NAME.fullmatch(name):
-            return _error(400, "not a host name")
+            return error(400, "not a host name")
         return web.json_response(host_report(self.manager, name))
 
     async def hosts(self, request: web.Request) -> web.Response:
@@ -206,9 +141,9 @@ class ControlApi:
         try:
             n = int(request.query.get("top", "20"))
         except ValueError:
-            return _error(400, "top: a whole number")
+            return error(400, "top: a whole number")
         if not 0 < n <= TOP_HOSTS_MAX:
-            return _error(400, f"top: 1 to {TOP_HOSTS_MAX}")
+            return error(400, f"top: 1 to {TOP_HOSTS_MAX}")
         return web.json_response({"hosts": top_hosts(self.manager, n)})
 
     async def metrics(self, request: web.Request) -> web.Response:
@@ -236,7 +171,7 @@ class ControlApi:
         if rate is not None and (
             isinstance(rate, bool) or not isinstance(rate, int | float) or not rate > 0
         ):
-            return _error(400, "pages_per_s: a number > 0, or null for no ceiling")
+            return error(400, "pages_per_s: a number > 0, or null for no ceiling")
         self.controls.set_speed(rate, self.manager.clock())
         return web.json_response(self._controls_doc())
 
@@ -250,7 +185,7 @@ class ControlApi:
         doc = await _body(request)
         given = [k for k in BLOCK_KINDS if k in doc]
         if len(given) != 1:
-            return _error(400, 'give one of {"host": ...}, {"pld": ...}, {"regex": ...}')
+            return error(400, 'give one of {"host": ...}, {"pld": ...}, {"regex": ...}')
         kind = given[0]
         try:
             if add:
@@ -258,7 +193,7 @@ class ControlApi:
             else:
                 changed = self.controls.unblock(kind, doc[kind])
         except ControlError as e:
-            return _error(400, str(e))
+            return error(400, str(e))
         except OSError as e:
-            return _error(500, f"cannot save the blocks: {e}")
+            return error(500, f"cannot save the blocks: {e}")
         return web.json_response({"changed": changed, **self._controls_doc()})

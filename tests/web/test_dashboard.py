@@ -15,8 +15,9 @@ from aiohttp import web
 from drumbeat.frontier.politeness import QueuedURL
 from drumbeat.manager import Manager
 from drumbeat.testing import FakeClock, offline_manager
-from drumbeat.web.app import SSE_CLIENTS_MAX, build_app
+from drumbeat.web.app import build_app
 from drumbeat.web.dashboard import Dashboard
+from drumbeat.web.pages import SSE_CLIENTS_MAX
 from drumbeat.web.status import Rates
 from tests.web.test_app import AUTH, TOKEN, _serve
 
