@@ -173,7 +173,7 @@ async function loadHistory() {
   }
 }
 
-// The hour chart follows the snapshots' last seconds; coarser spans reload a minute.
+// The per-second chart follows the snapshots' last seconds.
 function mergeRecent(recent) {
   if (!history || span !== "hour" || !recent || recent.period_s !== 1) return;
   const rs = recent.series;
@@ -199,6 +199,7 @@ function mergeRecent(recent) {
 
 function render(s) {
   lastSnapshot = s;
+  if (s.mode === "cluster") { renderCluster(s); return; }
   const c = s.controls;
   const state = c.stopping ? "stopping" : c.paused ? "paused" : "running";
   $("state").textContent = state;
@@ -263,6 +264,37 @@ function render(s) {
     : "ceiling " + c.pages_per_s + " pages/s";
   renderBlocks(c.blocks);
   mergeRecent(s.recent);
+}
+
+// A cluster (drumbeat web --redis): read-only, its crawls and fetchers.
+function renderCluster(s) {
+  for (const el of document.querySelectorAll(".crawl-only")) el.hidden = true;
+  for (const el of document.querySelectorAll(".cluster-only")) el.hidden = false;
+  if (s.error) { offline(s.error); return; }
+  $("state").textContent = s.crawl ? "crawl " + s.crawl : "cluster";
+  $("state").className = "badge running";
+  const sum = (key) => s.crawls.reduce((a, c) => a + (c[key] || 0), 0);
+  $("pages-done").textContent = num(s.pages_done, 2);
+  $("pages-rate").textContent = num(s.rates.pages_per_s, 1);
+  $("bytes-rate").textContent = bytes(s.rates.bytes_per_s);
+  $("in-flight-label").textContent = "in flight";
+  $("in-flight").textContent = num(sum("in_flight"));
+  $("seen").textContent = num(sum("seen"), 2);
+  $("elapsed-label").textContent = "fetchers";
+  $("elapsed").textContent = String(s.fetchers.length);
+  $("updated").textContent = clock(s.time);
+  $("redis").textContent = (s.redis || "") + (s.redis_used_memory
+    ? ", " + bytes(s.redis_used_memory) + " used" : "");
+  fillList($("crawls"),
+    ["crawl", "managers", "pages", "pages/s", "in flight", "queued", "seen", "hosts",
+      "tasks pending", "state"],
+    s.crawls.map((c) => [c.crawl, c.managers_alive + "/" + c.partitions, num(c.pages_done, 2),
+      num(c.pages_per_s, 1), num(c.in_flight), num(c.queued), num(c.seen, 2), num(c.hosts),
+      num(c.tasks_pending), c.done ? "done" : "crawling"]),
+    [false, true, true, true, true, true, true, true, true, false]);
+  fillList($("fetchers"), ["fetcher", "last heartbeat s", "tasks held"],
+    s.fetchers.map((f) => [f.name, f.last_heartbeat_s, num(f.tasks_held)]),
+    [false, true, true]);
 }
 
 function renderBlocks(blocks) {
@@ -402,7 +434,8 @@ function wire() {
   $("host-form").addEventListener("submit", askHost);
   $("span").addEventListener("change", () => { span = $("span").value; loadHistory(); });
   window.addEventListener("resize", drawCharts);
-  setInterval(() => { if (span !== "hour") loadHistory(); }, 60000);
+  // Per-second history follows the snapshots; coarser buckets are read again a minute.
+  setInterval(() => { if (!history || history.period_s > 1) loadHistory(); }, 60000);
 }
 
 wire();
