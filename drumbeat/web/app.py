@@ -57,8 +57,9 @@ def build_app(manager: Manager, token: str, *, read_open: bool) -> web.Applicati
     return app
 
 
-def guard(token: str, read_open: bool) -> Any:
-    """The access rules (module docstring) as a middleware."""
+def guard(token: str, read_open: bool, *, where: str = "STATE/web.token") -> Any:
+    """The access rules (module docstring) as a middleware; ``where``: where the token
+    is, for the 401's message."""
     expected = f"Bearer {token}".encode()
 
     @web.middleware
@@ -73,7 +74,7 @@ def guard(token: str, read_open: bool) -> Any:
         if not (safe and read_open):
             given = request.headers.get("Authorization", "").encode()
             if not hmac.compare_digest(given, expected):
-                return error(401, "needs Authorization: Bearer TOKEN (STATE/web.token)")
+                return error(401, f"needs Authorization: Bearer TOKEN ({where})")
         return await handler(request)
 
     return guard

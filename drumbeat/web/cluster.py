@@ -137,7 +137,7 @@ def _crawl_row(c: dict[str, Any]) -> dict[str, Any]:
 def build_cluster_app(view: ClusterView, token: str, *, read_open: bool) -> web.Application:
     """The read-only application; ``read_open``: GETs need no token (loopback only)."""
     pages = PageServer(view.snapshot_bytes)
-    app = web.Application(middlewares=[guard(token, read_open)])
+    app = web.Application(middlewares=[guard(token, read_open, where="--token-file")])
     app.on_shutdown.append(pages.shutdown)
 
     async def history(request: web.Request) -> web.Response:

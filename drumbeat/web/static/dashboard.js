@@ -411,6 +411,7 @@ function wire() {
     if (token) sessionStorage.setItem("drumbeat-token", token);
     else sessionStorage.removeItem("drumbeat-token");
     say(token ? "token set" : "token cleared");
+    if (!history) loadHistory(); // off loopback, reads need it too
   });
   $("pause").addEventListener("click", () => control("POST", "/api/pause"));
   $("resume").addEventListener("click", () => control("POST", "/api/resume"));
