@@ -84,6 +84,7 @@ class Dashboard:
             "seen": s.seen,
             "resolving": s.resolving,
             "queued": queued_by_place(m),
+            "beast": _beast(m),
             "status_classes": _by_class(counters),
             "errors": _with_prefix(counters, "error."),
             "dropped": _with_prefix(counters, "dropped."),
@@ -211,6 +212,12 @@ def drum_costs(m: Manager) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _beast(m: Manager) -> dict[str, Any]:
+    """BEAST's ring: its queues, the one being read and the QF queue (IRLbot §6)."""
+    b = m.stores.beast.stats()
+    return {"queues": b.queues, "current": b.current, "qf": b.qf_records, "turns": b.turns}
 
 
 def _with_prefix(counters: dict[str, int], prefix: str) -> dict[str, int]:

@@ -75,6 +75,7 @@ def test_the_event_stream_sends_a_snapshot_a_second(tmp_path: Path) -> None:
         assert first["errors"] == {"connect": 2}
         assert first["status_classes"] == {"2xx": 3}
         assert first["queued"]["ram"] == 1
+        assert first["beast"]["queues"] >= 1 and first["beast"]["qf"] == 0
         assert first["hosts"]["total"] == 1 and not first["hosts"]["estimated"]
         assert first["top_hosts"][0]["host"] == "a.test"
         drums = {d["name"]: d for d in first["drums"]}

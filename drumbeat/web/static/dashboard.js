@@ -217,6 +217,8 @@ function render(s) {
     ["RAM (politeness scheduler)", num(q.ram)],
     ["read from BEAST, to route", num(q.to_route)],
     ["BEAST queues (disk)", num(q.beast)],
+    ["BEAST ring: queue being read / queues", s.beast.current + " / " + s.beast.queues],
+    ["BEAST QF (over budget)", num(s.beast.qf)],
     ["QR: waiting for robots.txt", num(q.qr)],
     ["QR retry (robots.txt failed)", num(q.qr_retry)],
     ["robots.txt to fetch", num(q.robots_todo)],
