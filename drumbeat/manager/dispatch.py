@@ -68,6 +68,7 @@ class Dispatcher:
         self._on_robots = gate.on_robots
         self._refuse = gate.refuse
         self._drop = drops.drop
+        self._note_failure = drops.note_failure
         self.controls = controls or Controls()
         self.backoff = Backoff(
             max_s=s.backoff_max_s, forgive_s=s.backoff_forgive_s, max_attempts=s.fetch_max_attempts
@@ -264,6 +265,7 @@ class Dispatcher:
         item = r.item
         delay = self.backoff.failed(host, now, r.retry_after_s)
         host.failure = str(r.status or r.error)
+        self._note_failure(item.url, host.failure)
         self.counters["backoffs"] += 1
         attempts = item.attempts + 1
         if self.backoff.may_retry(attempts):

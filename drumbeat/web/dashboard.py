@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 import json
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +38,6 @@ HOSTS_EVERY_S = 5.0
 # so it is kept to a few milliseconds; the counts' error is about 1/sqrt of it.
 HOSTS_SCANNED = 5_000
 TOP_N = 10
-RECENT_ERRORS = 30  # lines of the recent-errors list
 RECENT_SECONDS = 10  # per-second points each snapshot carries for the charts
 
 _rng = np.random.default_rng()
@@ -57,8 +56,6 @@ class Dashboard:
         self._at = float("-inf")
         self._hosts: dict[str, Any] = {}
         self._hosts_at = float("-inf")
-        self._errors: deque[dict[str, Any]] = deque(maxlen=RECENT_ERRORS)
-        self._last_counts: Counter[str] | None = None
 
     def snapshot_bytes(self) -> bytes:
         """The snapshot as JSON, rebuilt when the last is a second old."""
@@ -88,7 +85,10 @@ class Dashboard:
             "status_classes": _by_class(counters),
             "errors": _with_prefix(counters, "error."),
             "dropped": _with_prefix(counters, "dropped."),
-            "recent_errors": self._recent_errors(counters),
+            "recent_errors": [
+                {"time": t, "kind": kind, "url": url, "reason": reason}
+                for t, kind, url, reason in reversed(m.drops.recent)
+            ],
             "controls": {
                 "paused": c.paused,
                 "pages_per_s": c.pages_per_s,
@@ -99,19 +99,6 @@ class Dashboard:
             **self.host_part(),
             "drums": drum_costs(m),
         }
-
-    def _recent_errors(self, counters: dict[str, int]) -> list[dict[str, Any]]:
-        """The errors and drops since the last snapshot, by reason, newest first."""
-        counts = Counter(
-            {k: v for k, v in counters.items() if k.startswith(("error.", "dropped."))}
-        )
-        last, self._last_counts = self._last_counts, counts
-        if last is not None:
-            at = time.time()
-            for key, n in sorted((counts - last).items()):
-                kind, _, reason = key.partition(".")
-                self._errors.appendleft({"time": at, "kind": kind, "reason": reason, "n": n})
-        return list(self._errors)
 
     def host_part(self) -> dict[str, Any]:
         """Hosts in RAM by state, the top hosts by URLs queued and the top PLDs by

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from drumbeat.frontier.politeness import QueuedURL
 from drumbeat.manager import Manager
+from drumbeat.manager.stores import RECENT_PROBLEMS
 from drumbeat.testing import FakeClock, offline_manager
 from drumbeat.web.app import build_app
 from drumbeat.web.dashboard import Dashboard
@@ -151,19 +152,22 @@ def test_the_snapshot_is_built_at_most_once_a_second(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
-def test_recent_errors_are_the_increases_between_snapshots(tmp_path: Path) -> None:
+def test_recent_errors_name_their_urls_newest_first(tmp_path: Path) -> None:
     async def main() -> None:
         async with offline_manager(tmp_path) as m:
             dash = Dashboard(m, Rates(m))
-            m.counters["error.timeout"] = 4
-            assert dash.snapshot()["recent_errors"] == []  # the baseline
-            m.counters["error.timeout"] += 2
-            m.counters["dropped.blocked"] += 1
+            m.drops.note_failure("http://a.test/x", "timeout")
+            m.drops.drop("http://b.test/y", 1, None, "robots_disallowed")
             recent = dash.snapshot()["recent_errors"]
-            assert [(e["kind"], e["reason"], e["n"]) for e in recent] == [
-                ("error", "timeout", 2),
-                ("dropped", "blocked", 1),
+            assert [(e["kind"], e["url"], e["reason"]) for e in recent] == [
+                ("dropped", "http://b.test/y", "robots_disallowed"),
+                ("failed", "http://a.test/x", "timeout"),
             ]
+            assert m.counters["dropped.robots_disallowed"] == 1
+            assert "error.timeout" not in m.counters  # the fetch's own result counts it
+            for i in range(RECENT_PROBLEMS + 5):
+                m.drops.note_failure(f"http://a.test/{i}", "timeout")
+            assert len(dash.snapshot()["recent_errors"]) == RECENT_PROBLEMS  # bounded
 
     asyncio.run(main())
 

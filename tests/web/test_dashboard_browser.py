@@ -109,6 +109,15 @@ async def drive(page: Page, base: str, token: str, shot: Path) -> None:
         "pages in the history",
     )
 
+    # simweb's robots.txt files disallow some pages: their drops are listed by URL.
+    await until(
+        page,
+        "[...document.querySelectorAll('#recent-errors td')]"
+        ".some(td => td.textContent.startsWith('http://'))",
+        15,
+        "a recent drop's URL",
+    )
+
     # The host search answers "why (not) fetching" for a host of the top list.
     host = await page.evaluate("document.querySelector('#top-hosts tr + tr td').textContent")
     await page.evaluate(

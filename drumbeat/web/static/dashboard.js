@@ -11,6 +11,7 @@ let span = "hour";
 let history = null; // {period_s, start, pages: [], bytes: []}
 let lastSnapshot = null;
 const HOUR_POINTS = 3600;
+const RECENT_SHOWN = 12;
 
 function authHeaders(extra) {
   const h = Object.assign({}, extra || {});
@@ -250,9 +251,8 @@ function render(s) {
   for (const [k, v] of Object.entries(s.errors)) rows.push(["error: " + k, num(v)]);
   for (const [k, v] of Object.entries(s.dropped)) rows.push(["dropped: " + k, num(v)]);
   fillKV($("errors"), rows);
-  fillList($("recent-errors"), ["time", "what", "reason", "n"],
-    s.recent_errors.map((e) => [clock(e.time), e.kind, e.reason, num(e.n)]),
-    [false, false, false, true]);
+  fillList($("recent-errors"), ["time", "what", "reason", "URL"],
+    s.recent_errors.slice(0, RECENT_SHOWN).map((e) => [clock(e.time), e.kind, e.reason, e.url]));
 
   fillList($("drums"),
     ["DRUM", "keys", "pending", "merges", "α(n,R)", "b·l bytes/page", "W", "S pages/s"],
