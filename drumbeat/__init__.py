@@ -12,8 +12,8 @@ Floors, from the bottom; a module imports only from its own floor or those below
 4. crawl logic      ``frontier`` (URL-seen, STAR, BEAST, robots, QR, politeness, scope),
                     ``parse`` (links, encodings)
 5. roles            ``manager`` (owns the crawl state), ``fetcher`` (fetch, archive, parse)
-6. faces            ``web`` (the control API and /metrics over a manager; below the
-                    faces that start it), ``standalone`` (one manager and its fetcher
+6. faces            ``web`` (the dashboard, the control API and /metrics over a
+                    manager; below the faces that start it), ``standalone`` (one manager and its fetcher
                     processes on this machine),
                     ``worker`` (a fetcher process), ``progress``, ``testing``, ``bench``,
                     ``cli``

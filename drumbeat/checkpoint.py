@@ -11,6 +11,7 @@ Layout (format version 2)::
         queue.jsonl                the URLs held in RAM, one per line: [url, depth, via]
                                    or [url, depth, via, redirect hops]
         star.json                  STAR's in-degree table
+        history.npz                the crawl's history rings (drumbeat.stats.History)
         done.u64                   URLs the journal replayed as fetched and not met again
                                    yet (uint64 fingerprints; drumbeat.manager.journal)
     DIR/urlseen/, DIR/pldgraph/,   DRUM repositories and disk queues; state.json holds the

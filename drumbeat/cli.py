@@ -544,6 +544,8 @@ def build_parser() -> argparse.ArgumentParser:
         "the managers' state dirs and the fetchers' WARC files are not touched",
     )
 
+    _add_web_parser(sub)
+
     demo = sub.add_parser("demo", help="crawl the bundled synthetic web for about 30 s")
     demo.add_argument("--seconds", type=_nonneg_float, default=30.0, help="crawl time (default 30)")
     demo.add_argument("--hosts", type=_pos_int, default=300, help="synthetic hosts (default 300)")
@@ -813,6 +815,84 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _add_web_parser(sub: Any) -> None:
+    web = sub.add_parser(
+        "web",
+        help="serve a Redis cluster's dashboard (read-only)",
+        description="The dashboard of every crawl on a Redis cluster (or of one, --crawl): "
+        "rates, crawls, managers and fetchers, with the history Redis keeps. Read-only: "
+        "steer a crawl through its managers' own --web servers.",
+    )
+    _add_cluster_args(web.add_argument_group("the cluster"), manager=False)
+    web.add_argument("--crawl", metavar="NAME", default=None, help="show this crawl only")
+    web.add_argument(
+        "--web",
+        metavar="[HOST:]PORT",
+        default="127.0.0.1:0",
+        help="where to serve it (default 127.0.0.1, a free port)",
+    )
+    web.add_argument(
+        "--token-file",
+        metavar="FILE",
+        default=None,
+        help="the bearer token readers must send, needed off loopback",
+    )
+
+
+def cmd_web(args: argparse.Namespace) -> int:
+    import asyncio
+    import secrets
+
+    from drumbeat.cluster import cluster_status
+    from drumbeat.queue.redis import ClusterError, RedisLink
+    from drumbeat.stats import StatsReader
+    from drumbeat.web.cluster import ClusterView, serve_cluster
+    from drumbeat.web.server import AddressError, parse_address
+
+    try:
+        address = parse_address(args.web)
+    except AddressError as e:
+        raise SettingsError(str(e)) from None
+    if address is None:
+        raise SettingsError("--web off: nothing to serve")
+    token = secrets.token_urlsafe(32)
+    if not address.loopback:
+        if args.token_file is None:
+            raise SettingsError("--web off loopback needs --token-file (the readers' token)")
+        try:
+            token = Path(args.token_file).read_text(encoding="utf-8").strip()
+        except OSError as e:
+            raise SettingsError(f"--token-file: {e.strerror}") from None
+        if not token:
+            raise SettingsError("--token-file: the file is empty")
+
+    def ready(url: str) -> None:
+        print(f"drumbeat web: the cluster's dashboard at {url}", file=sys.stderr, flush=True)
+
+    async def main() -> None:
+        link = RedisLink(args.redis, prefix=args.prefix, ca_file=args.redis_ca)
+        try:
+            await link.check()
+            view = ClusterView(
+                lambda: cluster_status(args.redis, args.prefix, args.redis_ca),
+                StatsReader(link.redis, args.prefix),
+                args.crawl,
+            )
+            await serve_cluster(view, address, token, on_ready=ready)
+        finally:
+            await link.close()
+
+    try:
+        asyncio.run(main())
+    except ClusterError as e:
+        print(f"drumbeat web: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except OSError as e:
+        print(f"drumbeat web: --web {args.web}: cannot listen: {e.strerror}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
 def cmd_stats(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -929,6 +1009,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "stats": cmd_stats,
             "demo": cmd_demo,
             "ctl": cmd_ctl,
+            "web": cmd_web,
         }
         return commands[args.command](args)
     except (SettingsError, AllocatorMissing) as e:

@@ -32,6 +32,7 @@ Names must be non-empty and free of ``|``. Counts are integers (``n >= 0``).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -43,6 +44,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.exceptions import WatchError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from numpy.typing import NDArray
     from redis.asyncio import Redis
     from redis.asyncio.client import Pipeline
@@ -346,6 +349,32 @@ class StatsReader:
         if old:
             tx.delete(*old)
 
+    async def series(self, tier_name: str, queue: str | None = None) -> dict[str, Any]:
+        """The buckets of one of :data:`TIERS` over its span, oldest first, the current
+        (partial) one last: ``{"period_s", "start"`` (the epoch second the first begins)
+        ``, "series": {counter: [count per bucket]}}``, of ``queue`` or of all queues
+        summed."""
+        tier = next((t for t in TIERS if t.name == tier_name), None)
+        if tier is None:
+            raise ValueError(f"tier: one of {', '.join(t.name for t in TIERS)}")
+        last = int(self._clock()) // tier.period_s
+        buckets = range(last - tier.span + 1, last + 1)
+        async with self._redis.pipeline(transaction=False) as read:
+            for bucket in buckets:
+                read.hgetall(self._keys.bucket(tier, bucket))
+            hashes = await read.execute()
+        fields, counts = _matrix(hashes)
+        series: dict[str, Any] = {}
+        for j, f in enumerate(fields):
+            q, counter = f.split(SEP, 1)
+            if queue is None or q == queue:
+                series[counter] = series.get(counter, 0) + counts[:, j]
+        return {
+            "period_s": tier.period_s,
+            "start": buckets[0] * tier.period_s,
+            "series": {c: v.tolist() for c, v in sorted(series.items())},
+        }
+
     async def snapshot(self, *, window_s: int = 10) -> Snapshot:
         """Rates over the last ``window_s`` complete seconds (1 to ``SECOND_KEEP_S``), the
         tiers' totals and the alive nodes, read in one round trip."""
@@ -409,3 +438,158 @@ def _rates(
         _nested(node_names, counters, by_node @ rates),
         _nested(role_names, counters, by_role @ rates),
     )
+
+
+# --- One crawl's history, in RAM: fixed-size rings saved with its checkpoints ---------
+
+
+@dataclass(frozen=True)
+class Ring:
+    name: str  # the span it covers, as /api/history?span= names it
+    period_s: int  # one bucket's length; buckets are aligned on the epoch (UTC)
+    slots: int  # buckets kept: the ring's span is period_s * slots
+
+
+# A crawl's history (issue 50): per second for an hour, per minute for a day, per hour
+# for 30 days, per day for 10 years. Fixed sizes, so the RAM (and the file) is the same
+# on the first day and the thousandth: 9,420 buckets of len(HISTORY_SERIES) int64s.
+RINGS = (
+    Ring("hour", 1, 3600),
+    Ring("day", 60, 1440),
+    Ring("month", 3600, 720),
+    Ring("all", 86_400, 3660),
+)
+HISTORY_SERIES = ("pages", "bytes", "fetches", "errors", "dropped")
+HISTORY_VERSION = 1
+
+
+class History:
+    """Counts per bucket of each :data:`RINGS` ring, from cumulative totals sampled about
+    once a second (:meth:`observe`): a count lands in the bucket of the second it was
+    seen in, in every ring at once.
+
+    Saved into a checkpoint's directory (:meth:`saver`, like STAR's table) and read back
+    at a restart (:meth:`load`), so the history of a crawl survives its restarts; the
+    seconds between the last checkpoint and a crash are lost.
+
+    ``history.npz`` (numpy's savez_compressed, no pickles): ``version`` (int64), ``series``
+    (unicode array of the series' names, the columns), ``first`` (int64: the epoch
+    second of the first count, -1 for none), ``last`` (int64 per ring: the index,
+    ``epoch_second // period_s``, of its newest bucket, -1 for none), and one
+    ``slots x len(series)`` int64 array per ring, named by the ring, bucket ``i`` at row
+    ``i % slots``.
+    """
+
+    FILE = "history.npz"
+
+    def __init__(self, series: Sequence[str] = HISTORY_SERIES, *, clock: Clock = time.time) -> None:
+        self.series = tuple(series)
+        self._clock = clock
+        self._values = {r.name: np.zeros((r.slots, len(self.series)), np.int64) for r in RINGS}
+        self._last = {r.name: -1 for r in RINGS}
+        self.first = -1
+        self._totals: NDArray[np.int64] | None = None
+
+    def observe(self, totals: Sequence[int]) -> None:
+        """Cumulative ``totals`` (one per series): counts their increase since the last
+        call now. The first call, or totals lower than the last (another run's counters),
+        only set the baseline."""
+        current = np.asarray(totals, dtype=np.int64)
+        last, self._totals = self._totals, current
+        if last is None or (current < last).any():
+            return
+        self.add(current - last)
+
+    def add(self, counts: Sequence[int] | NDArray[np.int64]) -> None:
+        """Add ``counts`` (one per series) to the buckets of the current second."""
+        second = int(self._clock())
+        if self.first < 0:
+            self.first = second
+        row = np.asarray(counts, dtype=np.int64)
+        for ring in RINGS:
+            bucket = second // ring.period_s
+            self._advance(ring, bucket)
+            if bucket > self._last[ring.name] - ring.slots:
+                self._values[ring.name][bucket % ring.slots] += row
+
+    def _advance(self, ring: Ring, bucket: int) -> None:
+        """Make ``bucket`` the ring's newest, zeroing the slots it reuses."""
+        last = self._last[ring.name]
+        if bucket <= last:
+            return
+        values = self._values[ring.name]
+        if last < 0 or bucket - last >= ring.slots:
+            values[:] = 0
+        else:
+            values[np.arange(last + 1, bucket + 1) % ring.slots] = 0
+        self._last[ring.name] = bucket
+
+    def span(self, name: str, last: int | None = None) -> dict[str, Any]:
+        """The ring ``name``, oldest bucket first, up to the current one and from the
+        first count on (only the ``last`` buckets, if given): ``{"span", "period_s",
+        "start"`` (the epoch second the first bucket begins)``, "series": {name: [count
+        per bucket]}}``."""
+        ring = next((r for r in RINGS if r.name == name), None)
+        if ring is None:
+            raise ValueError(f"span: one of {', '.join(r.name for r in RINGS)}")
+        now = int(self._clock()) // ring.period_s
+        self._advance(ring, now)
+        newest = self._last[ring.name]
+        oldest = newest - ring.slots + 1
+        if self.first >= 0:
+            oldest = max(oldest, self.first // ring.period_s)
+        else:
+            oldest = newest + 1
+        if last is not None:
+            oldest = max(oldest, newest - last + 1)
+        rows = self._values[ring.name][np.arange(oldest, newest + 1) % ring.slots]
+        return {
+            "span": ring.name,
+            "period_s": ring.period_s,
+            "start": oldest * ring.period_s,
+            "series": {s: rows[:, j].tolist() for j, s in enumerate(self.series)},
+        }
+
+    def saver(self) -> Callable[[Path], None]:
+        """A call that saves the rings as they are now into a directory, whatever happens
+        to them meanwhile (a checkpoint writes its files in another thread)."""
+        arrays: dict[str, Any] = {name: v.copy() for name, v in self._values.items()}
+        arrays["version"] = np.int64(HISTORY_VERSION)
+        arrays["series"] = np.array(self.series)
+        arrays["first"] = np.int64(self.first)
+        arrays["last"] = np.array([self._last[r.name] for r in RINGS], dtype=np.int64)
+
+        def save(directory: Path) -> None:
+            with open(directory / self.FILE, "wb") as f:
+                np.savez_compressed(f, **arrays)  # mostly zeros until years have passed
+                f.flush()
+                os.fsync(f.fileno())
+
+        return save
+
+    def load(self, directory: Path) -> bool:
+        """Take the rings saved in ``directory`` (False if there are none, or they are
+        unreadable: the history then starts anew). Series are matched by name."""
+        path = directory / self.FILE
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                if int(z["version"]) != HISTORY_VERSION:
+                    return False
+                saved = [str(s) for s in z["series"]]
+                last = [int(x) for x in z["last"]]
+                values = {r.name: np.array(z[r.name]) for r in RINGS}
+                first = int(z["first"])
+        except (OSError, KeyError, ValueError):
+            return False
+        for ring, newest in zip(RINGS, last):
+            mine = np.zeros((ring.slots, len(self.series)), np.int64)
+            got = values[ring.name]
+            if got.shape != (ring.slots, len(saved)):
+                return False
+            for j, s in enumerate(self.series):
+                if s in saved:
+                    mine[:, j] = got[:, saved.index(s)]
+            self._values[ring.name] = mine
+            self._last[ring.name] = newest
+        self.first = first
+        return True

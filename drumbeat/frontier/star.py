@@ -108,6 +108,11 @@ class Star:
     def __len__(self) -> int:
         return len(self._indegree)
 
+    def top(self, n: int) -> list[tuple[str, int, int]]:
+        """The ``n`` kept PLDs of the highest in-degree: (PLD, in-degree, budget)."""
+        best = heapq.nlargest(n, self._indegree.items(), key=lambda kv: kv[1])
+        return [(pld, d, self._budget_of[pld]) for pld, d in best]
+
     def save(self, directory: Path) -> None:
         self.saver()(directory)
 

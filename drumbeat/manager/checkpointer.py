@@ -27,6 +27,7 @@ from drumbeat.manager.stores import Stores
 from drumbeat.manager.tuning import LoopTuning
 from drumbeat.queue.base import PAGE, FetchItem, Inbox, ManagerQueue
 from drumbeat.settings import Settings
+from drumbeat.stats import History
 from drumbeat.store.crawllog import CrawlLog
 from drumbeat.store.durable import deferring_fsyncs, sync_filesystem
 
@@ -57,6 +58,7 @@ class Checkpointer:
         started: float,
         journal: Journal | None = None,
         inbox: Inbox | None = None,
+        history: History | None = None,
     ) -> None:
         self.settings = settings
         self.tuning = tuning
@@ -78,6 +80,7 @@ class Checkpointer:
         # A cluster manager's forwarded links: those taken before a checkpoint's commit are
         # acknowledged once it is live (_went_live).
         self.inbox = inbox
+        self.history = history  # saved into each checkpoint (the dashboard's rings)
         self._writing_mark = 0
         self.last_checkpoint = started
         self.presync: asyncio.Future[None] | None = None  # see presync_if_due
@@ -249,6 +252,8 @@ class Checkpointer:
         if caps is not None:
             counts = [(name, sketch.to_bytes()) for name, sketch in caps.sketches.items()]
             savers.append(lambda target: save_counts(target, counts))
+        if self.history is not None:
+            savers.append(self.history.saver())
         if self.gate.done:
             savers.append(save_done(self.gate.done))
         journal = self.journal

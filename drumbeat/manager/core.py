@@ -34,6 +34,7 @@ from drumbeat.queue.base import FoundEdges, FoundURLs, Inbox, ItemResult, Manage
 from drumbeat.runtime.pace import Pace
 from drumbeat.runtime.stalls import Stalls
 from drumbeat.settings import Settings
+from drumbeat.stats import History
 from drumbeat.store.crawllog import CrawlLog
 
 log = logging.getLogger("drumbeat.manager")
@@ -106,6 +107,10 @@ class Manager:
         )
         self._started = self.clock()
         self._wake = asyncio.Event()
+        # The crawl's history for the dashboard (drumbeat.stats.History), sampled about
+        # once a second by the loop and saved with each checkpoint.
+        self.history = History()
+        self._next_sample = self._started
         # The operator's pause, speed, blocks and checkpoint requests (drumbeat.web).
         self.controls = Controls(state_dir, on_change=self._wake.set)
         # Scope rules beyond settings.scope; their caps' counts resume with the checkpoint.
@@ -199,6 +204,7 @@ class Manager:
             started=self._started,
             journal=self.journal,
             inbox=self.inbox,
+            history=self.history,
         )
 
     def _lift_block_refusals(self) -> None:
@@ -231,6 +237,7 @@ class Manager:
             return False  # (a journal follows a checkpoint: Checkpointer.initial)
         meta = self.checkpoints.read_meta(path)
         self.star.load(path)
+        self.history.load(path)
         self.counters.update(meta.counters)
         self.dispatch.pages_done = meta.pages_done
         self.dispatch.next_item_id = meta.next_item_id
@@ -384,6 +391,9 @@ class Manager:
                 if now - self._last_sweep >= t.host_sweep_interval_s:
                     self.scheduler.sweep(now)
                     self._last_sweep = now
+                if now >= self._next_sample:
+                    self._sample_history()
+                    self._next_sample = now + 1.0
                 merge_s = admission.merge_busy_s
                 self._note_turn(
                     now,
@@ -422,6 +432,19 @@ class Manager:
                     total,
                     ", ".join(f"{k} {v:.2f} s" for k, v in parts.items() if v >= 0.01),
                 )
+
+    def _sample_history(self) -> None:
+        """The totals of drumbeat.stats.HISTORY_SERIES, to the history."""
+        c = self.counters
+        errors = dropped = 0
+        for k, v in c.items():
+            if k.startswith("error."):
+                errors += v
+            elif k.startswith("dropped."):
+                dropped += v
+        self.history.observe(
+            (self.pages_done, c.get("bytes_fetched", 0), c.get("fetches", 0), errors, dropped)
+        )
 
     async def _drain_in_flight(self) -> None:
         """After a stop: let in-flight fetches finish for a short grace period."""

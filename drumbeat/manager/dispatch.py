@@ -71,6 +71,7 @@ class Dispatcher:
         self._on_robots = gate.on_robots
         self._refuse = gate.refuse
         self._drop = drops.drop
+        self._note_failure = drops.note_failure
         self.controls = controls or Controls()
         # The blocklist and the caps (frontier.scope); None without them.
         self.scope = scope if scope is not None and scope.at_dispatch else None
@@ -299,6 +300,7 @@ class Dispatcher:
         item = r.item
         delay = self.backoff.failed(host, now, r.retry_after_s)
         host.failure = str(r.status or r.error)
+        self._note_failure(item.url, host.failure)
         self.counters["backoffs"] += 1
         attempts = item.attempts + 1
         if self.backoff.may_retry(attempts):

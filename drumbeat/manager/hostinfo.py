@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from drumbeat import urls
 
 if TYPE_CHECKING:
+    from drumbeat.frontier.politeness import HostState
     from drumbeat.manager.core import Manager
 
 
@@ -63,21 +64,28 @@ def host_report(manager: Manager, name: str) -> dict[str, Any]:
         return {**doc, "state": "resolving" if name in gate.resolving else "unknown"}
     if h.blocked or h.ip is None:
         return {**doc, "state": "resolving" if name in gate.resolving else "unknown"}
+    state = host_state(h, now, paused=controls.paused)
+    if state == "backed_off":
+        return {**doc, "state": state, "reason": h.failure, **until(h.due)}
+    if state in ("waiting", "robots") and h.due > now:
+        return {**doc, "state": state, **until(h.due)}
+    return {**doc, "state": state}
+
+
+def host_state(h: HostState, now: float, *, paused: bool) -> str:
+    """The state (module docstring) of a host in RAM with its address known and no
+    operator's block: cheap enough to count the states of many hosts a second."""
     if h.busy or h.in_flight:
-        return {**doc, "state": "in_flight"}
+        return "in_flight"
     if not h.queue:
-        return {**doc, "state": "idle"}
+        return "idle"
     if h.queue[0].robots:
-        return {**doc, "state": "robots", **(until(h.due) if h.due > now else {})}
+        return "robots"
     if h.due > now:
-        if h.failures:
-            return {**doc, "state": "backed_off", "reason": h.failure, **until(h.due)}
-        return {**doc, "state": "waiting", **until(h.due)}
-    if controls.paused:
-        return {**doc, "state": "paused"}
-    if h.parked:
-        return {**doc, "state": "waiting_for_ip"}
-    return {**doc, "state": "ready"}
+        return "backed_off" if h.failures else "waiting"
+    if paused:
+        return "paused"
+    return "waiting_for_ip" if h.parked else "ready"
 
 
 def top_hosts(manager: Manager, n: int) -> list[dict[str, Any]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -125,15 +125,28 @@ class Stores:
         return cls(seen, plds, beast, robots, qr, qr_retry, todo)
 
 
+# The last drops and fetch failures kept for the operator (the dashboard's recent errors).
+RECENT_PROBLEMS = 30
+
+
 class Drops:
-    """Counts and logs the URLs the crawl gives up on, with the reason."""
+    """Counts and logs the URLs the crawl gives up on, with the reason; keeps the last
+    few of them and of the fetches that failed in :attr:`recent`."""
 
     def __init__(self, crawl_log: CrawlLog, counters: Counter[str]) -> None:
         self.crawl_log = crawl_log
         self.counters = counters
+        # (wall time, "dropped" or "failed", URL, reason), the newest last.
+        self.recent: deque[tuple[float, str, str, str]] = deque(maxlen=RECENT_PROBLEMS)
 
     def drop(
         self, url: str, depth: int, via: str | None, reason: str, *, ip: str | None = None
     ) -> None:
         self.counters[f"dropped.{reason}"] += 1
-        self.crawl_log.append_drop(time.time(), url, depth, via, reason, ip)
+        now = time.time()
+        self.crawl_log.append_drop(now, url, depth, via, reason, ip)
+        self.recent.append((now, "dropped", url, reason))
+
+    def note_failure(self, url: str, reason: str) -> None:
+        """A fetch of ``url`` failed (it may be retried)."""
+        self.recent.append((time.time(), "failed", url, reason))

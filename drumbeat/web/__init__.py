@@ -1,6 +1,12 @@
-"""The operator's face of a running crawl: the control API, ``/metrics`` and ``drumbeat
-ctl`` (issue 50). It runs on the manager's event loop (``server.WebServer``), steers the
-crawl through ``drumbeat.manager.controls.Controls`` and reads the manager's stats.
+"""The operator's face of a running crawl: the dashboard, the control API, ``/metrics``
+and ``drumbeat ctl`` (issue 50). It runs on the manager's event loop
+(``server.WebServer``), steers the crawl through ``drumbeat.manager.controls.Controls``
+and reads the manager's stats.
+
+- ``app``: the routes and their access rules; ``pages``: the dashboard's page (package
+  data in ``static/``) and its event stream; ``dashboard``: the snapshot it streams;
+  ``metrics``: ``/metrics``; ``status``: ``/api/status``; ``client``: ``drumbeat ctl``.
+- ``cluster``: ``drumbeat web --redis``, the same page over a whole cluster, read-only.
 
 Files in the state directory while a crawl with its web server runs::
 

@@ -17,7 +17,9 @@ from aiohttp import web
 
 from drumbeat.manager.controls import BLOCK_KINDS, ControlError
 from drumbeat.manager.hostinfo import host_report, top_hosts
+from drumbeat.web.dashboard import Dashboard
 from drumbeat.web.metrics import CONTENT_TYPE, exposition, registry_for
+from drumbeat.web.pages import PageServer
 from drumbeat.web.status import Rates, status_report
 
 if TYPE_CHECKING:
@@ -27,16 +29,18 @@ STOP_REASON = "stop_requested"  # Manager.stop_reason of POST /api/stop
 _SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
 _HOST_NAME = re.compile(r"[A-Za-z0-9._-]{1,253}")
 TOP_HOSTS_MAX = 1000
-
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def build_app(manager: Manager, token: str, *, read_open: bool) -> web.Application:
     """The application; ``read_open``: GETs need no token (loopback only)."""
     api = ControlApi(manager)
-    app = web.Application(middlewares=[_guard(token, read_open)])
+    app = web.Application(middlewares=[guard(token, read_open)])
+    app.on_shutdown.append(api.pages.shutdown)
     app.add_routes(
         [
+            *api.pages.routes(),
+            web.get("/api/history", api.history),
             web.get("/api/status", api.status),
             web.get("/api/host/{name}", api.host),
             web.get("/api/hosts", api.hosts),
@@ -53,26 +57,30 @@ def build_app(manager: Manager, token: str, *, read_open: bool) -> web.Applicati
     return app
 
 
-def _guard(token: str, read_open: bool) -> Any:
+def guard(token: str, read_open: bool, *, where: str = "STATE/web.token") -> Any:
+    """The access rules (module docstring) as a middleware; ``where``: where the token
+    is, for the 401's message."""
     expected = f"Bearer {token}".encode()
 
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         safe = request.method in _SAFE
+        if safe and (request.path == "/" or request.path.startswith("/static/")):
+            return await handler(request)  # the page's own files hold no crawl data
         if not safe:
             origin = request.headers.get("Origin")
             if origin is not None and origin != f"{request.scheme}://{request.host}":
-                return _error(403, "cross-origin request refused")
+                return error(403, "cross-origin request refused")
         if not (safe and read_open):
             given = request.headers.get("Authorization", "").encode()
             if not hmac.compare_digest(given, expected):
-                return _error(401, "needs Authorization: Bearer TOKEN (STATE/web.token)")
+                return error(401, f"needs Authorization: Bearer TOKEN ({where})")
         return await handler(request)
 
     return guard
 
 
-def _error(status: int, message: str) -> web.Response:
+def error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
@@ -97,7 +105,20 @@ class ControlApi:
         self.manager = manager
         self.controls = manager.controls
         self.rates = Rates(manager)
-        self.registry = registry_for(manager)
+        self.dashboard = Dashboard(manager, self.rates)
+        self.registry = registry_for(manager, self.dashboard)
+        self.pages = PageServer(self._snapshot)
+
+    async def _snapshot(self) -> bytes:
+        return self.dashboard.snapshot_bytes()
+
+    async def history(self, request: web.Request) -> web.Response:
+        """``?span=hour|day|month|all``: the crawl's history (drumbeat.stats.History)."""
+        try:
+            doc = self.manager.history.span(request.query.get("span", "hour"))
+        except ValueError as e:
+            return error(400, str(e))
+        return web.json_response(doc)
 
     def _controls_doc(self) -> dict[str, Any]:
         c = self.controls.stats()
@@ -113,7 +134,7 @@ class ControlApi:
     async def host(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
         if not _HOST_NAME.fullmatch(name):
-            return _error(400, "not a host name")
+            return error(400, "not a host name")
         return web.json_response(host_report(self.manager, name))
 
     async def hosts(self, request: web.Request) -> web.Response:
@@ -121,9 +142,9 @@ class ControlApi:
         try:
             n = int(request.query.get("top", "20"))
         except ValueError:
-            return _error(400, "top: a whole number")
+            return error(400, "top: a whole number")
         if not 0 < n <= TOP_HOSTS_MAX:
-            return _error(400, f"top: 1 to {TOP_HOSTS_MAX}")
+            return error(400, f"top: 1 to {TOP_HOSTS_MAX}")
         return web.json_response({"hosts": top_hosts(self.manager, n)})
 
     async def metrics(self, request: web.Request) -> web.Response:
@@ -151,7 +172,7 @@ class ControlApi:
         if rate is not None and (
             isinstance(rate, bool) or not isinstance(rate, int | float) or not rate > 0
         ):
-            return _error(400, "pages_per_s: a number > 0, or null for no ceiling")
+            return error(400, "pages_per_s: a number > 0, or null for no ceiling")
         self.controls.set_speed(rate, self.manager.clock())
         return web.json_response(self._controls_doc())
 
@@ -165,7 +186,7 @@ class ControlApi:
         doc = await _body(request)
         given = [k for k in BLOCK_KINDS if k in doc]
         if len(given) != 1:
-            return _error(400, 'give one of {"host": ...}, {"pld": ...}, {"regex": ...}')
+            return error(400, 'give one of {"host": ...}, {"pld": ...}, {"regex": ...}')
         kind = given[0]
         try:
             if add:
@@ -173,7 +194,7 @@ class ControlApi:
             else:
                 changed = self.controls.unblock(kind, doc[kind])
         except ControlError as e:
-            return _error(400, str(e))
+            return error(400, str(e))
         except OSError as e:
-            return _error(500, f"cannot save the blocks: {e}")
+            return error(500, f"cannot save the blocks: {e}")
         return web.json_response({"changed": changed, **self._controls_doc()})

@@ -1,7 +1,7 @@
 """``/metrics``: the manager's counters and gauges in Prometheus text format.
 
 Labels take bounded sets only (status classes, error and drop reasons, robots states,
-queue places): no URL or host is ever a label.
+queue places, host states, the crawl's five DRUMs): no URL or host is ever a label.
 """
 
 from __future__ import annotations
@@ -13,19 +13,34 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from drumbeat.web.dashboard import Dashboard, drum_costs
 from drumbeat.web.status import queued_by_place
 
 if TYPE_CHECKING:
     from drumbeat.manager import Manager
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# drumbeat_hosts_by_state's label values (drumbeat.manager.hostinfo's states of a host in
+# RAM), every one always present so that a dashboard's series do not come and go.
+HOST_STATES = (
+    "ready",
+    "in_flight",
+    "waiting",
+    "waiting_for_ip",
+    "backed_off",
+    "robots",
+    "resolving",
+    "paused",
+    "idle",
+)
 
 
 class ManagerCollector(Collector):
     """Reads the manager at each scrape (nothing is kept between scrapes)."""
 
-    def __init__(self, manager: Manager) -> None:
+    def __init__(self, manager: Manager, dashboard: Dashboard) -> None:
         self.manager = manager
+        self.dashboard = dashboard
 
     def collect(self) -> Iterator[Metric]:
         m = self.manager
@@ -59,6 +74,46 @@ class ManagerCollector(Collector):
         yield GaugeMetricFamily(
             "drumbeat_paused", "1 while the crawl is paused", value=int(m.controls.paused)
         )
+        yield from _host_gauges(self.dashboard)
+        yield from _drum_gauges(m)
+
+
+def _host_gauges(dashboard: Dashboard) -> Iterator[Metric]:
+    """Hosts in RAM by state (the dashboard's counts: a sample past HOSTS_SCANNED hosts,
+    at most HOSTS_EVERY_S old)."""
+    by_state = dashboard.host_part()["hosts"]["by_state"]
+    family = GaugeMetricFamily(
+        "drumbeat_hosts_by_state", "Hosts in RAM, by politeness state", labels=["state"]
+    )
+    for state in HOST_STATES:
+        family.add_metric([state], by_state.get(state, 0))
+    yield family
+
+
+def _drum_gauges(m: Manager) -> Iterator[Metric]:
+    """Each DRUM's size and measured cost (IRLbot Theorems 2 and 3), labelled by DRUM."""
+    costs = drum_costs(m)
+    families = {
+        "keys": GaugeMetricFamily("drumbeat_drum_keys", "Keys stored", labels=["drum"]),
+        "pending": GaugeMetricFamily(
+            "drumbeat_drum_pending", "Tuples submitted, not yet merged", labels=["drum"]
+        ),
+        "alpha": GaugeMetricFamily(
+            "drumbeat_drum_alpha",
+            "Measured alpha(n,R): disk bytes moved per byte checked",
+            labels=["drum"],
+        ),
+        "sustainable_pages_per_s": GaugeMetricFamily(
+            "drumbeat_drum_sustainable_pages_per_second",
+            "Pages/s at which the DRUM's merges keep its disk busy (IRLbot Theorem 3)",
+            labels=["drum"],
+        ),
+    }
+    for d in costs:
+        for key, family in families.items():
+            if d[key] is not None:
+                family.add_metric([d["name"]], d[key])
+    yield from families.values()
 
 
 def _by_prefix(c: dict[str, int], prefix: str, name: str, doc: str) -> CounterMetricFamily:
@@ -69,9 +124,9 @@ def _by_prefix(c: dict[str, int], prefix: str, name: str, doc: str) -> CounterMe
     return family
 
 
-def registry_for(manager: Manager) -> CollectorRegistry:
+def registry_for(manager: Manager, dashboard: Dashboard) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ManagerCollector(manager))
+    registry.register(ManagerCollector(manager, dashboard))
     return registry
 
 

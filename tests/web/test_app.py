@@ -125,8 +125,11 @@ def test_metrics_parse_and_carry_no_host_labels(tmp_path: Path) -> None:
         assert samples[("drumbeat_dropped_urls_total", (("reason", "blocked"),))] == 3
         assert samples[("drumbeat_fetched_bytes_total", ())] == 999
         assert samples[("drumbeat_queued_urls", (("place", "ram"),))] == 0
+        assert samples[("drumbeat_hosts_by_state", (("state", "ready"),))] == 0
+        assert ("drumbeat_drum_keys", (("drum", "urlseen"),)) in samples
+        assert ("drumbeat_drum_alpha", (("drum", "robots_cache"),)) in samples
         labels = {k for (_, ls) in samples for k, _ in ls}
-        assert labels <= {"class", "reason", "place"}
+        assert labels <= {"class", "reason", "place", "state", "drum"}
 
     _serve(tmp_path, test)
 
