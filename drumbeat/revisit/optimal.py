@@ -17,6 +17,7 @@ grows (:func:`solve_mu`).
 
 from __future__ import annotations
 
+import bisect
 import math
 
 import numpy as np
@@ -48,6 +49,26 @@ def g_inverse(y: ArrayLike) -> Floats:
     x = np.exp(np.interp(np.log(yi), _LOG_Y, _LOG_X))
     x = x - (_g(x) - yi) / (x * np.exp(-x))  # g'(x) = x exp(-x)
     return np.where(inside, x, np.where(y >= 1, np.inf, 0.0))
+
+
+_LOG_Y_LIST = _LOG_Y.tolist()
+_LOG_X_LIST = _LOG_X.tolist()
+
+
+def frequency(rate: float, mu: float, weight: float = 1.0) -> float:
+    """:func:`frequencies` of one page, without numpy's per-call cost (a crawl asks it
+    once a visit)."""
+    y = mu * rate / weight if weight > 0 else math.inf
+    if rate <= 0 or not 0 < y < 1:
+        return 0.0
+    ly = math.log(y)
+    k = min(max(bisect.bisect_left(_LOG_Y_LIST, ly), 1), len(_LOG_Y_LIST) - 1)
+    y0, y1 = _LOG_Y_LIST[k - 1], _LOG_Y_LIST[k]
+    lx = _LOG_X_LIST[k - 1] + (ly - y0) * (_LOG_X_LIST[k] - _LOG_X_LIST[k - 1]) / (y1 - y0)
+    x = math.exp(lx)
+    g = 1 - (1 + x) * math.exp(-x) if x >= 1e-3 else x * x * (0.5 - x / 3 + x * x / 8)
+    x -= (g - y) / (x * math.exp(-x))
+    return rate / x if x > 0 else 0.0
 
 
 def frequencies(rates: ArrayLike, mu: float, weights: ArrayLike | None = None) -> Floats:

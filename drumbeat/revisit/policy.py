@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from drumbeat.revisit.estimate import ChangeStats, SiteRates, estimate
-from drumbeat.revisit.optimal import frequencies, solve_mu
+from drumbeat.revisit.optimal import frequencies, frequency, solve_mu
 
 _MIX = 0x9E3779B97F4A7C15  # the golden-ratio multiplier: spreads fingerprints' bits
 _MASK = (1 << 64) - 1
@@ -122,7 +122,7 @@ class RevisitPolicy:
         mu = self.mu
         if not math.isfinite(mu):
             return self.default_interval_s
-        f = float(frequencies(np.array([rate]), mu)[0])
+        f = frequency(rate, mu)
         if f <= 0:
             return self.max_interval_s
         return min(max(1.0 / f, self.min_interval_s), self.max_interval_s)
