@@ -28,6 +28,14 @@ import numpy as np
 from drumbeat.revisit.estimate import ChangeStats, SiteRates, estimate
 from drumbeat.revisit.optimal import frequencies, frequency, solve_mu
 
+# A URL whose every visit saw a change is probed: its next visit comes after at most a
+# PROBE_DIVISOR-th of its mean interval (from PROBE_AFTER such visits on). Visits that
+# all see a change only bound the rate from below (the estimate grows as
+# log(visits) / interval), so a page changing every minute would stay just under the
+# give-up threshold forever, taking visits that keep nothing fresh; a shorter interval
+# either sees no change (the estimate becomes informative) or pushes it over.
+PROBE_AFTER = 2
+PROBE_DIVISOR = 4.0
 _MIX = 0x9E3779B97F4A7C15  # the golden-ratio multiplier: spreads fingerprints' bits
 _MASK = (1 << 64) - 1
 
@@ -137,7 +145,11 @@ class RevisitPolicy:
             self.sites.add(site, new)
         rate = self.rate(seen, site)
         self._remember(fingerprint, rate)
-        return self.interval(rate)
+        wait = self.interval(rate)
+        always = seen.intervals >= PROBE_AFTER and seen.changed >= seen.intervals
+        if always and wait < self.max_interval_s:
+            wait = max(min(wait, seen.mean_interval_s / PROBE_DIVISOR), self.min_interval_s)
+        return wait
 
     def stats(self) -> PolicyStats:
         mu = self._mu

@@ -54,3 +54,22 @@ def test_intervals_follow_the_optimum_within_bounds() -> None:
     assert medium >= 60.0
     with pytest.raises(ValueError):
         RevisitPolicy(0.0)
+
+
+def test_a_page_changing_at_every_visit_is_probed_then_given_up() -> None:
+    clock = FakeClock()
+    policy = RevisitPolicy(
+        1.0, min_interval_s=60.0, max_interval_s=30 * 86400.0, resolve_s=1e9, clock=clock
+    )
+    for fp in range(1, 3000):  # the collection: mu is solved from these
+        policy.visited(fp, "a.test", seen_at(1e-4 * (1 + fp % 10), 600.0, 50))
+    seen, wait, waits = ChangeStats(), 3000.0, []
+    for _ in range(12):  # the page changes every second: each visit sees a change
+        seen = seen + ChangeStats.one(wait, True)
+        wait = policy.visited(99_999, "a.test", seen)
+        waits.append(wait)
+        if wait == policy.max_interval_s:
+            break
+    assert waits[-1] == policy.max_interval_s  # given up on ...
+    assert len(waits) < 12  # ... after a few probes
+    assert min(waits) < 3000.0 / 2  # probes come sooner than the visits before
