@@ -27,7 +27,8 @@ Freshness: the share of time a page's copy equals the live page, averaged over p
 Age: time since the first change the copy missed (0 while fresh), in hours; the optimum
 for freshness never visits the pages that change every minute, so their age grows all
 run. At time 0 each copy is a random part of a day old. Both are
-measured per tenth of the run (the learning curve) and over its last ``--tail`` share
+measured per twentieth of the run (the learning curve; the table prints every other
+point) and over its last ``--tail`` share
 (the figures of the JSON's ``freshness`` and ``age``, once the learners have learned).
 """
 

@@ -18,6 +18,8 @@ parts, each pure and driven by a ``clock`` where it keeps time:
 * :mod:`.history`: each fetched URL's compact history (last fetch, payload digest,
   validators, visits, changes seen and the intervals they took), a DRUM keyed by the URL's
   fingerprint whose merge folds visits in.
+* :mod:`.revisits`: the three put together for the manager: record a fetch (200 or
+  304), plan the next visits, hand out the due ones with their validators.
 
 Floor: crawl logic, above ``frontier`` (it reuses the disk queue) and below the roles.
 """
