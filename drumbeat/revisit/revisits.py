@@ -17,6 +17,20 @@ A due entry's payload (see :mod:`.duequeue`)::
 A 304 carries no payload to digest: the digest a revisit was handed out with is kept
 (in RAM, at most ``max_in_flight`` of them) until its fetch is recorded, so that a 304
 counts as "unchanged" in the history.
+
+Not wired into the crawl yet (issue 52's ``crawl --revisit``); the plan:
+
+* fetcher: ``Fetcher._fetch`` passes ``etag=item.etag, last_modified=item.last_modified``
+  to ``http.fetch``; its ItemResult gains the payload's :func:`digest64` and the
+  response's validators (``drumbeat.fetch.client.validators``); a 304, and a 200 whose
+  digest is the one the revisit was handed out with, are archived as WARC ``revisit``
+  records (server-not-modified / identical-payload-digest: the dedup branch's writer).
+* manager: each PAGE result with a status goes to :meth:`Revisits.fetched`; each turn,
+  :meth:`Revisits.plan` and then :meth:`Revisits.due` up to the revisit share of the
+  fetch rate; each due URL enters the politeness scheduler as a new page does (robots,
+  politeness and budgets apply) and its FetchItem carries the validators; a crawl with
+  revisits never finishes; ``drumbeat stats`` shows :meth:`Revisits.stats`;
+  checkpoints store ``history.commit()`` and ``queue.commit()``.
 """
 
 from __future__ import annotations
