@@ -26,6 +26,37 @@ _DEFAULTS: Final = Settings()
 ROBOTS_MAX_BYTES: Final = _DEFAULTS.robots_max_bytes
 
 
+def conditional_headers(etag: str | None, last_modified: str | None) -> list[tuple[str, str]]:
+    """The request headers of a conditional GET (RFC 9110 §13.1): ``If-None-Match`` with
+    the ETag and ``If-Modified-Since`` with the Last-Modified the page was last served
+    with. A server that still has that version answers 304 Not Modified, with no body.
+    A validator that could not be a header value (control characters, not Latin-1: it
+    came from a server) is left out rather than sent."""
+    out = []
+    for name, value in (("If-None-Match", etag), ("If-Modified-Since", last_modified)):
+        if value and _header_safe(value):
+            out.append((name, value))
+    return out
+
+
+def _header_safe(value: str) -> bool:
+    """Visible Latin-1 and spaces only: no CR or LF to end the header line early."""
+    return all(32 <= ord(c) < 256 and c != "\x7f" for c in value)
+
+
+def validators(headers: list[tuple[str, str]]) -> tuple[str | None, str | None]:
+    """The ``(ETag, Last-Modified)`` of a response's headers (None where absent), to send
+    back in the next visit's :func:`conditional_headers`."""
+    etag = modified = None
+    for name, value in headers:
+        low = name.lower()
+        if low == "etag":
+            etag = value.strip()
+        elif low == "last-modified":
+            modified = value.strip()
+    return etag, modified
+
+
 class HttpClient(Protocol):
     """Keep-alive HTTP/1.1 client that connects only where the caller says.
 
@@ -43,9 +74,18 @@ class HttpClient(Protocol):
     previous (also guarded) address; ``ip`` in the response reports the peer used.
     """
 
-    async def fetch(self, url: str, ip: str | None) -> FetchResponse:
+    async def fetch(
+        self,
+        url: str,
+        ip: str | None,
+        *,
+        etag: str | None = None,
+        last_modified: str | None = None,
+    ) -> FetchResponse:
         """GET ``url`` from ``ip``; a redirect is returned (``location`` resolved
-        against ``url``), not followed: the crawl logic decides."""
+        against ``url``), not followed: the crawl logic decides. ``etag`` and
+        ``last_modified`` (a revisit's validators) make it a conditional GET
+        (:func:`conditional_headers`): a 304 is a response like any other."""
         ...
 
     async def fetch_robots(

@@ -61,12 +61,18 @@ import resource
 import select
 import ssl
 import time
+from collections.abc import Sequence
 from typing import Any, Final
 
 import pycurl
 from yarl import URL
 
-from drumbeat.fetch.client import ROBOTS_MAX_BYTES, ClientOptions, with_changes
+from drumbeat.fetch.client import (
+    ROBOTS_MAX_BYTES,
+    ClientOptions,
+    conditional_headers,
+    with_changes,
+)
 from drumbeat.fetch.dns import DnsCache, Resolver
 from drumbeat.fetch.guard import AddressPolicy
 from drumbeat.fetch.response import (
@@ -448,9 +454,18 @@ class CurlHttpClient:
         self._sweeper: asyncio.TimerHandle | None = None
         self._sweep_s = min(max(options.read_timeout_s / 4, 0.05), 5.0)
 
-    async def fetch(self, url: str, ip: str | None) -> FetchResponse:
-        """GET ``url`` from ``ip``; a redirect is returned, not followed."""
-        return await self._fetch(url, ip, self._max_body_bytes, self._max_decoded_bytes)
+    async def fetch(
+        self,
+        url: str,
+        ip: str | None,
+        *,
+        etag: str | None = None,
+        last_modified: str | None = None,
+    ) -> FetchResponse:
+        """GET ``url`` from ``ip``; a redirect is returned, not followed (conditional
+        with validators: see HttpClient.fetch)."""
+        extra = conditional_headers(etag, last_modified) if etag or last_modified else ()
+        return await self._fetch(url, ip, self._max_body_bytes, self._max_decoded_bytes, extra)
 
     async def fetch_robots(
         self, url: str, ip: str | None, max_bytes: int = ROBOTS_MAX_BYTES
@@ -486,7 +501,12 @@ class CurlHttpClient:
     # -- one exchange -----------------------------------------------------------------
 
     async def _fetch(
-        self, url: str, ip: str | None, body_cap: int, decoded_cap: int
+        self,
+        url: str,
+        ip: str | None,
+        body_cap: int,
+        decoded_cap: int,
+        extra: Sequence[tuple[str, str]] = (),
     ) -> FetchResponse:
         started = time.perf_counter()
         response = FetchResponse(url=url, ip=ip, fetch_time=time.time())
@@ -500,17 +520,22 @@ class CurlHttpClient:
             )
             if response.error is None:
                 async with self._transfers:  # at most max_connections in flight
-                    response.error = await self._exchange(response, target, body_cap)
+                    response.error = await self._exchange(response, target, body_cap, extra)
         finish_response(response, started, decoded_cap, self._max_retry_after_s)
         return response
 
     async def _exchange(
-        self, response: FetchResponse, target: _PlainURL | URL, body_cap: int
+        self,
+        response: FetchResponse,
+        target: _PlainURL | URL,
+        body_cap: int,
+        extra: Sequence[tuple[str, str]] = (),
     ) -> str | None:
         ip = response.ip
         host = target.raw_host
         assert ip is not None and host is not None
         headers = [f"Host: {target.host_port_subcomponent}", *self._request_headers]
+        headers += [f"{name}: {value}" for name, value in extra]
         if target.raw_user is not None:  # credentials in the URL: Basic auth, as aiohttp
             credentials = f"{target.user or ''}:{target.password or ''}".encode(
                 "latin-1", "replace"

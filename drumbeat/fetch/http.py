@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Final
 
@@ -28,7 +28,12 @@ from aiohttp import http_exceptions
 from aiohttp.abc import AbstractResolver, ResolveResult
 from yarl import URL
 
-from drumbeat.fetch.client import ROBOTS_MAX_BYTES, ClientOptions, with_changes
+from drumbeat.fetch.client import (
+    ROBOTS_MAX_BYTES,
+    ClientOptions,
+    conditional_headers,
+    with_changes,
+)
 from drumbeat.fetch.dns import DnsCache, Resolver
 from drumbeat.fetch.guard import AddressPolicy
 from drumbeat.fetch.response import (
@@ -99,9 +104,18 @@ class AiohttpClient:
         # aiohttp sessions must be created inside the running event loop.
         self._session: aiohttp.ClientSession | None = None
 
-    async def fetch(self, url: str, ip: str | None) -> FetchResponse:
-        """GET ``url`` from ``ip``; a redirect is returned, not followed."""
-        return await self._fetch(url, ip, self._max_body_bytes, self._max_decoded_bytes)
+    async def fetch(
+        self,
+        url: str,
+        ip: str | None,
+        *,
+        etag: str | None = None,
+        last_modified: str | None = None,
+    ) -> FetchResponse:
+        """GET ``url`` from ``ip``; a redirect is returned, not followed (conditional
+        with validators: see HttpClient.fetch)."""
+        extra = conditional_headers(etag, last_modified) if etag or last_modified else ()
+        return await self._fetch(url, ip, self._max_body_bytes, self._max_decoded_bytes, extra)
 
     async def fetch_robots(
         self, url: str, ip: str | None, max_bytes: int = ROBOTS_MAX_BYTES
@@ -124,15 +138,22 @@ class AiohttpClient:
         return f"<AiohttpClient [{in_flight} hosts in flight, limit {self._max_connections}]>"
 
     async def _fetch(
-        self, url: str, ip: str | None, body_cap: int, decoded_cap: int
+        self,
+        url: str,
+        ip: str | None,
+        body_cap: int,
+        decoded_cap: int,
+        extra: Sequence[tuple[str, str]] = (),
     ) -> FetchResponse:
         started = time.perf_counter()
         response = FetchResponse(url=url, ip=ip, fetch_time=time.time())
-        response.error = await self._exchange(response, body_cap)
+        response.error = await self._exchange(response, body_cap, extra)
         finish_response(response, started, decoded_cap, self._max_retry_after_s)
         return response
 
-    async def _exchange(self, response: FetchResponse, body_cap: int) -> str | None:
+    async def _exchange(
+        self, response: FetchResponse, body_cap: int, extra: Sequence[tuple[str, str]] = ()
+    ) -> str | None:
         """Resolve, guard, send and read into ``response``; return the error reason."""
         try:
             target = URL(response.url)
@@ -145,7 +166,9 @@ class AiohttpClient:
         assert host is not None and response.ip is not None
         try:
             with self._pins.pin(host, response.ip):
-                async with self._client().get(target, allow_redirects=False) as reply:
+                async with self._client().get(
+                    target, allow_redirects=False, headers=dict(extra) if extra else None
+                ) as reply:
                     _read_head(reply, response)
                     await _read_body(reply, response, body_cap)
         except TimeoutError:

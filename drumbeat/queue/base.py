@@ -62,6 +62,11 @@ class FetchItem:
     # In a cluster, the IP's delay this manager keeps (its PLD's scaled τs): fetchers keep
     # requests to the IP that far apart cluster-wide, hosts of other partitions included.
     ip_delay_s: float = 0.0
+    # A revisit's validators, as the page's last fetch was served with them (None: none):
+    # the fetch is a conditional GET, and a 304 means the page is unchanged
+    # (drumbeat.revisit). Last, with defaults: older pickles of a FetchItem still load.
+    etag: str | None = None
+    last_modified: str | None = None
 
 
 @_pickled_as_fields
