@@ -17,6 +17,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from pathlib import Path
 from time import thread_time
 from typing import Any, TypeVar
 
@@ -33,6 +34,7 @@ from drumbeat.parse.links import (
     pld_targets,
     resolve_references,
 )
+from drumbeat.parse.simhash import simhash
 from drumbeat.queue.base import (
     ROBOTS,
     FetcherQueue,
@@ -43,12 +45,23 @@ from drumbeat.queue.base import (
     Task,
 )
 from drumbeat.settings import Settings
-from drumbeat.store.warc import WarcLocation, WarcWriter
+from drumbeat.store.dedup import ContentIndex
+from drumbeat.store.warc import (
+    IDENTICAL_PAYLOAD_DIGEST,
+    Revisit,
+    WarcLocation,
+    WarcWriter,
+    sha1_label,
+    warc_date,
+)
 
 log = logging.getLogger("drumbeat.fetcher")
 
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
+# The content index's directory in a state directory (a cluster fetcher's has one
+# ``content/{crawl}.lmdb`` per crawl instead): see drumbeat.store.dedup.
+CONTENT_INDEX_DIR = "content.lmdb"
 _T = TypeVar("_T")
 
 
@@ -93,11 +106,18 @@ class Fetcher:
         worker: str = "fetcher-0",
         pace: Callable[[FetchItem], AbstractAsyncContextManager[None]] | None = None,
         slots: asyncio.Semaphore | None = None,
+        content: ContentIndex | None = None,
     ) -> None:
         """``pace``: each request runs inside ``pace(item)`` (a cluster's IP leases).
         ``slots``: the fetches that may run at once (default: ``settings.concurrency``
-        of this fetcher's own; a cluster's fetcher process shares one among its crawls)."""
+        of this fetcher's own; a cluster's fetcher process shares one among its crawls).
+        ``content``: the index of archived payloads and page fingerprints shared by
+        the fetchers of this state directory (:func:`open_content_index`); None: no
+        duplicate detection."""
         self.settings = settings
+        self.content = content
+        self._dedup = content is not None and settings.dedup
+        self._near_dup = content is not None and settings.near_dup
         self.pace = pace
         self.queue = queue
         self.http = http
@@ -209,9 +229,13 @@ class Fetcher:
         for (_, _, item, resp), result in zip(fetched, results):
             if result.log is None:
                 continue  # an internal error, reported as it is
+            if "revisit_of" in result.log and not self.settings.dedup_follow_links:
+                continue  # its links were taken from the copy archived first
             found = self._parse_step(self._references, item, result, resp)
             if found is not None:
                 pages.append((item, result, found))
+        if self._near_dup:
+            pages = self._near_duplicates(pages)
         for item, result, found in pages:
             self._parse_step(self._links, item, result, found)
         self.stage_s["warc"] += archived - started
@@ -261,15 +285,24 @@ class Fetcher:
             for i, (result, (_, _, _, resp)) in enumerate(zip(results, fetched))
             if result.log is not None and resp.status is not None
         ]
+        revisits, digests = self._copies([fetched[i][3] for i in todo], [results[i] for i in todo])
         locations: list[WarcLocation | Exception]
         try:
-            locations = list(self.warc.write_fetches([fetched[i][3] for i in todo]))
+            locations = list(
+                self.warc.write_fetches(
+                    [fetched[i][3] for i in todo], revisits=revisits, digests=digests
+                )
+            )
         except Exception:  # a bug in one exchange (nothing was written): find which
             locations = []
-            for i in todo:
+            for j, i in enumerate(todo):
                 task_id, index, item, resp = fetched[i]
                 try:
-                    locations += self.warc.write_fetches([resp])
+                    locations += self.warc.write_fetches(
+                        [resp],
+                        revisits=None if revisits is None else revisits[j : j + 1],
+                        digests=None if digests is None else digests[j : j + 1],
+                    )
                 except Exception as e:
                     results[i] = _internal_error(task_id, index, item, e)
                     locations.append(e)
@@ -280,6 +313,80 @@ class Fetcher:
                 result.error = "warc_write"
             elif result.log is not None:  # None: an internal error
                 result.log["warc"] = str(location)
+
+    def _copies(
+        self, responses: list[FetchResponse], results: list[ItemResult]
+    ) -> tuple[list[Revisit | None] | None, list[str | None] | None]:
+        """Which of ``responses`` carry a payload already archived: a revisit for each
+        of those (and ``revisit_of`` in its log line), and the payload digest of each
+        one checked (both None when duplicates are not looked for).
+
+        Only complete 2xx payloads count: a truncated one is not the payload the
+        server sends. The payload is recorded as this record's when new; should its
+        write then fail, later copies refer to a record that is not there (a full disk,
+        already an error in the crawl log)."""
+        if not self._dedup:
+            return None, None
+        assert self.content is not None
+        started = thread_time()
+        digests = [
+            sha1_label(r.body)
+            if r.status is not None and 200 <= r.status < 300 and r.body and not r.truncated
+            else None
+            for r in responses
+        ]
+        entries = [
+            (digest, r.url, warc_date(r.fetch_time))
+            for digest, r in zip(digests, responses)
+            if digest is not None
+        ]
+        try:
+            earlier = iter(self.content.payloads(entries))
+        except Exception as e:  # a broken index must not stop archiving
+            log.error("content index failed, archiving in full: %r", e)
+            return None, digests
+        revisits: list[Revisit | None] = []
+        for digest, result in zip(digests, results):
+            prior = next(earlier) if digest is not None else None
+            if prior is None:
+                revisits.append(None)
+                continue
+            uri, date = prior
+            revisits.append(Revisit(IDENTICAL_PAYLOAD_DIGEST, uri, date, digest))
+            if result.log is not None:
+                result.log["revisit_of"] = uri
+        self.stage_s["dedup"] += thread_time() - started
+        return revisits, digests
+
+    def _near_duplicates(
+        self, pages: list[tuple[FetchItem, ItemResult, PageReferences]]
+    ) -> list[tuple[FetchItem, ItemResult, PageReferences]]:
+        """Mark each page whose text is a near copy of an earlier page's
+        (``near_dup_of`` in its log line); return the pages whose links are followed."""
+        assert self.content is not None
+        started = thread_time()
+        entries: list[tuple[int, str]] = []
+        checked: list[ItemResult] = []
+        for item, result, found in pages:
+            text, found.text = found.text, None
+            fingerprint = simhash(text) if text else None
+            if fingerprint is not None:
+                entries.append((fingerprint, item.url))
+                checked.append(result)
+        try:
+            earlier = self.content.near(entries)
+        except Exception as e:  # a broken index must not stop the crawl
+            log.error("content index failed, no near-duplicate check: %r", e)
+            earlier = [None] * len(entries)
+        for result, near in zip(checked, earlier):
+            if near is not None and result.log is not None:
+                result.log["near_dup_of"] = near
+        elapsed = thread_time() - started
+        self.stage_s["dedup"] += elapsed
+        self.stage_s["parse"] -= elapsed
+        if self.settings.near_dup_follow_links:
+            return pages
+        return [p for p in pages if p[1].log is None or "near_dup_of" not in p[1].log]
 
     def _parse_step(
         self,
@@ -322,6 +429,7 @@ class Fetcher:
             item.url,
             content_type=_header(resp.headers, "content-type"),
             max_links=self.settings.max_links_per_page,
+            text=self._near_dup,
         )
         if found.cut is None and (resp.truncated == "length" or resp.decoded_truncated):
             found.cut = "bytes"  # the body's rest, and its links, were never received
@@ -365,6 +473,19 @@ class Fetcher:
             dict(self.errors),
             dict(self.stage_s),
         )
+
+
+def open_content_index(settings: Settings, path: Path) -> ContentIndex | None:
+    """The content index at ``path`` as ``settings`` configure it, or None when neither
+    exact nor near duplicates are looked for."""
+    if not (settings.dedup or settings.near_dup):
+        return None
+    return ContentIndex(
+        path,
+        max_bytes=settings.content_index_max_bytes,
+        blocks=settings.near_dup_blocks,
+        distance=settings.near_dup_distance,
+    )
 
 
 def _internal_error(task_id: int, index: int, item: FetchItem, e: Exception) -> ItemResult:

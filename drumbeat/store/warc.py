@@ -91,9 +91,10 @@ _RESPONSE_TYPE = "application/http; msgtype=response"
 def warc_date(fetch_time: float) -> str:
     """``fetch_time`` (epoch seconds) as a ``WARC-Date`` with microseconds, as records
     of a fetch at that time carry it (and a revisit's ``WARC-Refers-To-Date`` names)."""
-    return datetime_to_iso_date(
+    date: str = datetime_to_iso_date(
         datetime.fromtimestamp(fetch_time, UTC).replace(tzinfo=None), use_micros=True
     )
+    return date
 
 
 def sha1_label(data: bytes) -> str:
@@ -155,7 +156,7 @@ class Exchange(Protocol):
     fetch_time: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Exchange:
     url: str
     ip: str | None
