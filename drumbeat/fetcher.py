@@ -229,7 +229,11 @@ class Fetcher:
         for (_, _, item, resp), result in zip(fetched, results):
             if result.log is None:
                 continue  # an internal error, reported as it is
-            if "revisit_of" in result.log and not self.settings.dedup_follow_links:
+            if (
+                "revisit_of" in result.log
+                and item.kind != ROBOTS
+                and not self.settings.dedup_follow_links
+            ):
                 continue  # its links were taken from the copy archived first
             found = self._parse_step(self._references, item, result, resp)
             if found is not None:
