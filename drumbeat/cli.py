@@ -329,11 +329,12 @@ def _add_duplicate_args(g: argparse._ArgumentGroup) -> None:
         help="extract the links of a page whose payload was seen before",
     )
     g.add_argument(
-        "--no-near-dup",
+        "--near-dup",
         dest="near_dup",
-        action="store_false",
+        action="store_true",
         default=unset,
-        help="no simhash of page texts (default: near copies marked in the crawl log)",
+        help="mark near copies of earlier pages in the crawl log (simhash of each page's "
+        "text; costs about a parse again)",
     )
     g.add_argument(
         "--near-dup-nofollow",

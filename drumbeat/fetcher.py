@@ -34,7 +34,7 @@ from drumbeat.parse.links import (
     pld_targets,
     resolve_references,
 )
-from drumbeat.parse.simhash import simhash
+from drumbeat.parse.simhash import simhashes
 from drumbeat.queue.base import (
     ROBOTS,
     FetcherQueue,
@@ -369,11 +369,13 @@ class Fetcher:
         (``near_dup_of`` in its log line); return the pages whose links are followed."""
         assert self.content is not None
         started = thread_time()
+        texts = []
+        for _, _, found in pages:
+            texts.append(found.text or "")
+            found.text = None
         entries: list[tuple[int, str]] = []
         checked: list[ItemResult] = []
-        for item, result, found in pages:
-            text, found.text = found.text, None
-            fingerprint = simhash(text) if text else None
+        for (item, result, _), fingerprint in zip(pages, simhashes(texts)):
             if fingerprint is not None:
                 entries.append((fingerprint, item.url))
                 checked.append(result)

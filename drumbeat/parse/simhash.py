@@ -18,6 +18,8 @@ The lookup of fingerprints within a distance is :class:`drumbeat.store.dedup.Con
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import xxhash
 
@@ -25,11 +27,12 @@ __all__ = [
     "MIN_FEATURES",
     "distance",
     "simhash",
+    "simhashes",
 ]
 
 MIN_FEATURES = 16  # below this a page's text says too little to call it a near-duplicate
 # Shingles kept: all up to _SAMPLE_FROM, else about _SAMPLE_FROM to 2 * _SAMPLE_FROM.
-_SAMPLE_FROM = 2048
+_SAMPLE_FROM = 512
 
 # Lower-case ASCII letters and digits stay, other ASCII bytes become spaces, bytes of
 # UTF-8 sequences (>= 0x80) stay: words of any script are words.
@@ -48,44 +51,69 @@ _S27, _S30, _S31 = np.uint64(27), np.uint64(30), np.uint64(31)
 _BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little").astype(
     np.float64
 )
-_BYTE_BASE = np.arange(8, dtype=np.uint16) * 256
+_BYTE_POSITION = np.arange(8, dtype=np.intp)
+_ONE = np.uint64(1)
 # [n]: the low n bytes of a little-endian uint64 (a word's first n bytes).
 _PREFIX_MASK = np.array([(1 << 8 * n) - 1 for n in range(9)], dtype=np.uint64)
 
 
 def simhash(text: str, *, max_bytes: int = 1 << 20) -> int | None:
     """The 64-bit simhash of ``text`` (its first ``max_bytes`` of UTF-8), or None when
-    it has fewer than :data:`MIN_FEATURES` words."""
-    raw = text.encode("utf-8", "replace")[:max_bytes].translate(_NORMALIZE)
-    n = len(raw)
-    rows = n // 8 + 2
-    buf = b" " + raw + b" " * (8 * rows + 8 - n)
-    spaces = np.frombuffer(buf, dtype=np.uint8, count=n + 2) == 0x20
-    starts = np.flatnonzero(spaces[:-1] > spaces[1:])  # a space, then a word
-    if len(starts) < MIN_FEATURES + 2:
-        return None
-    lengths = np.flatnonzero(spaces[:-1] < spaces[1:]) - starts  # a word, then a space
-    # The uint64 at byte offset s + 1 of buf is row s % 8, column s // 8 of these eight
-    # shifted copies: an aligned gather (a strided, unaligned view gathers slowly).
-    shifted = np.frombuffer(b"".join([buf[r : r + 8 * rows] for r in range(1, 9)]), dtype=np.uint64)
-    # Each word's first 8 bytes (little-endian: the low bytes), the rest masked off.
-    word = shifted[(starts & 7) * rows + (starts >> 3)] & _PREFIX_MASK[np.minimum(lengths, 8)]
+    it has fewer than :data:`MIN_FEATURES` shingles: :func:`simhashes` of one text."""
+    return simhashes([text], max_bytes=max_bytes)[0]
+
+
+def simhashes(texts: list[str], *, max_bytes: int = 1 << 20) -> list[int | None]:
+    """The simhash of each of ``texts``, as :func:`simhash` gives it.
+
+    All texts go through each step at once: a page's work is a few passes over its
+    bytes and words, and one numpy call per step for the whole batch rather than per
+    page (calls, not arithmetic, were most of the cost page by page)."""
+    if not texts:
+        return []
+    raws = [t.encode("utf-8", "replace")[:max_bytes] for t in texts]
+    # One buffer: each text after a space, so that no word spans two texts.
+    begins = list(itertools.accumulate((len(r) + 1 for r in raws), initial=0))[:-1]
+    joined = (b" " + b" ".join(raws)).translate(_NORMALIZE)
+    n = len(joined)
+    buf = joined + b" " * (16 - n % 8)
+    spaces = np.frombuffer(buf, dtype=np.uint8, count=n + 1) == 0x20
+    starts = np.flatnonzero(spaces[:-1] > spaces[1:]) + 1  # a space, then a word here
+    lengths = np.flatnonzero(spaces[:-1] < spaces[1:]) + 1 - starts  # up to a space
+    # Each word's first 8 bytes as a little-endian uint64 (the rest masked off), from
+    # the two aligned words that hold them: aligned gathers (numpy gathers from an
+    # unaligned view, or bytes one by one, several times slower).
+    aligned = np.frombuffer(buf, dtype="<u8")
+    low_bits = (starts & 7).astype(np.uint64) * np.uint64(8)
     with np.errstate(over="ignore"):
-        x = word[:-2] * _K0
-        x += word[1:-1] * _K1
-        x += word[2:] * _K2
-        shift = max(0, int(len(x) // _SAMPLE_FROM).bit_length() - 1)
-        if shift:  # keep the shingles whose top ``shift`` bits are 0 (1 in 2**shift)
-            x = x[x >> np.uint64(64 - shift) == 0]
-            if len(x) < MIN_FEATURES:
-                return None
-        x = _mix(x)
+        word = aligned[starts >> 3] >> low_bits
+        # << 1 then << (63 - low_bits): no shift by 64, which numpy leaves undefined.
+        word |= (aligned[(starts >> 3) + 1] << _ONE) << (np.uint64(63) - low_bits)
+    word &= _PREFIX_MASK[np.minimum(lengths, 8)]
+    first = np.searchsorted(starts, begins)  # each text's first word
+    page = np.repeat(np.arange(len(texts)), np.diff(first, append=len(starts)))
+    whole = np.flatnonzero(page[:-2] == page[2:])  # shingles within one text
+    page = page[whole]
+    with np.errstate(over="ignore"):
+        x = word[whole] * _K0
+        x += word[whole + 1] * _K1
+        x += word[whole + 2] * _K2
+        # A text with many shingles keeps those whose top bits are 0 (1 in 2**shift):
+        # the same ones on two copies, and a bounded bit count.
+        shingles = np.bincount(page, minlength=len(texts))
+        shifts = [max(0, int(c // _SAMPLE_FROM).bit_length() - 1) for c in shingles.tolist()]
+        top = np.array([((1 << k) - 1) << (64 - k) for k in shifts], dtype=np.uint64)
+        kept = np.flatnonzero(x & top[page] == 0)
+        x, page = _mix(x[kept]), page[kept]
+    counts = np.bincount(page, minlength=len(texts))
     histogram = np.bincount(
-        (x.view(np.uint8).reshape(-1, 8) + _BYTE_BASE).ravel(), minlength=8 * 256
-    ).reshape(8, 256)
-    ones = histogram.astype(np.float64) @ _BITS  # [byte, bit]: shingles with it set
-    bits = ones.ravel() * 2 > len(x)
-    return int(np.packbits(bits, bitorder="little").view("<u8")[0])
+        (((page * 8)[:, None] + _BYTE_POSITION) * 256 + x.view(np.uint8).reshape(-1, 8)).ravel(),
+        minlength=len(texts) * 8 * 256,
+    ).reshape(-1, 256)
+    ones = (histogram.astype(np.float64) @ _BITS).reshape(len(texts), 64)  # [text, bit]
+    bits = np.packbits(ones * 2 > counts[:, None], axis=1, bitorder="little")
+    prints = bits.view("<u8").ravel().tolist()
+    return [p if c >= MIN_FEATURES else None for p, c in zip(prints, counts.tolist())]
 
 
 def _mix(x: np.ndarray) -> np.ndarray:

@@ -44,6 +44,7 @@ from __future__ import annotations
 import itertools
 import logging
 import shutil
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -84,15 +85,26 @@ def table_masks(blocks: int, k: int) -> tuple[int, ...]:
     return tuple(sum(chosen) for chosen in itertools.combinations(block_masks, blocks - k))
 
 
-def within(fingerprint: int, candidates: np.ndarray, k: int) -> np.ndarray:
-    """The elements of ``candidates`` (uint64) within Hamming distance ``k`` of
-    ``fingerprint``, in their order."""
-    if not len(candidates):
-        return candidates
-    xor = candidates ^ np.uint64(fingerprint)
-    counts = np.unpackbits(xor.view(np.uint8).reshape(-1, 8), axis=1).sum(axis=1)
-    close: np.ndarray = candidates[counts <= k]
+def within(fingerprint: int, candidates: bytes, k: int) -> list[int]:
+    """The fingerprints of ``candidates`` (uint64 little-endian, back to back) within
+    Hamming distance ``k`` of ``fingerprint``, in their order."""
+    count = len(candidates) // 8
+    if count <= _SMALL_BUCKET:  # numpy's calls cost more than a few ints' bit counts
+        return [
+            c for c in struct.unpack(f"<{count}Q", candidates) if (c ^ fingerprint).bit_count() <= k
+        ]
+    array = np.frombuffer(candidates, dtype="<u8")
+    xor = array ^ np.uint64(fingerprint)
+    if _bitwise_count is not None:
+        counts = _bitwise_count(xor)
+    else:  # numpy < 2.0
+        counts = np.unpackbits(xor.view(np.uint8).reshape(-1, 8), axis=1).sum(axis=1)
+    close: list[int] = array[counts <= k].tolist()
     return close
+
+
+_SMALL_BUCKET = 48
+_bitwise_count = getattr(np, "bitwise_count", None)
 
 
 class ContentIndex:
@@ -206,10 +218,9 @@ class ContentIndex:
             for t, mask in enumerate(self._masks)
         ]
         buckets = [bytes(txn.get(key, b"", db=self._near)) for key in keys]
-        candidates = np.frombuffer(b"".join(buckets), dtype="<u8")
-        close = within(fingerprint, candidates, self._k)
-        if len(close):
-            earlier = bytes(txn.get(int(close[0]).to_bytes(8, "big"), b"", db=self._near_url))
+        close = within(fingerprint, b"".join(buckets), self._k)
+        if close:
+            earlier = bytes(txn.get(close[0].to_bytes(8, "big"), b"", db=self._near_url))
             if earlier.decode() != url:  # not the same page fetched again
                 return earlier.decode()
             return None

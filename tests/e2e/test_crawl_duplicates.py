@@ -27,7 +27,7 @@ def test_exact_copies_are_revisits_and_near_copies_are_marked(tmp_path: Path) ->
     with run_in_thread(config) as web:
         state = tmp_path / "state"
         proc = subprocess.run(
-            crawl_cmd(web, state, "--allow-loopback", "--fetchers", "2"),
+            crawl_cmd(web, state, "--allow-loopback", "--fetchers", "2", "--near-dup"),
             capture_output=True,
             text=True,
             timeout=240,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from drumbeat.parse.simhash import MIN_FEATURES, distance, simhash
+from drumbeat.parse.simhash import MIN_FEATURES, distance, simhash, simhashes
 
 WORDS = [f"w{i}x" for i in range(5000)]
 
@@ -52,3 +52,11 @@ def test_any_text_is_harmless() -> None:
         fingerprint = simhash(text)
         assert fingerprint is None or 0 <= fingerprint < 1 << 64
     assert simhash("\ud800 broken surrogate " * 50) is not None
+
+
+def test_a_batch_gives_what_each_text_gives_alone() -> None:
+    rng = random.Random(4)
+    texts = [" ".join(_text(rng, n)) for n in (0, 5, 17, 18, 300, 3000, 9000)] + ["x"] * 3
+    rng.shuffle(texts)
+    assert simhashes(texts) == [simhash(t) for t in texts]
+    assert simhashes([]) == []

@@ -67,9 +67,12 @@ def test_table_masks_find_every_fingerprint_within_the_distance() -> None:
 
 
 def test_within_counts_bits() -> None:
-    candidates = np.array([0b0, 0b111, 0b1111, 1 << 63 | 1], dtype=np.uint64)
-    assert within(0, candidates, 3).tolist() == [0, 0b111, (1 << 63) | 1]
-    assert within(0, candidates, 0).tolist() == [0]
+    for extra in (0, 100):  # the small path and numpy's
+        values = [0b0, 0b111, 0b1111, 1 << 63 | 1] + [(1 << 40) - 1] * extra
+        candidates = np.array(values, dtype="<u8").tobytes()
+        assert within(0, candidates, 3) == [0, 0b111, (1 << 63) | 1]
+        assert within(0, candidates, 0) == [0]
+        assert within(0, b"", 3) == []
 
 
 def test_near_finds_the_earlier_page_and_stores_only_new_clusters(tmp_path: Path) -> None:
