@@ -317,18 +317,44 @@ class Fetcher:
                 result.error = "warc_write"
             elif result.log is not None:  # None: an internal error
                 result.log["warc"] = str(location)
+        if revisits is not None and digests is not None:
+            self._record_payloads([fetched[i][3] for i in todo], revisits, digests, locations)
+
+    def _record_payloads(
+        self,
+        responses: list[FetchResponse],
+        revisits: list[Revisit | None],
+        digests: list[str | None],
+        locations: list[WarcLocation | Exception],
+    ) -> None:
+        """Record in the content index the payloads just archived in full. The records
+        go to the OS first: a process killed after that loses none of them, so the
+        index never names a record that is not in a WARC file."""
+        assert self.content is not None
+        started = thread_time()
+        entries = [
+            (digest, r.url, warc_date(r.fetch_time))
+            for r, revisit, digest, location in zip(responses, revisits, digests, locations)
+            if digest is not None and revisit is None and isinstance(location, WarcLocation)
+        ]
+        if entries:
+            try:
+                self.warc.flush()
+                self.content.add_payloads(entries)
+            except Exception as e:  # a broken index must not stop archiving
+                log.error("content index failed, payloads not recorded: %r", e)
+        self.stage_s["dedup"] += thread_time() - started
 
     def _copies(
         self, responses: list[FetchResponse], results: list[ItemResult]
     ) -> tuple[list[Revisit | None] | None, list[str | None] | None]:
         """Which of ``responses`` carry a payload already archived: a revisit for each
         of those (and ``revisit_of`` in its log line), and the payload digest of each
-        one checked (both None when duplicates are not looked for).
+        one checked (both None when duplicates are not looked for). A payload twice in
+        ``responses`` is archived in full the first time.
 
         Only complete 2xx payloads count: a truncated one is not the payload the
-        server sends. The payload is recorded as this record's when new; should its
-        write then fail, later copies refer to a record that is not there (a full disk,
-        already an error in the crawl log)."""
+        server sends."""
         if not self._dedup:
             return None, None
         assert self.content is not None
@@ -339,26 +365,25 @@ class Fetcher:
             else None
             for r in responses
         ]
-        entries = [
-            (digest, r.url, warc_date(r.fetch_time))
-            for digest, r in zip(digests, responses)
-            if digest is not None
-        ]
+        checked = [i for i, digest in enumerate(digests) if digest is not None]
         try:
-            earlier = iter(self.content.payloads(entries))
+            earlier = self.content.find_payloads([digests[i] or "" for i in checked])
         except Exception as e:  # a broken index must not stop archiving
             log.error("content index failed, archiving in full: %r", e)
             return None, digests
-        revisits: list[Revisit | None] = []
-        for digest, result in zip(digests, results):
-            prior = next(earlier) if digest is not None else None
+        revisits: list[Revisit | None] = [None] * len(responses)
+        in_batch: dict[str, tuple[str, str]] = {}
+        for i, prior in zip(checked, earlier):
+            digest, r = digests[i] or "", responses[i]
+            prior = prior or in_batch.get(digest)
             if prior is None:
-                revisits.append(None)
+                in_batch[digest] = (r.url, warc_date(r.fetch_time))
                 continue
             uri, date = prior
-            revisits.append(Revisit(IDENTICAL_PAYLOAD_DIGEST, uri, date, digest))
-            if result.log is not None:
-                result.log["revisit_of"] = uri
+            revisits[i] = Revisit(IDENTICAL_PAYLOAD_DIGEST, uri, date, digest)
+            log_line = results[i].log
+            if log_line is not None:
+                log_line["revisit_of"] = uri
         self.stage_s["dedup"] += thread_time() - started
         return revisits, digests
 

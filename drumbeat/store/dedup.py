@@ -6,9 +6,8 @@ copy of an earlier page's (marked in the crawl log). They are separate processes
 otherwise stateless, so the index they share is on disk: one LMDB environment per state
 directory (per crawl in a cluster fetcher's state directory), which the fetcher
 processes of that directory open together. LMDB serializes write transactions across
-processes, so each batch's look-ups and inserts are one atomic check-and-insert: of two
-processes archiving the same payload at once, one writes the response and the other
-the revisit.
+processes, so a batch's inserts are one transaction, and an insert never replaces what
+another process recorded first.
 
 Memory: the index is a file mapped read-only into each process; the pages it touches
 are the kernel's page cache (shared by the processes, dropped under memory pressure),
@@ -64,7 +63,7 @@ _DATABASES = 4
 @dataclass(frozen=True, slots=True)
 class ContentIndexStats:
     payloads_checked: int
-    payload_copies: int  # payloads found already archived
+    payload_copies: int  # payloads found already archived (by find_payloads)
     pages_checked: int
     near_copies: int  # pages found within the distance of an earlier one
     full: bool  # the index reached max_bytes and stopped growing
@@ -105,6 +104,10 @@ def within(fingerprint: int, candidates: bytes, k: int) -> list[int]:
 
 _SMALL_BUCKET = 48
 _bitwise_count = getattr(np, "bitwise_count", None)
+
+
+def _payload_key(digest: str) -> bytes:
+    return digest.removeprefix("sha1:")[:PAYLOAD_KEY_CHARS].encode()
 
 
 class ContentIndex:
@@ -166,34 +169,41 @@ class ContentIndex:
             lock=True,
         )
 
-    def payloads(self, entries: Sequence[tuple[str, str, str]]) -> list[tuple[str, str] | None]:
-        """For each ``(payload digest, uri, date)`` (a ``sha1:`` base32 digest, the
-        record's WARC-Target-URI and WARC-Date), in order: None when the payload is new
-        (it is recorded as this record's now), else the ``(uri, date)`` of the record
-        that has it. Copies within ``entries`` refer to the first of them."""
-        self._counts[0] += len(entries)
-        found: list[bytes | None] = []
-        try:
-            with self._env.begin(write=not self._full, db=self._payload) as txn:
-                for digest, uri, date in entries:
-                    key = digest.removeprefix("sha1:")[:PAYLOAD_KEY_CHARS].encode()
-                    if not self._full and txn.put(key, f"{date} {uri}".encode(), overwrite=False):
-                        found.append(None)  # new, and recorded
-                    else:
-                        found.append(txn.get(key))
-        except lmdb.MapFullError:
-            self._fill()
-            self._counts[0] -= len(entries)
-            return self.payloads(entries)
+    def find_payloads(self, digests: Sequence[str]) -> list[tuple[str, str] | None]:
+        """For each payload digest (``sha1:`` base32), in order: the ``(uri, date)`` of
+        the record that holds that payload (its WARC-Target-URI and WARC-Date), or None
+        when none is known."""
+        self._counts[0] += len(digests)
         result: list[tuple[str, str] | None] = []
-        for value in found:
-            if value is None:
-                result.append(None)
-            else:
-                date, _, uri = value.decode().partition(" ")
+        with self._env.begin(db=self._payload) as txn:
+            for digest in digests:
+                value = txn.get(_payload_key(digest))
+                if value is None:
+                    result.append(None)
+                    continue
+                date, _, uri = bytes(value).decode().partition(" ")
                 result.append((uri, date))
                 self._counts[1] += 1
         return result
+
+    def add_payloads(self, entries: Sequence[tuple[str, str, str]]) -> list[bool]:
+        """Record each ``(payload digest, uri, date)`` as the record holding that
+        payload, unless one is known already; say which were recorded.
+
+        Call it once the records are written (handed to the OS): the index must never
+        name a record that a killed process had not written. Two processes that
+        archive one payload at once then both write it in full, which is harmless."""
+        if self._full:
+            return [False] * len(entries)
+        try:
+            with self._env.begin(write=True, db=self._payload) as txn:
+                return [
+                    bool(txn.put(_payload_key(digest), f"{date} {uri}".encode(), overwrite=False))
+                    for digest, uri, date in entries
+                ]
+        except lmdb.MapFullError:
+            self._fill()
+            return [False] * len(entries)
 
     def near(self, entries: Sequence[tuple[int, str]]) -> list[str | None]:
         """For each ``(fingerprint, url)`` of a page, in order: the URL of an earlier

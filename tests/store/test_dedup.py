@@ -19,36 +19,33 @@ def _digest(i: int) -> str:
     return f"sha1:{i:016X}ABCDEFGHIJKLMNOP"
 
 
-def test_payloads_insert_if_absent_and_answer_the_first(tmp_path: Path) -> None:
+def test_payloads_are_found_once_added_and_the_first_stays(tmp_path: Path) -> None:
     with ContentIndex(tmp_path / "c", max_bytes=1 << 24) as index:
-        first = index.payloads(
+        assert index.find_payloads([_digest(1), _digest(2)]) == [None, None]
+        assert index.add_payloads(
             [(_digest(1), "http://a.test/", "D1"), (_digest(2), "http://b.test/", "D2")]
-        )
-        assert first == [None, None]
-        again = index.payloads(
-            [
-                (_digest(2), "http://c.test/", "D3"),
-                (_digest(3), "http://d.test/", "D4"),
-                (_digest(3), "http://e.test/", "D5"),  # a copy within the batch
-            ]
-        )
-        assert again == [("http://b.test/", "D2"), None, ("http://d.test/", "D4")]
+        ) == [True, True]
+        assert index.add_payloads([(_digest(2), "http://c.test/", "D3")]) == [False]
+        assert index.find_payloads([_digest(2), _digest(3), _digest(1)]) == [
+            ("http://b.test/", "D2"),
+            None,
+            ("http://a.test/", "D1"),
+        ]
         assert index.stats().payload_copies == 2
     with ContentIndex(tmp_path / "c", max_bytes=1 << 24) as index:  # it persists
-        assert index.payloads([(_digest(1), "http://x.test/", "D9")]) == [("http://a.test/", "D1")]
+        assert index.find_payloads([_digest(1)]) == [("http://a.test/", "D1")]
 
 
 def test_a_full_index_stops_growing_and_still_answers(tmp_path: Path) -> None:
     with ContentIndex(tmp_path / "c", max_bytes=1 << 20) as index:
-        index.payloads([(_digest(0), "http://first.test/", "D")])
+        index.add_payloads([(_digest(0), "http://first.test/", "D")])
         long = "http://a.test/" + "x" * 1000
         for start in range(0, 4000, 100):
-            index.payloads([(_digest(i), long, "D") for i in range(start + 1, start + 101)])
+            index.add_payloads([(_digest(i), long, "D") for i in range(start + 1, start + 101)])
         assert index.stats().full
-        assert index.payloads([(_digest(0), "http://again.test/", "D")]) == [
-            ("http://first.test/", "D")
-        ]
-        assert index.payloads([(_digest(10**9), "http://new.test/", "D")]) == [None]
+        assert index.find_payloads([_digest(0)]) == [("http://first.test/", "D")]
+        assert index.add_payloads([(_digest(10**9), "http://new.test/", "D")]) == [False]
+        assert index.find_payloads([_digest(10**9)]) == [None]
         assert index.near([(123456789, "http://n.test/")]) == [None]
 
 
@@ -106,7 +103,7 @@ SCRIPT = textwrap.dedent(
         for start in range(0, 3000, 50):
             ids = range(start, start + 50)
             batch = [(f"sha1:{i:016X}ABCDEFGHIJKLMNOP", f"http://{me}.test/{i}", "D") for i in ids]
-            new += sum(r is None for r in index.payloads(batch))
+            new += sum(index.add_payloads(batch))
             prints = [(i * 0x9E3779B97F4A7C15 % 2**64, me) for i in ids]
             new += sum(r is None for r in index.near(prints))
     print(new)
@@ -140,11 +137,11 @@ def _rss_anon_bytes() -> int:
 def test_the_process_memory_does_not_grow_with_the_index(tmp_path: Path) -> None:
     rng = random.Random(1)
     with ContentIndex(tmp_path / "c", max_bytes=1 << 30) as index:
-        index.payloads([(_digest(0), "http://a.test/", "D")])
+        index.add_payloads([(_digest(0), "http://a.test/", "D")])
         index.near([(1, "http://a.test/")])
         before = _rss_anon_bytes()
         for start in range(0, 100_000, 1000):
-            index.payloads(
+            index.add_payloads(
                 [
                     (_digest(i), f"http://h{i}.test/page", "2026-01-01T00:00:00Z")
                     for i in range(start, start + 1000)
