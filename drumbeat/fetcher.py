@@ -116,8 +116,6 @@ class Fetcher:
         duplicate detection."""
         self.settings = settings
         self.content = content
-        self._dedup = content is not None and settings.dedup
-        self._near_dup = content is not None and settings.near_dup
         self.pace = pace
         self.queue = queue
         self.http = http
@@ -131,6 +129,10 @@ class Fetcher:
         self.fetched = 0
         self.errors: Counter[str] = Counter()
         self.stage_s: defaultdict[str, float] = defaultdict(float)  # CPU seconds
+        self.duplicates = (
+            Duplicates(settings, content, warc, self.stage_s) if content is not None else None
+        )
+        self._near_dup = self.duplicates is not None and self.duplicates.near
 
     async def run(self) -> None:
         """Claim and run tasks until the queue is closed or this coroutine is cancelled."""
@@ -238,8 +240,8 @@ class Fetcher:
             found = self._parse_step(self._references, item, result, resp)
             if found is not None:
                 pages.append((item, result, found))
-        if self._near_dup:
-            pages = self._near_duplicates(pages)
+        if self.duplicates is not None and self.duplicates.near:
+            pages = self.duplicates.near_copies(pages)
         for item, result, found in pages:
             self._parse_step(self._links, item, result, found)
         self.stage_s["warc"] += archived - started
@@ -289,7 +291,11 @@ class Fetcher:
             for i, (result, (_, _, _, resp)) in enumerate(zip(results, fetched))
             if result.log is not None and resp.status is not None
         ]
-        revisits, digests = self._copies([fetched[i][3] for i in todo], [results[i] for i in todo])
+        revisits, digests = (None, None)
+        if self.duplicates is not None:
+            revisits, digests = self.duplicates.copies(
+                [fetched[i][3] for i in todo], [results[i] for i in todo]
+            )
         locations: list[WarcLocation | Exception]
         try:
             locations = list(
@@ -317,107 +323,8 @@ class Fetcher:
                 result.error = "warc_write"
             elif result.log is not None:  # None: an internal error
                 result.log["warc"] = str(location)
-        if revisits is not None and digests is not None:
-            self._record_payloads([fetched[i][3] for i in todo], revisits, digests, locations)
-
-    def _record_payloads(
-        self,
-        responses: list[FetchResponse],
-        revisits: list[Revisit | None],
-        digests: list[str | None],
-        locations: list[WarcLocation | Exception],
-    ) -> None:
-        """Record in the content index the payloads just archived in full. The records
-        go to the OS first: a process killed after that loses none of them, so the
-        index never names a record that is not in a WARC file."""
-        assert self.content is not None
-        started = thread_time()
-        entries = [
-            (digest, r.url, warc_date(r.fetch_time))
-            for r, revisit, digest, location in zip(responses, revisits, digests, locations)
-            if digest is not None and revisit is None and isinstance(location, WarcLocation)
-        ]
-        if entries:
-            try:
-                self.warc.flush()
-                self.content.add_payloads(entries)
-            except Exception as e:  # a broken index must not stop archiving
-                log.error("content index failed, payloads not recorded: %r", e)
-        self.stage_s["dedup"] += thread_time() - started
-
-    def _copies(
-        self, responses: list[FetchResponse], results: list[ItemResult]
-    ) -> tuple[list[Revisit | None] | None, list[str | None] | None]:
-        """Which of ``responses`` carry a payload already archived: a revisit for each
-        of those (and ``revisit_of`` in its log line), and the payload digest of each
-        one checked (both None when duplicates are not looked for). A payload twice in
-        ``responses`` is archived in full the first time.
-
-        Only complete 2xx payloads count: a truncated one is not the payload the
-        server sends."""
-        if not self._dedup:
-            return None, None
-        assert self.content is not None
-        started = thread_time()
-        digests = [
-            sha1_label(r.body)
-            if r.status is not None and 200 <= r.status < 300 and r.body and not r.truncated
-            else None
-            for r in responses
-        ]
-        checked = [i for i, digest in enumerate(digests) if digest is not None]
-        try:
-            earlier = self.content.find_payloads([digests[i] or "" for i in checked])
-        except Exception as e:  # a broken index must not stop archiving
-            log.error("content index failed, archiving in full: %r", e)
-            return None, digests
-        revisits: list[Revisit | None] = [None] * len(responses)
-        in_batch: dict[str, tuple[str, str]] = {}
-        for i, prior in zip(checked, earlier):
-            digest, r = digests[i] or "", responses[i]
-            prior = prior or in_batch.get(digest)
-            if prior is None:
-                in_batch[digest] = (r.url, warc_date(r.fetch_time))
-                continue
-            uri, date = prior
-            revisits[i] = Revisit(IDENTICAL_PAYLOAD_DIGEST, uri, date, digest)
-            log_line = results[i].log
-            if log_line is not None:
-                log_line["revisit_of"] = uri
-        self.stage_s["dedup"] += thread_time() - started
-        return revisits, digests
-
-    def _near_duplicates(
-        self, pages: list[tuple[FetchItem, ItemResult, PageReferences]]
-    ) -> list[tuple[FetchItem, ItemResult, PageReferences]]:
-        """Mark each page whose text is a near copy of an earlier page's
-        (``near_dup_of`` in its log line); return the pages whose links are followed."""
-        assert self.content is not None
-        started = thread_time()
-        texts = []
-        for _, _, found in pages:
-            texts.append(found.text or "")
-            found.text = None
-        entries: list[tuple[int, str]] = []
-        checked: list[ItemResult] = []
-        for (item, result, _), fingerprint in zip(pages, simhashes(texts)):
-            if fingerprint is not None:
-                entries.append((fingerprint, item.url))
-                checked.append(result)
-        try:
-            earlier = self.content.near(entries)
-        except Exception as e:  # a broken index must not stop the crawl
-            log.error("content index failed, no near-duplicate check: %r", e)
-            earlier = [None] * len(entries)
-        for result, near in zip(checked, earlier):
-            if near is not None and result.log is not None:
-                result.log["near_dup_of"] = near
-        elapsed = thread_time() - started
-        self.stage_s["dedup"] += elapsed
-        self.stage_s["parse"] -= elapsed
-        if self.settings.near_dup_follow_links:
-            return pages
-        return [p for p in pages if p[1].log is None or "near_dup_of" not in p[1].log]
+        if self.duplicates is not None and revisits is not None and digests is not None:
+            self.duplicates.record([fetched[i][3] for i in todo], revisits, digests, locations)
 
     def _parse_step(
         self,
@@ -504,6 +411,128 @@ class Fetcher:
             dict(self.errors),
             dict(self.stage_s),
         )
+
+
+class Duplicates:
+    """A fetcher's duplicate detection, batch by batch, over the content index that the
+    fetchers of its state directory share (drumbeat.store.dedup): exact copies of an
+    archived payload (``settings.dedup``: written as revisit records) and near copies
+    of an earlier page's text (``settings.near_dup``: marked in the crawl log). Its CPU
+    time goes to ``stage_s["dedup"]``, out of the stage it ran in."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        content: ContentIndex,
+        warc: WarcWriter,
+        stage_s: defaultdict[str, float],
+    ) -> None:
+        self.exact = settings.dedup
+        self.near = settings.near_dup
+        self._settings = settings
+        self._content = content
+        self._warc = warc
+        self._stage_s = stage_s
+
+    def record(
+        self,
+        responses: list[FetchResponse],
+        revisits: list[Revisit | None],
+        digests: list[str | None],
+        locations: list[WarcLocation | Exception],
+    ) -> None:
+        """Record in the content index the payloads just archived in full. The records
+        go to the OS first: a process killed after that loses none of them, so the
+        index never names a record that is not in a WARC file."""
+        started = thread_time()
+        entries = [
+            (digest, r.url, warc_date(r.fetch_time))
+            for r, revisit, digest, location in zip(responses, revisits, digests, locations)
+            if digest is not None and revisit is None and isinstance(location, WarcLocation)
+        ]
+        if entries:
+            try:
+                self._warc.flush()
+                self._content.add_payloads(entries)
+            except Exception as e:  # a broken index must not stop archiving
+                log.error("content index failed, payloads not recorded: %r", e)
+        self._count(thread_time() - started)
+
+    def _count(self, cpu_s: float, within: str = "warc") -> None:
+        """Count ``cpu_s`` spent within stage ``within`` as the "dedup" stage's."""
+        self._stage_s["dedup"] += cpu_s
+        self._stage_s[within] -= cpu_s
+
+    def copies(
+        self, responses: list[FetchResponse], results: list[ItemResult]
+    ) -> tuple[list[Revisit | None] | None, list[str | None] | None]:
+        """Which of ``responses`` carry a payload already archived: a revisit for each
+        of those (and ``revisit_of`` in its log line), and the payload digest of each
+        one checked (both None when duplicates are not looked for). A payload twice in
+        ``responses`` is archived in full the first time.
+
+        Only complete 2xx payloads count: a truncated one is not the payload the
+        server sends."""
+        if not self.exact:
+            return None, None
+        started = thread_time()
+        digests = [
+            sha1_label(r.body)
+            if r.status is not None and 200 <= r.status < 300 and r.body and not r.truncated
+            else None
+            for r in responses
+        ]
+        checked = [i for i, digest in enumerate(digests) if digest is not None]
+        try:
+            earlier = self._content.find_payloads([digests[i] or "" for i in checked])
+        except Exception as e:  # a broken index must not stop archiving
+            log.error("content index failed, archiving in full: %r", e)
+            return None, digests
+        revisits: list[Revisit | None] = [None] * len(responses)
+        in_batch: dict[str, tuple[str, str]] = {}
+        for i, prior in zip(checked, earlier):
+            digest, r = digests[i] or "", responses[i]
+            prior = prior or in_batch.get(digest)
+            if prior is None:
+                in_batch[digest] = (r.url, warc_date(r.fetch_time))
+                continue
+            uri, date = prior
+            revisits[i] = Revisit(IDENTICAL_PAYLOAD_DIGEST, uri, date, digest)
+            log_line = results[i].log
+            if log_line is not None:
+                log_line["revisit_of"] = uri
+        self._count(thread_time() - started)
+        return revisits, digests
+
+    def near_copies(
+        self, pages: list[tuple[FetchItem, ItemResult, PageReferences]]
+    ) -> list[tuple[FetchItem, ItemResult, PageReferences]]:
+        """Mark each page whose text is a near copy of an earlier page's
+        (``near_dup_of`` in its log line); return the pages whose links are followed."""
+        started = thread_time()
+        texts = []
+        for _, _, found in pages:
+            texts.append(found.text or "")
+            found.text = None
+        entries: list[tuple[int, str]] = []
+        checked: list[ItemResult] = []
+        for (item, result, _), fingerprint in zip(pages, simhashes(texts)):
+            if fingerprint is not None:
+                entries.append((fingerprint, item.url))
+                checked.append(result)
+        try:
+            earlier = self._content.near(entries)
+        except Exception as e:  # a broken index must not stop the crawl
+            log.error("content index failed, no near-duplicate check: %r", e)
+            earlier = [None] * len(entries)
+        for result, near in zip(checked, earlier):
+            if near is not None and result.log is not None:
+                result.log["near_dup_of"] = near
+        elapsed = thread_time() - started
+        self._count(elapsed, "parse")
+        if self._settings.near_dup_follow_links:
+            return pages
+        return [p for p in pages if p[1].log is None or "near_dup_of" not in p[1].log]
 
 
 def open_content_index(settings: Settings, path: Path) -> ContentIndex | None:

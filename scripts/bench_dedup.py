@@ -122,6 +122,9 @@ def bench_near(work: Path, n: int) -> None:
         )
     env.close()
     load_s = time.perf_counter() - started
+    picks = prints[rng.integers(0, n, size=5000)].tolist()
+    del prints, keys, order, sorted_keys, sorted_prints, bounds, starts, ends, big_endian
+    anon_before, _ = _rss()
     with ContentIndex(path, max_bytes=1 << 36) as index:
         queries = rng.integers(0, 1 << 63, size=20_000, dtype=np.uint64).tolist()
         started = time.process_time()
@@ -129,7 +132,6 @@ def bench_near(work: Path, n: int) -> None:
             index.near([(q, "http://q.test/") for q in queries[i : i + BATCH]])
         miss_cpu = (time.process_time() - started) / len(queries)
         # Planted: stored fingerprints with 3 bits flipped.
-        picks = prints[rng.integers(0, n, size=5000)].tolist()
         planted = []
         for p in picks:
             for bit in random.Random(p).sample(range(64), 3):
@@ -149,7 +151,8 @@ def bench_near(work: Path, n: int) -> None:
         f"near tables (4 x 16 bits), {n:>11,} fingerprints (bulk-loaded in {load_s:.0f} s): "
         f"{1 / miss_cpu:,.0f} look-ups+inserts/s of new pages ({miss_cpu * 1e6:.1f} µs CPU), "
         f"{1 / hit_cpu:,.0f} look-ups/s of near copies ({hits}/{len(planted)} found); "
-        f"file {size / n:.0f} B/fingerprint; RSS anon {anon >> 20} MiB, file {file_ >> 20} MiB"
+        f"file {size / n:.0f} B/fingerprint; RSS anon +{(anon - anon_before) >> 20} MiB "
+        f"while querying, file {file_ >> 20} MiB"
     )
     shutil.rmtree(path)
 
