@@ -1,4 +1,4 @@
-"""End-to-end: duplicates in a crawl of simweb's planted copies (two fetcher processes).
+"""End-to-end: duplicates in a crawl of simweb's planted copies.
 
 Each article is served three times: the original, an exact copy and a near copy
 (SimWebConfig.duplicate_articles). The crawl writes one response for the original and
@@ -22,12 +22,15 @@ from tests.e2e.test_crawl import crawl_cmd, fetched_pages, read_log
 pytestmark = pytest.mark.e2e
 
 
-def test_exact_copies_are_revisits_and_near_copies_are_marked(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fetchers", ["2", "0"])  # two processes share one index; in-process
+def test_exact_copies_are_revisits_and_near_copies_are_marked(
+    tmp_path: Path, fetchers: str
+) -> None:
     config = SimWebConfig(seed=3, hosts=6, ips=3, pages_per_host=3, duplicate_articles=4)
     with run_in_thread(config) as web:
         state = tmp_path / "state"
         proc = subprocess.run(
-            crawl_cmd(web, state, "--allow-loopback", "--fetchers", "2", "--near-dup"),
+            crawl_cmd(web, state, "--allow-loopback", "--fetchers", fetchers, "--near-dup"),
             capture_output=True,
             text=True,
             timeout=240,
