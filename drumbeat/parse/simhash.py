@@ -31,6 +31,7 @@ __all__ = [
 ]
 
 MIN_FEATURES = 16  # below this a page's text says too little to call it a near-duplicate
+_CHUNK_BYTES = 1 << 16  # text simhashed together (docs/benchmarks.md, "Duplicates")
 # Shingles kept: all up to _SAMPLE_FROM, else about _SAMPLE_FROM to 2 * _SAMPLE_FROM.
 _SAMPLE_FROM = 512
 
@@ -66,11 +67,25 @@ def simhash(text: str, *, max_bytes: int = 1 << 20) -> int | None:
 def simhashes(texts: list[str], *, max_bytes: int = 1 << 20) -> list[int | None]:
     """The simhash of each of ``texts``, as :func:`simhash` gives it.
 
-    All texts go through each step at once: a page's work is a few passes over its
-    bytes and words, and one numpy call per step for the whole batch rather than per
-    page (calls, not arithmetic, were most of the cost page by page)."""
-    if not texts:
-        return []
+    Texts go through each step together, about _CHUNK_BYTES of them at a time: a
+    page's work is a few passes over its bytes and words, and one numpy call per step
+    for the chunk rather than per page (calls, not arithmetic, were most of the cost
+    page by page); larger chunks outgrow the CPU's caches and cost more again."""
+    prints: list[int | None] = []
+    chunk: list[str] = []
+    size = 0
+    for text in texts:
+        chunk.append(text)
+        size += len(text)
+        if size >= _CHUNK_BYTES:
+            prints += _simhashes(chunk, max_bytes)
+            chunk, size = [], 0
+    if chunk:
+        prints += _simhashes(chunk, max_bytes)
+    return prints
+
+
+def _simhashes(texts: list[str], max_bytes: int) -> list[int | None]:
     raws = [t.encode("utf-8", "replace")[:max_bytes] for t in texts]
     # One buffer: each text after a space, so that no word spans two texts.
     begins = list(itertools.accumulate((len(r) + 1 for r in raws), initial=0))[:-1]
@@ -78,8 +93,10 @@ def simhashes(texts: list[str], *, max_bytes: int = 1 << 20) -> list[int | None]
     n = len(joined)
     buf = joined + b" " * (16 - n % 8)
     spaces = np.frombuffer(buf, dtype=np.uint8, count=n + 1) == 0x20
-    starts = np.flatnonzero(spaces[:-1] > spaces[1:]) + 1  # a space, then a word here
-    lengths = np.flatnonzero(spaces[:-1] < spaces[1:]) + 1 - starts  # up to a space
+    # Where a word begins and where it ends, alternately: buf begins and ends with a space.
+    edges = np.flatnonzero(spaces[:-1] != spaces[1:]) + 1
+    starts = edges[0::2]
+    lengths = edges[1::2] - starts
     # Each word's first 8 bytes as a little-endian uint64 (the rest masked off), from
     # the two aligned words that hold them: aligned gathers (numpy gathers from an
     # unaligned view, or bytes one by one, several times slower).
