@@ -333,8 +333,8 @@ def _add_duplicate_args(g: argparse._ArgumentGroup) -> None:
         dest="near_dup",
         action="store_true",
         default=unset,
-        help="mark near copies of earlier pages in the crawl log (simhash of each page's "
-        "text; costs about a parse again)",
+        help="mark near copies of earlier pages in the crawl log (a simhash of each "
+        "page's text: about 1.5 times the parse's CPU)",
     )
     g.add_argument(
         "--near-dup-nofollow",

@@ -160,7 +160,7 @@ class Settings:
     # An HTML page whose text's 64-bit simhash is within near_dup_distance bits of an
     # earlier page's is marked in the crawl log ("near_dup_of"); its links are followed
     # unless near_dup_follow_links is false. Off by default: the text and its simhash
-    # cost about a parse again (docs/benchmarks.md, "Duplicates").
+    # cost more CPU than the parse itself (docs/benchmarks.md, "Duplicates").
     near_dup: bool = False
     near_dup_follow_links: bool = True
     near_dup_distance: int = 3

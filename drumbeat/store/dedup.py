@@ -21,7 +21,8 @@ archived after it are written in full.
 
 Format (``FORMAT_VERSION``), LMDB named databases:
 
-``meta``      ``b"version"`` -> the format version, ASCII.
+``meta``      ``b"version"`` -> the format version, ASCII; ``b"near_tables"`` ->
+              ``b"<blocks> <distance>"`` of the tables in ``near``.
 ``payload``   the first 16 characters (80 bits) of a payload's base32 SHA-1 ->
               ``b"<WARC-Date> <WARC-Target-URI>"`` of the record that holds it.
 ``near``      table number (1 byte) + a fingerprint under that table's mask (8 bytes,
@@ -130,6 +131,7 @@ class ContentIndex:
         self._payload = self._env.open_db(b"payload")
         self._near = self._env.open_db(b"near")
         self._near_url = self._env.open_db(b"near_url")
+        self._check_tables(f"{blocks} {distance}".encode())
         self._full = False
         self._counts = [0, 0, 0, 0]  # payloads checked, copies, pages checked, near copies
 
@@ -153,6 +155,17 @@ class ContentIndex:
                 log.warning("content index %s unusable (%s): beginning it again", self.path, e)
                 shutil.rmtree(self.path, ignore_errors=True)
         raise AssertionError("unreachable")
+
+    def _check_tables(self, layout: bytes) -> None:
+        """Empty the near-duplicate tables when they were built with another number of
+        blocks or distance (a resumed crawl with other settings): their keys would not
+        be this index's."""
+        with self._env.begin(write=True) as txn:
+            meta = self._env.open_db(b"meta", txn=txn)
+            if txn.get(b"near_tables", db=meta) != layout:
+                txn.drop(self._near, delete=False)
+                txn.drop(self._near_url, delete=False)
+                txn.put(b"near_tables", layout, db=meta)
 
     def _open_env(self) -> lmdb.Environment:
         self.path.mkdir(parents=True, exist_ok=True)

@@ -151,3 +151,13 @@ def test_the_process_memory_does_not_grow_with_the_index(tmp_path: Path) -> None
         grown = _rss_anon_bytes() - before
         assert index.stats().file_bytes > 20 << 20  # the index is on disk
     assert grown < 16 << 20
+
+
+def test_tables_of_another_layout_are_begun_again(tmp_path: Path) -> None:
+    with ContentIndex(tmp_path / "c", max_bytes=1 << 24) as index:
+        index.add_payloads([(_digest(1), "http://a.test/", "D")])
+        assert index.near([(0xFFFF, "http://a.test/")]) == [None]
+        assert index.near([(0xFFFE, "http://b.test/")]) == ["http://a.test/"]
+    with ContentIndex(tmp_path / "c", max_bytes=1 << 24, blocks=5) as index:
+        assert index.near([(0xFFFE, "http://b.test/")]) == [None]  # tables emptied
+        assert index.find_payloads([_digest(1)]) == [("http://a.test/", "D")]  # kept
