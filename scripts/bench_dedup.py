@@ -101,7 +101,9 @@ def bench_near(work: Path, n: int) -> None:
     # Bulk load, in the format ContentIndex writes (see drumbeat.store.dedup).
     with ContentIndex(path, max_bytes=1 << 36):
         pass
-    env = lmdb.open(str(path), map_size=1 << 36, max_dbs=4, sync=False, metasync=False)
+    env = lmdb.open(
+        str(path), map_size=1 << 36, max_dbs=4, sync=False, metasync=False, writemap=True
+    )
     near, near_url = env.open_db(b"near"), env.open_db(b"near_url")
     with env.begin(write=True) as txn:
         for t, mask in enumerate(masks):

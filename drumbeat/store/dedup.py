@@ -171,7 +171,10 @@ class ContentIndex:
         self.path.mkdir(parents=True, exist_ok=True)
         # sync/metasync off: a commit is not fsynced (see the module doc); readahead
         # off: look-ups are random, and readahead would fill the page cache with
-        # neighbours never read.
+        # neighbours never read; writemap: a commit writes into the mapping instead of
+        # write() calls, half the CPU of an insert (docs/benchmarks.md). Every process
+        # of an index must open it so. The file is then max_bytes long but sparse:
+        # ``du``, not ``ls -l``, shows what it holds.
         return lmdb.open(
             str(self.path),
             map_size=self._max_bytes,
@@ -179,6 +182,7 @@ class ContentIndex:
             sync=False,
             metasync=False,
             readahead=False,
+            writemap=True,
             lock=True,
         )
 
