@@ -9,7 +9,14 @@ processes of that directory open together. LMDB serializes write transactions ac
 processes, so a batch's inserts are one transaction, and an insert never replaces what
 another process recorded first.
 
-Memory: the index is a file mapped read-only into each process; the pages it touches
+In a cluster each fetcher machine's state directory has its own index: a payload first
+archived on another machine is archived in full here too, so that a revisit record
+always refers to a record in the same machine's WARC files (they stay self-contained).
+The managers partition URLs by PLD but fetchers take any partition's tasks, so with M
+fetcher machines about (M - 1) / M of the copies across machines are written in full;
+copies on one machine (mirrored paths, session URLs of one site) are all caught.
+
+Memory: the index is a file mapped into each process; the pages it touches
 are the kernel's page cache (shared by the processes, dropped under memory pressure),
 and the process's own memory does not grow with it. ``max_bytes`` caps the file (LMDB's
 map size); when it is full the index stops growing (``full`` in :meth:`stats`) and goes
@@ -17,7 +24,10 @@ on answering: later copies are archived in full.
 
 Durability is not needed: commits are not fsynced, and an index that does not open
 (after a power loss) is removed and begun again. A lost index only means that copies
-archived after it are written in full.
+archived after it are written in full. A payload is added only once its record has been
+handed to the OS, so a killed process never leaves an entry naming a record it did not
+write; after a power loss an entry may outlive its record's lost tail (the WARC files
+are fsynced at checkpoints, the index is not).
 
 Format (``FORMAT_VERSION``), LMDB named databases:
 
