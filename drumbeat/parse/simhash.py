@@ -52,7 +52,7 @@ _S27, _S30, _S31 = np.uint64(27), np.uint64(30), np.uint64(31)
 _BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little").astype(
     np.float64
 )
-_BYTE_POSITION = np.arange(8, dtype=np.intp)
+_BYTE_BASE = np.arange(8, dtype=np.uint16) * 256  # a byte position's first bin
 _ONE = np.uint64(1)
 # [n]: the low n bytes of a little-endian uint64 (a word's first n bytes).
 _PREFIX_MASK = np.array([(1 << 8 * n) - 1 for n in range(9)], dtype=np.uint64)
@@ -108,23 +108,33 @@ def _simhashes(texts: list[str], max_bytes: int) -> list[int | None]:
         word |= (aligned[(starts >> 3) + 1] << _ONE) << (np.uint64(63) - low_bits)
     word &= _PREFIX_MASK[np.minimum(lengths, 8)]
     first = np.searchsorted(starts, begins)  # each text's first word
-    page = np.repeat(np.arange(len(texts)), np.diff(first, append=len(starts)))
-    whole = np.flatnonzero(page[:-2] == page[2:])  # shingles within one text
-    page = page[whole]
+    words_in = np.diff(first, append=len(starts))
     with np.errstate(over="ignore"):
-        x = word[whole] * _K0
-        x += word[whole + 1] * _K1
-        x += word[whole + 2] * _K2
-        # A text with many shingles keeps those whose top bits are 0 (1 in 2**shift):
-        # the same ones on two copies, and a bounded bit count.
-        shingles = np.bincount(page, minlength=len(texts))
-        shifts = [max(0, int(c // _SAMPLE_FROM).bit_length() - 1) for c in shingles.tolist()]
-        top = np.array([((1 << k) - 1) << (64 - k) for k in shifts], dtype=np.uint64)
+        x = word[:-2] * _K0
+        x += word[1:-1] * _K1
+        x += word[2:] * _K2
+    # Drop the shingles that span two texts: the two before each text's first word.
+    spanning = np.concatenate([first[1:] - 2, first[1:] - 1])
+    x = np.delete(x, np.unique(spanning[(spanning >= 0) & (spanning < len(x))]))
+    shingles = np.maximum(words_in - 2, 0)
+    page = np.repeat(np.arange(len(texts)), shingles)
+    # A text with many shingles keeps those whose top bits are 0 (1 in 2**shift): the
+    # same ones on two copies, and a bounded bit count.
+    shifts = {max(0, int(c // _SAMPLE_FROM).bit_length() - 1) for c in shingles.tolist()}
+    tops = [((1 << k) - 1) << (64 - k) for k in range(max(shifts) + 1)]
+    if len(shifts) == 1:
+        kept = np.flatnonzero(x & np.uint64(tops[shifts.pop()]) == 0)
+    else:
+        each = [max(0, int(c // _SAMPLE_FROM).bit_length() - 1) for c in shingles.tolist()]
+        top = np.array([tops[k] for k in each], dtype=np.uint64)
         kept = np.flatnonzero(x & top[page] == 0)
+    with np.errstate(over="ignore"):
         x, page = _mix(x[kept]), page[kept]
     counts = np.bincount(page, minlength=len(texts))
+    # Per text, byte position and byte value: one histogram (uint16 while it fits).
+    position: np.ndarray = page.astype(np.intp if len(texts) > 31 else np.uint16) * 2048
     histogram = np.bincount(
-        (((page * 8)[:, None] + _BYTE_POSITION) * 256 + x.view(np.uint8).reshape(-1, 8)).ravel(),
+        ((position[:, None] + _BYTE_BASE) + x.view(np.uint8).reshape(-1, 8)).ravel(),
         minlength=len(texts) * 8 * 256,
     ).reshape(-1, 256)
     ones = (histogram.astype(np.float64) @ _BITS).reshape(len(texts), 64)  # [text, bit]
