@@ -151,6 +151,7 @@ class ContentIndex:
         for attempt in range(2):
             try:
                 env = self._open_env()
+                env.reader_check()  # free the read slots of processes killed mid-read
                 with env.begin(write=True) as txn:
                     meta = env.open_db(b"meta", txn=txn)
                     version = txn.get(b"version", db=meta)
