@@ -231,12 +231,8 @@ class Fetcher:
         for (_, _, item, resp), result in zip(fetched, results):
             if result.log is None:
                 continue  # an internal error, reported as it is
-            if (
-                "revisit_of" in result.log
-                and item.kind != ROBOTS
-                and not self.settings.dedup_follow_links
-            ):
-                continue  # its links were taken from the copy archived first
+            if self.duplicates is not None and self.duplicates.links_known(item, result):
+                continue
             found = self._parse_step(self._references, item, result, resp)
             if found is not None:
                 pages.append((item, result, found))
@@ -433,6 +429,20 @@ class Duplicates:
         self._content = content
         self._warc = warc
         self._stage_s = stage_s
+
+    def links_known(self, item: FetchItem, result: ItemResult) -> bool:
+        """Whether the page's links are those of the copy archived first, and so are
+        not extracted again (unless ``dedup_follow_links``): it is a revisit of another
+        URL. A revisit of its own URL is the page fetched again because its result was
+        lost (a fetcher killed, its task handed out again): its links may never have
+        reached the manager. robots.txt is always read."""
+        earlier = result.log.get("revisit_of") if result.log is not None else None
+        return (
+            earlier is not None
+            and earlier != item.url
+            and item.kind != ROBOTS
+            and not self._settings.dedup_follow_links
+        )
 
     def record(
         self,
