@@ -547,15 +547,20 @@ class Duplicates:
 
 def open_content_index(settings: Settings, path: Path) -> ContentIndex | None:
     """The content index at ``path`` as ``settings`` configure it, or None when neither
-    exact nor near duplicates are looked for."""
+    exact nor near duplicates are looked for, or when it cannot be opened (logged: the
+    crawl goes on, archiving every payload in full)."""
     if not (settings.dedup or settings.near_dup):
         return None
-    return ContentIndex(
-        path,
-        max_bytes=settings.content_index_max_bytes,
-        blocks=settings.near_dup_blocks,
-        distance=settings.near_dup_distance,
-    )
+    try:
+        return ContentIndex(
+            path,
+            max_bytes=settings.content_index_max_bytes,
+            blocks=settings.near_dup_blocks,
+            distance=settings.near_dup_distance,
+        )
+    except Exception as e:  # lmdb.Error or OSError: a full or read-only disk
+        log.error("content index %s does not open, no duplicate detection: %r", path, e)
+        return None
 
 
 def _internal_error(task_id: int, index: int, item: FetchItem, e: Exception) -> ItemResult:

@@ -85,3 +85,9 @@ def test_copies_within_one_batch_and_follow_links_and_near_copies(tmp_path: Path
     assert near.log is not None and "revisit_of" not in near.log
     assert near.log["near_dup_of"] == "http://a.test/"
     assert "near_dup_of" not in first.log
+
+
+def test_an_index_that_does_not_open_means_no_duplicate_detection(tmp_path: Path) -> None:
+    (tmp_path / "content.lmdb").write_text("a file where the index's directory goes")
+    assert open_content_index(Settings(), tmp_path / "content.lmdb") is None
+    assert open_content_index(Settings(dedup=False), tmp_path / "elsewhere") is None

@@ -69,6 +69,7 @@ FORMAT_VERSION = b"1"
 PAYLOAD_KEY_CHARS = 16  # base32 characters of the SHA-1: 80 bits
 NEAR_BUCKET_MAX = 8192  # fingerprints under one key: bounds a look-up's work (64 KiB)
 _DATABASES = 4
+_MAX_READERS = 1024  # processes reading at once (one slot each): fetchers, 256 at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +196,7 @@ class ContentIndex:
             readahead=False,
             writemap=True,
             lock=True,
+            max_readers=_MAX_READERS,
         )
 
     def find_payloads(self, digests: Sequence[str]) -> list[tuple[str, str] | None]:
