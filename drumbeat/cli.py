@@ -157,6 +157,7 @@ def _add_crawl_args(p: argparse.ArgumentParser) -> None:
     )
     _add_politeness_args(p.add_argument_group("politeness and identity (be a good guest)"))
     _add_machine_args(p.add_argument_group("this machine"))
+    _add_duplicate_args(p.add_argument_group("duplicates"))
 
 
 def _add_what_args(g: argparse._ArgumentGroup) -> None:
@@ -398,6 +399,46 @@ def _add_machine_args(g: argparse._ArgumentGroup) -> None:
         action="store_false",
         default=unset,
         help="periodic progress lines instead of the live panel",
+    )
+
+
+def _add_duplicate_args(g: argparse._ArgumentGroup) -> None:
+    unset = argparse.SUPPRESS
+    g.add_argument(
+        "--no-dedup",
+        dest="dedup",
+        action="store_false",
+        default=unset,
+        help="archive a payload seen before in full (default: a WARC revisit record)",
+    )
+    g.add_argument(
+        "--dedup-follow-links",
+        dest="dedup_follow_links",
+        action="store_true",
+        default=unset,
+        help="extract the links of a page whose payload was seen before",
+    )
+    g.add_argument(
+        "--near-dup",
+        dest="near_dup",
+        action="store_true",
+        default=unset,
+        help="mark near copies of earlier pages in the crawl log (a simhash of each "
+        "page's text: about 1.5 times the parse's CPU)",
+    )
+    g.add_argument(
+        "--near-dup-nofollow",
+        dest="near_dup_follow_links",
+        action="store_false",
+        default=unset,
+        help="do not follow the links of a near copy of an earlier page",
+    )
+    g.add_argument(
+        "--near-dup-distance",
+        type=_nonneg_int,
+        metavar="BITS",
+        default=unset,
+        help=f"simhash bits two near copies may differ in (default {_D.near_dup_distance})",
     )
 
 

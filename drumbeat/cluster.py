@@ -33,7 +33,7 @@ from typing import Any
 
 from drumbeat.fetch.client import HttpClient
 from drumbeat.fetch.dns import DnsCache
-from drumbeat.fetcher import Fetcher, open_http
+from drumbeat.fetcher import Fetcher, open_content_index, open_http
 from drumbeat.manager import Manager
 from drumbeat.queue.base import FetchItem
 from drumbeat.queue.partition import partition_of
@@ -353,6 +353,9 @@ class FetcherProcess:
             worker=self.name,
             pace=self._pacer(settings) if settings.ip_delay_s > 0 else None,
             slots=self._slots,
+            # One index per crawl and state directory: the fetcher processes of this
+            # machine that share it share the index; other machines have their own.
+            content=open_content_index(settings, self.role.state_dir / "content" / f"{crawl}.lmdb"),
         )
         made = self.crawls[crawl] = _CrawlFetcher(fetcher, http, dns, warc)
         return made
@@ -382,6 +385,8 @@ class FetcherProcess:
         await self.queue.close()
         for c in self.crawls.values():
             c.warc.close()
+            if c.fetcher.content is not None:
+                c.fetcher.content.close()
             await c.http.close()
             await c.dns.close()
 

@@ -17,6 +17,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from pathlib import Path
 from time import thread_time
 from typing import Any, TypeVar
 
@@ -35,6 +36,7 @@ from drumbeat.parse.links import (
     resolve_references,
     x_robots_tag,
 )
+from drumbeat.parse.simhash import simhashes
 from drumbeat.parse.sitemaps import (
     SITEMAP_KINDS,
     XmlLinks,
@@ -54,7 +56,15 @@ from drumbeat.queue.base import (
     Task,
 )
 from drumbeat.settings import Settings
-from drumbeat.store.warc import WarcLocation, WarcWriter
+from drumbeat.store.dedup import ContentIndex
+from drumbeat.store.warc import (
+    IDENTICAL_PAYLOAD_DIGEST,
+    Revisit,
+    WarcLocation,
+    WarcWriter,
+    sha1_label,
+    warc_date,
+)
 
 log = logging.getLogger("drumbeat.fetcher")
 
@@ -62,6 +72,9 @@ HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
 # Sitemap URLs taken from one robots.txt at most (each is a fetch of the host's).
 MAX_ROBOTS_SITEMAPS = 1000
+# The content index's directory in a state directory (a cluster fetcher's has one
+# ``content/{crawl}.lmdb`` per crawl instead): see drumbeat.store.dedup.
+CONTENT_INDEX_DIR = "content.lmdb"
 _T = TypeVar("_T")
 
 
@@ -106,11 +119,16 @@ class Fetcher:
         worker: str = "fetcher-0",
         pace: Callable[[FetchItem], AbstractAsyncContextManager[None]] | None = None,
         slots: asyncio.Semaphore | None = None,
+        content: ContentIndex | None = None,
     ) -> None:
         """``pace``: each request runs inside ``pace(item)`` (a cluster's IP leases).
         ``slots``: the fetches that may run at once (default: ``settings.concurrency``
-        of this fetcher's own; a cluster's fetcher process shares one among its crawls)."""
+        of this fetcher's own; a cluster's fetcher process shares one among its crawls).
+        ``content``: the index of archived payloads and page fingerprints shared by
+        the fetchers of this state directory (:func:`open_content_index`); None: no
+        duplicate detection."""
         self.settings = settings
+        self.content = content
         self.pace = pace
         self.queue = queue
         self.http = http
@@ -124,6 +142,10 @@ class Fetcher:
         self.fetched = 0
         self.errors: Counter[str] = Counter()
         self.stage_s: defaultdict[str, float] = defaultdict(float)  # CPU seconds
+        self.duplicates = (
+            Duplicates(settings, content, warc, self.stage_s) if content is not None else None
+        )
+        self._near_dup = self.duplicates is not None and self.duplicates.near
 
     async def run(self) -> None:
         """Claim and run tasks until the queue is closed or this coroutine is cancelled."""
@@ -222,9 +244,13 @@ class Fetcher:
         for (_, _, item, resp), result in zip(fetched, results):
             if result.log is None:
                 continue  # an internal error, reported as it is
+            if self.duplicates is not None and self.duplicates.links_known(item, result):
+                continue
             found = self._parse_step(self._references, item, result, resp)
             if found is not None:
                 pages.append((item, result, found))
+        if self.duplicates is not None and self.duplicates.near:
+            pages = self.duplicates.near_copies(pages)
         for item, result, found in pages:
             self._parse_step(self._links, item, result, found)
         self.stage_s["warc"] += archived - started
@@ -274,15 +300,28 @@ class Fetcher:
             for i, (result, (_, _, _, resp)) in enumerate(zip(results, fetched))
             if result.log is not None and resp.status is not None
         ]
+        revisits, digests = (None, None)
+        if self.duplicates is not None:
+            revisits, digests = self.duplicates.copies(
+                [fetched[i][3] for i in todo], [results[i] for i in todo]
+            )
         locations: list[WarcLocation | Exception]
         try:
-            locations = list(self.warc.write_fetches([fetched[i][3] for i in todo]))
+            locations = list(
+                self.warc.write_fetches(
+                    [fetched[i][3] for i in todo], revisits=revisits, digests=digests
+                )
+            )
         except Exception:  # a bug in one exchange (nothing was written): find which
             locations = []
-            for i in todo:
+            for j, i in enumerate(todo):
                 task_id, index, item, resp = fetched[i]
                 try:
-                    locations += self.warc.write_fetches([resp])
+                    locations += self.warc.write_fetches(
+                        [resp],
+                        revisits=None if revisits is None else revisits[j : j + 1],
+                        digests=None if digests is None else digests[j : j + 1],
+                    )
                 except Exception as e:
                     results[i] = _internal_error(task_id, index, item, e)
                     locations.append(e)
@@ -293,6 +332,8 @@ class Fetcher:
                 result.error = "warc_write"
             elif result.log is not None:  # None: an internal error
                 result.log["warc"] = str(location)
+        if self.duplicates is not None and revisits is not None and digests is not None:
+            self.duplicates.record([fetched[i][3] for i in todo], revisits, digests, locations)
 
     def _parse_step(
         self,
@@ -339,6 +380,7 @@ class Fetcher:
             item.url,
             content_type=_header(resp.headers, "content-type"),
             max_links=self.settings.max_links_per_page,
+            text=self._near_dup,
         )
         if found.cut is None and (resp.truncated == "length" or resp.decoded_truncated):
             found.cut = "bytes"  # the body's rest, and its links, were never received
@@ -458,6 +500,160 @@ class Fetcher:
             dict(self.errors),
             dict(self.stage_s),
         )
+
+
+class Duplicates:
+    """A fetcher's duplicate detection, batch by batch, over the content index that the
+    fetchers of its state directory share (drumbeat.store.dedup): exact copies of an
+    archived payload (``settings.dedup``: written as revisit records) and near copies
+    of an earlier page's text (``settings.near_dup``: marked in the crawl log). Its CPU
+    time goes to ``stage_s["dedup"]``, out of the stage it ran in."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        content: ContentIndex,
+        warc: WarcWriter,
+        stage_s: defaultdict[str, float],
+    ) -> None:
+        self.exact = settings.dedup
+        self.near = settings.near_dup
+        self._settings = settings
+        self._content = content
+        self._warc = warc
+        self._stage_s = stage_s
+
+    def links_known(self, item: FetchItem, result: ItemResult) -> bool:
+        """Whether the page's links are those of the copy archived first, and so are
+        not extracted again (unless ``dedup_follow_links``): it is a revisit of another
+        URL. A revisit of its own URL is the page fetched again because its result was
+        lost (a fetcher killed, its task handed out again): its links may never have
+        reached the manager. robots.txt is always read."""
+        earlier = result.log.get("revisit_of") if result.log is not None else None
+        return (
+            earlier is not None
+            and earlier != item.url
+            and item.kind != ROBOTS
+            and not self._settings.dedup_follow_links
+        )
+
+    def record(
+        self,
+        responses: list[FetchResponse],
+        revisits: list[Revisit | None],
+        digests: list[str | None],
+        locations: list[WarcLocation | Exception],
+    ) -> None:
+        """Record in the content index the payloads just archived in full. The records
+        go to the OS first: a process killed after that loses none of them, so the
+        index never names a record that is not in a WARC file."""
+        started = thread_time()
+        entries = [
+            (digest, r.url, warc_date(r.fetch_time))
+            for r, revisit, digest, location in zip(responses, revisits, digests, locations)
+            if digest is not None and revisit is None and isinstance(location, WarcLocation)
+        ]
+        if entries:
+            try:
+                self._warc.flush()
+                self._content.add_payloads(entries)
+            except Exception as e:  # a broken index must not stop archiving
+                log.error("content index failed, payloads not recorded: %r", e)
+        self._count(thread_time() - started)
+
+    def _count(self, cpu_s: float, within: str = "warc") -> None:
+        """Count ``cpu_s`` spent within stage ``within`` as the "dedup" stage's."""
+        self._stage_s["dedup"] += cpu_s
+        self._stage_s[within] -= cpu_s
+
+    def copies(
+        self, responses: list[FetchResponse], results: list[ItemResult]
+    ) -> tuple[list[Revisit | None] | None, list[str | None] | None]:
+        """Which of ``responses`` carry a payload already archived: a revisit for each
+        of those (and ``revisit_of`` in its log line), and the payload digest of each
+        one checked (both None when duplicates are not looked for). A payload twice in
+        ``responses`` is archived in full the first time.
+
+        Only complete 2xx payloads count: a truncated one is not the payload the
+        server sends."""
+        if not self.exact:
+            return None, None
+        started = thread_time()
+        digests = [
+            sha1_label(r.body)
+            if r.status is not None and 200 <= r.status < 300 and r.body and not r.truncated
+            else None
+            for r in responses
+        ]
+        checked = [i for i, digest in enumerate(digests) if digest is not None]
+        try:
+            earlier = self._content.find_payloads([digests[i] or "" for i in checked])
+        except Exception as e:  # a broken index must not stop archiving
+            log.error("content index failed, archiving in full: %r", e)
+            return None, digests
+        revisits: list[Revisit | None] = [None] * len(responses)
+        in_batch: dict[str, tuple[str, str]] = {}
+        for i, prior in zip(checked, earlier):
+            digest, r = digests[i] or "", responses[i]
+            prior = prior or in_batch.get(digest)
+            if prior is None:
+                in_batch[digest] = (r.url, warc_date(r.fetch_time))
+                continue
+            uri, date = prior
+            revisits[i] = Revisit(IDENTICAL_PAYLOAD_DIGEST, uri, date, digest)
+            log_line = results[i].log
+            if log_line is not None:
+                log_line["revisit_of"] = uri
+        self._count(thread_time() - started)
+        return revisits, digests
+
+    def near_copies(
+        self, pages: list[tuple[FetchItem, ItemResult, PageReferences]]
+    ) -> list[tuple[FetchItem, ItemResult, PageReferences]]:
+        """Mark each page whose text is a near copy of an earlier page's
+        (``near_dup_of`` in its log line); return the pages whose links are followed."""
+        started = thread_time()
+        texts = []
+        for _, _, found in pages:
+            texts.append(found.text or "")
+            found.text = None
+        entries: list[tuple[int, str]] = []
+        checked: list[ItemResult] = []
+        for (item, result, _), fingerprint in zip(pages, simhashes(texts)):
+            if fingerprint is not None:
+                entries.append((fingerprint, item.url))
+                checked.append(result)
+        try:
+            earlier = self._content.near(entries)
+        except Exception as e:  # a broken index must not stop the crawl
+            log.error("content index failed, no near-duplicate check: %r", e)
+            earlier = [None] * len(entries)
+        for result, near in zip(checked, earlier):
+            if near is not None and result.log is not None:
+                result.log["near_dup_of"] = near
+        elapsed = thread_time() - started
+        self._count(elapsed, "parse")
+        if self._settings.near_dup_follow_links:
+            return pages
+        return [p for p in pages if p[1].log is None or "near_dup_of" not in p[1].log]
+
+
+def open_content_index(settings: Settings, path: Path) -> ContentIndex | None:
+    """The content index at ``path`` as ``settings`` configure it, or None when neither
+    exact nor near duplicates are looked for, or when it cannot be opened (logged: the
+    crawl goes on, archiving every payload in full)."""
+    if not (settings.dedup or settings.near_dup):
+        return None
+    try:
+        return ContentIndex(
+            path,
+            max_bytes=settings.content_index_max_bytes,
+            blocks=settings.near_dup_blocks,
+            distance=settings.near_dup_distance,
+        )
+    except Exception as e:  # lmdb.Error or OSError: a full or read-only disk
+        log.error("content index %s does not open, no duplicate detection: %r", path, e)
+        return None
 
 
 def _internal_error(task_id: int, index: int, item: FetchItem, e: Exception) -> ItemResult:

@@ -184,6 +184,28 @@ class Settings:
     # 0-3: ISA-L (fast, a little less tight); 4-9: zlib (an order of magnitude slower for a
     # few percent smaller files). See store.warc.gzip_member and docs/benchmarks.md.
     warc_gzip_level: int = 1
+
+    # Duplicates (drumbeat.store.dedup). A 2xx payload already archived in this crawl
+    # (by the fetchers of this state directory) is written as a WARC revisit record
+    # (identical-payload-digest), not a second copy, and its links are not extracted
+    # again unless dedup_follow_links (a copy's relative links resolve against its own
+    # URL, so a copy under another path can link elsewhere: true is thorough).
+    dedup: bool = True
+    dedup_follow_links: bool = False
+    # An HTML page whose text's 64-bit simhash is within near_dup_distance bits of an
+    # earlier page's is marked in the crawl log ("near_dup_of"); its links are followed
+    # unless near_dup_follow_links is false. Off by default: the text and its simhash
+    # cost more CPU than the parse itself (docs/benchmarks.md, "Duplicates").
+    near_dup: bool = False
+    near_dup_follow_links: bool = True
+    near_dup_distance: int = 3
+    # The 64 bits in this many blocks: C(blocks, blocks - distance) tables (4 -> 4 tables
+    # keyed by 16 bits; more blocks: more tables, fewer fingerprints under a key).
+    near_dup_blocks: int = 4
+    # The disk cap of the index (LMDB's map size; about 300 bytes a page): when full it
+    # stops growing and later copies are archived in full. Its RAM is the page cache.
+    content_index_max_bytes: int = 16 << 30
+
     checkpoint_interval_s: float = 60.0
     # The write-ahead journal of completed fetches (drumbeat.manager.journal): a resume
     # after a crash fetches again only what was in flight or done in the last
@@ -365,6 +387,13 @@ def validate(s: Settings) -> Settings:
         "accept",
         "must be one line of printable ASCII",
     )
+    need(2 <= s.near_dup_blocks <= 8, "near_dup_blocks", "must be 2..8")
+    need(
+        0 <= s.near_dup_distance < s.near_dup_blocks,
+        "near_dup_distance",
+        "must be 0..near_dup_blocks - 1",
+    )
+    need(s.content_index_max_bytes >= 1 << 20, "content_index_max_bytes", "must be >= 1 MiB")
     need(s.scope in SCOPES, "scope", f"must be one of {', '.join(SCOPES)}")
     need(s.http_client in HTTP_CLIENTS, "http_client", f"must be one of {', '.join(HTTP_CLIENTS)}")
     need(s.allocator in ALLOCATORS, "allocator", f"must be one of {', '.join(ALLOCATORS)}")

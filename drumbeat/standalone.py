@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from drumbeat import compiled_modules
-from drumbeat.fetcher import Fetcher, open_http
+from drumbeat.fetcher import CONTENT_INDEX_DIR, Fetcher, open_content_index, open_http
 from drumbeat.manager import Manager
 from drumbeat.progress import Progress
 from drumbeat.queue.base import Inbox, ManagerQueue
@@ -379,7 +379,8 @@ async def _fetching(settings: Settings, processes: int) -> AsyncIterator[Fetchin
         max_file_bytes=settings.warc_max_file_bytes,
         gzip_level=settings.warc_gzip_level,
     )
-    fetcher = Fetcher(settings, local, http, warc)
+    content = open_content_index(settings, settings.state_dir / CONTENT_INDEX_DIR)
+    fetcher = Fetcher(settings, local, http, warc, content=content)
     running = asyncio.ensure_future(fetcher.run())
 
     def stats() -> list[dict[str, Any]]:
@@ -405,6 +406,8 @@ async def _fetching(settings: Settings, processes: int) -> AsyncIterator[Fetchin
         await http.close()
         await dns.close()
         warc.close()
+        if content is not None:
+            content.close()
 
 
 def write_stages(

@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from drumbeat import compiled_modules
-from drumbeat.fetcher import Fetcher, open_http
+from drumbeat.fetcher import CONTENT_INDEX_DIR, Fetcher, open_content_index, open_http
 from drumbeat.queue.process import WorkerQueue, read_frame
 from drumbeat.runtime import allocator
 from drumbeat.runtime.gctune import tune_gc
@@ -95,7 +95,8 @@ async def _serve(frames_out: Any) -> int:
         }
 
     queue = WorkerQueue(writer, stats)
-    fetcher = Fetcher(settings, queue, http, warc, worker=name)
+    content = open_content_index(settings, settings.state_dir / CONTENT_INDEX_DIR)
+    fetcher = Fetcher(settings, queue, http, warc, worker=name, content=content)
     tune_gc()
     running = asyncio.ensure_future(fetcher.run())
     syncing = asyncio.ensure_future(_sync_often(warc))
@@ -125,6 +126,8 @@ async def _serve(frames_out: Any) -> int:
         await asyncio.gather(running, syncing, answering, return_exceptions=True)
         queue.flush(with_stats=True)  # the last stats
         warc.close()
+        if content is not None:
+            content.close()
         await http.close()
         await dns.close()
         try:

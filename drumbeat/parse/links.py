@@ -169,6 +169,7 @@ class PageReferences:
     dropped: Counter[str]
     encoding: str = UTF8  # the Python codec the page was read with
     cut: str | None = None  # see PageLinks
+    text: str | None = None  # the body's text, when asked for (of its first segment)
 
 
 def find_references(
@@ -179,27 +180,38 @@ def find_references(
     max_links: int = 10_000,
     max_parse_bytes: int = DEFAULT_MAX_PARSE_BYTES,
     max_parse_s: float = DEFAULT_MAX_PARSE_S,
+    text: bool = False,
 ) -> PageReferences:
-    """Parse ``body`` and collect its references, unresolved (see :func:`extract_links`)."""
+    """Parse ``body`` and collect its references, unresolved (see :func:`extract_links`).
+    ``text``: also keep the text of the body (of its first ``max_parse_bytes``), taken
+    from the same parse, in ``text``."""
     body, encoding = to_utf8(body, content_type)
     dropped: Counter[str] = Counter()
     if len(body) <= max_parse_bytes:
-        found = _parse_references(body, url, dropped)
+        found = _parse_references(body, url, dropped, text)
     else:
         found = _segments_references(
-            body, url, dropped, max_parse_bytes, _REFS_PER_LINK * max_links, max_parse_s
+            body, url, dropped, max_parse_bytes, _REFS_PER_LINK * max_links, max_parse_s, text
         )
     found.encoding = encoding
     return found
 
 
-def _parse_references(body: bytes, url: str, dropped: Counter[str]) -> PageReferences:
-    """The references of the UTF-8 markup ``body``, parsed as one document."""
+def _parse_references(
+    body: bytes, url: str, dropped: Counter[str], text: bool = False
+) -> PageReferences:
+    """The references of the UTF-8 markup ``body``, parsed as one document (and its
+    body's text, if ``text``)."""
     if len(body) > 3 * _MAX_START_TAGS_AS_IS and _start_tags_at_most(body) > _MAX_START_TAGS_AS_IS:
         body = _QUADRATIC_RE.sub(rb"<\1x-\2", body)
     tree = LexborHTMLParser(body)
     found = _anchor_references(tree, url, dropped)
-    return found if found is not None else _selected_references(tree, url, dropped)
+    if found is None:
+        found = _selected_references(tree, url, dropped)
+    if text:
+        node = tree.body
+        found.text = node.text(separator=" ") if node is not None else ""
+    return found
 
 
 def _segments_references(
@@ -209,6 +221,7 @@ def _segments_references(
     max_parse_bytes: int,
     max_refs: int,
     max_parse_s: float,
+    text: bool = False,
 ) -> PageReferences:
     """The references of a ``body`` longer than ``max_parse_bytes``, parsed segment by
     segment; the first ``<base>``, canonical and refresh of any segment count, and
@@ -220,7 +233,7 @@ def _segments_references(
     start = 0
     while start < len(body):
         end = _segment_end(body, start, max_parse_bytes)
-        part = _parse_references(body[start:end], url, dropped)
+        part = _parse_references(body[start:end], url, dropped, text and found is None)
         refs.update(dict.fromkeys(part.refs))
         if found is None:
             found = part

@@ -94,6 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.spammed_links_per_page,
         help="spam links appended to each page of a spammed host",
     )
+    scenarios.add_argument(
+        "--duplicate-articles",
+        type=int,
+        default=defaults.duplicate_articles,
+        help="articles per host, each served as original, exact copy and near copy",
+    )
     return parser
 
 
@@ -113,6 +119,7 @@ def config_from_args(args: argparse.Namespace) -> SimWebConfig:
         big_site_pages=args.big_site_pages,
         spammed_hosts=args.spammed_hosts,
         spammed_links_per_page=args.spammed_links_per_page,
+        duplicate_articles=args.duplicate_articles,
     )
 
 

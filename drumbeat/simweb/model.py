@@ -143,6 +143,10 @@ class SimWebConfig:
     # sitemaps under it), its "/" links to an RSS feed and to pages served with
     # X-Robots-Tag; their pages are reachable only through these (_content_pages).
     sitemaps: bool = False
+    # Planted duplicates: each ring host's home links to this many articles, each served
+    # three times: /article/{g}.html, /article/{g}-copy.html (the same bytes) and
+    # /article/{g}-print.html (a near copy: another date and another ad block).
+    duplicate_articles: int = 0
 
     def __post_init__(self) -> None:
         if self.hosts < 1 or self.ips < 1 or self.pages_per_host < 1:
@@ -153,6 +157,8 @@ class SimWebConfig:
             raise ValueError("spam_farms, calendar_traps and big_site_pages must be >= 0")
         if self.spam_ips < 1 or self.spam_links_per_page < 1:
             raise ValueError("spam_ips and spam_links_per_page must be at least 1")
+        if self.duplicate_articles < 0:
+            raise ValueError("duplicate_articles must be >= 0")
         if self.spammed_hosts < 0 or self.spammed_links_per_page < 1:
             raise ValueError("spammed_hosts must be >= 0 and spammed_links_per_page >= 1")
         if self.spammed_hosts and not self.spam_farms:
@@ -216,6 +222,10 @@ class Page:
     header_nofollow: bool = False  # X-Robots-Tag says nofollow to drumbeat: no link followed
     # Sitemap entries served but not followed by a correct crawler (out of scope).
     unfollowed: tuple[str, ...] = ()
+    # A planted duplicate: the URL of its article's original and which copy it is
+    # ("original", "copy": the same bytes, "near": another date and ad block).
+    article: str | None = None
+    article_variant: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +241,7 @@ class _Spec:
     x_robots_tag: str | None = None
     header_nofollow: bool = False
     unfollowed: tuple[str, ...] = ()  # absolute URLs
+    article: tuple[str, str] | None = None  # (original path, variant): see Page
 
 
 class SimWebModel:
@@ -446,6 +457,12 @@ class SimWebModel:
                 for name, p in scenarios.comment_spam_targets(self.config, farm, h.name, path)
             )
         base_href = self.url(host, spec.base_path) if spec.base_path else None
+        if spec.article is not None:
+            original, variant = spec.article
+            return Page(
+                host, path, url, "html", 200, "text/html", links=links,
+                article=self.url(host, original), article_variant=variant,
+            )  # fmt: skip
         return Page(
             host,
             path,
@@ -567,6 +584,15 @@ class SimWebModel:
                 (("@" + f"/search?q={q + 1}", "a", False),) if q < 2 else ()
             )
             pages[f"/search?q={q}"] = _Spec("html", nxt)
+        for g in range(self.config.duplicate_articles):
+            original = f"/article/{g}.html"
+            for path, variant in [
+                (original, "original"),
+                (f"/article/{g}-copy.html", "copy"),
+                (f"/article/{g}-print.html", "near"),
+            ]:
+                pages[path] = _Spec("html", generated=False, article=(original, variant))
+                home.append(("@" + path, "a", False))
         if index == 0:
             special = _special(self)
             pages.update(special)

@@ -97,6 +97,8 @@ class Renderer:
             return _NOT_FOUND
         if page.kind != "html":
             return _xml(page)
+        if page.article is not None:
+            return _article(page, size, self.model.config.seed).encode("utf-8")
         return _html(page, size, rng).encode("utf-8")
 
 
@@ -171,6 +173,31 @@ def _html(page: Page, size: int, rng: random.Random) -> str:
     per_paragraph = max(0, size - fixed - 8 * len(groups)) // len(groups)
     paragraphs = [f"<p>{_filler(rng, per_paragraph)} {' '.join(group)}</p>" for group in groups]
     return "\n".join(head) + "\n" + title + "\n".join(paragraphs) + tail
+
+
+_MONTHS = ["January", "March", "May", "July", "September", "November"]
+_ADS = ["buy", "cheap", "offer", "today", "store", "deal", "sale", "click", "free", "win"]
+_WORDS_PER_PARAGRAPH = 60
+
+
+def _article(page: Page, size: int, seed: int) -> str:
+    """A planted duplicate (see SimWebConfig.duplicate_articles): the article's text,
+    a function of its original's URL; the "near" copy has another date and ad block."""
+    assert page.article is not None
+    rng = random.Random(f"{seed}:article:{page.article}")
+    words = rng.choices(_VOCABULARY, k=max(100, size // 8))
+    near = random.Random(f"{seed}:article:{page.article}:{page.article_variant == 'near'}")
+    date = f"{near.randint(1, 28)} {near.choice(_MONTHS)} {near.randint(2000, 2030)}"
+    ad = " ".join(near.choices(_ADS, k=8))
+    step = _WORDS_PER_PARAGRAPH
+    paragraphs = [f"<p>{' '.join(words[i : i + step])}</p>" for i in range(0, len(words), step)]
+    paragraphs.insert(len(paragraphs) // 2, f'<div class="ad">{ad}</div>')
+    title = escape(page.article)
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{title}</title></head>\n<body><h1>{title}</h1>"
+        f'<p class="date">Posted on {date}</p>\n' + "\n".join(paragraphs) + "</body></html>\n"
+    )
 
 
 def _anchor(link: Link, href: str, i: int) -> str:

@@ -28,6 +28,11 @@ An HTML page some of whose links a limit cut adds ``links_cut``: the first such 
 in the page, ``"max_links"`` (``max_links_per_page``), ``"parse_time"`` (the parse's
 time budget: the rest of the page was not parsed) or ``"bytes"`` (the body was cut at
 ``max_body_bytes`` or ``max_decoded_bytes``).
+A fetch whose payload this crawl had archived before adds ``revisit_of``: the URL of the
+record holding it (``warc`` is then a revisit record; when that is another URL's, the
+page's links are not extracted unless ``dedup_follow_links``). An HTML page whose text
+is a near copy of an earlier page's adds ``near_dup_of``: that page's URL
+(drumbeat.store.dedup).
 
 Writers may add keys; readers keep them. A line is complete only once its ``\\n`` is
 written, so a torn last line (the process was killed mid-write) is recognizable and is

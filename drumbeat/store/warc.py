@@ -10,7 +10,10 @@ and the ``(offset, length)`` of a member is a seekable address of its record.
 While a file is being written it is named ``<name>.open``; it is renamed to ``<name>``
 when it is rotated or the writer is closed. A fetch produces a ``response`` record
 (block = the HTTP head as received + the body) followed by a ``request`` record
-(block = the request head) whose ``WARC-Concurrent-To`` names the response.
+(block = the request head) whose ``WARC-Concurrent-To`` names the response. A fetch
+whose payload is already archived is written as a ``revisit`` record instead (block = the
+HTTP head alone, no payload; :class:`Revisit` says which profile and which earlier
+record), followed by its ``request`` record likewise.
 
 Records are built by FastWARC (headers, record ids, serialization; both SHA-1 digests
 are computed here, in FastWARC's form) and read back by warcio, so every file is checked
@@ -79,6 +82,19 @@ def gzip_member(data: bytes, level: int) -> bytes:
 _WRITE_BUFFER_BYTES = 1 << 20
 _SCAN_CHUNK_BYTES = 1 << 20
 _WARC_1_1_SPEC = "http://iipc.github.io/warc-specifications/specifications/warc-format/warc-1.1/"
+# The WARC 1.1 revisit profiles (WARC 1.1, 6.7.2 and 6.7.3).
+IDENTICAL_PAYLOAD_DIGEST = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
+SERVER_NOT_MODIFIED = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
+_RESPONSE_TYPE = "application/http; msgtype=response"
+
+
+def warc_date(fetch_time: float) -> str:
+    """``fetch_time`` (epoch seconds) as a ``WARC-Date`` with microseconds, as records
+    of a fetch at that time carry it (and a revisit's ``WARC-Refers-To-Date`` names)."""
+    date: str = datetime_to_iso_date(
+        datetime.fromtimestamp(fetch_time, UTC).replace(tzinfo=None), use_micros=True
+    )
+    return date
 
 
 def sha1_label(data: bytes) -> str:
@@ -138,6 +154,38 @@ class Exchange(Protocol):
     body: bytes
     truncated: str | None
     fetch_time: float
+
+
+@dataclass(slots=True)
+class _Exchange:
+    url: str
+    ip: str | None
+    request_head: bytes
+    response_head: bytes
+    body: bytes
+    truncated: str | None
+    fetch_time: float
+
+
+@dataclass(frozen=True, slots=True)
+class Revisit:
+    """What makes a fetch a ``revisit`` record: its ``profile`` (one of the WARC 1.1
+    profiles above) and the earlier record it refers to, by ``refers_to_uri`` (its
+    ``WARC-Target-URI``) and ``refers_to_date`` (its ``WARC-Date``, :func:`warc_date`'s
+    form). ``payload_digest`` (``sha1:`` base32, :func:`sha1_label`) is the payload's,
+    the same as the earlier record's: required for identical-payload-digest, and given
+    for server-not-modified where the earlier record's is known. ``refers_to``: the
+    earlier record's ``WARC-Record-ID``, when known."""
+
+    profile: str
+    refers_to_uri: str
+    refers_to_date: str
+    payload_digest: str | None = None
+    refers_to: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.profile == IDENTICAL_PAYLOAD_DIGEST and not self.payload_digest:
+            raise ValueError("an identical-payload-digest revisit needs its payload_digest")
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,24 +304,86 @@ class WarcWriter:
             raise location
         return location
 
-    def write_fetches(self, exchanges: Sequence[Exchange]) -> list[WarcLocation | OSError]:
+    def write_revisit(
+        self,
+        url: str,
+        *,
+        ip: str | None,
+        request_head: bytes,
+        response_head: bytes,
+        fetch_time: float,
+        revisit: Revisit,
+    ) -> WarcLocation:
+        """Write a ``revisit`` record of ``revisit.profile`` then its ``request`` record;
+        return the revisit's location.
+
+        The revisit's block is ``response_head`` (the HTTP status line and headers as
+        received, kept) and no payload; it carries ``WARC-Profile``,
+        ``WARC-Refers-To-Target-URI``, ``WARC-Refers-To-Date`` and, where given,
+        ``WARC-Payload-Digest`` and ``WARC-Refers-To``. The one writer of both WARC 1.1
+        profiles: the fetcher's duplicate detection writes identical-payload-digest
+        revisits through :meth:`write_fetches`, and a conditional GET answered ``304 Not
+        Modified`` (issue 52) calls this with :data:`SERVER_NOT_MODIFIED`.
+        """
+        exchange = _Exchange(url, ip, request_head, response_head, b"", None, fetch_time)
+        [location] = self.write_fetches([exchange], revisits=[revisit])
+        if isinstance(location, OSError):
+            raise location
+        return location
+
+    def write_fetches(
+        self,
+        exchanges: Sequence[Exchange],
+        *,
+        revisits: Sequence[Revisit | None] | None = None,
+        digests: Sequence[str | None] | None = None,
+    ) -> list[WarcLocation | OSError]:
         """Write each exchange as :meth:`write_fetch` does, in order; return each one's
         location, or the OSError that stopped its write (a full disk: the exchanges
-        after it are still tried).
+        after it are still tried). ``revisits[i]``, where given and not None, makes
+        exchange ``i`` a revisit record instead (see :meth:`write_revisit`; its body is
+        not written). ``digests[i]``, where given, is exchange ``i``'s payload digest
+        already computed (:func:`sha1_label` of its body), to save computing it again.
 
         Three passes over all of them: records made, then compressed, then written (a
         pass keeps one library's code and data in the CPU's caches: less time than
         exchange by exchange). Any other exception is raised
         before anything is written.
         """
-        return self._write_all(
-            [
-                self._exchange_records(
-                    e.url, e.ip, e.request_head, e.response_head, e.body, e.truncated, e.fetch_time
+        if revisits is None and digests is None:
+            return self._write_all(
+                [
+                    self._exchange_records(
+                        e.url,
+                        e.ip,
+                        e.request_head,
+                        e.response_head,
+                        e.body,
+                        e.truncated,
+                        e.fetch_time,
+                    )
+                    for e in exchanges
+                ]
+            )
+        records: list[tuple[bytes, bytes]] = []
+        for i, e in enumerate(exchanges):
+            revisit = revisits[i] if revisits is not None else None
+            if revisit is not None:
+                records.append(self._revisit_records(e, revisit))
+            else:
+                records.append(
+                    self._exchange_records(
+                        e.url,
+                        e.ip,
+                        e.request_head,
+                        e.response_head,
+                        e.body,
+                        e.truncated,
+                        e.fetch_time,
+                        digests[i] if digests is not None else None,
+                    )
                 )
-                for e in exchanges
-            ]
-        )
+        return self._write_all(records)
 
     def _write_all(self, records: list[tuple[bytes, bytes]]) -> list[WarcLocation | OSError]:
         """Compress and write each (response, request) pair of records."""
@@ -307,18 +417,16 @@ class WarcWriter:
         body: bytes,
         truncated: str | None,
         fetch_time: float,
+        payload_digest: str | None = None,
     ) -> tuple[bytes, bytes]:
         """The response and request records of one exchange, uncompressed."""
-        date = datetime_to_iso_date(
-            datetime.fromtimestamp(fetch_time, UTC).replace(tzinfo=None),
-            use_micros=True,
-        )
+        date = warc_date(fetch_time)
         # Header names as FastWARC's constants: a str name costs it a failed conversion
         # to WarcHeader first, for every header of every record.
         response_headers = [
             (WarcHeader.WARC_DATE, date),
             (WarcHeader.WARC_TARGET_URI, url),
-            (WarcHeader.CONTENT_TYPE, "application/http; msgtype=response"),
+            (WarcHeader.CONTENT_TYPE, _RESPONSE_TYPE),
         ]
         if ip:
             response_headers.append((WarcHeader.WARC_IP_ADDRESS, ip))
@@ -326,21 +434,48 @@ class WarcWriter:
             response_headers.append((WarcHeader.WARC_TRUNCATED, truncated))
         # The block is the head exactly as received, then the body as stored (transfer
         # framing removed, content coding kept): the payload digest is over that body.
-        response_headers.append((WarcHeader.WARC_PAYLOAD_DIGEST, sha1_label(body)))
+        response_headers.append(
+            (WarcHeader.WARC_PAYLOAD_DIGEST, payload_digest or sha1_label(body))
+        )
         response_id, response = self._record(
             WarcRecordType.response, response_headers, response_head + body
         )
+        return response, self._request_record(url, date, response_id, request_head)
+
+    def _revisit_records(self, e: Exchange, revisit: Revisit) -> tuple[bytes, bytes]:
+        """The revisit and request records of one exchange, uncompressed."""
+        date = warc_date(e.fetch_time)
+        headers = [
+            (WarcHeader.WARC_DATE, date),
+            (WarcHeader.WARC_TARGET_URI, e.url),
+            (WarcHeader.CONTENT_TYPE, _RESPONSE_TYPE),
+        ]
+        if e.ip:
+            headers.append((WarcHeader.WARC_IP_ADDRESS, e.ip))
+        headers += [
+            (WarcHeader.WARC_PROFILE, revisit.profile),
+            (WarcHeader.WARC_REFERS_TO_TARGET_URI, revisit.refers_to_uri),
+            (WarcHeader.WARC_REFERS_TO_DATE, revisit.refers_to_date),
+        ]
+        if revisit.refers_to:
+            headers.append((WarcHeader.WARC_REFERS_TO, revisit.refers_to))
+        if revisit.payload_digest:
+            headers.append((WarcHeader.WARC_PAYLOAD_DIGEST, revisit.payload_digest))
+        record_id, record = self._record(WarcRecordType.revisit, headers, e.response_head)
+        return record, self._request_record(e.url, date, record_id, e.request_head)
+
+    def _request_record(self, url: str, date: str, concurrent_to: str, head: bytes) -> bytes:
         _, request = self._record(
             WarcRecordType.request,
             [
                 (WarcHeader.WARC_DATE, date),
                 (WarcHeader.WARC_TARGET_URI, url),
-                (WarcHeader.WARC_CONCURRENT_TO, response_id),
+                (WarcHeader.WARC_CONCURRENT_TO, concurrent_to),
                 (WarcHeader.CONTENT_TYPE, "application/http; msgtype=request"),
             ],
-            request_head,
+            head,
         )
-        return response, request
+        return request
 
     def flush(self) -> None:
         """Hand buffered bytes to the OS (survives a process kill, not a power loss)."""

@@ -105,7 +105,7 @@ def _assert_warc_reads_back(state: Path, pages: list[str]) -> None:
         with open(path, "rb") as f:
             for record in ArchiveIterator(f):
                 record.content_stream().read()
-                responses += record.rec_type == "response"
+                responses += record.rec_type in ("response", "revisit")
     # Every fetch answered after the last kill is archived; earlier ones may have been
     # cut with a torn file tail, and refetched.
     assert responses >= len(set(pages))

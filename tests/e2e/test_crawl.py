@@ -274,7 +274,7 @@ def read_warc_targets(state) -> tuple[list[str], int]:
         with open(path, "rb") as f:
             for rec in ArchiveIterator(f):
                 rec.content_stream().read()
-                if rec.rec_type == "response":
+                if rec.rec_type in ("response", "revisit"):  # revisit: a payload seen before
                     responses.append(rec.rec_headers.get_header("WARC-Target-URI"))
                 elif rec.rec_type == "request":
                     requests += 1

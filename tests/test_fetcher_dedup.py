@@ -1,0 +1,93 @@
+"""Fetcher.complete with a content index: revisits, their links, near copies."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from drumbeat.fetch.response import FetchResponse
+from drumbeat.fetcher import Fetcher, open_content_index
+from drumbeat.queue.base import FetchItem
+from drumbeat.queue.local import LocalTaskQueue
+from drumbeat.settings import Settings
+from drumbeat.store.warc import WarcWriter, iter_records
+
+_WORDS = random.Random(1).choices([f"word{i}" for i in range(2000)], k=600)
+PAGE = f"<html><body><p>{' '.join(_WORDS)}</p><a href='/next'>n</a></body></html>".encode()
+PAGE_TOO = PAGE.replace(b"</p>", b" posted today</p>")  # a near copy
+
+
+def _fetched(index: int, url: str, body: bytes = PAGE) -> tuple:
+    resp = FetchResponse(
+        url=url,
+        ip="127.0.0.1",
+        fetch_time=1_700_000_000.0 + index,
+        status=200,
+        request_head=b"GET / HTTP/1.1\r\n\r\n",
+        response_head=b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n",
+        body=body,
+        decoded=body,
+        content_type="text/html",
+    )
+    return 0, index, FetchItem(index, url, "127.0.0.1"), resp
+
+
+def _complete(tmp_path: Path, settings: Settings, batches: list[list[tuple]]) -> list:
+    warc = WarcWriter(tmp_path / "warc")
+    content = open_content_index(settings, tmp_path / "content.lmdb")
+    fetcher = Fetcher(settings, LocalTaskQueue(), None, warc, content=content)  # type: ignore[arg-type]
+    results = [r for batch in batches for r in fetcher.complete(batch)]
+    warc.close()
+    assert content is not None
+    content.close()
+    assert fetcher.stage_s["dedup"] > 0
+    return results
+
+
+def test_a_copy_is_a_revisit_whose_links_are_known_but_its_own_url_again_is_parsed(
+    tmp_path: Path,
+) -> None:
+    first, copy, again = _complete(
+        tmp_path,
+        Settings(),
+        [
+            [_fetched(0, "http://a.test/")],
+            [_fetched(1, "http://b.test/"), _fetched(2, "http://a.test/")],
+        ],
+    )
+    assert first.log is not None and "revisit_of" not in first.log and first.found is not None
+    assert copy.log is not None and copy.log["revisit_of"] == "http://a.test/"
+    assert copy.found is None  # its links are the first copy's
+    # The same URL again (its first result lost with a killed fetcher): a revisit, and
+    # its links extracted again.
+    assert again.log is not None and again.log["revisit_of"] == "http://a.test/"
+    assert again.found is not None and again.found.urls() == ["http://a.test/next"]
+    kinds = [r.rec_type for p in (tmp_path / "warc").glob("*.warc.gz") for r in iter_records(p)]
+    assert kinds.count("response") == 1 and kinds.count("revisit") == 2
+
+
+def test_copies_within_one_batch_and_follow_links_and_near_copies(tmp_path: Path) -> None:
+    settings = Settings(dedup_follow_links=True, near_dup=True)
+    first, copy, near = _complete(
+        tmp_path,
+        settings,
+        [
+            [
+                _fetched(0, "http://a.test/"),
+                _fetched(1, "http://b.test/"),
+                _fetched(2, "http://c.test/", PAGE_TOO),
+            ]
+        ],
+    )
+    assert first.log is not None and "revisit_of" not in first.log
+    assert copy.log is not None and copy.log["revisit_of"] == "http://a.test/"
+    assert copy.found is not None and copy.found.urls() == ["http://b.test/next"]
+    assert near.log is not None and "revisit_of" not in near.log
+    assert near.log["near_dup_of"] == "http://a.test/"
+    assert "near_dup_of" not in first.log
+
+
+def test_an_index_that_does_not_open_means_no_duplicate_detection(tmp_path: Path) -> None:
+    (tmp_path / "content.lmdb").write_text("a file where the index's directory goes")
+    assert open_content_index(Settings(), tmp_path / "content.lmdb") is None
+    assert open_content_index(Settings(dedup=False), tmp_path / "elsewhere") is None
