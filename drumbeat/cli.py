@@ -416,7 +416,9 @@ def _add_duplicate_args(g: argparse._ArgumentGroup) -> None:
         dest="dedup_follow_links",
         action="store_true",
         default=unset,
-        help="extract the links of a page whose payload was seen before",
+        help="extract the links of a page whose payload was seen before in the same "
+        "directory of the same site too (default: only of copies elsewhere, whose relative "
+        "links lead elsewhere)",
     )
     g.add_argument(
         "--near-dup",

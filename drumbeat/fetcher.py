@@ -526,13 +526,16 @@ class Duplicates:
     def links_known(self, item: FetchItem, result: ItemResult) -> bool:
         """Whether the page's links are those of the copy archived first, and so are
         not extracted again (unless ``dedup_follow_links``): it is a revisit of another
-        URL. A revisit of its own URL is the page fetched again because its result was
-        lost (a fetcher killed, its task handed out again): its links may never have
-        reached the manager. robots.txt is always read."""
+        URL in the same directory of the same origin, against which the same relative
+        links resolve to the same URLs (a copy on another host or path links elsewhere).
+        A revisit of its own URL is the page fetched again because its result was lost
+        (a fetcher killed, its task handed out again): its links may never have reached
+        the manager. robots.txt is always read."""
         earlier = result.log.get("revisit_of") if result.log is not None else None
         return (
             earlier is not None
             and earlier != item.url
+            and _directory(earlier) == _directory(item.url)
             and item.kind != ROBOTS
             and not self._settings.dedup_follow_links
         )
@@ -654,6 +657,12 @@ def open_content_index(settings: Settings, path: Path) -> ContentIndex | None:
     except Exception as e:  # lmdb.Error or OSError: a full or read-only disk
         log.error("content index %s does not open, no duplicate detection: %r", path, e)
         return None
+
+
+def _directory(url: str) -> str:
+    """The URL up to its path's last "/": the base its relative links resolve against."""
+    path = url.partition("#")[0].partition("?")[0]
+    return path[: path.rfind("/") + 1]
 
 
 def _internal_error(task_id: int, index: int, item: FetchItem, e: Exception) -> ItemResult:

@@ -187,9 +187,10 @@ class Settings:
 
     # Duplicates (drumbeat.store.dedup). A 2xx payload already archived in this crawl
     # (by the fetchers of this state directory) is written as a WARC revisit record
-    # (identical-payload-digest), not a second copy, and its links are not extracted
-    # again unless dedup_follow_links (a copy's relative links resolve against its own
-    # URL, so a copy under another path can link elsewhere: true is thorough).
+    # (identical-payload-digest), not a second copy. A copy in the same directory of
+    # the same origin as the first (e.g. the page under another query) has the same
+    # links, which are not extracted again unless dedup_follow_links; a copy elsewhere
+    # is parsed, its relative links resolving to other URLs.
     dedup: bool = True
     dedup_follow_links: bool = False
     # An HTML page whose text's 64-bit simhash is within near_dup_distance bits of an

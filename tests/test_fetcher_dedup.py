@@ -47,23 +47,27 @@ def _complete(tmp_path: Path, settings: Settings, batches: list[list[tuple]]) ->
 def test_a_copy_is_a_revisit_whose_links_are_known_but_its_own_url_again_is_parsed(
     tmp_path: Path,
 ) -> None:
-    first, copy, again = _complete(
+    first, copy, again, elsewhere = _complete(
         tmp_path,
         Settings(),
         [
             [_fetched(0, "http://a.test/")],
-            [_fetched(1, "http://b.test/"), _fetched(2, "http://a.test/")],
+            [_fetched(1, "http://a.test/?session=7"), _fetched(2, "http://a.test/")],
+            [_fetched(3, "http://b.test/")],
         ],
     )
     assert first.log is not None and "revisit_of" not in first.log and first.found is not None
     assert copy.log is not None and copy.log["revisit_of"] == "http://a.test/"
-    assert copy.found is None  # its links are the first copy's
+    assert copy.found is None  # its links resolve as the first copy's did
     # The same URL again (its first result lost with a killed fetcher): a revisit, and
     # its links extracted again.
     assert again.log is not None and again.log["revisit_of"] == "http://a.test/"
     assert again.found is not None and again.found.urls() == ["http://a.test/next"]
+    # A copy on another host: a revisit, but its relative links lead elsewhere.
+    assert elsewhere.log is not None and elsewhere.log["revisit_of"] == "http://a.test/"
+    assert elsewhere.found is not None and elsewhere.found.urls() == ["http://b.test/next"]
     kinds = [r.rec_type for p in (tmp_path / "warc").glob("*.warc.gz") for r in iter_records(p)]
-    assert kinds.count("response") == 1 and kinds.count("revisit") == 2
+    assert kinds.count("response") == 1 and kinds.count("revisit") == 3
 
 
 def test_copies_within_one_batch_and_follow_links_and_near_copies(tmp_path: Path) -> None:

@@ -167,7 +167,7 @@ def test_bench_help_lists_only_benchmarks_each_with_a_line() -> None:
     assert proc.returncode == 0
     rows = proc.stdout.split("benchmarks:\n", 1)[1].splitlines()
     names = [r.split()[0] for r in rows]
-    assert names == ["cluster", "drum", "frontier", "gil", "site", "throughput"]
+    assert names == ["cluster", "drum", "freshness", "frontier", "gil", "site", "throughput"]
     assert all(len(r.split(None, 1)[1]) > 20 for r in rows)
     bad = drumbeat("bench", "offline_manager")
     assert bad.returncode == 2 and "no benchmark" in bad.stderr
