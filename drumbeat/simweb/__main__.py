@@ -94,6 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.spammed_links_per_page,
         help="spam links appended to each page of a spammed host",
     )
+    scenarios.add_argument(
+        "--topics",
+        type=int,
+        default=defaults.topics,
+        help="ring hosts about one of this many topics, linking mostly within it (0: none)",
+    )
     return parser
 
 
@@ -113,6 +119,7 @@ def config_from_args(args: argparse.Namespace) -> SimWebConfig:
         big_site_pages=args.big_site_pages,
         spammed_hosts=args.spammed_hosts,
         spammed_links_per_page=args.spammed_links_per_page,
+        topics=args.topics,
     )
 
 
