@@ -25,7 +25,7 @@ from drumbeat.fetch.client import ClientOptions, HttpClient, client_class
 from drumbeat.fetch.dns import DnsCache
 from drumbeat.fetch.guard import AddressPolicy
 from drumbeat.fetch.response import FetchResponse
-from drumbeat.focus import FocusFunction, clamp_score, load_focus, page_text
+from drumbeat.focus import FocusError, FocusFunction, clamp_score, load_focus, page_text
 from drumbeat.frontier.pldgraph import edge_keys
 from drumbeat.frontier.robots import robots_sitemaps
 from drumbeat.frontier.urlseen import payload_tail
@@ -126,9 +126,12 @@ class Fetcher:
         self.errors: Counter[str] = Counter()
         self.stage_s: defaultdict[str, float] = defaultdict(float)  # CPU seconds
         # The crawl's focus function (--focus), imported once; None: pages are not scored.
-        self._focus: FocusFunction | None = (
-            load_focus(settings.focus) if settings.focus is not None else None
-        )
+        self._focus: FocusFunction | None = None
+        if settings.focus is not None:
+            try:
+                self._focus = load_focus(settings.focus)
+            except FocusError as e:  # a cluster's fetcher machine may lack the module
+                log.error("%s; this fetcher scores no page", e)
 
     async def run(self) -> None:
         """Claim and run tasks until the queue is closed or this coroutine is cancelled."""

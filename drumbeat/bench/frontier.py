@@ -849,10 +849,11 @@ def _order_note(order: dict) -> str:
         f"web: {web['hosts']:,} ordinary hosts about {web['topics']} topics, "
         f"{web['fetchable_pages']:,} fetchable pages, {web['on_topic_share']:.1%} of them on "
         f"topic {FOCUS_TOPIC}; {order['seeds']} seeds; frontier_ram_urls "
-        f"{order['frontier_ram_urls']:,}; host delay {order['host_delay_s']:g} s. in-degree = links from the fetchable pages (the "
-        f"model's truth); 'of the best N' = against the N fetchable pages of highest "
-        f"in-degree. focus = --focus drumbeat.focus.keywords:score with "
-        f"DRUMBEAT_FOCUS_KEYWORDS={','.join(web['focus_keywords'])} (order bfs)."
+        f"{order['frontier_ram_urls']:,}; host delay {order['host_delay_s']:g} s. in-degree = "
+        f"links from the fetchable pages (the model's truth); 'of the best N' = against "
+        f"the N fetchable pages of highest in-degree. focus = --focus "
+        f"drumbeat.focus.keywords:score with DRUMBEAT_FOCUS_KEYWORDS="
+        f"{','.join(web['focus_keywords'])} (order bfs)."
     )
 
 

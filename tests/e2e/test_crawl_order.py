@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -57,6 +56,19 @@ def test_focus_scores_each_page_and_orders_its_links(web, tmp_path):
     model = web.model
     for e in scored:  # topic 0 is astronomy: its pages name all three keywords
         assert e["focus"] == (1.0 if model.topic(e["url"]) == 0 else 0.0), e["url"]
+
+
+def broken_focus(text: str, url: str) -> float:
+    """A focus function with a bug (the crawl must go on, scoring 0)."""
+    raise RuntimeError("a bug")
+
+
+def test_a_focus_function_that_raises_scores_zero(web, tmp_path):
+    state = tmp_path / "state"
+    proc = _crawl(web, state, "--focus", f"{__name__}:broken_focus", "--max-pages", "10")
+    assert proc.returncode == 0, proc.stderr
+    scored = [e["focus"] for e in read_log(state) if "focus" in e]
+    assert scored and set(scored) == {0.0}
 
 
 @pytest.mark.parametrize(
