@@ -341,7 +341,19 @@ class Beast:
             looped = np.arange(len(records))
         self._collisions += collisions
         self._host_deferrals += deferrals
-        to_qf[self._place_each(records, looped, plds, budgets, hosts, bands, first, beyond)] = True
+        if bands is None:
+            to_qf[self._place_each(records, looped, plds, budgets, hosts, first, beyond)] = True
+        else:
+            # Band by band, the highest first: as if a batch's URLs arrived in that order,
+            # so its higher bands also get their PLD's earlier queues.
+            looped_bands = bands[looped]
+            for band in range(self._bands - 1, -1, -1):
+                some = looped[looped_bands == band]
+                if len(some):
+                    bound = self._place_each(
+                        records, some, plds, budgets, hosts, first, beyond, band
+                    )
+                    to_qf[bound] = True
         qf: PackedRecords | list[bytes]
         if isinstance(records, PackedRecords):
             qf = records.select(to_qf)
@@ -361,13 +373,13 @@ class Beast:
         plds: np.ndarray,
         budgets: np.ndarray,
         hosts: np.ndarray | None,
-        bands: np.ndarray | None,
         first: int,
         beyond: int,
+        band: int = 0,
     ) -> list[int]:
         """:meth:`_spread`'s records at ``looped``, placed one by one in the ring (the
-        queues' turns ``first`` to ``beyond - 1``), each in its band (``bands``, None: all
-        0); returns those bound for QF. One loop
+        queues' turns ``first`` to ``beyond - 1``), in band ``band`` of their queues;
+        returns those bound for QF. One loop
         with the tables in locals, as it runs for every URL a crawl finds new: a method
         call per URL was clearly slower."""
         j, start = self._j, self._start
@@ -377,8 +389,7 @@ class Beast:
         host_turns, host_counts = places.mhturn, places.mhcount
         admit = self._admit
         collisions = deferrals = refused = 0
-        # One batch per queue and band: band b of queue q at b * j + q.
-        batches: list[list[bytes]] = [[] for _ in range(j * self._bands)]
+        batches: list[list[bytes]] = [[] for _ in range(j)]
         also_to_qf: list[int] = []
         items = zip(
             looped.tolist(),
@@ -386,9 +397,8 @@ class Beast:
             plds[looped].tolist(),
             budgets[looped].tolist(),
             repeat(0) if hosts is None else hosts[looped].tolist(),
-            repeat(0) if bands is None else (bands[looped].astype(np.int64) * j).tolist(),
         )
-        for i, record, pld, budget, host, band in items:
+        for i, record, pld, budget, host in items:
             slot = pld % slots
             turn = turns[slot]
             if turn >= first:
@@ -423,14 +433,14 @@ class Beast:
             if host:
                 host_turns[hslot], host_counts[hslot] = turn, hused + 1
             tags[slot], turns[slot], counts[slot] = pld, turn, used + 1
-            index = turn - start + band
-            batches[index if index < j + band else index - j].append(record)
+            index = turn - start
+            batches[index if index < j else index - j].append(record)
         self._collisions += collisions
         self._host_deferrals += deferrals
         self._refused += refused
-        for k, batch in enumerate(batches):
+        for queue, batch in zip(self._ring, batches):
             if batch:
-                self._ring[k % j].extend(batch, k // j)
+                queue.extend(batch, band)
         return also_to_qf
 
     # -- reading -----------------------------------------------------------------------
