@@ -44,6 +44,11 @@ def test_indegree_order_crawls_the_web(web, tmp_path):
     # BEAST's queues have bands, and the policy's table is committed with them.
     beast = state / "frontier" / "beast"
     assert list(beast.glob("q000-b*")) and list(beast.glob("order-*.npz"))
+    # Resumed: the banded queues and the policy's table reopen, and the crawl goes on.
+    proc = _crawl(web, state, "--max-pages", str(2 * PAGES))
+    assert proc.returncode == 0, proc.stderr
+    again = fetched_pages(read_log(state))
+    assert len(again) >= 2 * PAGES
 
 
 def test_focus_scores_each_page_and_orders_its_links(web, tmp_path):
