@@ -152,6 +152,14 @@ class OrderPolicy:
         """A fetched page (fingerprint ``page``) links to ``targets`` (fingerprints,
         uint64); ``score``: its focus score, for a focused policy."""
 
+    def links_of_pages(self, pages: np.ndarray, targets: np.ndarray, counts: np.ndarray) -> None:
+        """:meth:`links` of many pages at once (one batch of admission): page ``i``
+        (fingerprint ``pages[i]``) links to the next ``counts[i]`` of ``targets``."""
+        start = 0
+        for page, n in zip(pages.tolist(), counts.tolist()):
+            self.links(page, targets[start : start + n])
+            start += n
+
     def band_of(
         self, records: Sequence[bytes], plds: np.ndarray, hosts: np.ndarray | None, new: bool
     ) -> np.ndarray | None:
@@ -189,6 +197,9 @@ class InDegree(_Sketched):
     def links(self, page: int, targets: np.ndarray, score: float | None = None) -> None:
         self.sketch.add(targets)
 
+    def links_of_pages(self, pages: np.ndarray, targets: np.ndarray, counts: np.ndarray) -> None:
+        self.sketch.add(targets)
+
     def band_of(
         self, records: Sequence[bytes], plds: np.ndarray, hosts: np.ndarray | None, new: bool
     ) -> np.ndarray | None:
@@ -202,8 +213,18 @@ class Opic(_Sketched):
     def links(self, page: int, targets: np.ndarray, score: float | None = None) -> None:
         if not len(targets):
             return
-        cash = OPIC_PAGE_CASH + float(self.sketch.get(np.array([page], np.uint64))[0])
-        self.sketch.add(targets, cash / len(targets))
+        self.links_of_pages(np.array([page], np.uint64), targets, np.array([len(targets)]))
+
+    def links_of_pages(self, pages: np.ndarray, targets: np.ndarray, counts: np.ndarray) -> None:
+        linking = counts > 0
+        pages, counts = pages[linking], counts[linking]
+        if not len(pages):
+            return
+        # Each page's cash as it was before the batch: a link between two pages of one
+        # batch passes its share to the next batch's pages only (one sketch read and one
+        # update a batch rather than a page).
+        cash = OPIC_PAGE_CASH + self.sketch.get(pages)
+        self.sketch.add(targets, np.repeat(cash / counts, counts))
 
     def band_of(
         self, records: Sequence[bytes], plds: np.ndarray, hosts: np.ndarray | None, new: bool

@@ -55,7 +55,7 @@ class Admission:
         self.beast = stores.beast
         # The crawl order's policy, when it learns from the links found (frontier.order).
         order = stores.beast.order
-        self._order_links = order.links if order.observes_links else None
+        self._order_links = order.links_of_pages if order.observes_links else None
         self._focus = order if order.focused else None
         self.pricing = pricing
         self.scheduler = scheduler
@@ -154,15 +154,19 @@ class Admission:
 
     @staticmethod
     def _observe_links(
-        found: list[FoundURLs], links: Callable[[int, np.ndarray, float | None], None]
+        found: list[FoundURLs], links: Callable[[np.ndarray, np.ndarray, np.ndarray], None]
     ) -> None:
-        """Tell the crawl order each page's links (the page: the via of its links)."""
-        for f in found:
-            lengths = memoryview(f.lengths).cast("I")
-            if not len(lengths):
-                continue
-            via = f.payloads[: lengths[0]].split(b"\n", 3)[2]
-            links(urls.fingerprint(via.decode()), np.frombuffer(f.fingerprints, np.uint64), None)
+        """Tell the crawl order each page's links, all in one call (a page: the via of
+        its links)."""
+        found = [f for f in found if len(f)]
+        if not found:
+            return
+        vias = [f.payloads[: memoryview(f.lengths).cast("I")[0]].split(b"\n", 3)[2] for f in found]
+        links(
+            np.frombuffer(urls.xxh3_64_array(vias), np.uint64),
+            np.frombuffer(b"".join(f.fingerprints for f in found), np.uint64),
+            np.array([len(f) for f in found], np.int64),
+        )
 
     def focus_links(self, found: FoundURLs, score: float) -> None:
         """A page's links and its focus score (fetcher), for a focused crawl order."""

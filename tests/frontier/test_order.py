@@ -193,3 +193,21 @@ def test_one_band_commits_as_before_and_bands_reopen(tmp_path: Path) -> None:
     )
     assert len(bfs.read(5)) == 2
     bfs.close()
+
+
+@pytest.mark.parametrize("policy_class", [InDegree, Opic])
+def test_links_of_many_pages_at_once_is_links_page_by_page(policy_class) -> None:
+    one, many = policy_class(4, WIDTH), policy_class(4, WIDTH)
+    pages = [("http://x.test/a", ["http://x.test/c"]), ("http://x.test/b", ["http://x.test/a"])]
+    pages += [("http://x.test/", ["http://x.test/a", "http://x.test/b"]), ("http://x.test/z", [])]
+    for page, links in pages:
+        one.links(urls.fingerprint(page), _fps(*links))
+    many.links_of_pages(
+        _fps(*(p for p, _ in pages)),
+        _fps(*(u for _, links in pages for u in links)),
+        np.array([len(links) for _, links in pages]),
+    )
+    # links_of_pages reads each page's cash as it was before the batch: here no page
+    # links to one before it in the batch, so both agree.
+    keys = _fps("http://x.test/a", "http://x.test/b", "http://x.test/c")
+    assert one.sketch.get(keys).tolist() == pytest.approx(many.sketch.get(keys).tolist())
