@@ -9,8 +9,9 @@ Floors, from the bottom; a module imports only from its own floor or those below
    transport        durable files), ``queue`` (task hand-off), ``checkpoint``,
                     ``stats`` (the cluster's counters in Redis)
 3. net              ``fetch`` (DNS cache, address guard, the HTTP clients)
-4. crawl logic      ``frontier`` (URL-seen, STAR, BEAST, robots, QR, politeness, scope),
-                    ``parse`` (links, encodings)
+4. crawl logic      ``frontier`` (URL-seen, STAR, BEAST, robots, QR, politeness, scope,
+                    crawl order), ``parse`` (links, encodings), ``focus`` (a focused
+                    crawl's relevance functions)
 5. roles            ``manager`` (owns the crawl state), ``fetcher`` (fetch, archive, parse)
 6. faces            ``web`` (the dashboard, the control API and /metrics over a
                     manager; below the faces that start it), ``standalone`` (one manager and its fetcher

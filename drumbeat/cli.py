@@ -23,6 +23,7 @@ from drumbeat import __version__
 from drumbeat.runtime.allocator import ALLOCATORS, AllocatorMissing, reexec_if_needed
 from drumbeat.settings import (
     HTTP_CLIENTS,
+    ORDERS,
     SCOPES,
     SITEMAP_MODES,
     Settings,
@@ -155,6 +156,7 @@ def _add_crawl_args(p: argparse.ArgumentParser) -> None:
             "each drop counted by reason in `drumbeat stats`)"
         )
     )
+    _add_order_args(p.add_argument_group("crawl order and focus (within STAR's budgets)"))
     _add_politeness_args(p.add_argument_group("politeness and identity (be a good guest)"))
     _add_machine_args(p.add_argument_group("this machine"))
     _add_duplicate_args(p.add_argument_group("duplicates"))
@@ -291,6 +293,38 @@ def _add_scope_args(g: argparse._ArgumentGroup) -> None:
         "and re:REGEX URL patterns, one a line ('#' comments), never fetched; read "
         f"again within {_D.blocklist_check_s:g} s of a change",
     )
+
+
+def _add_order_args(g: argparse._ArgumentGroup) -> None:
+    unset = argparse.SUPPRESS
+    g.add_argument(
+        "--order",
+        choices=ORDERS,
+        default=unset,
+        help="which URLs of each BEAST queue go first: bfs (breadth-first, the default), "
+        "indegree (most links found to them), opic (OPIC page importance), larger-sites "
+        "(sites with the most URLs found)",
+    )
+    g.add_argument(
+        "--focus",
+        metavar="MODULE:FUNCTION",
+        default=unset,
+        help="a focused crawl: FUNCTION(text, url) scores each HTML page in [0, 1] and its "
+        "links are fetched in order of that score (e.g. drumbeat.focus.keywords:score with "
+        "DRUMBEAT_FOCUS_KEYWORDS=word,word; see the README)",
+    )
+
+
+def _check_focus(s: Settings) -> None:
+    """Import the focus function now: a bad --focus is an error before the crawl starts."""
+    if s.focus is None:
+        return
+    from drumbeat.focus import FocusError, load_focus
+
+    try:
+        load_focus(s.focus)
+    except FocusError as e:
+        raise SettingsError(str(e)) from None
 
 
 def _add_politeness_args(g: argparse._ArgumentGroup) -> None:
@@ -787,6 +821,7 @@ def _run_manager(args: argparse.Namespace, run: Callable[[Settings], Any]) -> in
     check_state_path(Path(args.state_dir))
     settings = settings_from_args(args)
     check_scope(settings)  # the blocklist file's lines, before the state dir is made
+    _check_focus(settings)
     check_state_dir(Path(args.state_dir))
     if args.reexec:
         reexec_if_needed(settings.allocator, sys.argv[1:])  # returns if nothing to do

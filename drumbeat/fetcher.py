@@ -26,6 +26,7 @@ from drumbeat.fetch.client import ClientOptions, HttpClient, client_class
 from drumbeat.fetch.dns import DnsCache
 from drumbeat.fetch.guard import AddressPolicy
 from drumbeat.fetch.response import FetchResponse
+from drumbeat.focus import FocusError, FocusFunction, clamp_score, load_focus, page_text
 from drumbeat.frontier.pldgraph import edge_keys
 from drumbeat.frontier.robots import robots_sitemaps
 from drumbeat.frontier.urlseen import payload_tail
@@ -146,6 +147,13 @@ class Fetcher:
             Duplicates(settings, content, warc, self.stage_s) if content is not None else None
         )
         self._near_dup = self.duplicates is not None and self.duplicates.near
+        # The crawl's focus function (--focus), imported once; None: pages are not scored.
+        self._focus: FocusFunction | None = None
+        if settings.focus is not None:
+            try:
+                self._focus = load_focus(settings.focus)
+            except FocusError as e:  # a cluster's fetcher machine may lack the module
+                log.error("%s; this fetcher scores no page", e)
 
     async def run(self) -> None:
         """Claim and run tasks until the queue is closed or this coroutine is cancelled."""
@@ -387,7 +395,28 @@ class Fetcher:
         if resp.x_robots_tag is not None:
             nofollow, noindex = self._x_robots(resp.x_robots_tag, result)
             found.nofollow, found.noindex = found.nofollow or nofollow, found.noindex or noindex
+        if self._focus is not None:
+            self._score(self._focus, item, result, resp.decoded)
         return found
+
+    def _score(
+        self, focus: FocusFunction, item: FetchItem, result: ItemResult, html: bytes
+    ) -> None:
+        """The page's focus score into ``result`` (and its log line); a function that
+        raises scores 0 and counts a ``focus_error`` (it must not stop the crawl)."""
+        started = thread_time()
+        try:
+            score = clamp_score(focus(page_text(html), item.url))
+        except Exception as e:
+            log.warning("focus function failed on %s: %r", item.url, e)
+            self.errors["focus_error"] += 1
+            score = 0.0
+        result.focus = score
+        if result.log is not None:
+            result.log["focus"] = round(score, 4)
+        spent = thread_time() - started
+        self.stage_s["focus"] += spent
+        self.stage_s["parse"] -= spent  # reported apart, as "normalize" is
 
     def _x_robots(self, tags: str, result: ItemResult) -> tuple[bool, bool]:
         """(nofollow, noindex) as the page's X-Robots-Tag headers say for

@@ -36,6 +36,8 @@ DEFAULT_ACCEPT = (
     "application/atom+xml;q=0.8,application/xml;q=0.7,text/xml;q=0.7,*/*;q=0.5"
 )
 HTTP_CLIENTS = ("aiohttp", "curl")
+# Crawl orders within BEAST's budgets (drumbeat.frontier.order); --focus is one more.
+ORDERS = ("bfs", "indegree", "opic", "larger-sites")
 
 
 class SettingsError(ValueError):
@@ -69,6 +71,17 @@ class Settings:
     # Counters per row of each cap's count-min sketch (4 rows; 4 bytes a counter, 8 for
     # bytes): more counters, a smaller over-count (frontier.scope.CountSketch).
     scope_sketch_width: int = 1 << 20
+
+    # Crawl order and focus (drumbeat.frontier.order). ``order``: bfs (breadth-first in
+    # each BEAST queue, no per-URL cost) | indegree | opic | larger-sites. ``focus``:
+    # "module:function" scoring each HTML page (its text, its URL) in [0, 1]; the score
+    # orders the page's links (a focused crawl; order must be bfs). ``order_bands``:
+    # priority bands per BEAST queue (one disk FIFO each); ``order_sketch_width``:
+    # counters per row of the policy's count-min sketch (4 rows, 4 bytes a counter).
+    order: str = "bfs"
+    focus: str | None = None
+    order_bands: int = 4
+    order_sketch_width: int = 1 << 20
 
     # When to stop (None = no limit). The crawl also stops when nothing is left.
     max_pages: int | None = None
@@ -414,7 +427,25 @@ def validate(s: Settings) -> Settings:
     if s.dns_server is not None:
         parse_hostport(s.dns_server)
     _validate_scope(s, need)
+    _validate_order(s, need)
     return s
+
+
+def _validate_order(s: Settings, need: Callable[[bool, str, str], None]) -> None:
+    need(s.order in ORDERS, "order", f"must be one of {', '.join(ORDERS)}")
+    need(2 <= s.order_bands <= 64, "order_bands", "must be 2..64")
+    need(
+        s.order_sketch_width >= 64 and s.order_sketch_width & (s.order_sketch_width - 1) == 0,
+        "order_sketch_width",
+        "must be a power of 2 >= 64",
+    )
+    if s.focus is not None:
+        need(
+            re.fullmatch(r"[\w.]+:\w+", s.focus) is not None,
+            "focus",
+            "must be module:function (--focus)",
+        )
+        need(s.order == "bfs", "order", "must be bfs with --focus (the focus score orders)")
 
 
 def _validate_scope(s: Settings, need: Callable[[bool, str, str], None]) -> None:

@@ -78,8 +78,23 @@ Three measurements, one run (issue 4, "Benchmarks"):
    Theorem 7's bound per page, 2b(2L-1): b = mean BEAST record (payload + frame) in bytes,
    L = unique URLs admitted per page.
 
+4. **Crawl order and focus** (issue 51; survey §4.1-4.2). Another web, of ordinary hosts
+   only (finite, so every page's true in-degree is known: simweb's model knows every
+   page's links) whose hosts are about one of four topics and link mostly within it
+   (simweb's ``topics``), is crawled to N pages once per order policy
+   (``--order bfs | indegree | opic | larger-sites``) and once focused on topic 0
+   (``--focus drumbeat.focus.keywords:score`` with that topic's words), same seeds, same
+   politeness and RAM. Reported per contender, from its crawl.log: the in-degree-weighted
+   pages of its first N fetches (sum of their true in-degrees, links from every page
+   the crawler may fetch, rel=nofollow not counted) against the most any N fetchable
+   pages have, their mean in-degree, and the share of them on topic 0 (against the share
+   of the web's fetchable pages). The scheduler's RAM is small against N
+   (``Plan.order_ram_urls``), so that BEAST's order, which the policies change, is what
+   the crawl follows (a wide window lets politeness reorder everything).
+
 ``--quick`` is a smaller web and N, and sizes 100 k and 1 M; ``--tiny`` (tests) smaller
-still. ``--json`` prints the same figures as one JSON object.
+still. ``--order-only`` runs part 4 alone. ``--json`` prints the same figures as one JSON
+object.
 """
 
 from __future__ import annotations
@@ -102,7 +117,7 @@ from urllib.parse import urlsplit
 from drumbeat.frontier.beast import theorem7_bound
 from drumbeat.frontier.diskqueue import FRAME_SIZE, DiskQueue
 from drumbeat.frontier.urlseen import encode_payload
-from drumbeat.simweb.model import SimWebConfig, SimWebModel
+from drumbeat.simweb.model import TOPIC_WORDS, SimWebConfig, SimWebModel
 from drumbeat.simweb.scenarios import PLDClass, spammed_host_indices
 
 if TYPE_CHECKING:
@@ -136,6 +151,10 @@ class Plan:
     frontier_ram_urls: int  # for both crawls of part 1 (see _ram_note)
     rss_sizes: tuple[int, ...]
     rss_hosts: int  # hosts the queued URLs spread over (PLDs: half of that)
+    order_web: SimWebConfig  # part 4's web: ordinary hosts about topics
+    order_pages: int  # part 4's N
+    order_ram_urls: int = 200  # part 4's frontier_ram_urls (see the module docstring)
+    order_host_delay_s: float = HOST_DELAY_S  # part 4's host delay (tiny: shorter)
 
 
 def _web(
@@ -164,6 +183,10 @@ def _web(
     )
 
 
+def _topic_web(hosts: int, pages_per_host: int, ips: int) -> SimWebConfig:
+    return SimWebConfig(seed=3, hosts=hosts, ips=ips, pages_per_host=pages_per_host, topics=4)
+
+
 PLANS = {
     "full": Plan(
         _web(1000, 20, 16, 2, FARM_IPS, SPAM_LINKS, 2, 5000, SPAMMED_HOSTS),
@@ -172,6 +195,8 @@ PLANS = {
         1000,
         (100_000, 1_000_000, 10_000_000),
         10_000,
+        _topic_web(1000, 20, 16),
+        5000,
     ),
     "quick": Plan(
         _web(300, 20, 16, 2, FARM_IPS, SPAM_LINKS, 2, 2000, SPAMMED_HOSTS),
@@ -180,9 +205,25 @@ PLANS = {
         1000,
         (100_000, 1_000_000),
         10_000,
+        _topic_web(300, 20, 16),
+        1500,
     ),
-    "tiny": Plan(_web(40, 6, 4, 1, FARM_IPS, SPAM_LINKS, 1, 100, 2), 80, 4, 200, (10_000,), 1_000),
+    "tiny": Plan(
+        _web(40, 6, 4, 1, FARM_IPS, SPAM_LINKS, 1, 100, 2),
+        80,
+        4,
+        200,
+        (10_000,),
+        1_000,
+        _topic_web(40, 6, 4),
+        80,
+        50,
+        0.25,
+    ),
 }
+# Part 4's contenders: each order policy, and a crawl focused on topic FOCUS_TOPIC.
+ORDER_CONTENDERS = ("bfs", "indegree", "opic", "larger-sites", "focus")
+FOCUS_TOPIC = 0
 
 
 # ------------------------------------------------------------------ part 1: spam share
@@ -216,6 +257,8 @@ def _start_web(config: SimWebConfig) -> tuple[subprocess.Popen[str], dict]:
         str(config.spammed_hosts),
         "--spammed-links-per-page",
         str(config.spammed_links_per_page),
+        "--topics",
+        str(config.topics),
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
@@ -242,7 +285,16 @@ def seed_urls(model: SimWebModel, n: int) -> list[str]:
     return homes[::step][:n]
 
 
-def _crawl(name: str, seeds: list[str], info: dict, state: Path, pages: int, toml: str) -> float:
+def _crawl(
+    name: str,
+    seeds: list[str],
+    info: dict,
+    state: Path,
+    pages: int,
+    toml: str,
+    env: dict[str, str] | None = None,
+    host_delay_s: float = HOST_DELAY_S,
+) -> float:
     """Run ``drumbeat crawl`` to ``pages`` pages; returns the wall time."""
     config = state.parent / f"{name}.toml"
     config.write_text(toml, encoding="utf-8")
@@ -258,7 +310,7 @@ def _crawl(name: str, seeds: list[str], info: dict, state: Path, pages: int, tom
         info["dns"],
         "--allow-loopback",
         "--host-delay",
-        str(HOST_DELAY_S),
+        str(host_delay_s),
         "--ip-delay",
         str(IP_DELAY_S),
         "--max-pages",
@@ -268,7 +320,7 @@ def _crawl(name: str, seeds: list[str], info: dict, state: Path, pages: int, tom
         str(config),
     ]
     t0 = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
     if done.returncode:
         raise RuntimeError(f"{name} crawl failed: {done.stderr.strip()[-500:]}")
@@ -408,6 +460,8 @@ def _mean_record_bytes(state: Path, queue_states: list[dict], fetched: list[dict
     base = state / "frontier" / "beast"
     dirs = [base / f"q{i:03d}" for i in range(len(queue_states) - 1)] + [base / "qf"]
     for directory, qstate in zip(dirs, queue_states):
+        if "bands" in qstate:  # an order with bands: band 0 is the queue's directory
+            qstate = qstate["bands"][0]
         # The crawl is over: reading its queues cannot disturb it.
         queue = DiskQueue(directory, state=qstate, fsync=False)
         try:
@@ -465,6 +519,104 @@ def spam_share(plan: Plan, work: Path, log: bool) -> dict:
         },
         "contenders": results,
         "beast_io": io,
+    }
+
+
+# ------------------------------------------------------------------ part 4: crawl order
+
+
+def true_indegrees(model: SimWebModel, seeds: list[str]) -> dict[str, int]:
+    """Every page a crawler may fetch from ``seeds`` (reachable through followed links,
+    allowed by robots.txt), with its in-degree: the distinct pages of that set that
+    link to it (rel=nofollow and meta nofollow links are not followed, so not counted)."""
+    indegree: dict[str, int] = {}
+    queue, seen, fetchable = list(seeds), set(seeds), []
+    while queue:
+        url = queue.pop()
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        h = model.host(host)
+        if h is None or h.pld_class != "legit":
+            continue
+        robots = model.robots(host)
+        if robots.fetch_nothing or not robots.allows(path):
+            continue
+        page = model.page(host, path)
+        if page.status != 200 and page.location is None:
+            continue
+        fetchable.append(url)
+        targets = {page.location} if page.location else set()
+        if not page.meta_nofollow:
+            targets |= {link.url for link in page.links if not link.nofollow and link.url}
+        for target in targets - {url}:
+            if not target.startswith("http"):
+                continue
+            indegree[target] = indegree.get(target, 0) + 1
+            if target not in seen:
+                seen.add(target)
+                queue.append(target)
+    return {u: indegree.get(u, 0) for u in fetchable}
+
+
+def _order_figures(model: SimWebModel, truth: dict[str, int], state: Path, n: int) -> dict:
+    first = [e["url"] for e in _answered(state) if e["kind"] == "page"][:n]
+    weighted = sum(truth.get(u, 0) for u in first)
+    best = sum(sorted(truth.values(), reverse=True)[: len(first)])
+    on_topic = [model.topic(u) == FOCUS_TOPIC for u in first]
+    return {
+        "pages": len(first),
+        "indegree_weighted": weighted,
+        "indegree_of_best": weighted / best if best else None,
+        "mean_indegree": weighted / max(len(first), 1),
+        "on_topic_share": sum(on_topic) / max(len(first), 1),
+        "on_topic_by_tenth": _tenths(on_topic),
+    }
+
+
+def crawl_order(plan: Plan, work: Path, log: bool) -> dict:
+    """Part 4: each order policy and a focused crawl on the topic web."""
+    proc, info = _start_web(plan.order_web)
+    model = SimWebModel(replace(plan.order_web, port=info["port"]))
+    seeds = seed_urls(model, plan.seeds)
+    truth = true_indegrees(model, seeds)
+    base_toml = CRAWL_TOML + f"frontier_ram_urls = {plan.order_ram_urls}\n"
+    env = {**os.environ, "DRUMBEAT_FOCUS_KEYWORDS": ",".join(TOPIC_WORDS[FOCUS_TOPIC])}
+    results: dict[str, dict] = {}
+    try:
+        for name in ORDER_CONTENDERS:
+            if log:
+                print(f"crawling: order {name}, {plan.order_pages:,} pages ...", file=sys.stderr)
+            toml = base_toml + (
+                'focus = "drumbeat.focus.keywords:score"\n'
+                if name == "focus"
+                else f'order = "{name}"\n'
+            )
+            state = work / f"order-{name}"
+            wall = _crawl(
+                name, seeds, info, state, plan.order_pages, toml, env, plan.order_host_delay_s
+            )
+            out = _order_figures(model, truth, state, plan.order_pages)
+            out.update(wall_s=wall, pages_per_s=out["pages"] / wall)
+            results[name] = out
+            shutil.rmtree(state, ignore_errors=True)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    return {
+        "web": {
+            "hosts": plan.order_web.hosts,
+            "pages_per_host": plan.order_web.pages_per_host,
+            "topics": plan.order_web.topics,
+            "fetchable_pages": len(truth),
+            "on_topic_share": sum(model.topic(u) == FOCUS_TOPIC for u in truth) / len(truth),
+            "focus_keywords": list(TOPIC_WORDS[FOCUS_TOPIC]),
+        },
+        "pages": plan.order_pages,
+        "seeds": len(seeds),
+        "frontier_ram_urls": plan.order_ram_urls,
+        "host_delay_s": plan.order_host_delay_s,
+        "contenders": results,
     }
 
 
@@ -608,6 +760,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="smaller web and N, RSS at 100 k and 1 M (about a minute)",
     )
     mode.add_argument("--tiny", action="store_true", help="smallest run, for tests")
+    ap.add_argument("--order-only", action="store_true", help="only part 4: crawl order and focus")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--dir", type=Path, default=None, help="work directory (default: a temp dir)")
     ap.add_argument("--rss-child", type=int, default=None, help=argparse.SUPPRESS)
@@ -624,19 +777,17 @@ def main(argv: list[str] | None = None) -> int:
     plan = PLANS[mode]
     base = Path(tempfile.mkdtemp(prefix="frontierbench-", dir=args.dir))
     t0 = time.perf_counter()
+    report: dict = {"mode": mode}
     try:
-        share = spam_share(plan, base, not args.json)
-        rss = manager_rss(plan.rss_sizes, plan.rss_hosts, base, not args.json)
+        if not args.order_only:
+            share = spam_share(plan, base, not args.json)
+            report["spam_share"] = share
+            report["manager_rss"] = manager_rss(plan.rss_sizes, plan.rss_hosts, base, not args.json)
+            report["beast_io"] = share.pop("beast_io")
+        report["order"] = crawl_order(plan, base, not args.json)
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    report = {
-        "mode": mode,
-        "spam_share": share,
-        "manager_rss": rss,
-        "beast_io": share.pop("beast_io"),
-        "elapsed_s": time.perf_counter() - t0,
-        "cpus": os.cpu_count(),
-    }
+    report.update(elapsed_s=time.perf_counter() - t0, cpus=os.cpu_count())
     if args.json:
         print(json.dumps(report))
     else:
@@ -648,15 +799,62 @@ def _print_tables(report: dict) -> None:
     from rich.console import Console
 
     console = Console(width=150)
-    share, rss = report["spam_share"], report["manager_rss"]
-    console.print(_share_table(share))
-    console.print(_request_table(share))
-    console.print(_spam_trap_table(share))
-    console.print(_web_note(share))
-    console.print(_rss_table(rss))
-    console.print(_rss_note(rss))
-    console.print(_beast_io_table(report["beast_io"]))
+    if "spam_share" in report:
+        share, rss = report["spam_share"], report["manager_rss"]
+        console.print(_share_table(share))
+        console.print(_request_table(share))
+        console.print(_spam_trap_table(share))
+        console.print(_web_note(share))
+        console.print(_rss_table(rss))
+        console.print(_rss_note(rss))
+        console.print(_beast_io_table(report["beast_io"]))
+    console.print(_order_table(report["order"]))
+    console.print(_order_note(report["order"]))
     console.print(f"{report['mode']} run, {report['elapsed_s']:.0f} s")
+
+
+def _order_table(order: dict) -> Table:
+    table = _table(
+        f"Crawl order and focus: the first {order['pages']:,} page fetches",
+        (
+            "order",
+            "in-degree weighted",
+            "of the best N",
+            "mean in-degree",
+            f"on topic {FOCUS_TOPIC}",
+            "on topic by tenth of N",
+            "pages/s",
+            "wall s",
+        ),
+        left=("order", "on topic by tenth of N"),
+    )
+    for name, out in order["contenders"].items():
+        best = out["indegree_of_best"]
+        table.add_row(
+            name,
+            f"{out['indegree_weighted']:,}",
+            f"{best:.1%}" if best is not None else "",
+            f"{out['mean_indegree']:.2f}",
+            f"{out['on_topic_share']:.1%}",
+            " ".join(f"{x:.0%}" for x in out["on_topic_by_tenth"]),
+            f"{out['pages_per_s']:,.0f}",
+            f"{out['wall_s']:,.1f}",
+        )
+    return table
+
+
+def _order_note(order: dict) -> str:
+    web = order["web"]
+    return (
+        f"web: {web['hosts']:,} ordinary hosts about {web['topics']} topics, "
+        f"{web['fetchable_pages']:,} fetchable pages, {web['on_topic_share']:.1%} of them on "
+        f"topic {FOCUS_TOPIC}; {order['seeds']} seeds; frontier_ram_urls "
+        f"{order['frontier_ram_urls']:,}; host delay {order['host_delay_s']:g} s. in-degree = "
+        f"links from the fetchable pages (the model's truth); 'of the best N' = against "
+        f"the N fetchable pages of highest in-degree. focus = --focus "
+        f"drumbeat.focus.keywords:score with DRUMBEAT_FOCUS_KEYWORDS="
+        f"{','.join(web['focus_keywords'])} (order bfs)."
+    )
 
 
 def _table(title: str, columns: tuple[str, ...], left: tuple[str, ...] = ()) -> Table:

@@ -68,11 +68,21 @@ that must wait, leaving too few hosts to fetch from. The manager sets
 ``host_cap = B0·τh/τh_min``. Colliding hosts share a cap (delayed, never dropped). With
 paced turns the host's places, like the PLD's, include the current queue.
 
+Order within a queue (frontier.order): with an order policy of more than one band, each
+ring queue is one FIFO per band, read highest band first, and the policy gives each
+record its band where it is placed (QF's records again at each re-split, from what the
+policy knows then). With one band (breadth-first, the default) a ring queue is one FIFO,
+on disk and in its commit exactly as before bands existed, and placing does no per-URL
+work for them. The bands of one queue share its write buffer's RAM.
+
 Directory layout::
 
-    qNNN/               ring queue N (a :class:`~drumbeat.frontier.diskqueue.DiskQueue`)
+    qNNN/               ring queue N (a :class:`~drumbeat.frontier.diskqueue.DiskQueue`);
+                        its band 0 where the order has bands
+    qNNN-bB/            band B > 0 of ring queue N
     qf/                 QF (each record keyed by its PLD hash and host hash, u64 each)
     budget-KKKKKKKK.npz  the table at commit K: arrays ``tag``, ``turn``, ``count``
+    order-KKKKKKKK.npz   the order policy's tables at commit K (a policy with bands)
 
 :meth:`Beast.commit` commits every queue, writes the table to a new file (temporary
 name, fsync, rename, directory fsync) and returns a JSON-able state naming it; the
@@ -93,6 +103,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from drumbeat.frontier.diskqueue import DiskQueue, PackedRecords
+from drumbeat.frontier.order import OrderPolicy, load_tables, save_tables
 from drumbeat.store import durable
 
 FORMAT_VERSION = 1
@@ -104,6 +115,8 @@ RESPLIT_BATCH = 2048
 Rebudget = Callable[[list[bytes]], tuple[Sequence[int], Sequence[int], Sequence[int] | None]]
 # budgets_of(PLD hashes, uint64) -> the budget of each.
 BudgetsOf = Callable[[np.ndarray], Sequence[int]]
+# A ring queue's write buffer (DiskQueue's default), shared among its bands.
+_QUEUE_BUFFER_BYTES = 1 << 20
 # Batches of fewer records than this skip _Places.full_from_start: numpy's fixed cost
 # would outweigh what the loop saves.
 _FULL_CHECK_MIN = 64
@@ -164,6 +177,10 @@ def _table_name(commit: int) -> str:
     return f"budget-{commit:08d}.npz"
 
 
+def _order_name(commit: int) -> str:
+    return f"order-{commit:08d}.npz"
+
+
 class Beast:
     """BEAST queues in ``directory`` (which it owns).
 
@@ -186,6 +203,9 @@ class Beast:
     (the manager's robots rules) keeps refused URLs from taking the places of URLs that
     may be crawled, and runs only for the records that get one: most URLs of a large
     crawl wait in QF, and are asked about when they leave it.
+
+    ``order`` (None: breadth-first) gives each record placed its band (frontier.order);
+    its tables are committed and reopened with BEAST's.
     """
 
     def __init__(
@@ -204,6 +224,7 @@ class Beast:
         turn_s: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
         admit: Callable[[bytes], bool] | None = None,
+        order: OrderPolicy | None = None,
     ) -> None:
         if not 1 <= queues <= max_queues:
             raise ValueError(f"need 1 <= queues <= max_queues, got {queues}, {max_queues}")
@@ -220,6 +241,8 @@ class Beast:
         self._rebudget = rebudget
         self._budgets_of = budgets_of
         self._admit = admit
+        self.order = order if order is not None else OrderPolicy()
+        self._bands = self.order.bands
         self.turn_s = turn_s
         self._clock = clock
         # When the current queue's first record was read (None: not yet, or it was empty).
@@ -251,7 +274,7 @@ class Beast:
         """Queue URL records, in order: record i of PLD ``pld_hashes[i]`` with budget
         ``budgets[i]`` (from STAR), and of host ``host_hashes[i]`` if the host cap is to
         apply (a host hash of 0, taken modulo 2**64, counts as none)."""
-        self._spread_checked(records, pld_hashes, budgets, host_hashes)
+        self._spread_checked(records, pld_hashes, budgets, host_hashes, new=True)
         self._placed += len(records)
 
     def _spread_checked(
@@ -260,6 +283,8 @@ class Beast:
         pld_hashes: Sequence[int],
         budgets: Sequence[int],
         host_hashes: Sequence[int] | None,
+        *,
+        new: bool,
     ) -> None:
         """:meth:`_spread` of arguments checked and made arrays (hashes modulo 2**64)."""
         if not len(records) == len(pld_hashes) == len(budgets):
@@ -271,6 +296,7 @@ class Beast:
             _hashes(pld_hashes),
             np.array(budgets, np.int64),
             None if host_hashes is None else _hashes(host_hashes),
+            new=new,
         )
 
     def _spread(
@@ -279,6 +305,8 @@ class Beast:
         plds: np.ndarray,
         budgets: np.ndarray,
         hosts: np.ndarray | None,
+        *,
+        new: bool = False,
     ) -> None:
         """Place each record (of PLD hash ``plds[i]`` with ``budgets[i]``, of host hash
         ``hosts[i]`` if hosts are given, and not 0), appending to each queue once. The
@@ -291,11 +319,16 @@ class Beast:
         ring means QF. :meth:`_place_each` places the records one by one; it sees only
         the records :meth:`_Places.full_from_start` does not find bound for QF, and only
         those are made Python ints, which makes placing URLs bound for QF cheaper.
+        ``new``: the records are placed for the first time (the order policy counts them).
         """
         now = self._start + self._cur
         first = now if self.turn_s > 0 else now + 1  # paced: the current queue is open
         beyond = now + self._j
         given_hosts = hosts
+        bands = None
+        if self._bands > 1:
+            listed = records.records() if isinstance(records, PackedRecords) else records
+            bands = self.order.band_of(listed, plds, hosts, new)
         if self._places.host_cap == 0:
             hosts = None  # no cap: host places are neither checked nor kept
         if len(records) >= _FULL_CHECK_MIN:
@@ -308,7 +341,19 @@ class Beast:
             looped = np.arange(len(records))
         self._collisions += collisions
         self._host_deferrals += deferrals
-        to_qf[self._place_each(records, looped, plds, budgets, hosts, first, beyond)] = True
+        if bands is None:
+            to_qf[self._place_each(records, looped, plds, budgets, hosts, first, beyond)] = True
+        else:
+            # Band by band, the highest first: as if a batch's URLs arrived in that order,
+            # so its higher bands also get their PLD's earlier queues.
+            looped_bands = bands[looped]
+            for band in range(self._bands - 1, -1, -1):
+                some = looped[looped_bands == band]
+                if len(some):
+                    bound = self._place_each(
+                        records, some, plds, budgets, hosts, first, beyond, band
+                    )
+                    to_qf[bound] = True
         qf: PackedRecords | list[bytes]
         if isinstance(records, PackedRecords):
             qf = records.select(to_qf)
@@ -330,9 +375,11 @@ class Beast:
         hosts: np.ndarray | None,
         first: int,
         beyond: int,
+        band: int = 0,
     ) -> list[int]:
         """:meth:`_spread`'s records at ``looped``, placed one by one in the ring (the
-        queues' turns ``first`` to ``beyond - 1``); returns those bound for QF. One loop
+        queues' turns ``first`` to ``beyond - 1``), in band ``band`` of their queues;
+        returns those bound for QF. One loop
         with the tables in locals, as it runs for every URL a crawl finds new: a method
         call per URL was clearly slower."""
         j, start = self._j, self._start
@@ -393,7 +440,7 @@ class Beast:
         self._refused += refused
         for queue, batch in zip(self._ring, batches):
             if batch:
-                queue.extend(batch)
+                queue.extend(batch, band)
         return also_to_qf
 
     # -- reading -----------------------------------------------------------------------
@@ -479,7 +526,7 @@ class Beast:
             return
         if packed.keys is None or self._budgets_of is None:
             batch = packed.records()
-            self._spread_checked(batch, *self._rebudget(batch))
+            self._spread_checked(batch, *self._rebudget(batch), new=False)
             return
         hashes = packed.keys.view("<u8")  # PLD hash, host hash
         plds, hosts = hashes[:, 0], hashes[:, 1]
@@ -490,7 +537,7 @@ class Beast:
         return sum(len(q) for q in self._ring) + len(self._qf)
 
     def stats(self) -> BeastStats:
-        queues = [*self._ring, self._qf]
+        queues: list[DiskQueue | _BandedQueue] = [*self._ring, self._qf]
         return BeastStats(
             queues=self._j,
             current=self._cur,
@@ -518,6 +565,10 @@ class Beast:
         self._commits += 1
         name = _table_name(self._commits)
         self._places.save(self.directory / name, self._fsync)
+        order_table = None
+        if self._bands > 1:
+            order_table = _order_name(self._commits)
+            save_tables(self.order, self.directory / order_table, self._fsync)
         self._drop_tables()
         return {
             "format": FORMAT_VERSION,
@@ -530,6 +581,11 @@ class Beast:
             "ring": ring,
             "qf": qf,
             "resplit_left": self._resplit_left,
+            **(
+                {}
+                if order_table is None
+                else {"order": self.order.name, "order_table": order_table}
+            ),
             # Seconds the current turn has run (None: it has read nothing yet).
             "turn_elapsed_s": (
                 None if self._turn_started is None else self._clock() - self._turn_started
@@ -568,13 +624,16 @@ class Beast:
         elapsed = state.get("turn_elapsed_s")
         self._turn_started = None if elapsed is None else self._clock() - elapsed
         self._places.load(self.directory / state["table"])
+        # The order's tables, where the same policy wrote them (another one starts empty).
+        if state.get("order") == self.order.name and self._bands > 1:
+            load_tables(self.order, self.directory / state["order_table"])
         self._drop_tables()
-        for path in self.directory.glob("q[0-9][0-9][0-9]"):
-            if int(path.name[1:]) >= self._j:
-                # A queue of a ring grown after this commit.
+        for path in self.directory.glob("q[0-9][0-9][0-9]*"):
+            if int(path.name[1:4]) >= self._j:
+                # A queue (or a band of one) of a ring grown after this commit.
                 shutil.rmtree(path)
         self._ring = [
-            DiskQueue(self._queue_dir(i), state=s, fsync=self._fsync)
+            _BandedQueue(self._queue_dir(i), self._bands, self._fsync, s)
             for i, s in enumerate(state["ring"])
         ]
         self._qf = DiskQueue(self.directory / "qf", state=state["qf"], fsync=self._fsync)
@@ -582,26 +641,91 @@ class Beast:
     def _drop_tables(self) -> None:
         """Delete table files other than those of this commit and the one before."""
         keep = {_table_name(self._commits), _table_name(self._commits - 1)}
-        for path in self.directory.glob("budget-*.npz*"):
+        keep |= {_order_name(self._commits), _order_name(self._commits - 1)}
+        for path in [*self.directory.glob("budget-*.npz*"), *self.directory.glob("order-*.npz*")]:
             if path.name not in keep:
                 path.unlink()
 
     def _queue_dir(self, index: int) -> Path:
         return self.directory / f"q{index:03d}"
 
-    def _new_queue(self, index: int) -> DiskQueue:
-        return DiskQueue(self._queue_dir(index), fsync=self._fsync)
+    def _new_queue(self, index: int) -> _BandedQueue:
+        return _BandedQueue(self._queue_dir(index), self._bands, self._fsync)
 
     def close(self) -> None:
         """Close every queue (buffers written, nothing committed)."""
-        for q in [*self._ring, self._qf]:
+        for q in self._ring:
             q.close()
+        self._qf.close()
 
     def __repr__(self) -> str:
         return (
             f"<Beast {self.directory} [queue {self._cur} of {self._j} | "
             f"{len(self)} queued, {len(self._qf)} in QF]>"
         )
+
+
+class _BandedQueue:
+    """One ring queue: a DiskQueue per band, band 0 in ``directory`` and band B in
+    ``directory``-bB, read highest band first (see "Order within a queue" in the module
+    docstring). Its commit is band 0's state where there is one band (as before bands
+    existed), else ``{"bands": [state of each band]}``. Reopened with fewer bands than
+    its commit had, it keeps them all (their records are still read); with more, the
+    new bands start empty. Each band's buffers are the queue's divided among the bands."""
+
+    def __init__(
+        self, directory: Path, bands: int, fsync: bool, state: dict[str, Any] | None = None
+    ) -> None:
+        states: list[dict[str, Any] | None] = (
+            list(state["bands"]) if state is not None and "bands" in state else [state]
+        )
+        n = max(bands, len(states))
+        states += [None] * (n - len(states))
+        buffer = _QUEUE_BUFFER_BYTES // n
+        self.queues = [
+            DiskQueue(
+                directory if b == 0 else directory.with_name(f"{directory.name}-b{b}"),
+                state=s,
+                fsync=fsync,
+                buffer_bytes=buffer,
+            )
+            for b, s in enumerate(states)
+        ]
+        self._one = self.queues[0] if n == 1 else None
+
+    def extend(self, records: list[bytes], band: int = 0) -> None:
+        self.queues[band].extend(records)
+
+    def read(self, n: int) -> list[bytes]:
+        if self._one is not None:
+            return self._one.read(n)
+        out: list[bytes] = []
+        for queue in reversed(self.queues):
+            if len(out) >= n:
+                break
+            if len(queue):
+                out.extend(queue.read(n - len(out)))
+        return out
+
+    def __len__(self) -> int:
+        return sum(len(q) for q in self.queues)
+
+    @property
+    def bytes_written(self) -> int:
+        return sum(q.bytes_written for q in self.queues)
+
+    @property
+    def bytes_read(self) -> int:
+        return sum(q.bytes_read for q in self.queues)
+
+    def commit(self) -> dict[str, Any]:
+        if self._one is not None:
+            return self._one.commit()
+        return {"bands": [q.commit() for q in self.queues]}
+
+    def close(self) -> None:
+        for q in self.queues:
+            q.close()
 
 
 class _Places:

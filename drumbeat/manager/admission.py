@@ -11,6 +11,8 @@ from itertools import islice
 from time import perf_counter, thread_time
 from typing import TypeVar
 
+import numpy as np
+
 from drumbeat import urls
 from drumbeat.frontier.politeness import PolitenessScheduler
 from drumbeat.frontier.scope import MAX_DEPTH, Scope
@@ -51,6 +53,10 @@ class Admission:
         self.seen = stores.seen
         self.plds = stores.plds
         self.beast = stores.beast
+        # The crawl order's policy, when it learns from the links found (frontier.order).
+        order = stores.beast.order
+        self._order_links = order.links_of_pages if order.observes_links else None
+        self._focus = order if order.focused else None
         self.pricing = pricing
         self.scheduler = scheduler
         self.gate = gate
@@ -123,6 +129,8 @@ class Admission:
             found = self._within_depth(found, self._max_depth)
             if not found:
                 return
+        if self._order_links is not None:
+            self._observe_links(found, self._order_links)
         within_rules = self._within_rules if self._link_reason is not None else None
         if self.settings.scope != "any" or within_rules is not None:
             scoped = self.settings.scope != "any"
@@ -143,6 +151,27 @@ class Admission:
             b"".join(f.payloads for f in found),
             b"".join(f.lengths for f in found),
         )
+
+    @staticmethod
+    def _observe_links(
+        found: list[FoundURLs], links: Callable[[np.ndarray, np.ndarray, np.ndarray], None]
+    ) -> None:
+        """Tell the crawl order each page's links, all in one call (a page: the via of
+        its links)."""
+        found = [f for f in found if len(f)]
+        if not found:
+            return
+        vias = [f.payloads[: memoryview(f.lengths).cast("I")[0]].split(b"\n", 3)[2] for f in found]
+        links(
+            np.frombuffer(urls.xxh3_64_array(vias), np.uint64),
+            np.frombuffer(b"".join(f.fingerprints for f in found), np.uint64),
+            np.array([len(f) for f in found], np.int64),
+        )
+
+    def focus_links(self, found: FoundURLs, score: float) -> None:
+        """A page's links and its focus score (fetcher), for a focused crawl order."""
+        if self._focus is not None:
+            self._focus.links(0, np.frombuffer(found.fingerprints, np.uint64), score)
 
     def frontier_short(self) -> bool:
         """Fetch slots are idle because no host in RAM is ready (Polybot: load more when

@@ -170,6 +170,8 @@ class Manager:
             started=self._started,
             scope=self.scope,
         )
+        if self.stores.beast.order.focused:  # a focused crawl: scores order the links
+            self.dispatch.on_focus = self.admission.focus_links
         self.journal_dir = state_dir / JOURNAL_DIR
         self.journal = (
             Journal(

@@ -18,6 +18,7 @@ import logging
 import random
 from array import array
 from collections import Counter
+from collections.abc import Callable
 
 from drumbeat.frontier.backoff import Backoff, retryable
 from drumbeat.frontier.politeness import HostState, PolitenessScheduler, QueuedURL
@@ -86,6 +87,8 @@ class Dispatcher:
         self._submits: set[asyncio.Future[None]] = set()  # task submits under way
         # A cluster's fetchers pace IPs cluster-wide by the delay each item carries.
         self.stamp_ip_delays = False
+        # A focused crawl's pages' scores and links, to the crawl order (None: no focus).
+        self.on_focus: Callable[[FoundURLs, float], None] | None = None
         # Dispatch latency (module docstring): each waiting host holds when its next
         # request could leave (HostState.free_at), so what waits is bounded by RAM's hosts.
         self._measure = s.ip_delay_s == 0
@@ -239,6 +242,8 @@ class Dispatcher:
             edges.append(r.pld_edges)
         if r.found is not None and len(r.found):
             found.append(r.found)
+            if r.focus is not None and self.on_focus is not None:
+                self.on_focus(r.found, r.focus)
         self.backoff.succeeded(host)
         self.scheduler.done(host, ended)
         self._note_free(r, host, now)

@@ -14,6 +14,7 @@ import numpy as np
 from drumbeat.checkpoint import CheckpointMeta
 from drumbeat.frontier.beast import Beast
 from drumbeat.frontier.diskqueue import DiskQueue
+from drumbeat.frontier.order import policy_for
 from drumbeat.frontier.pldgraph import PLDIndegree
 from drumbeat.frontier.qr import RobotsWaitQueue
 from drumbeat.frontier.robots import RobotsStore
@@ -110,6 +111,7 @@ class Stores:
             turn_s=s.beast_turn(),
             clock=clock,
             admit=admit_for(robots),
+            order=policy_for(s),
         )
         qr = RobotsWaitQueue(
             d / "frontier" / "qr", state=f.get("qr"), max_wait_s=s.robots_wait_max_s, clock=clock

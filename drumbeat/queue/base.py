@@ -152,6 +152,9 @@ class ItemResult:
     # the manager runs the host's delay from that much before it got the result, which is
     # still no earlier than the fetch's end (a duration: no clocks compared).
     held_s: float = 0.0
+    # The page's relevance in [0, 1] from the crawl's focus function (--focus; None:
+    # no focus set, or not an HTML page): the priority of the links in ``found``.
+    focus: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -100,6 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.duplicate_articles,
         help="articles per host, each served as original, exact copy and near copy",
     )
+    scenarios.add_argument(
+        "--topics",
+        type=int,
+        default=defaults.topics,
+        help="ring hosts about one of this many topics, linking mostly within it (0: none)",
+    )
     return parser
 
 
@@ -120,6 +126,7 @@ def config_from_args(args: argparse.Namespace) -> SimWebConfig:
         spammed_hosts=args.spammed_hosts,
         spammed_links_per_page=args.spammed_links_per_page,
         duplicate_articles=args.duplicate_articles,
+        topics=args.topics,
     )
 
 

@@ -62,6 +62,15 @@ hosts link into them, after their other fixed links:
 
 With every scenario off, webs are byte-identical to webs made before scenarios existed.
 
+Topics (off by default: ``topics = 0``)
+---------------------------------------
+With ``topics = k`` (2 .. ``len(TOPIC_WORDS)``) ring host ``i`` is about topic ``i % k``:
+each of its HTML pages carries a paragraph of that topic's words (``TOPIC_WORDS``), and
+a random link to another host goes, ``TOPIC_LOCALITY`` of the time, to a host of the
+same topic (pages link to pages on their topic, as on the real web, which is what makes
+a focused crawl work). Scenario hosts have no topic. ``topic`` tells a URL's topic, the
+oracle of a focused crawl. With ``topics = 0`` no byte changes.
+
 Hostile hosts (off by default; see ``hostile``)
 -----------------------------------------------
 With ``hostile`` on, ``/`` of host 0 also links to ``/`` of every hostile case host
@@ -109,6 +118,19 @@ PageKind = Literal[
 REFUSED_IP = "127.3.0.1"
 _SCENARIO_ROBOTS = robots_file("allow_all", 0.0, random.Random(0))
 _HOST_CACHE = 4096
+# Each topic's words (config.topics): none of them is in render's filler vocabulary.
+TOPIC_WORDS: tuple[tuple[str, ...], ...] = (
+    ("astronomy", "telescope", "galaxy"),
+    ("cooking", "recipe", "kitchen"),
+    ("sailing", "regatta", "mast"),
+    ("chess", "gambit", "endgame"),
+    ("gardening", "compost", "seedling"),
+    ("cycling", "derailleur", "peloton"),
+    ("pottery", "glaze", "kiln"),
+    ("birding", "warbler", "binoculars"),
+)
+# The share of a topic host's random cross-host links that stay on its topic.
+TOPIC_LOCALITY = 0.8
 _PAGE_CACHE = 8192
 
 
@@ -147,6 +169,7 @@ class SimWebConfig:
     # three times: /article/{g}.html, /article/{g}-copy.html (the same bytes) and
     # /article/{g}-print.html (a near copy: another date and another ad block).
     duplicate_articles: int = 0
+    topics: int = 0  # ring hosts about topic i % topics (0: none; see "Topics")
 
     def __post_init__(self) -> None:
         if self.hosts < 1 or self.ips < 1 or self.pages_per_host < 1:
@@ -167,6 +190,8 @@ class SimWebConfig:
             raise ValueError("too few hosts for spammed_hosts (one in five hosts can be)")
         if scenarios.special_ip_count(self) > 254 * 256:
             raise ValueError("at most 65024 scenario IPs fit in 127.2.0.0/16")
+        if self.topics and not 2 <= self.topics <= len(TOPIC_WORDS):
+            raise ValueError(f"topics must be 0 or 2..{len(TOPIC_WORDS)}")
         if not 0.0 <= self.cross_host_link_fraction <= 1.0:
             raise ValueError("cross_host_link_fraction must be within [0, 1]")
 
@@ -226,6 +251,7 @@ class Page:
     # ("original", "copy": the same bytes, "near": another date and ad block).
     article: str | None = None
     article_variant: str | None = None
+    topic: int | None = None  # the page's topic (SimWebConfig.topics; None: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,6 +326,17 @@ class SimWebModel:
         name = (urlsplit(host_or_url).hostname or "") if "://" in host_or_url else host_or_url
         found = self.host(name.rstrip("."))
         return found.pld_class if found is not None else "legit"
+
+    def topic(self, host_or_url: str) -> int | None:
+        """The topic of a host name or absolute URL (SimWebConfig.topics): that of its
+        ring host; None without topics, for scenario hosts and names outside the web."""
+        if not self.config.topics:
+            return None
+        name = (urlsplit(host_or_url).hostname or "") if "://" in host_or_url else host_or_url
+        found = self.host(name.rstrip("."))
+        if found is None or found.index < 0:
+            return None
+        return found.index % self.config.topics
 
     def origin(self, name: str) -> str:
         port = self.config.port
@@ -475,6 +512,7 @@ class SimWebModel:
             base_href=base_href,
             x_robots_tag=spec.x_robots_tag,
             header_nofollow=spec.header_nofollow,
+            topic=h.index % self.config.topics if self.config.topics and h.index >= 0 else None,
         )
 
     def _spec(self, h: Host, path: str) -> _Spec | None:
@@ -838,6 +876,11 @@ class _LinkMaker:
             return Link(self.model.url(dead, target), self.model.origin(dead) + target, "a")
         if r < self.cfg.cross_host_link_fraction and len(hosts) > 1:
             other = hosts[_skewed(rng, len(hosts))]
+            topics = self.cfg.topics
+            if topics and self.host.index >= 0 and rng.random() < TOPIC_LOCALITY:
+                # The same topic: the host of that topic at or before the one drawn.
+                index = other.index - other.index % topics + self.host.index % topics
+                other = hosts[index if index < len(hosts) else index - topics]
             if other.index == self.host.index:
                 other = hosts[(other.index + 1) % len(hosts)]
             target = backbone_path(_skewed(rng, other.backbone_pages))

@@ -12,7 +12,7 @@ import gzip
 import random
 from html import escape
 
-from drumbeat.simweb.model import Link, Page, SimWebModel
+from drumbeat.simweb.model import TOPIC_WORDS, Link, Page, SimWebModel
 
 _VOCABULARY = [
     "crawl",
@@ -166,6 +166,9 @@ def _html(page: Page, size: int, rng: random.Random) -> str:
         # A frameset document has no body, hence no filler.
         return "\n".join(head) + "\n<frameset>" + "".join(frames) + "</frameset></html>\n"
     title = f"<body><h1>{escape(page.host)}{escape(page.path)}</h1>"
+    if page.topic is not None:  # SimWebConfig.topics: the page is about its host's topic
+        words = " ".join(TOPIC_WORDS[page.topic])
+        title += f"<p>This page is about {words}: more {words}.</p>"
     tail = "".join(extras) + "</body></html>\n"
     fixed = sum(map(len, head)) + len(title) + len(tail) + sum(map(len, anchors))
     step = _LINKS_PER_PARAGRAPH

@@ -1,5 +1,6 @@
 """Smoke test of ``drumbeat bench frontier``: the tiny mode runs end to end (a real simweb,
-two real crawls, a Manager RSS run in its own process) and prints the JSON it promises."""
+two real crawls, a Manager RSS run in its own process, a crawl per order policy and a
+focused one) and prints the JSON it promises."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def test_tiny_json_has_every_figure(tmp_path):
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=180,
     )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
@@ -51,4 +52,11 @@ def test_tiny_json_has_every_figure(tmp_path):
         assert io["pages"] == share["pages"]
         assert io["bytes_written"] > 0 and io["b"] > 0
         assert io["theorem7_bytes_per_page"] > 0
+    order = report["order"]
+    assert set(order["contenders"]) == {"bfs", "indegree", "opic", "larger-sites", "focus"}
+    assert 0 < order["web"]["on_topic_share"] < 1
+    for out in order["contenders"].values():
+        assert out["pages"] == order["pages"]
+        assert 0 < out["indegree_of_best"] <= 1
+        assert out["mean_indegree"] > 0 and 0 <= out["on_topic_share"] <= 1
     assert list(tmp_path.iterdir()) == [], "the work directory is cleaned up"
