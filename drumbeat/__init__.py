@@ -10,14 +10,14 @@ Floors, from the bottom; a module imports only from its own floor or those below
                     ``stats`` (the cluster's counters in Redis)
 3. net              ``fetch`` (DNS cache, address guard, the HTTP clients)
 4. crawl logic      ``frontier`` (URL-seen, STAR, BEAST, robots, QR, politeness, scope,
-                    crawl order), ``parse`` (links, encodings), ``focus`` (a focused
-                    crawl's relevance functions)
+                    crawl order), ``parse`` (links, encodings, sitemaps, feeds, simhash),
+                    ``focus`` (a focused crawl's relevance functions); above them
+                    ``revisit`` (change rates, the revisit schedule and its history)
 5. roles            ``manager`` (owns the crawl state), ``fetcher`` (fetch, archive, parse)
-6. faces            ``web`` (the dashboard, the control API and /metrics over a
-                    manager; below the faces that start it), ``standalone`` (one manager and its fetcher
-                    processes on this machine),
-                    ``worker`` (a fetcher process), ``progress``, ``testing``, ``bench``,
-                    ``cli``
+6. faces            ``web`` (the dashboard, the control API and /metrics over a manager;
+                    below the faces that start it), ``standalone`` (one manager and its
+                    fetcher processes on this machine), ``worker`` (a fetcher process),
+                    ``progress``, ``testing``, ``bench``, ``cli``
 
 ``simweb`` is a synthetic web for tests, benchmarks and the demo; it imports nothing of
 the crawler.
