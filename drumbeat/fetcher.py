@@ -562,7 +562,7 @@ class Duplicates:
         the manager. robots.txt is always read."""
         earlier = result.log.get("revisit_of") if result.log is not None else None
         return (
-            earlier is not None
+            isinstance(earlier, str)
             and earlier != item.url
             and _directory(earlier) == _directory(item.url)
             and item.kind != ROBOTS
