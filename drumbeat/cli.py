@@ -158,6 +158,7 @@ def _add_crawl_args(p: argparse.ArgumentParser) -> None:
     _add_politeness_args(p.add_argument_group("politeness and identity (be a good guest)"))
     _add_machine_args(p.add_argument_group("this machine"))
     _add_duplicate_args(p.add_argument_group("duplicates"))
+    _add_revisit_args(p.add_argument_group("revisits (keep the collection fresh)"))
 
 
 def _add_what_args(g: argparse._ArgumentGroup) -> None:
@@ -440,6 +441,37 @@ def _add_duplicate_args(g: argparse._ArgumentGroup) -> None:
         default=unset,
         help=f"simhash bits two near copies may differ in (default {_D.near_dup_distance})",
     )
+
+
+def _add_revisit_args(g: argparse._ArgumentGroup) -> None:
+    unset = argparse.SUPPRESS
+    g.add_argument(
+        "--revisit",
+        dest="revisit",
+        action="store_true",
+        default=unset,
+        help="fetch each page again, by conditional GET, as often as keeps the "
+        "collection freshest for the bandwidth set aside (its estimated change rate); "
+        "the crawl then never finishes: --max-time, --max-pages or a signal stop it",
+    )
+    g.add_argument(
+        "--revisit-share",
+        type=_revisit_share,
+        metavar="F",
+        default=unset,
+        help="share of the fetch rate set aside for revisits while new pages remain "
+        f"(0 < F <= 1; default {_D.revisit_share}); all of it once none remain",
+    )
+
+
+def _revisit_share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}")
+    return value
 
 
 def _add_cluster_args(g: argparse._ArgumentGroup, *, manager: bool) -> None:

@@ -22,7 +22,7 @@ from time import thread_time
 from typing import Any, TypeVar
 
 from drumbeat import urls
-from drumbeat.fetch.client import ClientOptions, HttpClient, client_class
+from drumbeat.fetch.client import ClientOptions, HttpClient, client_class, validators
 from drumbeat.fetch.dns import DnsCache
 from drumbeat.fetch.guard import AddressPolicy
 from drumbeat.fetch.response import FetchResponse
@@ -47,6 +47,7 @@ from drumbeat.parse.sitemaps import (
     sitemap_or_feed_links,
 )
 from drumbeat.queue.base import (
+    PAGE,
     ROBOTS,
     FetcherQueue,
     FetchItem,
@@ -55,10 +56,12 @@ from drumbeat.queue.base import (
     ItemResult,
     Task,
 )
+from drumbeat.revisit.revisits import digest64
 from drumbeat.settings import Settings
 from drumbeat.store.dedup import ContentIndex
 from drumbeat.store.warc import (
     IDENTICAL_PAYLOAD_DIGEST,
+    SERVER_NOT_MODIFIED,
     Revisit,
     WarcLocation,
     WarcWriter,
@@ -146,6 +149,7 @@ class Fetcher:
             Duplicates(settings, content, warc, self.stage_s) if content is not None else None
         )
         self._near_dup = self.duplicates is not None and self.duplicates.near
+        self._revisit = settings.revisit  # pages' digests and validators, for the manager
 
     async def run(self) -> None:
         """Claim and run tasks until the queue is closed or this coroutine is cancelled."""
@@ -220,7 +224,10 @@ class Fetcher:
             return await self.http.fetch_robots(
                 item.url, item.ip or None, max_bytes=self.settings.robots_max_bytes
             )
-        return await self.http.fetch(item.url, item.ip or None)
+        # A revisit's validators make it a conditional GET (None: a plain one).
+        return await self.http.fetch(
+            item.url, item.ip or None, etag=item.etag, last_modified=item.last_modified
+        )
 
     def complete(
         self, fetched: list[tuple[int, int, FetchItem, FetchResponse]]
@@ -288,6 +295,10 @@ class Fetcher:
             "truncated": resp.truncated,
             "warc": None,
         }
+        if self._revisit and item.kind == PAGE and resp.status is not None:
+            result.etag, result.last_modified = validators(resp.headers)
+            if resp.status != 304 and not resp.truncated:
+                result.digest = digest64(resp.body)
         return result
 
     def _archive(
@@ -305,6 +316,8 @@ class Fetcher:
             revisits, digests = self.duplicates.copies(
                 [fetched[i][3] for i in todo], [results[i] for i in todo]
             )
+        if self._revisit:
+            revisits = _revisit_records([fetched[i] for i in todo], revisits, digests)
         locations: list[WarcLocation | Exception]
         try:
             locations = list(
@@ -654,6 +667,44 @@ def open_content_index(settings: Settings, path: Path) -> ContentIndex | None:
     except Exception as e:  # lmdb.Error or OSError: a full or read-only disk
         log.error("content index %s does not open, no duplicate detection: %r", path, e)
         return None
+
+
+def _revisit_records(
+    fetched: list[tuple[int, int, FetchItem, FetchResponse]],
+    revisits: list[Revisit | None] | None,
+    digests: list[str | None] | None,
+) -> list[Revisit | None] | None:
+    """``revisits`` (one per exchange of ``fetched``, or None for none) with the revisits
+    of the crawl's revisit schedule (drumbeat.revisit) made revisit records: a 304
+    answering a conditional GET (server-not-modified: no digest of the empty body), and
+    a 200 whose payload is the one the revisit was handed out with
+    (identical-payload-digest; Duplicates may have made it one already). Each refers to
+    the URL's last fetch by its date, and is archived in full when that is unknown."""
+    out = revisits
+    for j, (_, _, item, resp) in enumerate(fetched):
+        if item.revisit_date is None or (out is not None and out[j] is not None):
+            continue
+        revisit = None
+        if resp.status == 304 and (item.etag or item.last_modified):
+            revisit = Revisit(SERVER_NOT_MODIFIED, item.url, item.revisit_date)
+        elif (
+            resp.status == 200
+            and item.revisit_digest
+            and not resp.truncated
+            and digest64(resp.body) == item.revisit_digest
+        ):
+            digest = digests[j] if digests is not None else None
+            revisit = Revisit(
+                IDENTICAL_PAYLOAD_DIGEST,
+                item.url,
+                item.revisit_date,
+                digest or sha1_label(resp.body),
+            )
+        if revisit is not None:
+            if out is None:
+                out = [None] * len(fetched)
+            out[j] = revisit
+    return out
 
 
 def _internal_error(task_id: int, index: int, item: FetchItem, e: Exception) -> ItemResult:

@@ -67,6 +67,10 @@ class FetchItem:
     # (drumbeat.revisit). Last, with defaults: older pickles of a FetchItem still load.
     etag: str | None = None
     last_modified: str | None = None
+    # A revisit's last fetch: its payload's digest64 (0: unknown) and its WARC date (a
+    # revisit record refers to it; None: unknown).
+    revisit_digest: int = 0
+    revisit_date: str | None = None
 
 
 @_pickled_as_fields
@@ -152,6 +156,11 @@ class ItemResult:
     # the manager runs the host's delay from that much before it got the result, which is
     # still no earlier than the fetch's end (a duration: no clocks compared).
     held_s: float = 0.0
+    # With Settings.revisit, a page's: its payload's digest64 (drumbeat.revisit; 0: none,
+    # a 304 or a truncated body) and the validators it was served with.
+    digest: int = 0
+    etag: str | None = None
+    last_modified: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
