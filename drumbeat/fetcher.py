@@ -617,6 +617,8 @@ class Duplicates:
             log_line = results[i].log
             if log_line is not None:
                 log_line["revisit_of"] = uri
+                if self._settings.revisit:  # the record the revisit schedule refers to
+                    log_line["revisit_of_date"] = date
         self._count(thread_time() - started)
         return revisits, digests
 

@@ -290,7 +290,12 @@ class Manager:
     def _replay_journal(self, since: int) -> int:
         """Replay the journal's fetches after checkpoint ``since`` (drumbeat.manager.journal):
         their links to URL-seen, their edges to the PLD graph, their URLs to the done set
-        and their counts; returns how many."""
+        and their counts; returns how many.
+
+        Not to the revisits' history (Settings.revisit): the journal holds no payload
+        digest or validators, so the visits since the checkpoint are lost from it. A page
+        first fetched since then is not revisited; a revisit made since is due again
+        from the checkpoint's queue and made again (manager.revisiting)."""
         found: list[FoundURLs] = []
         edges: list[FoundEdges] = []
         done, n = self.gate.done, 0

@@ -122,11 +122,6 @@ class Revisiting:
                     counters["revisit.unchanged"] += 1
                 else:
                     counters["revisit.changed"] += 1
-            started = r.log.get("time") if r.log is not None else None
-            # A revisit record refers to the record that holds the payload.
-            date = item.revisit_date if same and item.revisit_date else None
-            if date is None and isinstance(started, float):
-                date = warc_date(started)
             host = urls.host_of(item.url)
             fetched(
                 urls.fingerprint(item.url),
@@ -137,7 +132,7 @@ class Revisiting:
                 etag=r.etag or item.etag,
                 last_modified=r.last_modified or item.last_modified,
                 depth=item.depth,
-                date=date,
+                date=_payload_date(r, same),
             )
 
     def turn(self, now: float, idle: bool) -> None:
@@ -211,3 +206,17 @@ class Revisiting:
 
     def close(self) -> None:
         self.revisits.close()
+
+
+def _payload_date(r: ItemResult, same: bool) -> str | None:
+    """The WARC date of the record holding ``r``'s payload, that the next revisit's
+    record refers to: the last one's when the payload is the same, the one a
+    Duplicates revisit record of the URL refers to, or this fetch's."""
+    item, line = r.item, r.log or {}
+    if same and item.revisit_date:
+        return item.revisit_date
+    earlier = line.get("revisit_of_date")
+    if line.get("revisit_of") == item.url and isinstance(earlier, str):
+        return earlier
+    started = line.get("time")
+    return warc_date(started) if isinstance(started, float) else None

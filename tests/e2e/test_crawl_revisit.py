@@ -11,6 +11,7 @@ warcio, hold the revisit records; the crawl runs on past its frontier's end unti
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -167,3 +168,14 @@ def test_a_revisit_crawl_sends_conditional_gets_and_archives_revisits(tmp_path: 
     same_again = [r for r in again if r[0] in SAME]
     assert same_again and sum(1 for r in same_again if r[3] == 304) >= len(SAME)
     assert log.count("revisits: ") == 2
+
+    # `drumbeat stats` reports them, as JSON and as a table.
+    cmd = [sys.executable, "-m", "drumbeat", "stats", str(state)]
+    out = subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    revisits = json.loads(out.stdout)["revisits"]
+    assert revisits["not_modified"] == read_counters(state)["revisit.not_modified"]
+    assert revisits["fetched"] >= revisits["not_modified"] + revisits["changed"]
+    assert 0 < revisits["expected_freshness"] <= 1
+    table = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert "304 not modified" in table.stdout and "expected freshness" in table.stdout
