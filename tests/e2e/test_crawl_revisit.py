@@ -69,7 +69,9 @@ class ChangingSite:
         return web.Response(text=body, content_type="text/html", headers=headers)
 
 
-def crawl(port: int, state: Path, max_time: float) -> subprocess.CompletedProcess[str]:
+def crawl(
+    port: int, state: Path, max_time: float, fetchers: str = "0"
+) -> subprocess.CompletedProcess[str]:
     config = state.parent / "revisit.toml"
     config.write_text(CONFIG)
     return subprocess.run(
@@ -87,7 +89,7 @@ def crawl(port: int, state: Path, max_time: float) -> subprocess.CompletedProces
             "--ip-delay",
             "0.02",
             "--fetchers",
-            "0",
+            fetchers,
             "--config",
             str(config),
             "--no-progress",
@@ -121,7 +123,8 @@ def test_a_revisit_crawl_sends_conditional_gets_and_archives_revisits(tmp_path: 
         first = crawl(port, state, 5.0)
         assert first.returncode == 0, first.stderr
         run1 = len(site.requests)
-        second = crawl(port, state, 3.0)
+        # A fetcher process this time: revisits' items and results cross the pipe.
+        second = crawl(port, state, 3.0, fetchers="1")
         assert second.returncode == 0, second.stderr
     base = f"http://127.0.0.1:{port}"
     # It ran on past the frontier's end, saying so, until its time was up.
