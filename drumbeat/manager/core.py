@@ -384,9 +384,7 @@ class Manager:
                 w1 = perf_counter()
                 gate.feed(now, budget_s=t.route_budget_s)
                 if revisiting is not None:
-                    revisiting.turn(
-                        time.time(), not self.dispatch.in_flight and self._nothing_queued()
-                    )
+                    revisiting.turn(time.time(), self._idle)
                 t1, w2 = thread_time(), perf_counter()
                 # The clock read now: with host_connections > 1 a request's start times
                 # its host's next one, and placing and routing took part of this turn.
@@ -498,6 +496,10 @@ class Manager:
         if self.revisiting is not None:
             return False  # a crawl with revisits never runs out of work
         return self._nothing_queued()
+
+    def _idle(self) -> bool:
+        """Nothing is in flight or queued (revisits aside, the frontier is done)."""
+        return not self.dispatch.in_flight and self._nothing_queued()
 
     def _nothing_queued(self) -> bool:
         """No URL waits anywhere: URL-seen, BEAST, robots checks, QR, the scheduler."""

@@ -135,14 +135,14 @@ class Revisiting:
                 date=_payload_date(r, same),
             )
 
-    def turn(self, now: float, idle: bool) -> None:
+    def turn(self, now: float, idle: Callable[[], bool]) -> None:
         """At most every ``turn_s``: plan the visits recorded, then hand out what is due.
-        ``idle``: nothing is in flight or queued: the new-URL frontier is done (from then
-        on revisits may take all of the fetch rate)."""
-        frontier_empty = self._frontier_done or idle
+        ``idle()``: nothing is in flight or queued: the new-URL frontier is done (from
+        then on revisits may take all of the fetch rate)."""
         dt = now - self._last_turn
         if dt < self.turn_s:
             return
+        frontier_empty = self._frontier_done or idle()
         fetches = self.counters.get("fetches", 0)
         if math.isfinite(dt):
             rate = (fetches - self._last_fetches) / dt

@@ -77,22 +77,22 @@ async def _due_revisits(tmp_path: Path) -> None:
         # Pages fetched: planned; a 503 (retried) and a robots.txt are not.
         r.record([_result(u) for u in URLS])
         r.record([_result(URLS[0] + "x", 503), _result(URLS[0] + "y", kind=ROBOTS)])
-        r.turn(clock(), idle=False)
+        r.turn(clock(), idle=lambda: False)
         assert manager.counters["revisit.queued"] == len(URLS)
         assert manager.counters["revisit.scheduled"] == len(URLS)
 
         # Due, but no fetch rate yet: nothing is handed out while new URLs remain.
         clock.advance(60.0)
-        r.turn(clock(), idle=False)
+        r.turn(clock(), idle=lambda: False)
         assert manager.counters["revisit.queued"] == len(URLS)
         # Ten fetches a second for a second: the revisit share (0.2) is two revisits.
         manager.counters["fetches"] += 10
         clock.advance(1.0)
-        r.turn(clock(), idle=False)
+        r.turn(clock(), idle=lambda: False)
         assert manager.counters["revisit.queued"] == len(URLS) - 2
         # The frontier done: the rest at once (up to the concurrency).
         clock.advance(1.0)
-        r.turn(clock(), idle=True)
+        r.turn(clock(), idle=lambda: True)
         assert manager.counters["revisit.queued"] == 0 and len(r.waiting) == len(URLS)
 
         await _to_scheduler(manager)
@@ -121,7 +121,7 @@ async def _due_revisits(tmp_path: Path) -> None:
         c = manager.counters
         assert (c["revisit.fetched"], c["revisit.not_modified"]) == (3, 1)
         assert (c["revisit.unchanged"], c["revisit.changed"]) == (1, 1)
-        r.turn(clock.advance(1.0) or clock(), idle=True)
+        r.turn(clock.advance(1.0) or clock(), idle=lambda: True)
         assert manager.counters["revisit.queued"] == 3
         manager.checkpointer.commit(Laps())()  # the schedule is in the checkpoint
         assert not manager.finished()  # a crawl with revisits never runs out of work
@@ -130,6 +130,6 @@ async def _due_revisits(tmp_path: Path) -> None:
         r = _revisiting(restored, clock, (restored._resume_meta_frontier or {})["revisits"])
         assert r.revisits.stats().queued == 3
         clock.advance(120.0)
-        r.turn(clock(), idle=True)
+        r.turn(clock(), idle=lambda: True)
         assert sorted(r.waiting) == URLS[:3]
         r.close()
