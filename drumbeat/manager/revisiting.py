@@ -113,7 +113,7 @@ class Revisiting:
             item = r.item
             if item.kind != PAGE or r.status is None or retryable(r.status, r.error):
                 continue
-            same = r.status == 304 or (item.revisit_digest and r.digest == item.revisit_digest)
+            same = r.status == 304 or (item.revisit_digest != 0 and r.digest == item.revisit_digest)
             if item.revisit_date is not None:
                 counters["revisit.fetched"] += 1
                 if r.status == 304:
