@@ -133,3 +133,17 @@ async def _due_revisits(tmp_path: Path) -> None:
         r.turn(clock(), idle=lambda: True)
         assert sorted(r.waiting) == URLS[:3]
         r.close()
+
+
+def test_a_revisit_crawl_is_never_done_but_its_page_limit_stops_it(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with offline_manager(tmp_path / "a", **CHANGES) as manager:
+            assert manager.revisiting is not None
+            assert not manager.finished()  # nothing queued, yet not done
+            manager.revisiting.close()
+        async with offline_manager(tmp_path / "b", max_pages=0, **CHANGES) as manager:
+            assert manager.finished()
+            assert manager.revisiting is not None
+            manager.revisiting.close()
+
+    asyncio.run(main())
