@@ -837,11 +837,32 @@ def _run_manager(args: argparse.Namespace, run: Callable[[Settings], Any]) -> in
         f"state in {outcome.state_dir}",
         file=sys.stderr,
     )
+    if settings.revisit:
+        _report_revisits(Path(outcome.state_dir))
     if outcome.all_seeds_refused:
         return EXIT_FAILED
     # Stopped by a signal or by the control API (drumbeat.web.app.STOP_REASON).
     stopped = outcome.stop_reason in ("signal", "stop_requested")
     return EXIT_STOPPED if stopped else EXIT_OK
+
+
+def _report_revisits(state_dir: Path) -> None:
+    """The revisits' figures of a crawl with ``--revisit`` (its last checkpoint's)."""
+    from drumbeat.checkpoint import CheckpointError, read_counters
+    from drumbeat.store.summary import revisit_summary
+
+    try:
+        counters = read_counters(state_dir)
+    except CheckpointError:
+        return
+    r = None if counters is None else revisit_summary(counters)
+    if r is not None:
+        print(
+            f"revisits: {r['fetched']:,} fetched ({r['not_modified']:,} not modified, "
+            f"{r['unchanged']:,} unchanged, {r['changed']:,} changed), {r['queued']:,} "
+            f"queued; expected freshness {r['expected_freshness']:.3f}",
+            file=sys.stderr,
+        )
 
 
 def cmd_fetcher(args: argparse.Namespace) -> int:

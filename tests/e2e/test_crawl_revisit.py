@@ -129,6 +129,7 @@ def test_a_revisit_crawl_sends_conditional_gets_and_archives_revisits(tmp_path: 
     base = f"http://127.0.0.1:{port}"
     # It ran on past the frontier's end, saying so, until its time was up.
     assert "crawl stopped (max_time)" in first.stderr
+    assert "not modified" in first.stderr.splitlines()[-1]  # the revisits' figures
     log = (state / "drumbeat.log").read_text()
     assert "frontier done; revisiting" in log
     reqs = site.requests[:run1]
