@@ -180,8 +180,9 @@ class Revisiting:
         c["revisit.scheduled"] = st.scheduled
         c["revisit.queued"] = st.queued
         # In basis points: the counters are integers.
-        c["revisit.expected_freshness_bp"] = round(10_000 * st.expected_freshness)
-        if frontier_empty and not self._frontier_done and self.revisits.stats().recorded:
+        fresh = st.expected_freshness if math.isfinite(st.expected_freshness) else 0.0
+        c["revisit.expected_freshness_bp"] = round(10_000 * fresh)
+        if frontier_empty and not self._frontier_done and st.recorded:
             wait = max(0.0, self.revisits.next_due_s - now)
             log.info(
                 "frontier done; revisiting %d URLs, next due in %s",
