@@ -10,9 +10,9 @@ caps) apply to them as to any page.
 
 How many: while new URLs remain, the revisits handed out each turn are paced at
 ``revisit_share`` of the recent fetch rate; once the new-URL frontier is empty they may
-use all of it (politeness still spaces them). The policy's bandwidth follows the same
-share of the best fetch rate seen, so that the schedule plans no more revisits than the
-crawl can make.
+use all of it (politeness still spaces them). The policy's bandwidth is the same share
+of the best fetch rate seen (all of it once the frontier is done), so that the schedule
+plans no more revisits than the crawl can make.
 
 After a crash: a checkpoint holds the history and the due-time queue as of its commit.
 The journal replays the fetches made since (URL-seen, the done set, the counts), but
@@ -156,10 +156,12 @@ class Revisiting:
         self._last_turn, self._last_fetches = now, fetches
         rv = self.revisits
         rv.plan()
-        self.policy.bandwidth = max(0.01, self.settings.revisit_share * self._best_rate)
+        share = 1.0 if frontier_empty else self.settings.revisit_share
+        self.policy.bandwidth = max(0.01, share * self._best_rate)
         room = max(0, self.gate.ram_room())
-        if frontier_empty:
-            n = min(room, self.settings.concurrency)
+        if frontier_empty:  # as many as the crawl has fetched at its best, or more
+            best = 2 * self._best_rate * min(dt, 10 * self.turn_s)
+            n = min(room, max(self.settings.concurrency, math.ceil(best)))
         else:
             n = min(room, int(self._tokens))
         due = rv.due(n) if n > 0 else []
