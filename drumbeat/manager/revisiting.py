@@ -128,7 +128,7 @@ class Revisiting:
                 item.url,
                 urls.pld(host) if host else "",
                 status=r.status,
-                digest=r.digest,
+                digest=item.revisit_digest if r.status == 304 else r.digest,
                 etag=r.etag or item.etag,
                 last_modified=r.last_modified or item.last_modified,
                 depth=item.depth,

@@ -154,9 +154,10 @@ class Revisits:
         date: str | None = None,
     ) -> None:
         """Record a fetch of ``url`` (a 200's ``payload``, or its :func:`digest64` as
-        ``digest``; or a 304) at the clock's time; ``date``: its WARC date."""
-        if status == 304:
-            digest = self._in_flight.pop(fingerprint, 0)
+        ``digest``; or a 304, with the digest its revisit was handed out with where the
+        caller kept it) at the clock's time; ``date``: its WARC date."""
+        if status == 304:  # ``digest``: the one it was handed out with, if known
+            digest = self._in_flight.pop(fingerprint, 0) or digest
             if not digest:
                 return  # not a revisit handed out here (or forgotten): nothing to compare
             self._counts["not_modified"] += 1
