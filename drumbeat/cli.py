@@ -160,6 +160,7 @@ def _add_crawl_args(p: argparse.ArgumentParser) -> None:
     _add_politeness_args(p.add_argument_group("politeness and identity (be a good guest)"))
     _add_machine_args(p.add_argument_group("this machine"))
     _add_duplicate_args(p.add_argument_group("duplicates"))
+    _add_revisit_args(p.add_argument_group("revisits (keep the collection fresh)"))
 
 
 def _add_what_args(g: argparse._ArgumentGroup) -> None:
@@ -476,6 +477,37 @@ def _add_duplicate_args(g: argparse._ArgumentGroup) -> None:
         default=unset,
         help=f"simhash bits two near copies may differ in (default {_D.near_dup_distance})",
     )
+
+
+def _add_revisit_args(g: argparse._ArgumentGroup) -> None:
+    unset = argparse.SUPPRESS
+    g.add_argument(
+        "--revisit",
+        dest="revisit",
+        action="store_true",
+        default=unset,
+        help="fetch each page again, by conditional GET, as often as keeps the "
+        "collection freshest for the bandwidth set aside (its estimated change rate); "
+        "the crawl then never finishes: --max-time, --max-pages or a signal stop it",
+    )
+    g.add_argument(
+        "--revisit-share",
+        type=_revisit_share,
+        metavar="F",
+        default=unset,
+        help="share of the fetch rate set aside for revisits while new pages remain "
+        f"(0 < F <= 1; default {_D.revisit_share}); all of it once none remain",
+    )
+
+
+def _revisit_share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}")
+    return value
 
 
 def _add_cluster_args(g: argparse._ArgumentGroup, *, manager: bool) -> None:
@@ -842,11 +874,32 @@ def _run_manager(args: argparse.Namespace, run: Callable[[Settings], Any]) -> in
         f"state in {outcome.state_dir}",
         file=sys.stderr,
     )
+    if settings.revisit:
+        _report_revisits(Path(outcome.state_dir))
     if outcome.all_seeds_refused:
         return EXIT_FAILED
     # Stopped by a signal or by the control API (drumbeat.web.app.STOP_REASON).
     stopped = outcome.stop_reason in ("signal", "stop_requested")
     return EXIT_STOPPED if stopped else EXIT_OK
+
+
+def _report_revisits(state_dir: Path) -> None:
+    """The revisits' figures of a crawl with ``--revisit`` (its last checkpoint's)."""
+    from drumbeat.checkpoint import CheckpointError, read_counters
+    from drumbeat.store.summary import revisit_summary
+
+    try:
+        counters = read_counters(state_dir)
+    except CheckpointError:
+        return
+    r = None if counters is None else revisit_summary(counters)
+    if r is not None:
+        print(
+            f"revisits: {r['fetched']:,} fetched ({r['not_modified']:,} not modified, "
+            f"{r['unchanged']:,} unchanged, {r['changed']:,} changed), {r['queued']:,} "
+            f"queued; expected freshness {r['expected_freshness']:.3f}",
+            file=sys.stderr,
+        )
 
 
 def cmd_fetcher(args: argparse.Namespace) -> int:

@@ -22,7 +22,7 @@ from time import thread_time
 from typing import Any, TypeVar
 
 from drumbeat import urls
-from drumbeat.fetch.client import ClientOptions, HttpClient, client_class
+from drumbeat.fetch.client import ClientOptions, HttpClient, client_class, validators
 from drumbeat.fetch.dns import DnsCache
 from drumbeat.fetch.guard import AddressPolicy
 from drumbeat.fetch.response import FetchResponse
@@ -48,6 +48,7 @@ from drumbeat.parse.sitemaps import (
     sitemap_or_feed_links,
 )
 from drumbeat.queue.base import (
+    PAGE,
     ROBOTS,
     FetcherQueue,
     FetchItem,
@@ -56,10 +57,12 @@ from drumbeat.queue.base import (
     ItemResult,
     Task,
 )
+from drumbeat.revisit.revisits import digest64
 from drumbeat.settings import Settings
 from drumbeat.store.dedup import ContentIndex
 from drumbeat.store.warc import (
     IDENTICAL_PAYLOAD_DIGEST,
+    SERVER_NOT_MODIFIED,
     Revisit,
     WarcLocation,
     WarcWriter,
@@ -154,6 +157,7 @@ class Fetcher:
                 self._focus = load_focus(settings.focus)
             except FocusError as e:  # a cluster's fetcher machine may lack the module
                 log.error("%s; this fetcher scores no page", e)
+        self._revisit = settings.revisit  # pages' digests and validators, for the manager
 
     async def run(self) -> None:
         """Claim and run tasks until the queue is closed or this coroutine is cancelled."""
@@ -228,7 +232,10 @@ class Fetcher:
             return await self.http.fetch_robots(
                 item.url, item.ip or None, max_bytes=self.settings.robots_max_bytes
             )
-        return await self.http.fetch(item.url, item.ip or None)
+        # A revisit's validators make it a conditional GET (None: a plain one).
+        return await self.http.fetch(
+            item.url, item.ip or None, etag=item.etag, last_modified=item.last_modified
+        )
 
     def complete(
         self, fetched: list[tuple[int, int, FetchItem, FetchResponse]]
@@ -296,6 +303,10 @@ class Fetcher:
             "truncated": resp.truncated,
             "warc": None,
         }
+        if self._revisit and item.kind == PAGE and resp.status is not None:
+            result.etag, result.last_modified = validators(resp.headers)
+            if resp.status != 304 and not resp.truncated:
+                result.digest = digest64(resp.body)
         return result
 
     def _archive(
@@ -313,6 +324,8 @@ class Fetcher:
             revisits, digests = self.duplicates.copies(
                 [fetched[i][3] for i in todo], [results[i] for i in todo]
             )
+        if self._revisit:
+            revisits = _revisit_records([fetched[i] for i in todo], revisits, digests)
         locations: list[WarcLocation | Exception]
         try:
             locations = list(
@@ -636,6 +649,8 @@ class Duplicates:
             log_line = results[i].log
             if log_line is not None:
                 log_line["revisit_of"] = uri
+                if self._settings.revisit:  # the record the revisit schedule refers to
+                    log_line["revisit_of_date"] = date
         self._count(thread_time() - started)
         return revisits, digests
 
@@ -692,6 +707,44 @@ def _directory(url: str) -> str:
     """The URL up to its path's last "/": the base its relative links resolve against."""
     path = url.partition("#")[0].partition("?")[0]
     return path[: path.rfind("/") + 1]
+
+
+def _revisit_records(
+    fetched: list[tuple[int, int, FetchItem, FetchResponse]],
+    revisits: list[Revisit | None] | None,
+    digests: list[str | None] | None,
+) -> list[Revisit | None] | None:
+    """``revisits`` (one per exchange of ``fetched``, or None for none) with the revisits
+    of the crawl's revisit schedule (drumbeat.revisit) made revisit records: a 304
+    answering a conditional GET (server-not-modified: no digest of the empty body), and
+    a 200 whose payload is the one the revisit was handed out with
+    (identical-payload-digest; Duplicates may have made it one already). Each refers to
+    the URL's last fetch by its date, and is archived in full when that is unknown."""
+    out = revisits
+    for j, (_, _, item, resp) in enumerate(fetched):
+        if item.revisit_date is None or (out is not None and out[j] is not None):
+            continue
+        revisit = None
+        if resp.status == 304 and (item.etag or item.last_modified):
+            revisit = Revisit(SERVER_NOT_MODIFIED, item.url, item.revisit_date)
+        elif (
+            resp.status == 200
+            and item.revisit_digest
+            and not resp.truncated
+            and digest64(resp.body) == item.revisit_digest
+        ):
+            digest = digests[j] if digests is not None else None
+            revisit = Revisit(
+                IDENTICAL_PAYLOAD_DIGEST,
+                item.url,
+                item.revisit_date,
+                digest or sha1_label(resp.body),
+            )
+        if revisit is not None:
+            if out is None:
+                out = [None] * len(fetched)
+            out[j] = revisit
+    return out
 
 
 def _internal_error(task_id: int, index: int, item: FetchItem, e: Exception) -> ItemResult:

@@ -220,6 +220,17 @@ class Settings:
     # stops growing and later copies are archived in full. Its RAM is the page cache.
     content_index_max_bytes: int = 16 << 30
 
+    # Revisits (drumbeat.revisit, `crawl --revisit`): each page fetched is fetched again
+    # at the interval that maximizes the collection's freshness for the bandwidth set
+    # aside (revisit_share of the fetch rate), by conditional GET; such a crawl never
+    # runs out of work (max_pages, max_time or a signal stop it). The intervals stay
+    # within [revisit_min_interval_s, revisit_max_interval_s]; a page's first one, before
+    # its change rate is known, is revisit_max_interval_s / 30.
+    revisit: bool = False
+    revisit_share: float = 0.2
+    revisit_min_interval_s: float = 60.0
+    revisit_max_interval_s: float = 30 * 86400.0
+
     checkpoint_interval_s: float = 60.0
     # The write-ahead journal of completed fetches (drumbeat.manager.journal): a resume
     # after a crash fetches again only what was in flight or done in the last
@@ -406,6 +417,12 @@ def validate(s: Settings) -> Settings:
         0 <= s.near_dup_distance < s.near_dup_blocks,
         "near_dup_distance",
         "must be 0..near_dup_blocks - 1",
+    )
+    need(0 < s.revisit_share <= 1, "revisit_share", "must be in (0, 1]")
+    need(
+        0 < s.revisit_min_interval_s <= s.revisit_max_interval_s,
+        "revisit_min_interval_s",
+        "must be > 0 and <= revisit_max_interval_s",
     )
     need(s.content_index_max_bytes >= 1 << 20, "content_index_max_bytes", "must be >= 1 MiB")
     need(s.scope in SCOPES, "scope", f"must be one of {', '.join(SCOPES)}")

@@ -95,3 +95,59 @@ def test_an_index_that_does_not_open_means_no_duplicate_detection(tmp_path: Path
     (tmp_path / "content.lmdb").write_text("a file where the index's directory goes")
     assert open_content_index(Settings(), tmp_path / "content.lmdb") is None
     assert open_content_index(Settings(dedup=False), tmp_path / "elsewhere") is None
+
+
+def test_revisits_of_the_schedule_are_revisit_records_with_or_without_dedup(
+    tmp_path: Path,
+) -> None:
+    from warcio.archiveiterator import ArchiveIterator
+
+    from drumbeat.revisit.revisits import digest64
+    from drumbeat.store.warc import IDENTICAL_PAYLOAD_DIGEST, SERVER_NOT_MODIFIED
+
+    for dedup in (False, True):
+        out = tmp_path / str(dedup)
+        settings = Settings(revisit=True, dedup=dedup)
+        first = _fetched(0, "http://a.test/")
+        same, changed, not_modified = (
+            _fetched(1, "http://a.test/"),
+            _fetched(2, "http://b.test/", PAGE_TOO),
+            _fetched(3, "http://c.test/", b""),
+        )
+        for _, _, item, _ in (same, changed, not_modified):
+            item.etag, item.revisit_digest = '"e"', digest64(PAGE)
+            item.revisit_date = "2023-11-14T22:13:20Z"
+        nm = not_modified[3]
+        nm.status, nm.response_head = 304, b'HTTP/1.1 304 Not Modified\r\nETag: "e"\r\n\r\n'
+        nm.headers = [("ETag", '"e"')]
+        warc = WarcWriter(out / "warc")
+        content = open_content_index(settings, out / "content.lmdb")
+        fetcher = Fetcher(settings, LocalTaskQueue(), None, warc, content=content)  # type: ignore[arg-type]
+        results = fetcher.complete([first]) + fetcher.complete([same, changed, not_modified])
+        warc.close()
+        if content is not None:
+            content.close()
+        assert [r.digest for r in results] == [
+            digest64(PAGE),
+            digest64(PAGE),
+            digest64(PAGE_TOO),
+            0,
+        ]
+        assert results[3].etag == '"e"'
+        records = []
+        for path in sorted((out / "warc").glob("*.warc.gz")):
+            with path.open("rb") as f:
+                records += [
+                    r.rec_headers
+                    for r in ArchiveIterator(f)
+                    if r.rec_type in ("response", "revisit")
+                ]
+        # One record each: the first and the changed page in full, the others revisits.
+        assert [h.get_header("WARC-Type") for h in records] == [
+            "response", "revisit", "response", "revisit",
+        ]  # fmt: skip
+        assert records[1].get_header("WARC-Profile") == IDENTICAL_PAYLOAD_DIGEST
+        assert records[1].get_header("WARC-Refers-To-Target-URI") == "http://a.test/"
+        assert records[3].get_header("WARC-Profile") == SERVER_NOT_MODIFIED
+        assert records[3].get_header("WARC-Refers-To-Date") == "2023-11-14T22:13:20Z"
+        assert records[3].get_header("WARC-Payload-Digest") is None

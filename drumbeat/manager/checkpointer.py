@@ -23,6 +23,7 @@ from drumbeat.manager.dispatch import Dispatcher
 from drumbeat.manager.gate import RobotsGate
 from drumbeat.manager.journal import Journal, save_done
 from drumbeat.manager.pricing import Pricing
+from drumbeat.manager.revisiting import Revisiting
 from drumbeat.manager.stores import Stores
 from drumbeat.manager.tuning import LoopTuning
 from drumbeat.queue.base import PAGE, FetchItem, Inbox, ManagerQueue
@@ -59,6 +60,7 @@ class Checkpointer:
         journal: Journal | None = None,
         inbox: Inbox | None = None,
         history: History | None = None,
+        revisiting: Revisiting | None = None,
     ) -> None:
         self.settings = settings
         self.tuning = tuning
@@ -81,6 +83,7 @@ class Checkpointer:
         # acknowledged once it is live (_went_live).
         self.inbox = inbox
         self.history = history  # saved into each checkpoint (the dashboard's rings)
+        self.revisiting = revisiting  # its history and due-time queue committed with the rest
         self._writing_mark = 0
         self.last_checkpoint = started
         self.presync: asyncio.Future[None] | None = None  # see presync_if_due
@@ -221,6 +224,7 @@ class Checkpointer:
                 "robots_todo": st.robots_todo.commit(),
                 "robots_working": st.qr.working_origins(),
                 "robots_failures": gate.robots_failures,
+                **({} if self.revisiting is None else {"revisits": self.revisiting.commit()}),
             },
             seeds=self.pricing.seeds,
             pages_done=self.dispatch.pages_done,

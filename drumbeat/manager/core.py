@@ -27,6 +27,7 @@ from drumbeat.manager.gate import RobotsGate, robots_admitter
 from drumbeat.manager.journal import DIR_NAME as JOURNAL_DIR
 from drumbeat.manager.journal import Journal, count_entry, load_done, replay_entries
 from drumbeat.manager.pricing import Pricing
+from drumbeat.manager.revisiting import Revisiting
 from drumbeat.manager.state import LoopState
 from drumbeat.manager.stores import Drops, Stores
 from drumbeat.manager.tuning import TUNING, LoopTuning
@@ -83,6 +84,7 @@ class Manager:
         self.checkpoints = checkpoints = Checkpoints(state_dir)
         self._resume_from = checkpoints.current()
         meta = None if self._resume_from is None else self.checkpoints.read_meta(self._resume_from)
+        self._resume_meta_frontier = None if meta is None else meta.frontier
         self.counters: Counter[str] = Counter()
         # Seconds spent per stage of the manager's loop, for `drumbeat bench throughput`.
         self.stage_s: defaultdict[str, float] = defaultdict(float)
@@ -157,6 +159,20 @@ class Manager:
             self.controls,
             self.scope,
         )
+        # Revisits (Settings.revisit): none at all without them, not even a call a page.
+        self.revisiting = (
+            Revisiting(
+                s,
+                state_dir,
+                (self._resume_meta_frontier or {}).get("revisits"),
+                self.gate,
+                self.counters,
+            )
+            if s.revisit
+            else None
+        )
+        if self.revisiting is not None:
+            self.dispatch.on_page = self.revisiting.on_item
         self.admission = Admission(
             s,
             t,
@@ -207,6 +223,7 @@ class Manager:
             journal=self.journal,
             inbox=self.inbox,
             history=self.history,
+            revisiting=self.revisiting,
         )
 
     def _lift_block_refusals(self) -> None:
@@ -275,7 +292,12 @@ class Manager:
     def _replay_journal(self, since: int) -> int:
         """Replay the journal's fetches after checkpoint ``since`` (drumbeat.manager.journal):
         their links to URL-seen, their edges to the PLD graph, their URLs to the done set
-        and their counts; returns how many."""
+        and their counts; returns how many.
+
+        Not to the revisits' history (Settings.revisit): the journal holds no payload
+        digest or validators, so the visits since the checkpoint are lost from it. A page
+        first fetched since then is not revisited; a revisit made since is due again
+        from the checkpoint's queue and made again (manager.revisiting)."""
         found: list[FoundURLs] = []
         edges: list[FoundEdges] = []
         done, n = self.gate.done, 0
@@ -349,7 +371,7 @@ class Manager:
             self.checkpointer,
         )
         deadline = self._started + s.max_time_s if s.max_time_s else None
-        journal, controls = self.journal, self.controls
+        journal, controls, revisiting = self.journal, self.controls, self.revisiting
         # What this run starts from (the seeds, or what the last run's checkpoint and
         # journal hold) is durable before the first fetch.
         cp.initial()
@@ -363,6 +385,8 @@ class Manager:
                 admission.take_new_urls(now, budget_s=t.place_budget_s)
                 w1 = perf_counter()
                 gate.feed(now, budget_s=t.route_budget_s)
+                if revisiting is not None:
+                    revisiting.turn(time.time(), self._idle)
                 t1, w2 = thread_time(), perf_counter()
                 # The clock read now: with host_connections > 1 a request's start times
                 # its host's next one, and placing and routing took part of this turn.
@@ -421,6 +445,9 @@ class Manager:
         await cp.synced(final=True)
         if journal is not None:
             journal.close()
+        if revisiting is not None:
+            log.info("%s", revisiting.summary())
+            revisiting.close()
         return self.stop_reason or "done"
 
     def _note_turn(self, now: float, parts: dict[str, float]) -> None:
@@ -468,6 +495,16 @@ class Manager:
             return False
         if self.dispatch.page_limit_reached():
             return True
+        if self.revisiting is not None:
+            return False  # a crawl with revisits never runs out of work
+        return self._nothing_queued()
+
+    def _idle(self) -> bool:
+        """Nothing is in flight or queued (revisits aside, the frontier is done)."""
+        return not self.dispatch.in_flight and self._nothing_queued()
+
+    def _nothing_queued(self) -> bool:
+        """No URL waits anywhere: URL-seen, BEAST, robots checks, QR, the scheduler."""
         st, gate = self.stores, self.gate
         return not (
             gate.resolving
@@ -534,6 +571,8 @@ class Manager:
         on_result = self.dispatch.on_result
         for r in results:
             on_result(r, now, found, edges)
+        if self.revisiting is not None:
+            self.revisiting.record(results)
         if self.inbox is not None:
             more_found, more_edges = self.inbox.take()
             found += more_found

@@ -95,6 +95,9 @@ class Dispatcher:
         self.latency_s = array("d")
         self.latency_seen = 0
         self._rng = random.Random(0)
+        # With revisits (manager.revisiting): called with each page's item as it leaves,
+        # to give a revisit its validators. None: no revisits, no call.
+        self.on_page: Callable[[FetchItem], None] | None = None
 
     def page_limit_reached(self) -> bool:
         m = self.settings.max_pages
@@ -113,6 +116,7 @@ class Dispatcher:
         sent = 0
         blocking = controls.blocking
         scope = self.scope
+        on_page = self.on_page
         if scope is not None:
             scope.tick()
         # Past the page limit nothing is sent (robots.txt included): a host released
@@ -137,6 +141,8 @@ class Dispatcher:
                 self.in_flight_pages += 1
                 item = self._new_item(q.url, host, PAGE, q.depth, q.via)
                 item.attempts, item.hops = q.attempts, q.hops
+                if on_page is not None:
+                    on_page(item)
             if host.queue and host.delay_s < REPORT_NOW_BELOW_S:
                 item.report_now = True
             if self.stamp_ip_delays and host.ip:

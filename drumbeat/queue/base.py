@@ -67,6 +67,10 @@ class FetchItem:
     # (drumbeat.revisit). Last, with defaults: older pickles of a FetchItem still load.
     etag: str | None = None
     last_modified: str | None = None
+    # A revisit's last fetch: its payload's digest64 (0: unknown) and its WARC date (a
+    # revisit record refers to it; None: unknown).
+    revisit_digest: int = 0
+    revisit_date: str | None = None
 
 
 @_pickled_as_fields
@@ -155,6 +159,11 @@ class ItemResult:
     # The page's relevance in [0, 1] from the crawl's focus function (--focus; None:
     # no focus set, or not an HTML page): the priority of the links in ``found``.
     focus: float | None = None
+    # With Settings.revisit, a page's: its payload's digest64 (drumbeat.revisit; 0: none,
+    # a 304 or a truncated body) and the validators it was served with.
+    digest: int = 0
+    etag: str | None = None
+    last_modified: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,6 +92,10 @@ class DueQueue:
         }
         self._slots: dict[tuple[int, int], DiskQueue] = {}
         self._drained: list[Path] = []  # FIFOs read out since the last commit
+        # Those read out before it: the commit before the last one may still be the one
+        # a crash restores (a checkpoint's commits go live only once its files are
+        # written), so what it names is kept until the next commit.
+        self._drained_before: list[Path] = []
         if state is None:
             if self.directory.exists():
                 shutil.rmtree(self.directory)
@@ -262,8 +266,8 @@ class DueQueue:
         )
 
     def commit(self) -> dict[str, Any]:
-        """Make the queue durable; the state to reopen it with (the FIFOs read out since
-        the previous commit are deleted)."""
+        """Make the queue durable; the state to reopen it with (the FIFOs read out
+        before the previous commit are deleted: it, or this one, reopens)."""
         state = {
             "cursor": self._cursor,
             "ready": self._ready.commit(),
@@ -272,9 +276,12 @@ class DueQueue:
             "far_min": self._far_min,
             "slots": {f"{lv}-{t}": q.commit() for (lv, t), q in self._slots.items()},
         }
-        for path in self._drained:
-            shutil.rmtree(path, ignore_errors=True)
-        self._drained.clear()
+        live = {self._ready.directory, self._far.directory}
+        live |= {q.directory for q in self._slots.values()}
+        for path in self._drained_before:
+            if path not in live:  # (far-0 and far-1 take turns)
+                shutil.rmtree(path, ignore_errors=True)
+        self._drained_before, self._drained = self._drained, []
         return state
 
     def close(self) -> None:

@@ -11,36 +11,34 @@ never runs out of work.
 A due entry's payload (see :mod:`.duequeue`)::
 
     digest   u8   64 bits of the payload digest of the last fetch
-    text     the URL, the ETag and the Last-Modified, UTF-8, separated by newlines
-             (none of them holds one: normalized URLs and header values cannot)
+    text     the URL, its site, the ETag, the Last-Modified, the URL's crawl depth and
+             the WARC date of the last fetch, UTF-8, separated by newlines (none of
+             them holds one: normalized URLs and header values cannot); the last two
+             may be missing (entries queued before they were added)
 
 A 304 carries no payload to digest: the digest a revisit was handed out with is kept
 (in RAM, at most ``max_in_flight`` of them) until its fetch is recorded, so that a 304
 counts as "unchanged" in the history.
 
-Not wired into the crawl yet (issue 52's ``crawl --revisit``); the plan:
-
-* fetcher: ``Fetcher._fetch`` passes ``etag=item.etag, last_modified=item.last_modified``
-  to ``http.fetch``; its ItemResult gains the payload's :func:`digest64` and the
-  response's validators (``drumbeat.fetch.client.validators``); a 304, and a 200 whose
-  digest is the one the revisit was handed out with, are archived as WARC ``revisit``
-  records (server-not-modified / identical-payload-digest: the dedup branch's writer).
-* manager: each PAGE result with a status goes to :meth:`Revisits.fetched`; each turn,
-  :meth:`Revisits.plan` and then :meth:`Revisits.due` up to the revisit share of the
-  fetch rate; each due URL enters the politeness scheduler as a new page does (robots,
-  politeness and budgets apply) and its FetchItem carries the validators; a crawl with
-  revisits never finishes; ``drumbeat stats`` shows :meth:`Revisits.stats`;
-  checkpoints store ``history.commit()`` and ``queue.commit()``.
+Wired into the crawl by :mod:`drumbeat.manager.revisiting` (``crawl --revisit``): the
+fetcher sends the validators a :class:`Revisit` carries as a conditional GET and
+archives a 304 as a WARC ``revisit`` record (server-not-modified), a 200 with the
+digest the revisit was handed out with as one (identical-payload-digest); the manager
+records each page's fetch here, plans and hands out what is due each turn, and its
+checkpoints hold :meth:`Revisits.commit`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import struct
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import xxhash
@@ -61,6 +59,9 @@ class Revisit:
     site: str
     etag: str | None
     last_modified: str | None
+    depth: int = 0  # the URL's crawl depth (its links are one deeper)
+    digest: int = 0  # digest64 of the payload its last fetch archived (0: unknown)
+    date: str | None = None  # the WARC date of that fetch (None: unknown)
 
 
 def digest64(payload: bytes) -> int:
@@ -68,15 +69,25 @@ def digest64(payload: bytes) -> int:
     return xxhash.xxh3_64_intdigest(payload) or 1
 
 
-def _encode(digest: int, url: str, site: str, etag: str | None, modified: str | None) -> bytes:
-    text = "\n".join((url, site, etag or "", modified or ""))
+def _encode(
+    digest: int,
+    url: str,
+    site: str,
+    etag: str | None,
+    modified: str | None,
+    depth: int = 0,
+    date: str | None = None,
+) -> bytes:
+    text = "\n".join((url, site, etag or "", modified or "", str(depth), date or ""))
     return _DIGEST.pack(digest) + text.encode()
 
 
-def _decode(payload: bytes) -> tuple[int, str, str, str | None, str | None]:
+def _decode(payload: bytes) -> Revisit:
+    """The entry's fields (its fingerprint 0: the caller's to set)."""
     (digest,) = _DIGEST.unpack_from(payload)
-    url, site, etag, modified = payload[_DIGEST.size :].decode().split("\n")
-    return digest, url, site, etag or None, modified or None
+    url, site, etag, modified, *more = payload[_DIGEST.size :].decode().split("\n")
+    depth, date = (int(more[0]), more[1] or None) if len(more) == 2 else (0, None)
+    return Revisit(0, url, site, etag or None, modified or None, depth, digest, date)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,11 +114,27 @@ class Revisits:
         slot_s: float = 60.0,
         max_in_flight: int = 100_000,
         fsync: bool = True,
+        state: dict[str, Any] | None = None,
     ) -> None:
+        """``state``: a :meth:`commit`'s, to reopen at (None: start empty). The clock
+        must then run on from the one the state was made with: a crawl uses wall time."""
         self.policy = policy
         self.clock = clock
-        self.history = HistoryStore(directory / "history", ram_bytes=history_ram_bytes, fsync=fsync)
-        self.queue = DueQueue(directory / "due", slot_s=slot_s, now_s=clock(), fsync=fsync)
+        self.history = HistoryStore(
+            directory / "history",
+            ram_bytes=history_ram_bytes,
+            manifest=None if state is None else state["history"],
+            fsync=fsync,
+        )
+        self.queue = DueQueue(
+            directory / "due",
+            slot_s=slot_s,
+            now_s=clock(),
+            state=None if state is None else state["due"],
+            fsync=fsync,
+        )
+        # A lower bound on the next due time of what is queued (for the operator).
+        self.next_due_s = math.inf
         self.max_in_flight = max_in_flight
         self._in_flight: OrderedDict[int, int] = OrderedDict()  # fingerprint -> digest
         self._counts = dict.fromkeys(("recorded", "not_modified", "changed", "planned", "out"), 0)
@@ -122,21 +149,26 @@ class Revisits:
         payload: bytes = b"",
         etag: str | None = None,
         last_modified: str | None = None,
+        digest: int = 0,
+        depth: int = 0,
+        date: str | None = None,
     ) -> None:
-        """Record a fetch of ``url`` (a 200's ``payload``, or a 304) at the clock's time."""
-        if status == 304:
-            digest = self._in_flight.pop(fingerprint, 0)
+        """Record a fetch of ``url`` (a 200's ``payload``, or its :func:`digest64` as
+        ``digest``; or a 304, with the digest its revisit was handed out with where the
+        caller kept it) at the clock's time; ``date``: its WARC date."""
+        if status == 304:  # ``digest``: the one it was handed out with, if known
+            digest = self._in_flight.pop(fingerprint, 0) or digest
             if not digest:
                 return  # not a revisit handed out here (or forgotten): nothing to compare
             self._counts["not_modified"] += 1
         else:
             self._in_flight.pop(fingerprint, None)
-            digest = digest64(payload)
+            digest = digest or digest64(payload)
         self._counts["recorded"] += 1
         self.history.record(
             [fingerprint],
             visit([self.clock()], [digest]),
-            [_encode(digest, url, site, etag, last_modified)],
+            [_encode(digest, url, site, etag, last_modified, depth, date)],
         )
 
     def plan(self) -> int:
@@ -157,9 +189,10 @@ class Revisits:
                     seen.unchanged_s - before.unchanged_s,
                 )
                 self._counts["changed"] += int(new.changed > 0)
-            site = _decode(v.payload)[2]
+            site = _decode(v.payload).site
             wait = self.policy.visited(v.fingerprint, site, seen, new)
             planned.append((now + wait, v.fingerprint, v.payload))
+            self.next_due_s = min(self.next_due_s, now + wait)
         self.queue.extend(planned)
         self._counts["planned"] += len(planned)
         return len(planned)
@@ -167,12 +200,15 @@ class Revisits:
     def due(self, n: int) -> list[Revisit]:
         """Up to ``n`` revisits due by now."""
         out = []
-        for e in self.queue.pop(n, self.clock()):
-            digest, url, site, etag, modified = _decode(e.payload)
-            self._in_flight[e.fingerprint] = digest
+        now = self.clock()
+        for e in self.queue.pop(n, now):
+            rv = dataclasses.replace(_decode(e.payload), fingerprint=e.fingerprint)
+            self._in_flight[e.fingerprint] = rv.digest
             if len(self._in_flight) > self.max_in_flight:
                 self._in_flight.popitem(last=False)
-            out.append(Revisit(e.fingerprint, url, site, etag, modified))
+            out.append(rv)
+        if len(out) < n:  # all that was due is out: the next is due later
+            self.next_due_s = math.inf if not len(self.queue) else max(self.next_due_s, now)
         self._counts["out"] += len(out)
         return out
 
@@ -183,6 +219,13 @@ class Revisits:
             c["recorded"], c["not_modified"], c["changed"], c["planned"], c["out"],
             len(self.queue), float(np.round(fresh, 4)),
         )  # fmt: skip
+
+    def commit(self) -> dict[str, Any]:
+        """Make the history and the due-time queue durable (the visits recorded so far
+        merged and planned first); the state to reopen with. What the policy learned of
+        sites and its threshold are not kept: a resumed crawl learns them again."""
+        self.plan()
+        return {"history": self.history.commit(), "due": self.queue.commit()}
 
     def close(self) -> None:
         self.queue.close()

@@ -224,7 +224,30 @@ def summarize(state_dir: Path, extra_counters: Mapping[str, int] | None = None) 
     if extra_counters is not None:
         summary["counters"] = dict(extra_counters)
         summary["drops"] = drops_by_reason(extra_counters)
+        revisits = revisit_summary(extra_counters)
+        if revisits is not None:
+            summary["revisits"] = revisits
     return summary
+
+
+def revisit_summary(counters: Mapping[str, int]) -> dict[str, Any] | None:
+    """A crawl with revisits' figures (drumbeat.manager.revisiting's counters):
+    ``fetched`` (revisits made), ``not_modified`` (304s), ``unchanged`` (200s with the
+    payload of the last fetch), ``changed``, ``scheduled`` (revisits planned, this run),
+    ``queued`` (waiting for their due time) and ``expected_freshness`` (the share of
+    pages fresh the schedule expects, 0..1, from the policy's estimated change rates);
+    None for a crawl without revisits."""
+    if "revisit.queued" not in counters:
+        return None
+    return {
+        "fetched": counters.get("revisit.fetched", 0),
+        "not_modified": counters.get("revisit.not_modified", 0),
+        "unchanged": counters.get("revisit.unchanged", 0),
+        "changed": counters.get("revisit.changed", 0),
+        "scheduled": counters.get("revisit.scheduled", 0),
+        "queued": counters.get("revisit.queued", 0),
+        "expected_freshness": counters.get("revisit.expected_freshness_bp", 0) / 10_000,
+    }
 
 
 def drops_by_reason(counters: Mapping[str, int]) -> dict[str, dict[str, int]]:
@@ -426,6 +449,21 @@ def render_summary(summary: Mapping[str, Any], console: Console) -> None:
     _print_counts(console, "errors", summary["errors"])
     _print_counts(console, "links cut by", summary.get("links_cut") or {})
     _print_drops(console, summary.get("drops") or {})
+    revisits = summary.get("revisits")
+    if revisits is not None:
+        table = Table(title="revisits", show_header=False)
+        table.add_column(style="bold")
+        table.add_column(justify="right")
+        for label, key in (
+            ("revisits fetched", "fetched"),
+            ("  304 not modified", "not_modified"),
+            ("  200 unchanged", "unchanged"),
+            ("  changed", "changed"),
+            ("queued", "queued"),
+        ):
+            table.add_row(label, f"{revisits[key]:,}")
+        table.add_row("expected freshness", f"{revisits['expected_freshness']:.3f}")
+        console.print(table)
     _print_counts(console, "counters", summary.get("counters") or {})
 
 

@@ -62,3 +62,18 @@ def test_rejects_bad_input(tmp_path: Path) -> None:
     queue = DueQueue(tmp_path / "q", fsync=False)
     with pytest.raises(ValueError):
         queue.push(math.inf, 1)
+
+
+def test_the_commit_before_the_last_still_reopens(tmp_path: Path) -> None:
+    # A checkpoint's commits go live only once its files are written: a crash before
+    # then restores the one before, whose FIFOs may have been read out since.
+    q = DueQueue(tmp_path / "due", slot_s=1.0, now_s=0.0, fsync=False)
+    q.extend([(0.5, 1, b"a"), (5.0, 2, b"b"), (40.0, 3, b"c")])
+    before = q.commit()
+    assert [e.fingerprint for e in q.pop(10, 10.0)] == [1, 2]
+    q.commit()
+    q.close()
+    again = DueQueue(tmp_path / "due", slot_s=1.0, state=before, fsync=False)
+    assert len(again) == 3
+    assert [e.fingerprint for e in again.pop(10, 100.0)] == [1, 2, 3]
+    again.close()
