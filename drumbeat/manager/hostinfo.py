@@ -32,13 +32,19 @@ if TYPE_CHECKING:
     from drumbeat.manager.core import Manager
 
 
-def host_report(manager: Manager, name: str) -> dict[str, Any]:
-    """The host's state, with the figures behind it (a JSON-ready dict)."""
+def host_report(
+    manager: Manager, name: str, robots_origins: dict[str, list[str]] | None = None
+) -> dict[str, Any]:
+    """The host's state, with the figures behind it (a JSON-ready dict).
+    ``robots_origins``: :func:`robots_origins`, when many hosts are reported at once."""
     name = name.strip().lower().rstrip(".")
     now, wall = manager.clock(), time.time()
     gate, controls = manager.gate, manager.controls
     h = manager.scheduler.hosts.get(name)
-    origins = [o for o in gate.qr.working_origins() if urls.host_of(o) == name]
+    if robots_origins is None:
+        origins = [o for o in gate.qr.working_origins() if urls.host_of(o) == name]
+    else:
+        origins = robots_origins.get(name, [])
     doc: dict[str, Any] = {"host": name, "pld": urls.pld(name) if name else ""}
     if h is not None:
         doc.update(
@@ -91,4 +97,13 @@ def host_state(h: HostState, now: float, *, paused: bool) -> str:
 def top_hosts(manager: Manager, n: int) -> list[dict[str, Any]]:
     """The ``n`` hosts in RAM with the most URLs queued, each with its host report."""
     hosts = heapq.nlargest(n, manager.scheduler.hosts.values(), key=lambda h: len(h.queue))
-    return [host_report(manager, h.name) for h in hosts]
+    origins = robots_origins(manager) if hosts else {}
+    return [host_report(manager, h.name, origins) for h in hosts]
+
+
+def robots_origins(manager: Manager) -> dict[str, list[str]]:
+    """The origins whose robots.txt QR waits for, by host (one pass over them)."""
+    by_host: dict[str, list[str]] = {}
+    for o in manager.gate.qr.working_origins():
+        by_host.setdefault(urls.host_of(o), []).append(o)
+    return by_host
