@@ -213,7 +213,7 @@ def test_a_fetcher_killed_mid_task_loses_nothing(web, tmp_path):
             codes = _finish(managers)
         finally:
             client.close()
-            for p in (victim, other):
+            for p in (victim, other, *managers):
                 if p.poll() is None:
                     p.kill()
         assert codes == [0, 0]
@@ -240,8 +240,9 @@ def test_a_manager_killed_mid_crawl_resumes_its_partition(web, tmp_path):
             managers[0] = _start_manager(web, redis, tmp_path, 0)
             codes = _finish(managers)
         finally:
-            if fetchers.poll() is None:
-                fetchers.kill()
+            for p in (fetchers, *managers):
+                if p.poll() is None:
+                    p.kill()
         assert codes == [0, 0]
     _assert_nothing_lost(web, tmp_path)
 
@@ -261,8 +262,9 @@ def test_a_redis_outage_is_waited_out(web, tmp_path):
             codes = _finish(managers)
             assert fetchers.wait(timeout=60) == 0
         finally:
-            if fetchers.poll() is None:
-                fetchers.kill()
+            for p in (fetchers, *managers):
+                if p.poll() is None:
+                    p.kill()
         assert codes == [0, 0]
     _assert_nothing_lost(web, tmp_path)
     for log in (tmp_path / "m0" / "drumbeat.log", tmp_path / "f" / "drumbeat.log"):
