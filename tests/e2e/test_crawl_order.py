@@ -63,14 +63,20 @@ def test_focus_scores_each_page_and_orders_its_links(web, tmp_path):
         assert e["focus"] == (1.0 if model.topic(e["url"]) == 0 else 0.0), e["url"]
 
 
-def broken_focus(text: str, url: str) -> float:
+BROKEN_FOCUS = '''
+def score(text, url):
     """A focus function with a bug (the crawl must go on, scoring 0)."""
     raise RuntimeError("a bug")
+'''
 
 
 def test_a_focus_function_that_raises_scores_zero(web, tmp_path):
+    # The module lies on the crawl's PYTHONPATH only, as an operator's own module would.
+    (tmp_path / "broken_focus.py").write_text(BROKEN_FOCUS)
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path}
     state = tmp_path / "state"
-    proc = _crawl(web, state, "--focus", f"{__name__}:broken_focus", "--max-pages", "10")
+    proc = _crawl(web, state, "--focus", "broken_focus:score", "--max-pages", "10", env=env)
     assert proc.returncode == 0, proc.stderr
     scored = [e["focus"] for e in read_log(state) if "focus" in e]
     assert scored and set(scored) == {0.0}
