@@ -193,7 +193,9 @@ def run_measured(
 class ApiPoller:
     """A client of a running crawl's control API, as a dashboard left open would be: once
     a second, GET /api/status, /api/hosts?top=20 and /metrics, from a thread, until
-    :meth:`stop`. It waits for ``state/web.json`` (the crawl writes it at start)."""
+    :meth:`stop` or the crawl's server closes. It waits for ``state/web.json`` (the crawl
+    writes it at start and removes it before it closes its server: a call that fails
+    after that is the crawl's end, not a failure)."""
 
     PATHS = ("/api/status", "/api/hosts?top=20", "/metrics")
 
@@ -214,6 +216,7 @@ class ApiPoller:
 
     def _run(self) -> None:
         from drumbeat.web.client import CtlError, find
+        from drumbeat.web.server import WEB_JSON
 
         while not self._stop.wait(self.interval_s):
             try:
@@ -228,4 +231,6 @@ class ApiPoller:
                     with urllib.request.urlopen(req, timeout=5.0) as resp:
                         resp.read()
                 except OSError:  # URLError and HTTPError are OSErrors
+                    if not (self.state / WEB_JSON).exists():
+                        return  # the crawl closed its server (web.json goes first): done
                     self.failed += 1
