@@ -350,39 +350,25 @@ class WarcWriter:
         exchange by exchange). Any other exception is raised
         before anything is written.
         """
-        if revisits is None and digests is None:
-            return self._write_all(
-                [
-                    self._exchange_records(
-                        e.url,
-                        e.ip,
-                        e.request_head,
-                        e.response_head,
-                        e.body,
-                        e.truncated,
-                        e.fetch_time,
-                    )
-                    for e in exchanges
-                ]
-            )
         records: list[tuple[bytes, bytes]] = []
         for i, e in enumerate(exchanges):
             revisit = revisits[i] if revisits is not None else None
             if revisit is not None:
                 records.append(self._revisit_records(e, revisit))
-            else:
-                records.append(
-                    self._exchange_records(
-                        e.url,
-                        e.ip,
-                        e.request_head,
-                        e.response_head,
-                        e.body,
-                        e.truncated,
-                        e.fetch_time,
-                        digests[i] if digests is not None else None,
-                    )
+                continue
+            digest = digests[i] if digests is not None else None
+            records.append(
+                self._exchange_records(
+                    e.url,
+                    e.ip,
+                    e.request_head,
+                    e.response_head,
+                    e.body,
+                    e.truncated,
+                    e.fetch_time,
+                    digest,
                 )
+            )
         return self._write_all(records)
 
     def _write_all(self, records: list[tuple[bytes, bytes]]) -> list[WarcLocation | OSError]:
