@@ -126,6 +126,7 @@ class Plan:
     configs: tuple[Config, ...]
     nginx_workers: int
     redis_fsync: str
+    pages_per_host: int = PAGES_PER_HOST
     start_slack_s: float = START_SLACK_S
     limit_slack_s: float = LIMIT_SLACK_S
 
@@ -299,7 +300,7 @@ class Bench:
         self.work = work
         self.nginx = nginx
         self.log = log
-        self.shape = WebShape.make(plan.hosts, PAGES_PER_HOST, plan.ips, plan.seeds)
+        self.shape = WebShape.make(plan.hosts, plan.pages_per_host, plan.ips, plan.seeds)
         self.docroot = work / "web"
         self.seeds_file = work / "seeds.txt"
         self.config_file = work / "crawl.toml"
@@ -634,7 +635,27 @@ def _redis_figures(run: ConfigRun, begin: float, end: float) -> dict[str, Any]:
         "used_memory_bytes": memory,
         "queued_urls": queued,
         "bytes_per_queued_url": memory / queued if memory is not None and queued else None,
+        "memory_trace": _memory_trace(samples, run.baseline_memory, end),
     }
+
+
+def _memory_trace(
+    samples: list[Sample], baseline: int | None, end: float, points: int = 12
+) -> list[tuple[float, int, int]]:
+    """(seconds since the first sample, Redis memory above the baseline, URLs queued) at
+    up to ``points`` samples spread over the run up to ``end``: does Redis memory stay
+    flat while the frontier grows?"""
+    kept = [s for s in samples if s.at <= end and s.queued is not None and s.redis is not None]
+    if baseline is None or not kept:
+        return []
+    step = max(1, len(kept) // points)
+    chosen = [*kept[::step][: points - 1], kept[-1]]
+    t0 = kept[0].at
+    return [
+        (round(s.at - t0, 1), int(s.redis["used_memory"]) - baseline, int(s.queued or 0))
+        for s in chosen
+        if s.redis is not None
+    ]
 
 
 def ratios(configs: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | None]]:
@@ -822,6 +843,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     )
     ap.add_argument("--seconds", type=float, help="seconds measured per configuration")
     ap.add_argument("--hosts", type=int, help="host names in the web (default 5000)")
+    ap.add_argument(
+        "--pages-per-host",
+        type=int,
+        default=PAGES_PER_HOST,
+        help=f"pages in each host's tree (default {PAGES_PER_HOST}); more makes the frontier "
+        "grow faster, to measure Redis memory per queued URL at tens of millions queued",
+    )
     ap.add_argument("--nginx-workers", type=int, default=None, help="default 1 (--scaling: 4)")
     ap.add_argument(
         "--redis-fsync",
@@ -874,6 +902,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
         limit_slack_s=4.0 if mode == "tiny" else LIMIT_SLACK_S,
         nginx_workers=args.nginx_workers or (4 if args.scaling else 1),
         redis_fsync=args.redis_fsync,
+        pages_per_host=max(1, args.pages_per_host),
     )
 
 
