@@ -16,7 +16,7 @@ were taken (see :meth:`DrumURLSeen.take_new`).
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from operator import length_hint
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -63,6 +63,9 @@ def payload_url(data: bytes) -> str:
     return data[: data.index(b"\n")].decode()
 
 
+# Told the URLs a submit sent on to DRUM: their fingerprints and payloads.
+Sent = Callable[[np.ndarray, AuxArray], None]
+
 _TAKEN = "urlseen_taken"  # the manifest's key for DrumURLSeen's place in a round
 
 
@@ -99,26 +102,38 @@ class DrumURLSeen:
         self._chunk: Iterator[bytes]
         self._epoch, self._done, self._chunk, self._chunk_n = -1, 0, iter(()), 0
 
-    def submit(self, fingerprints: Sequence[int], payloads: Sequence[bytes] | AuxArray) -> int:
+    def submit(
+        self,
+        fingerprints: Sequence[int],
+        payloads: Sequence[bytes] | AuxArray,
+        sent: Sent | None = None,
+    ) -> int:
         """Queue URLs for the check; new ones come out of :meth:`take_new` after a merge.
         Returns how many of them the cache dropped as sent before.
 
         ``payloads`` (from :func:`encode_payload`) may come as an AuxArray, e.g. from
-        :func:`encode_payloads`, which DRUM takes without converting.
+        :func:`encode_payloads`, which DRUM takes without converting. ``sent``, if given,
+        is called with the fingerprints and payloads that went on to DRUM (those the
+        cache did not drop), when there are any.
         """
         if not len(fingerprints):
             return 0
-        return self._check(np.fromiter(fingerprints, np.uint64, len(fingerprints)), payloads)
+        fps = np.fromiter(fingerprints, np.uint64, len(fingerprints))
+        return self._check(fps, payloads, sent)
 
-    def submit_packed(self, fingerprints: bytes, payloads: bytes, lengths: bytes) -> int:
+    def submit_packed(
+        self, fingerprints: bytes, payloads: bytes, lengths: bytes, sent: Sent | None = None
+    ) -> int:
         """:meth:`submit` for URLs packed by fetchers (see queue.base.FoundURLs): ``n``
         uint64 fingerprints, payloads back to back, ``n`` uint32 payload lengths."""
         fps = np.frombuffer(fingerprints, np.uint64)
         if not len(fps):
             return 0
-        return self._check(fps, AuxArray.from_lengths(payloads, lengths))
+        return self._check(fps, AuxArray.from_lengths(payloads, lengths), sent)
 
-    def _check(self, fps: np.ndarray, aux: Sequence[bytes] | AuxArray) -> int:
+    def _check(
+        self, fps: np.ndarray, aux: Sequence[bytes] | AuxArray, sent: Sent | None = None
+    ) -> int:
         """Send the URLs to DRUM, less those the cache knows were sent already; return
         how many those were."""
         cache = self._cache
@@ -132,6 +147,9 @@ class DrumURLSeen:
                 fps, aux = fps[kept], AuxArray.of(aux).take(kept)
                 if not len(fps):
                     return dropped
+        if sent is not None:
+            aux = AuxArray.of(aux)
+            sent(fps, aux)
         self.drum.check_update(fps, aux=aux)
         self._submitted_since_flush += len(fps)
         if cache is not None:

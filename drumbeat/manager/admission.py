@@ -16,7 +16,7 @@ import numpy as np
 from drumbeat import urls
 from drumbeat.frontier.politeness import PolitenessScheduler
 from drumbeat.frontier.scope import MAX_DEPTH, Scope
-from drumbeat.frontier.urlseen import encode_payloads, payload_url
+from drumbeat.frontier.urlseen import Sent, encode_payloads, payload_url
 from drumbeat.manager.gate import RobotsGate
 from drumbeat.manager.pricing import Pricing
 from drumbeat.manager.state import LoopState
@@ -122,9 +122,10 @@ class Admission:
                 self.counters[f"links_dropped.{MAX_DEPTH}"] += len(lengths)
         return kept
 
-    def admit_found(self, found: list[FoundURLs]) -> None:
+    def admit_found(self, found: list[FoundURLs], sent: Sent | None = None) -> None:
         """Send the URLs fetchers found to URL-seen in one batch (scoped crawls drop those
-        outside the scope first, and the scope rules theirs)."""
+        outside the scope first, and the scope rules theirs). ``sent``: told the URLs that
+        went on past URL-seen's cache (:meth:`DrumURLSeen.submit`)."""
         if self._max_depth is not None:
             found = self._within_depth(found, self._max_depth)
             if not found:
@@ -144,12 +145,13 @@ class Admission:
                     ):
                         fingerprints.append(fp)
                         payloads.append(payload)
-            self.counters["urlseen_cache_hits"] += self.seen.submit(fingerprints, payloads)
+            self.counters["urlseen_cache_hits"] += self.seen.submit(fingerprints, payloads, sent)
             return
         self.counters["urlseen_cache_hits"] += self.seen.submit_packed(
             b"".join(f.fingerprints for f in found),
             b"".join(f.payloads for f in found),
             b"".join(f.lengths for f in found),
+            sent,
         )
 
     @staticmethod

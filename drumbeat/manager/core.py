@@ -198,6 +198,7 @@ class Manager:
                 syncs=journal_syncs,
                 inbox=self.inbox,
                 stage_s=self.stage_s,
+                links_apart=not self.stores.beast.order.observes_links,
             )
             if s.journal
             else None
@@ -584,7 +585,9 @@ class Manager:
         self._add_edges(edges)
         applied = thread_time()
         if found:
-            self.admission.admit_found(found)
+            journal = self.journal
+            sent = journal.note_links if journal is not None and journal.links_apart else None
+            self.admission.admit_found(found, sent)
         self.stage_s["crawl_log"] += logged - started
         self.stage_s["results"] += applied - logged
         self.stage_s["urlseen"] += thread_time() - applied

@@ -2,7 +2,9 @@
 their completion, not only at checkpoints (file format: ``drumbeat.store.journal``).
 
 What a record holds: each page fetch the manager collected and will not retry (its URL,
-status or error, the links and PLD edges it found). A checkpoint holds everything
+status or error, the PLD edges it found, and its links, or, by default, apart from it:
+the links of each collect that passed URL-seen's cache, as one entry without a URL; see
+``Journal``'s ``links_apart``). A checkpoint holds everything
 collected before its commits; the journal ``after-N`` holds what was collected after
 checkpoint N's commits. A restart loads the live checkpoint K, then replays
 ``after-K``, ``after-K+1`` ... in order (more than one when the crash came while
@@ -51,6 +53,7 @@ from time import thread_time
 
 import numpy as np
 
+from drumbeat.drum import AuxArray
 from drumbeat.frontier.backoff import retryable
 from drumbeat.queue.base import PAGE, FoundEdges, FoundURLs, Inbox, ItemResult, ManagerQueue
 from drumbeat.store.crawllog import CrawlLog
@@ -68,6 +71,7 @@ from drumbeat.store.journal import (
 log = logging.getLogger("drumbeat.manager")
 DIR_NAME = "journal"
 FORWARDED = "forwarded"  # the error of an entry of forwarded links (no fetch, no URL)
+LINKS = "links"  # the error of an entry of links found that passed URL-seen's cache
 DONE_FILE = "done.u64"
 
 
@@ -84,13 +88,24 @@ class Journal:
         syncs: list[Callable[[], None]],
         inbox: Inbox | None = None,
         stage_s: defaultdict[str, float] | None = None,
+        links_apart: bool = False,
     ) -> None:
         """``inbox``: a cluster manager's forwarded links, journaled with the fetches
         (:meth:`note_forwarded`) and acknowledged once a commit holds them. ``stage_s``:
         the manager's CPU seconds by stage; the commits' CPU goes to ``"journal"`` (the
-        loop's part and the writing thread's, fsyncs included)."""
+        loop's part and the writing thread's, fsyncs included).
+
+        ``links_apart``: the fetches' entries leave their links out, and the links come
+        through :meth:`note_links` instead, only those that passed URL-seen's cache of
+        recent URLs. A link the cache drops was sent to URL-seen before, by an entry
+        written no later than this one (entries are written in the order noted) or by
+        what the checkpoint holds (the cache starts empty at each run), so replay loses
+        nothing; most links of a crawl are such repeats, and building, deflating and
+        writing them took most of the journal's CPU. Off where the crawl order counts
+        every link found (in-degree), which replay then counts again."""
         self.directory = directory
         self.inbox = inbox
+        self.links_apart = links_apart
         self.commit_s = commit_s
         self.queue = queue
         self.crawl_log = crawl_log
@@ -109,9 +124,21 @@ class Journal:
             self._pending += results
 
     def note_forwarded(self, found: list[FoundURLs], edges: list[FoundEdges]) -> None:
-        """Links and PLD edges another partition forwarded, just admitted: journal them."""
+        """Links and PLD edges another partition forwarded, just admitted: journal them
+        (with ``links_apart``, only the edges: the links come through :meth:`note_links`)."""
+        if self.links_apart:
+            found = []
         if self.number is not None and (found or edges):
             self._pending.append(Forwarded(found, edges))
+
+    def note_links(self, fingerprints: np.ndarray, payloads: AuxArray) -> None:
+        """With ``links_apart``: links found (or forwarded) that just went on past
+        URL-seen's cache, the ``sent`` of :meth:`DrumURLSeen.submit`: journal them."""
+        if self.number is None:
+            return
+        lengths = payloads.lengths().astype(np.uint32).tobytes()
+        links = FoundURLs(fingerprints.tobytes(), bytes(payloads.data()), lengths)
+        self._pending.append(Forwarded([links], [], LINKS))
 
     def start(self, number: int) -> None:
         """Checkpoint ``number`` is live and holds everything so far: remove every
@@ -211,7 +238,8 @@ class Journal:
                     continue
                 if r.item.kind != PAGE or retryable(r.status, r.error):
                     continue
-                f, e = r.found, r.pld_edges
+                f = None if self.links_apart else r.found
+                e = r.pld_edges
                 encode_entry(
                     parts,
                     r.item.url,
@@ -240,17 +268,20 @@ class Journal:
 
 @dataclass(frozen=True, slots=True)
 class Forwarded:
-    """Links and PLD edges another partition forwarded: journaled as entries without a
-    URL (replay admits them again and counts no fetch)."""
+    """Links and PLD edges admitted without a fetch of their own (``kind``: FORWARDED by
+    another partition, or the LINKS of :meth:`Journal.note_links`): journaled as entries
+    without a URL (replay admits them again and counts no fetch)."""
 
     found: list[FoundURLs]
     edges: list[FoundEdges]
+    kind: str = FORWARDED
 
     def encode(self, parts: list[bytes]) -> None:
+        kind = self.kind
         for f in self.found:
-            encode_entry(parts, "", None, FORWARDED, (f.fingerprints, f.lengths, f.payloads), None)
+            encode_entry(parts, "", None, kind, (f.fingerprints, f.lengths, f.payloads), None)
         for e in self.edges:
-            encode_entry(parts, "", None, FORWARDED, None, (e.source, e.keys, e.lengths, e.targets))
+            encode_entry(parts, "", None, kind, None, (e.source, e.keys, e.lengths, e.targets))
 
 
 def replay_entries(directory: Path, since: int | None) -> Iterator[JournalEntry]:

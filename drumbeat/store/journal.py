@@ -22,7 +22,9 @@ File format (integers little-endian)::
 
 An entry is one completed page fetch: its URL, status or error, and what it found, as
 the fetcher packed it (``drumbeat.queue.base.FoundURLs`` and ``FoundEdges``, native
-order, which is little-endian on every platform drumbeat runs on).
+order, which is little-endian on every platform drumbeat runs on). An entry with an
+empty URL and no status holds links or edges admitted without a fetch of their own; its
+error says whence (``drumbeat.manager.journal``: ``links``, ``forwarded``).
 
 A record is written whole by one ``write``; a crash can leave only the file's last
 record incomplete (short, or, after a power loss, with a wrong checksum). Reading cuts

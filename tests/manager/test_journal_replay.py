@@ -15,8 +15,15 @@ import pytest
 from drumbeat.fetcher import pack_found
 from drumbeat.frontier.robots import ALLOW_ALL, RobotsEntry
 from drumbeat.frontier.urlseen import encode_payload
-from drumbeat.queue.base import PAGE, FetchItem, ItemResult
-from drumbeat.store.journal import JournalError, journal_files
+from drumbeat.manager.journal import LINKS
+from drumbeat.queue.base import PAGE, FetchItem, FoundURLs, ItemResult
+from drumbeat.store.journal import (
+    JournalEntry,
+    JournalError,
+    ReadReport,
+    journal_files,
+    read_journal,
+)
 from drumbeat.testing import FakeClock, offline_manager
 
 SEEDS = [f"http://site{i}.test/" for i in range(4)]
@@ -45,6 +52,10 @@ async def _crawl_then_crash(tmp_path: Path) -> None:
             _result(3, SEEDS[2], [], status=503),  # to be retried: not done
         ]
         manager.journal.note(done)
+        # As Manager._collect does: the links go to URL-seen, and the journal gets those
+        # that passed its cache (SEEDS[1], admitted before, does not).
+        found = [r.found for r in done if r.found is not None]
+        manager.admission.admit_found(found, manager.journal.note_links)
         await manager.journal.commit_now()
         # A crash now: no checkpoint after these fetches.
         manager.journal.close()
@@ -77,6 +88,25 @@ async def _restart(tmp_path: Path) -> None:
             manager.gate.route(encode_payload(url, 0, None, 0), origin, entry)
         assert manager.counters["journal_skipped"] == 2
         assert manager.scheduler.queued_urls == 2 and not manager.gate.done
+
+
+def test_the_journal_holds_only_the_links_that_passed_url_seens_cache(tmp_path: Path) -> None:
+    asyncio.run(_crawl_then_crash(tmp_path))
+    [(_, path)] = journal_files(tmp_path / "state" / "journal")
+    entries = list(read_journal(path, ReadReport()))
+    fetches = [e for e in entries if e.url]
+    assert sorted(e.url for e in fetches) == SEEDS[:2]
+    assert all(not e.fingerprints for e in fetches)  # their links come apart
+    [links] = [e for e in entries if not e.url]
+    assert links.error == LINKS
+    assert [p.split(b"\n", 1)[0] for p in _payloads(links)] == [
+        b"http://new.test/a",
+        b"http://new.test/b",
+    ]
+
+
+def _payloads(entry: JournalEntry) -> list[bytes]:
+    return FoundURLs(entry.fingerprints, entry.payloads, entry.lengths).payloads_list()
 
 
 def test_a_corrupt_journal_stops_the_restart_naming_the_file(tmp_path: Path) -> None:
