@@ -4,8 +4,9 @@ It reads frames from stdin (see :mod:`drumbeat.queue.process`): first ``("init",
 settings))``, then tasks, sync requests and stop. It runs a :class:`drumbeat.fetcher.Fetcher`
 with its own HTTP client and its own WARC file (named with its pid) in the crawl's
 ``warc/`` directory, and sends results, with the crawl-log lines, back on stdout. The WARC
-file is fsynced off the event loop, every WARC_SYNC_INTERVAL_S and when the manager asks
-(before a checkpoint), so fetching never waits for the disk.
+file is fsynced off the event loop when the manager asks (each journal commit and
+checkpoint) and, with the journal off, every WARC_SYNC_INTERVAL_S, so fetching never
+waits for the disk.
 
 It ignores SIGINT and SIGTERM: the manager decides when fetching stops (a Ctrl-C reaches
 the whole process group). When stdin closes (the manager stopped or was killed), it
@@ -99,7 +100,9 @@ async def _serve(frames_out: Any) -> int:
     fetcher = Fetcher(settings, queue, http, warc, worker=name, content=content)
     tune_gc()
     running = asyncio.ensure_future(fetcher.run())
-    syncing = asyncio.ensure_future(_sync_often(warc))
+    # With the journal on, the manager asks for a sync every journal_commit_s, which
+    # keeps what a checkpoint's sync finds small: no periodic sync of our own then.
+    syncing = asyncio.ensure_future(_sync_often(warc) if not settings.journal else _idle())
     # The sync requests being answered, in order: tasks keep coming in meanwhile (the
     # manager's journal asks every journal_commit_s).
     answering: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -151,6 +154,10 @@ async def _answer_sync(
         log.error("WARC sync failed: %s", e)
         return
     queue.send(("synced", seq))
+
+
+async def _idle() -> None:
+    await asyncio.Event().wait()
 
 
 async def _sync_often(warc: WarcWriter) -> None:
