@@ -28,7 +28,9 @@ One run:
    window's figures are the differences between its two ends, interpolated between
    samples. Redis memory per queued URL: ``used_memory`` at the window's end less
    ``used_memory`` before the first manager started, over the URLs the managers hold
-   queued then. Task latency: each manager's ``dispatch_latency`` (``stages.json``, the
+   queued then; and per frontier URL, over the URLs their URL-seen knows less the pages
+   fetched (the queued ones and the new ones URL-seen holds until the queues run low).
+   Task latency: each manager's ``dispatch_latency`` (``stages.json``, the
    whole run: a host's delay passing to its next request's start at a fetcher).
 
 Ratios: each configuration's pages/s against ``standalone`` and against ``1m1f``; growth
@@ -140,6 +142,9 @@ class Sample:
     cpu_s: dict[str, float]  # role -> CPU seconds so far
     redis: dict[str, float] | None = None  # commands, net_bytes, used_memory (crawl's own)
     queued: int | None = None  # URLs the managers hold queued (their figures in Redis)
+    # URLs URL-seen knows less the pages fetched: the frontier, with the new URLs that
+    # wait in URL-seen's output to be queued (managers take them as their queues run low)
+    frontier: int | None = None
 
 
 @dataclass(slots=True)
@@ -244,11 +249,13 @@ class Sampler:
         out = Sample(time.time(), cpu)
         if self.probe is not None:
             out.redis = self.probe.info()
-            queued = 0
+            queued = frontier = 0
             for key in self.figure_keys:
                 raw = self.probe.call("HGET", key, "json")
-                queued += int(json.loads(raw).get("queued", 0)) if raw else 0
-            out.queued = queued
+                figures = json.loads(raw) if raw else {}
+                queued += int(figures.get("queued", 0))
+                frontier += max(0, int(figures.get("seen", 0)) - int(figures.get("pages_done", 0)))
+            out.queued, out.frontier = queued, frontier
         return out
 
     def _run(self) -> None:
@@ -625,26 +632,28 @@ def _redis_figures(run: ConfigRun, begin: float, end: float) -> dict[str, Any]:
 
     commands, net = delta("commands"), delta("net_bytes")
     last = next((s for s in reversed(samples) if s.at <= end and s.queued is not None), None)
-    memory = queued = None
+    memory = queued = frontier = None
     if last is not None and last.redis is not None and run.baseline_memory is not None:
         memory = int(last.redis["used_memory"]) - run.baseline_memory
-        queued = last.queued
+        queued, frontier = last.queued, last.frontier
     return {
         "ops_per_page": None if commands is None else commands / pages,
         "bytes_per_page": None if net is None else net / pages,
         "used_memory_bytes": memory,
         "queued_urls": queued,
         "bytes_per_queued_url": memory / queued if memory is not None and queued else None,
+        "frontier_urls": frontier,
+        "bytes_per_frontier_url": memory / frontier if memory is not None and frontier else None,
         "memory_trace": _memory_trace(samples, run.baseline_memory, end),
     }
 
 
 def _memory_trace(
     samples: list[Sample], baseline: int | None, end: float, points: int = 12
-) -> list[tuple[float, int, int]]:
-    """(seconds since the first sample, Redis memory above the baseline, URLs queued) at
-    up to ``points`` samples spread over the run up to ``end``: does Redis memory stay
-    flat while the frontier grows?"""
+) -> list[tuple[float, int, int, int]]:
+    """(seconds since the first sample, Redis memory above the baseline, URLs queued,
+    frontier URLs) at up to ``points`` samples spread over the run up to ``end``: does
+    Redis memory stay flat while the frontier grows?"""
     kept = [s for s in samples if s.at <= end and s.queued is not None and s.redis is not None]
     if baseline is None or not kept:
         return []
@@ -652,7 +661,12 @@ def _memory_trace(
     chosen = [*kept[::step][: points - 1], kept[-1]]
     t0 = kept[0].at
     return [
-        (round(s.at - t0, 1), int(s.redis["used_memory"]) - baseline, int(s.queued or 0))
+        (
+            round(s.at - t0, 1),
+            int(s.redis["used_memory"]) - baseline,
+            int(s.queued or 0),
+            int(s.frontier or 0),
+        )
         for s in chosen
         if s.redis is not None
     ]
