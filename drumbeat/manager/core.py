@@ -27,7 +27,7 @@ from drumbeat.manager.gate import RobotsGate, robots_admitter
 from drumbeat.manager.journal import DIR_NAME as JOURNAL_DIR
 from drumbeat.manager.journal import Journal, count_entry, load_done, replay_entries
 from drumbeat.manager.pricing import Pricing
-from drumbeat.manager.revisiting import Revisiting
+from drumbeat.manager.revisiting import Revisiting, journal_visit
 from drumbeat.manager.state import LoopState
 from drumbeat.manager.stores import Drops, Stores
 from drumbeat.manager.tuning import TUNING, LoopTuning
@@ -202,6 +202,8 @@ class Manager:
             if s.journal
             else None
         )
+        if self.journal is not None and self.revisiting is not None:
+            self.journal.visit_of = journal_visit
         self.checkpointer = Checkpointer(
             s,
             t,
@@ -271,6 +273,8 @@ class Manager:
         for origin in (meta.frontier or {}).get("robots_working", []):
             self.gate.work_on_robots(origin, st.qr.issue())
         self.gate.done |= load_done(path)
+        if self.revisiting is not None:
+            self.revisiting.load(path)
         replayed = self._replay_journal(self.checkpoints.number(path))
         n = 0
         for url, depth, via, hops in self.checkpoints.read_queue(path):
@@ -291,13 +295,9 @@ class Manager:
 
     def _replay_journal(self, since: int) -> int:
         """Replay the journal's fetches after checkpoint ``since`` (drumbeat.manager.journal):
-        their links to URL-seen, their edges to the PLD graph, their URLs to the done set
-        and their counts; returns how many.
-
-        Not to the revisits' history (Settings.revisit): the journal holds no payload
-        digest or validators, so the visits since the checkpoint are lost from it. A page
-        first fetched since then is not revisited; a revisit made since is due again
-        from the checkpoint's queue and made again (manager.revisiting)."""
+        their links to URL-seen, their edges to the PLD graph, their URLs to the done set,
+        their counts and (Settings.revisit) their visits to the revisits' history
+        (Revisiting.replay); returns how many."""
         found: list[FoundURLs] = []
         edges: list[FoundEdges] = []
         done, n = self.gate.done, 0
@@ -314,6 +314,8 @@ class Manager:
                 n += 1
                 done.add(urls.fingerprint(entry.url))
                 self.dispatch.pages_done += count_entry(entry, self.counters)
+                if self.revisiting is not None:
+                    self.revisiting.replay(entry.url, entry.status, entry.visit)
             if entry.fingerprints:
                 found.append(FoundURLs(entry.fingerprints, entry.payloads, entry.lengths))
             if entry.edge_keys:

@@ -14,22 +14,34 @@ use all of it (politeness still spaces them). The policy's bandwidth is the same
 of the best fetch rate seen (all of it once the frontier is done), so that the schedule
 plans no more revisits than the crawl can make.
 
-After a crash: a checkpoint holds the history and the due-time queue as of its commit.
-The journal replays the fetches made since (URL-seen, the done set, the counts), but
-not their visits to the history: the pages first fetched since the last checkpoint
-are not revisited, and the revisits made since count as not made (they are due again,
-and fetched again at once). Neither loses a URL of the crawl, only some freshness.
+After a crash: a checkpoint holds the history and the due-time queue as of its commit,
+and (``revisits.npz``, :meth:`Revisiting.saver`) what the policy learned (``mu``, its
+hash sample, the sites' pooled rates), the fetch rate revisits are paced by, and the
+revisits handed out and not recorded yet, with their validators: those waiting for
+dispatch and those in flight, whose URLs the checkpoint's RAM rows route again, so
+that they leave as conditional GETs again. The journal (drumbeat.manager.journal)
+holds each page fetch's *visit* (:func:`journal_visit`), replayed into the history
+(:meth:`Revisiting.replay`): a SIGKILL loses at most the visits of one group commit,
+as it does pages. One cost remains: a revisit handed out after the checkpoint is still
+in the checkpoint's due-time queue, so it is due again at once and fetched once more
+(its replayed visit is kept in the history but not planned, so that the URL is not
+queued twice).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import os
+import struct
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from drumbeat import urls
 from drumbeat.frontier.backoff import retryable
@@ -49,6 +61,13 @@ DIR_NAME = "revisits"
 TURN_S = 1.0
 RATE_HALF_LIFE_S = 10.0  # of the recent fetch rate's moving average
 MAX_WAITING = 100_000  # revisits handed out and not yet dispatched, validators kept
+STATE_FILE = "revisits.npz"  # in a checkpoint: Revisiting.saver
+# A journaled visit (journal_visit): its time, the payload's digest64, the digest the
+# revisit was handed out with (0: not a revisit), the depth; then the ETag,
+# Last-Modified, WARC date of the payload and the revisit's WARC date ("": none),
+# UTF-8, separated by newlines (header values hold none).
+_VISIT = struct.Struct("<dQQi")
+_MAX_VISIT = 0xFFFF  # the journal's bound on a visit's bytes
 
 
 class Revisiting:
@@ -91,6 +110,9 @@ class Revisiting:
         # validators at dispatch (Dispatcher.revisit_of). One that never gets there
         # (robots, a refused host) is forgotten, oldest first, past MAX_WAITING.
         self.waiting: OrderedDict[str, Revisit] = OrderedDict()
+        # After a restore, until the journal's replay: the revisits the checkpoint saw
+        # handed out (load), whose replayed visits are planned (replay).
+        self._handed_out: set[int] = set()
         self.turn_s = min(TURN_S, s.revisit_min_interval_s / 2)
         self._last_turn = -math.inf
         self._last_fetches = counters.get("fetches", 0)
@@ -108,32 +130,63 @@ class Revisiting:
 
     def record(self, results: list[ItemResult]) -> None:
         """Each page fetched (that is not retried) to the history."""
-        fetched, counters = self.revisits.fetched, self.counters
         for r in results:
-            item = r.item
-            if item.kind != PAGE or r.status is None or retryable(r.status, r.error):
-                continue
-            same = r.status == 304 or (item.revisit_digest != 0 and r.digest == item.revisit_digest)
-            if item.revisit_date is not None:
-                counters["revisit.fetched"] += 1
-                if r.status == 304:
-                    counters["revisit.not_modified"] += 1
-                elif same:
-                    counters["revisit.unchanged"] += 1
-                else:
-                    counters["revisit.changed"] += 1
-            host = urls.host_of(item.url)
-            fetched(
-                urls.fingerprint(item.url),
-                item.url,
-                urls.pld(host) if host else "",
-                status=r.status,
-                digest=item.revisit_digest if r.status == 304 else r.digest,
-                etag=r.etag or item.etag,
-                last_modified=r.last_modified or item.last_modified,
-                depth=item.depth,
-                date=_payload_date(r, same),
-            )
+            fields = _visit_fields(r)
+            if fields is not None and r.status is not None:
+                self._record(r.item.url, r.status, *fields)
+
+    def replay(self, url: str, status: int | None, visit: bytes) -> None:
+        """A journaled page fetch's visit (:func:`journal_visit`) to the history, after
+        the checkpoint's state was loaded (:meth:`load`). A revisit handed out after the
+        checkpoint is still in its due-time queue: its visit is not planned again."""
+        if status is None or not visit:
+            return
+        at, digest, revisit_digest, depth = _VISIT.unpack_from(visit)
+        etag, modified, date, revisit_date = visit[_VISIT.size :].decode().split("\n")
+        fp = urls.fingerprint(url)
+        plan = revisit_digest == 0 or fp in self._handed_out
+        self._handed_out.discard(fp)
+        self._record(url, status, depth, digest, revisit_digest, revisit_date or None,
+                     etag or None, modified or None, date or None, at, plan=plan)  # fmt: skip
+
+    def _record(
+        self,
+        url: str,
+        status: int,
+        depth: int,
+        digest: int,
+        revisit_digest: int,
+        revisit_date: str | None,
+        etag: str | None,
+        modified: str | None,
+        date: str | None,
+        at: float | None = None,
+        *,
+        plan: bool = True,
+    ) -> None:
+        counters = self.counters
+        if revisit_date is not None:
+            counters["revisit.fetched"] += 1
+            if status == 304:
+                counters["revisit.not_modified"] += 1
+            elif revisit_digest != 0 and digest == revisit_digest:
+                counters["revisit.unchanged"] += 1
+            else:
+                counters["revisit.changed"] += 1
+        host = urls.host_of(url)
+        self.revisits.fetched(
+            urls.fingerprint(url),
+            url,
+            urls.pld(host) if host else "",
+            status=status,
+            digest=revisit_digest if status == 304 else digest,
+            etag=etag,
+            last_modified=modified,
+            depth=depth,
+            date=date,
+            at=at,
+            plan=plan,
+        )
 
     def turn(self, now: float, idle: Callable[[], bool]) -> None:
         """At most every ``turn_s``: plan the visits recorded, then hand out what is due.
@@ -207,6 +260,51 @@ class Revisiting:
     def commit(self) -> dict[str, Any]:
         return self.revisits.commit()
 
+    def saver(self, flying: Iterable[FetchItem]) -> Callable[[Path], None]:
+        """A checkpoint saver of ``STATE_FILE`` (a copy taken now): the policy's state
+        (:meth:`RevisitPolicy.state`), the best fetch rate seen, and the revisits handed
+        out and not recorded (those waiting for dispatch, and the pages of ``flying``,
+        the items in flight, that are revisits) as JSON rows [url, site, etag,
+        last_modified, depth, digest, date]. Bounded: the policy's sample and sites,
+        MAX_WAITING and the items in flight."""
+        arrays = self.policy.state()
+        arrays["pacing"] = np.array([self._best_rate])
+        waiting = list(self.waiting.values())  # (frozen: encoded in the writing thread)
+        revisits = [i for i in flying if i.kind == PAGE and i.revisit_digest != 0]
+
+        def save(target: Path) -> None:
+            rows = [
+                [rv.url, rv.site, rv.etag, rv.last_modified, rv.depth, rv.digest, rv.date]
+                for rv in waiting
+            ]
+            for i in revisits:
+                host = urls.host_of(i.url)
+                site = urls.pld(host) if host else ""
+                rows.append([i.url, site, i.etag, i.last_modified, i.depth,
+                             i.revisit_digest, i.revisit_date])  # fmt: skip
+            arrays["out"] = np.frombuffer(json.dumps(rows).encode(), np.uint8)
+            with open(target / STATE_FILE, "wb") as f:
+                np.savez(f, **arrays)  # type: ignore[arg-type]
+                f.flush()
+                os.fsync(f.fileno())
+
+        return save
+
+    def load(self, checkpoint: Path) -> None:
+        """Take back what :meth:`saver` wrote into ``checkpoint`` (nothing if it did not:
+        a checkpoint of an older version); before the journal's :meth:`replay`."""
+        try:
+            with np.load(checkpoint / STATE_FILE) as z:
+                arrays = {k: z[k] for k in z.files}
+        except FileNotFoundError:
+            return
+        self.policy.load_state(arrays)
+        (self._best_rate,) = arrays["pacing"].tolist()
+        for url, site, etag, modified, depth, digest, date in json.loads(arrays["out"].tobytes()):
+            fp = urls.fingerprint(url)
+            self.waiting[url] = Revisit(fp, url, site, etag, modified, depth, digest, date)
+            self._handed_out.add(fp)
+
     def close(self) -> None:
         self.revisits.close()
 
@@ -223,3 +321,39 @@ def _payload_date(r: ItemResult, same: bool) -> str | None:
         return earlier
     started = line.get("time")
     return warc_date(started) if isinstance(started, float) else None
+
+
+def _visit_fields(
+    r: ItemResult,
+) -> tuple[int, int, int, str | None, str | None, str | None, str | None] | None:
+    """What the history records of a result (see :meth:`Revisiting._record`'s
+    arguments after the status), or None: not a page fetched for good."""
+    item = r.item
+    if item.kind != PAGE or r.status is None or retryable(r.status, r.error):
+        return None
+    same = r.status == 304 or (item.revisit_digest != 0 and r.digest == item.revisit_digest)
+    return (
+        item.depth,
+        r.digest,
+        item.revisit_digest,
+        item.revisit_date,
+        r.etag or item.etag,
+        r.last_modified or item.last_modified,
+        _payload_date(r, same),
+    )
+
+
+def journal_visit(r: ItemResult) -> bytes:
+    """What the journal keeps of ``r`` for the history (b"": nothing; see _VISIT).
+    Its time is the fetch's start (the crawl-log line's), where the live record takes
+    the time the manager collected it: seconds apart, against revisit intervals of a
+    minute or more."""
+    fields = _visit_fields(r)
+    if fields is None:
+        return b""
+    depth, digest, revisit_digest, revisit_date, etag, modified, date = fields
+    started = (r.log or {}).get("time")
+    at = started if isinstance(started, float) else time.time()
+    text = "\n".join((etag or "", modified or "", date or "", revisit_date or ""))
+    out = _VISIT.pack(at, digest, revisit_digest, depth) + text.encode()
+    return out if len(out) <= _MAX_VISIT else b""
