@@ -75,7 +75,7 @@ class RevisitPolicy:
         self.default_interval_s = default_interval_s or max_interval_s / 30
         self.sample_size = sample_size
         self.resolve_s = resolve_s
-        self.sites = sites or SiteRates()
+        self.sites = sites if sites is not None else SiteRates()  # (an empty one is falsy)
         self.clock = clock
         self._threshold = 1 << 64  # a URL is sampled when its mixed fingerprint is below
         self._sample: dict[int, float] = {}
