@@ -4,12 +4,14 @@ responder; nothing is fetched: results are made here, as a fetcher reports them.
 Without ``revisit`` there is no Revisiting at all; with it, pages fetched are planned,
 what falls due goes through the robots gate and the politeness scheduler to a FetchItem
 carrying its validators, paced at the revisit share of the fetch rate until the
-frontier is done; the schedule survives a commit and reopen.
+frontier is done; the schedule survives a commit and reopen, and a crash after journaled
+fetches keeps the policy, the revisits out and the visits since.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 from drumbeat.manager import Manager
@@ -147,3 +149,98 @@ def test_a_revisit_crawl_is_never_done_but_its_page_limit_stops_it(tmp_path: Pat
             manager.revisiting.close()
 
     asyncio.run(main())
+
+
+def test_a_crash_keeps_the_policy_the_revisits_out_and_the_visits_since(tmp_path: Path) -> None:
+    """A checkpoint, then fetches journaled, then a crash (no checkpoint after them):
+    the restart has the policy's threshold and site priors, gives the revisits that
+    were out at the checkpoint their validators again, and has the journaled visits
+    in the history, each URL queued once."""
+    clock = FakeClock(time.time())
+    learned = asyncio.run(_revisit_then_crash(tmp_path, clock))
+    asyncio.run(_restart_after_crash(tmp_path, learned))
+
+
+def _revisit(url: str, digest: int, status: int = 200) -> ItemResult:
+    """A revisit's result: its item carries what the revisit was handed out with."""
+    r = _result(url, status, digest=digest)
+    r.item.etag, r.item.revisit_digest, r.item.revisit_date = '"e"', 7, "2023-11-14T22:13:20Z"
+    return r
+
+
+async def _revisit_then_crash(tmp_path: Path, clock: FakeClock) -> dict[str, object]:
+    async with offline_manager(tmp_path, **CHANGES) as manager:
+        for origin in ORIGINS:
+            manager.stores.robots.record(origin, 404, None)
+        r = _revisiting(manager, clock)
+        manager.checkpointer.initial()
+        assert manager.journal is not None
+        # Two visits of each page, the second a change: mu and the sites' priors are learned.
+        r.record([_result(u) for u in URLS])
+        r.turn(clock(), idle=lambda: False)
+        clock.advance(60.0)
+        r.record([_revisit(rv.url, 8) for rv in r.revisits.due(len(URLS))])
+        clock.advance(60.0)
+        r.turn(clock(), idle=lambda: False)
+        assert r.revisits.stats().queued == len(URLS) and not r.waiting
+        # Due: two are handed out (the revisit share of 10 fetches/s); one leaves.
+        clock.advance(600.0)
+        manager.counters["fetches"] += 10
+        r.turn(clock.advance(1.0) or clock(), idle=lambda: False)
+        assert len(r.waiting) == 2
+        await _to_scheduler(manager)
+        manager.dispatch.dispatch(manager.clock() + 100.0)
+        [(flying, _)] = manager.dispatch.in_flight.values()
+        assert flying.etag is not None and len(r.waiting) == 1
+        [queued] = r.waiting
+        learned: dict[str, object] = {
+            "mu": r.policy.mu,
+            "site": r.policy.sites.rate("a0.test"),
+            "global": r.policy.sites.global_rate(),
+            "flying": (flying.url, flying.etag),
+            "queued": (queued, r.waiting[queued].etag),
+        }
+        manager.checkpointer.commit(Laps())()
+
+        # After the checkpoint: the revisit in flight comes back (304); one more is
+        # handed out and fetched (changed); a page is fetched for the first time.
+        popped = r.revisits.due(1)
+        assert len(popped) == 1 and popped[0].url not in (flying.url, queued)
+        again = _revisit(popped[0].url, 9)
+        back = ItemResult(0, 0, flying, status=304, log={"time": clock()})
+        first = _result("http://a0.test/new")
+        done = [back, again, first]
+        r.record(done)
+        manager.journal.note(done)
+        await manager.journal.commit_now()
+        learned["recorded"] = manager.counters["revisit.fetched"]
+        manager.journal.close()  # a crash: no checkpoint after these
+        r.close()
+        return learned
+
+
+async def _restart_after_crash(tmp_path: Path, learned: dict[str, object]) -> None:
+    async with offline_manager(tmp_path, **CHANGES) as manager:
+        r = manager.revisiting
+        assert r is not None
+        # The policy as it was, not relearned.
+        assert r.policy.mu == learned["mu"]
+        assert r.policy.sites.rate("a0.test") == learned["site"]
+        assert r.policy.sites.global_rate() == learned["global"]
+        # The journal's visits are in the history: the revisit that was in flight and
+        # the new page are queued; the one handed out after the checkpoint is still
+        # queued from the checkpoint (not twice): 5 - 2 out + 1 back + 1 new.
+        assert manager.counters["revisit.fetched"] == learned["recorded"]
+        r.revisits.plan()
+        assert r.revisits.stats().queued == len(URLS) - 2 + 2
+        assert r.revisits.history.urls == len(URLS) + 1
+        # The revisit waiting at the checkpoint leaves as a conditional GET again; the
+        # one in flight was journaled as done, and is skipped.
+        url, etag = learned["queued"]  # type: ignore[misc]
+        await _to_scheduler(manager)
+        manager.dispatch.dispatch(manager.clock() + 100.0)
+        [(item, _)] = manager.dispatch.in_flight.values()
+        assert (item.url, item.etag) == (url, etag)
+        assert item.revisit_digest == 8 and item.revisit_date is not None
+        assert manager.counters["journal_skipped"] == 1
+        r.close()
