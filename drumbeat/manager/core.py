@@ -167,12 +167,14 @@ class Manager:
                 (self._resume_meta_frontier or {}).get("revisits"),
                 self.gate,
                 self.counters,
+                place=self._place_revisits,
             )
             if s.revisit
             else None
         )
         if self.revisiting is not None:
             self.dispatch.on_page = self.revisiting.on_item
+            self.drops.on_drop = self.revisiting.on_drop
         self.admission = Admission(
             s,
             t,
@@ -227,6 +229,11 @@ class Manager:
             history=self.history,
             revisiting=self.revisiting,
         )
+
+    def _place_revisits(self, records: list[bytes]) -> None:
+        """Due revisits into BEAST, rationed by their PLDs' STAR budgets as new URLs are
+        (manager.revisiting); not counted as URLs admitted."""
+        self.stores.beast.place_many(records, *self.pricing.places(records))
 
     def _lift_block_refusals(self) -> None:
         """A host or PLD block was lifted: the robots refusals it left (Dispatcher._blocked)

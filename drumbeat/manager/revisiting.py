@@ -2,11 +2,20 @@
 goes to the revisit schedule (drumbeat.revisit.revisits), and what falls due enters the
 politeness scheduler as a new page does, carrying its validators for a conditional GET.
 
-Where revisits enter: past URL-seen (a revisited URL is seen already) and BEAST (STAR's
-budgets ration the *new* URLs of a PLD), at the robots gate's ``route``, as the URLs of
-a checkpoint's RAM do: robots rules, the host's and IP's politeness delays (scaled by
-the PLD's budget), the operator's blocks and the scope's dispatch rules (blocklist,
-caps) apply to them as to any page.
+Where revisits enter: past URL-seen (a revisited URL is seen already), into BEAST, as a
+new URL does: its PLD's STAR budget rations them with the new URLs of the PLD (a PLD
+gets at most its budget of URLs a turn, revisits and new pages together); then robots
+rules, the host's and IP's politeness delays (scaled by the PLD's budget), the
+operator's blocks and the scope's dispatch rules (blocklist, caps) apply to them as to
+any page.
+
+A revisit dropped on its way (:meth:`Revisiting.on_drop`) stays in the schedule, due
+again a new URL's interval later (``default_interval_s``): a cap, a block, a robots.txt
+that cannot be had, a host that does not resolve or fetches that kept failing may all
+end (an operator lifts a block, raises a cap at a restart; a server comes back), and the
+URL was crawled already, so it would never come back otherwise. Except a robots.txt
+that disallows it: the site asked not to be crawled there, and a URL it disallows is
+not fetched as a new page either; it leaves the schedule (its history stays).
 
 How many: while new URLs remain, the revisits handed out each turn are paced at
 ``revisit_share`` of the recent fetch rate; once the new-URL frontier is empty they may
@@ -56,6 +65,7 @@ from drumbeat.store.warc import warc_date
 log = logging.getLogger("drumbeat.manager")
 
 DIR_NAME = "revisits"
+ROBOTS_DISALLOWED = "robots_disallowed"  # (manager.gate's drop reason)
 # Plan and hand out revisits at most this often (a DRUM merge each), or twice per
 # shortest revisit interval where that is shorter.
 TURN_S = 1.0
@@ -81,12 +91,17 @@ class Revisiting:
         gate: RobotsGate,
         counters: Counter[str],
         *,
+        place: Callable[[list[bytes]], None] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """``saved``: the checkpoint's commit of the revisits (None: none yet). The
-        clock is wall time: a resumed crawl's due times are the last run's."""
+        """``saved``: the checkpoint's commit of the revisits (None: none yet).
+        ``place``: puts URL-seen payloads into BEAST with their PLDs' budgets (the
+        manager's ``Admission.place``; None: straight to the robots gate, unrationed,
+        for tests of this part alone). The clock is wall time: a resumed crawl's due
+        times are the last run's."""
         s = self.settings = settings
         self.gate = gate
+        self.place = place if place is not None else self._route
         self.counters = counters
         self.clock = clock
         self.policy = RevisitPolicy(
@@ -106,9 +121,10 @@ class Revisiting:
             max_in_flight=MAX_WAITING,
             state=saved,
         )
-        # Revisits on their way to the fetchers, by URL: their FetchItems get the
-        # validators at dispatch (Dispatcher.revisit_of). One that never gets there
-        # (robots, a refused host) is forgotten, oldest first, past MAX_WAITING.
+        # Revisits handed out and not recorded yet, by URL: their FetchItems get the
+        # validators at dispatch (on_item; each retry too). One dropped on its way is
+        # rescheduled (on_drop); one never heard of again is forgotten, oldest first,
+        # past MAX_WAITING.
         self.waiting: OrderedDict[str, Revisit] = OrderedDict()
         # After a restore, until the journal's replay: the revisits the checkpoint saw
         # handed out (load), whose replayed visits are planned (replay).
@@ -123,7 +139,7 @@ class Revisiting:
 
     def on_item(self, item: FetchItem) -> None:
         """A page leaves for the fetchers: a revisit's carries its validators."""
-        rv = self.waiting.pop(item.url, None)
+        rv = self.waiting.get(item.url)
         if rv is not None:
             item.etag, item.last_modified = rv.etag, rv.last_modified
             item.revisit_digest, item.revisit_date = rv.digest, rv.date
@@ -133,7 +149,20 @@ class Revisiting:
         for r in results:
             fields = _visit_fields(r)
             if fields is not None and r.status is not None:
+                self.waiting.pop(r.item.url, None)
                 self._record(r.item.url, r.status, *fields)
+
+    def on_drop(self, url: str, reason: str) -> None:
+        """A URL was dropped (Drops.on_drop): a revisit's goes back to the schedule, but
+        for a robots.txt that disallows it (see the module docstring)."""
+        rv = self.waiting.pop(url, None)
+        if rv is None:
+            return  # not a revisit (or one forgotten)
+        if reason == ROBOTS_DISALLOWED:
+            self.counters["revisit.dropped"] += 1
+            return
+        self.counters["revisit.deferred"] += 1
+        self.revisits.defer(rv, self.policy.default_interval_s)
 
     def replay(self, url: str, status: int | None, visit: bytes) -> None:
         """A journaled page fetch's visit (:func:`journal_visit`) to the history, after
@@ -222,7 +251,8 @@ class Revisiting:
         for r in due:
             self.waiting[r.url] = r
             self.waiting.move_to_end(r.url)
-            self.gate.route(encode_payload(r.url, r.depth, None))
+        if due:
+            self.place([encode_payload(r.url, r.depth, None) for r in due])
         while len(self.waiting) > MAX_WAITING:
             self.waiting.popitem(last=False)
         self._note(now, frontier_empty)
@@ -256,6 +286,10 @@ class Revisiting:
             f"{c['revisit.queued']} queued, expected freshness "
             f"{c['revisit.expected_freshness_bp'] / 10_000:.3f}"
         )
+
+    def _route(self, payloads: list[bytes]) -> None:
+        for payload in payloads:
+            self.gate.route(payload)
 
     def commit(self) -> dict[str, Any]:
         return self.revisits.commit()

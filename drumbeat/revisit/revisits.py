@@ -225,6 +225,16 @@ class Revisits:
         self._counts["out"] += len(out)
         return out
 
+    def defer(self, revisit: Revisit, wait_s: float) -> None:
+        """Queue a revisit handed out and not made (refused by a cap, blocked, failed)
+        again, due ``wait_s`` from now, with what it was handed out with."""
+        self._in_flight.pop(revisit.fingerprint, None)
+        rv = revisit
+        due_s = self.clock() + wait_s
+        payload = _encode(rv.digest, rv.url, rv.site, rv.etag, rv.last_modified, rv.depth, rv.date)
+        self.queue.push(due_s, rv.fingerprint, payload)
+        self.next_due_s = min(self.next_due_s, due_s)
+
     def stats(self) -> RevisitStats:
         c = self._counts
         fresh = self.policy.stats().mean_freshness
