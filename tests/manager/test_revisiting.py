@@ -56,6 +56,7 @@ def _revisiting(manager: Manager, clock: FakeClock, saved: dict | None = None) -
     )
     manager.revisiting = manager.checkpointer.revisiting = r
     manager.dispatch.on_page = r.on_item
+    manager.drops.on_drop = r.on_drop
     return r
 
 
@@ -253,3 +254,60 @@ async def _restart_after_crash(tmp_path: Path, learned: dict[str, object]) -> No
         assert item.revisit_digest == 8 and item.revisit_date is not None
         assert manager.counters["journal_skipped"] == 1
         r.close()
+
+
+def test_revisits_share_their_pld_budget_with_new_urls(tmp_path: Path) -> None:
+    """Due revisits enter BEAST: a PLD's budget (2 here) rations them a turn, as it
+    does the PLD's new URLs; without it all six would reach the hosts' queues."""
+
+    async def main() -> None:
+        clock = FakeClock(1_800_000_000.0)
+        pages = [f"http://b.test/p/{i}" for i in range(6)]
+        async with offline_manager(tmp_path, budget_default=2, **CHANGES) as manager:
+            r = _revisiting(manager, clock)
+            r.record([_result(u) for u in pages])
+            r.turn(clock(), idle=lambda: False)
+            clock.advance(60.0)
+            r.turn(clock(), idle=lambda: True)
+            assert len(r.waiting) == len(pages)
+            beast = manager.stores.beast
+            assert beast.stats().placed == len(pages)
+            assert len(beast.read(100)) == 2  # this turn's share of b.test
+            assert beast.stats().queued == len(pages) - 2
+            r.close()
+
+    asyncio.run(main())
+
+
+def test_a_revisit_dropped_by_a_cap_is_rescheduled_one_robots_disallows_is_not(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        clock = FakeClock(1_800_000_000.0)
+        capped, disallowed = "http://a0.test/p/0", "http://a1.test/p/1"
+        async with offline_manager(tmp_path, max_pages_per_host=1, **CHANGES) as manager:
+            manager.stores.robots.record("http://a0.test", 404, None)
+            manager.stores.robots.record("http://a1.test", 200, "User-agent: *\nDisallow: /p/")
+            r = _revisiting(manager, clock)
+            r.record([_result(capped), _result(disallowed)])
+            manager.scope.count("a0.test", 100)  # its one page: a0.test is at its cap
+            r.turn(clock(), idle=lambda: False)
+            clock.advance(60.0)
+            r.turn(clock(), idle=lambda: True)
+            # The disallowed one is dropped as BEAST places it (robots rules in RAM).
+            assert r.revisits.stats().queued == 0 and list(r.waiting) == [capped]
+            await _to_scheduler(manager)
+            manager.dispatch.dispatch(manager.clock() + 100.0)
+            c = manager.counters
+            assert c["dropped.robots_disallowed"] == 1 and c["dropped.max_pages_per_host"] == 1
+            assert not manager.dispatch.in_flight and not r.waiting
+            # The capped one is due again a new URL's interval later; the other is gone.
+            assert (c["revisit.deferred"], c["revisit.dropped"]) == (1, 1)
+            assert r.revisits.stats().queued == 1
+            assert r.revisits.due(10) == []
+            clock.advance(r.policy.default_interval_s + 1.0)
+            [again] = r.revisits.due(10)
+            assert (again.url, again.etag) == (capped, '"0"')
+            r.close()
+
+    asyncio.run(main())
