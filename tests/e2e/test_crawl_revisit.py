@@ -24,6 +24,7 @@ from warcio.archiveiterator import ArchiveIterator
 
 from drumbeat.checkpoint import read_counters
 from drumbeat.store.warc import IDENTICAL_PAYLOAD_DIGEST, SERVER_NOT_MODIFIED
+from drumbeat.testing import RedisServer
 from tests.e2e.test_crawl_backoff import serve
 
 SAME = [f"/same/{i}" for i in range(4)]
@@ -105,10 +106,10 @@ def crawl(
     )
 
 
-def warc_records(state: Path) -> list[dict[str, str]]:
+def warc_records(state: Path, warc: str = "warc") -> list[dict[str, str]]:
     """The response and revisit records' WARC headers, in the order written."""
     out = []
-    for path in sorted((state / "warc").glob("*.warc.gz")):
+    for path in sorted((state / warc).glob("*.warc.gz")):
         with path.open("rb") as f:
             for record in ArchiveIterator(f):
                 if record.rec_type in ("response", "revisit"):
@@ -183,3 +184,46 @@ def test_a_revisit_crawl_sends_conditional_gets_and_archives_revisits(tmp_path: 
     assert 0 < revisits["expected_freshness"] <= 1
     table = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert "304 not modified" in table.stdout and "expected freshness" in table.stdout
+
+
+def test_a_cluster_manager_with_revisit_sends_conditional_gets(tmp_path: Path) -> None:
+    """`drumbeat manager --redis ... --revisit` and a `drumbeat fetcher` on a real
+    redis-server: the revisits' validators cross Redis in the items, the fetcher (with
+    the crawl's settings) sends them and archives the 304s as revisit records."""
+    site = ChangingSite()
+    config = tmp_path / "revisit.toml"
+    config.write_text(CONFIG)
+    with serve(site) as port, RedisServer(tmp_path / "redis") as redis:  # type: ignore[arg-type]
+        fetcher = subprocess.Popen(
+            [sys.executable, "-m", "drumbeat", "fetcher", "--redis", redis.url,
+             "--state", str(tmp_path / "fetcher"), "--processes", "1"],
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        try:
+            manager = subprocess.run(
+                [sys.executable, "-m", "drumbeat", "manager", f"http://127.0.0.1:{port}/",
+                 "--redis", redis.url, "--crawl", "rv", "--partition", "0/1",
+                 "--state", str(tmp_path / "manager"), "--allow-loopback",
+                 "--host-delay", "0.02", "--ip-delay", "0.02", "--config", str(config),
+                 "--no-progress", "--revisit", "--revisit-share", "0.5",
+                 "--max-time", "6"],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )  # fmt: skip
+        finally:
+            fetcher.terminate()
+            fetcher.wait(timeout=30)
+    assert manager.returncode == 0, manager.stderr
+    assert "not modified" in manager.stderr.splitlines()[-1]
+    for path in SAME:
+        conditional = [r for r in site.requests if r[0] == path and r[1] is not None]
+        assert conditional and all(r[1] == '"v0"' and r[2] == MODIFIED for r in conditional)
+        assert any(r[3] == 304 for r in conditional), path
+    records = warc_records(tmp_path / "fetcher", "warc/rv")  # (the fetcher's, by crawl)
+    not_modified = {
+        h["WARC-Target-URI"] for h in records if h.get("WARC-Profile") == SERVER_NOT_MODIFIED
+    }
+    assert not_modified == {f"http://127.0.0.1:{port}{p}" for p in SAME}
+    assert read_counters(tmp_path / "manager")["revisit.not_modified"] >= len(SAME)
