@@ -224,6 +224,7 @@ class Revisiting:
         dt = now - self._last_turn
         if dt < self.turn_s:
             return
+        self._handed_out.clear()  # the journal's replay, if any, is over
         frontier_empty = self._frontier_done or idle()
         fetches = self.counters.get("fetches", 0)
         if math.isfinite(dt):
@@ -379,15 +380,13 @@ def _visit_fields(
 
 def journal_visit(r: ItemResult) -> bytes:
     """What the journal keeps of ``r`` for the history (b"": nothing; see _VISIT).
-    Its time is the fetch's start (the crawl-log line's), where the live record takes
-    the time the manager collected it: seconds apart, against revisit intervals of a
-    minute or more."""
+    Called as the journal writes it: its time is then, on the manager's wall clock as
+    the live record's is, later than that by at most a group commit's wait."""
     fields = _visit_fields(r)
     if fields is None:
         return b""
     depth, digest, revisit_digest, revisit_date, etag, modified, date = fields
-    started = (r.log or {}).get("time")
-    at = started if isinstance(started, float) else time.time()
+    at = time.time()
     text = "\n".join((etag or "", modified or "", date or "", revisit_date or ""))
     out = _VISIT.pack(at, digest, revisit_digest, depth) + text.encode()
     return out if len(out) <= _MAX_VISIT else b""
