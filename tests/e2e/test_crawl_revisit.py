@@ -6,7 +6,8 @@ GET gets a 304); pages under ``/moving/`` change at every request; ``/plain`` ne
 changes and has no validators (each revisit is a 200 with the same payload). The
 server's own log says which requests were conditional; the WARC files, read back by
 warcio, hold the revisit records; the crawl runs on past its frontier's end until
-``--max-time``, and a second run resumes the schedule.
+``--max-time``, and a second run resumes the schedule; so does a run after a SIGKILL
+(the journal's visits); and a cluster manager's revisits cross Redis.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,37 +75,40 @@ class ChangingSite:
 def crawl(
     port: int, state: Path, max_time: float, fetchers: str = "0"
 ) -> subprocess.CompletedProcess[str]:
-    config = state.parent / "revisit.toml"
-    config.write_text(CONFIG)
     return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "drumbeat",
-            "crawl",
-            f"http://127.0.0.1:{port}/",
-            "--state",
-            str(state),
-            "--allow-loopback",
-            "--host-delay",
-            "0.02",
-            "--ip-delay",
-            "0.02",
-            "--fetchers",
-            fetchers,
-            "--config",
-            str(config),
-            "--no-progress",
-            "--revisit",
-            "--revisit-share",
-            "0.5",
-            "--max-time",
-            str(max_time),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+        crawl_cmd(port, state, max_time, fetchers), capture_output=True, text=True, timeout=120
     )
+
+
+def crawl_cmd(
+    port: int, state: Path, max_time: float, fetchers: str = "0", config_text: str = CONFIG
+) -> list[str]:
+    config = state.parent / "revisit.toml"
+    config.write_text(config_text)
+    return [
+        sys.executable,
+        "-m",
+        "drumbeat",
+        "crawl",
+        f"http://127.0.0.1:{port}/",
+        "--state",
+        str(state),
+        "--allow-loopback",
+        "--host-delay",
+        "0.02",
+        "--ip-delay",
+        "0.02",
+        "--fetchers",
+        fetchers,
+        "--config",
+        str(config),
+        "--no-progress",
+        "--revisit",
+        "--revisit-share",
+        "0.5",
+        "--max-time",
+        str(max_time),
+    ]
 
 
 def warc_records(state: Path, warc: str = "warc") -> list[dict[str, str]]:
@@ -227,3 +232,32 @@ def test_a_cluster_manager_with_revisit_sends_conditional_gets(tmp_path: Path) -
     }
     assert not_modified == {f"http://127.0.0.1:{port}{p}" for p in SAME}
     assert read_counters(tmp_path / "manager")["revisit.not_modified"] >= len(SAME)
+
+
+def test_a_sigkill_keeps_the_visits_journaled_since_the_checkpoint(tmp_path: Path) -> None:
+    """kill -9 with no checkpoint since the run's first (which held the seed alone): the
+    pages fetched are replayed from the journal into the history, so that the resumed
+    crawl revisits them, by conditional GET (without their visits it would never fetch
+    them again: URL-seen and the journal's done set know them)."""
+    site = ChangingSite()
+    state = tmp_path / "state"
+    no_checkpoint = CONFIG.replace("checkpoint_interval_s = 0.5", "checkpoint_interval_s = 600")
+    with serve(site) as port:  # type: ignore[arg-type]
+        cmd = crawl_cmd(port, state, 60.0, config_text=no_checkpoint)
+        victim = subprocess.Popen(cmd, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while not {r[0] for r in site.requests} >= set(SAME):
+                assert time.monotonic() < deadline, "the pages were not fetched"
+                time.sleep(0.05)
+            time.sleep(2.0)  # a few group commits (journal_commit_s 0.5)
+        finally:
+            victim.kill()
+            victim.wait(timeout=30)
+        run1 = len(site.requests)
+        resumed = crawl(port, state, 3.0)
+    assert resumed.returncode == 0, resumed.stderr
+    assert read_counters(state)["journal_replayed"] >= len(SAME)
+    again = [r for r in site.requests[run1:] if r[0] in SAME]
+    assert {r[0] for r in again} == set(SAME)
+    assert all(r[1] == '"v0"' and r[2] == MODIFIED for r in again)
