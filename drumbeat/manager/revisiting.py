@@ -91,17 +91,16 @@ class Revisiting:
         gate: RobotsGate,
         counters: Counter[str],
         *,
-        place: Callable[[list[bytes]], None] | None = None,
+        place: Callable[[list[bytes]], None],
         clock: Callable[[], float] = time.time,
     ) -> None:
         """``saved``: the checkpoint's commit of the revisits (None: none yet).
         ``place``: puts URL-seen payloads into BEAST with their PLDs' budgets (the
-        manager's ``Admission.place``; None: straight to the robots gate, unrationed,
-        for tests of this part alone). The clock is wall time: a resumed crawl's due
-        times are the last run's."""
+        manager's). The clock is wall time: a resumed crawl's due times are the last
+        run's."""
         s = self.settings = settings
         self.gate = gate
-        self.place = place if place is not None else self._route
+        self.place = place
         self.counters = counters
         self.clock = clock
         self.policy = RevisitPolicy(
@@ -175,6 +174,7 @@ class Revisiting:
         fp = urls.fingerprint(url)
         plan = revisit_digest == 0 or fp in self._handed_out
         self._handed_out.discard(fp)
+        self.waiting.pop(url, None)  # its outcome: no longer out
         self._record(url, status, depth, digest, revisit_digest, revisit_date or None,
                      etag or None, modified or None, date or None, at, plan=plan)  # fmt: skip
 
@@ -288,10 +288,6 @@ class Revisiting:
             f"{c['revisit.expected_freshness_bp'] / 10_000:.3f}"
         )
 
-    def _route(self, payloads: list[bytes]) -> None:
-        for payload in payloads:
-            self.gate.route(payload)
-
     def commit(self) -> dict[str, Any]:
         return self.revisits.commit()
 
@@ -305,7 +301,12 @@ class Revisiting:
         arrays = self.policy.state()
         arrays["pacing"] = np.array([self._best_rate])
         waiting = list(self.waiting.values())  # (frozen: encoded in the writing thread)
-        revisits = [i for i in flying if i.kind == PAGE and i.revisit_digest != 0]
+        # (Those in flight are in waiting until recorded, unless forgotten.)
+        revisits = [
+            i
+            for i in flying
+            if i.kind == PAGE and i.revisit_digest != 0 and i.url not in self.waiting
+        ]
 
         def save(target: Path) -> None:
             rows = [
