@@ -298,8 +298,8 @@ class Revisiting:
         the items in flight, that are revisits) as JSON rows [url, site, etag,
         last_modified, depth, digest, date]. Bounded: the policy's sample and sites,
         MAX_WAITING and the items in flight."""
-        arrays = self.policy.state()
-        arrays["pacing"] = np.array([self._best_rate])
+        policy = self.policy.snapshot()
+        best_rate = self._best_rate
         waiting = list(self.waiting.values())  # (frozen: encoded in the writing thread)
         # (Those in flight are in waiting until recorded, unless forgotten.)
         revisits = [
@@ -318,6 +318,8 @@ class Revisiting:
                 site = urls.pld(host) if host else ""
                 rows.append([i.url, site, i.etag, i.last_modified, i.depth,
                              i.revisit_digest, i.revisit_date])  # fmt: skip
+            arrays = policy()
+            arrays["pacing"] = np.array([best_rate])
             arrays["out"] = np.frombuffer(json.dumps(rows).encode(), np.uint8)
             with open(target / STATE_FILE, "wb") as f:
                 np.savez(f, **arrays)  # type: ignore[arg-type]

@@ -154,27 +154,37 @@ class RevisitPolicy:
     # -- kept across a restart -----------------------------------------------------------
 
     def state(self) -> dict[str, np.ndarray]:
-        """What the policy learned, as arrays (a copy): ``mu`` and when it was solved,
-        the hash sample and the sites' pooled statistics. Bounded by ``sample_size``
-        and the sites' ``max_sites``; :meth:`load_state` takes it back."""
+        """What the policy learned, as arrays: ``mu`` and when it was solved, the hash
+        sample and the sites' pooled statistics. Bounded by ``sample_size`` and the
+        sites' ``max_sites``; :meth:`load_state` takes it back."""
+        return self.snapshot()()
+
+    def snapshot(self) -> Callable[[], dict[str, np.ndarray]]:
+        """:meth:`state` of now, made by the call returned (which touches nothing the
+        policy changes: another thread may make it while the policy goes on)."""
         names, pooled = self.sites.export()
-        encoded = [n.encode() for n in names]
-        t = self.sites.total
-        return {
-            # threshold: a power of two up to 2**64, kept as its exponent
-            "scalars": np.array(
-                [self._mu, self._solved_at, self._solved_for, self._threshold.bit_length() - 1]
-            ),
-            "sample_keys": np.fromiter(self._sample, np.uint64, len(self._sample)),
-            "sample_rates": np.fromiter(self._sample.values(), np.float64, len(self._sample)),
-            "site_names": np.frombuffer(b"".join(encoded), np.uint8),
-            "site_lengths": np.array([len(n) for n in encoded], np.uint32),
-            "site_stats": np.array(
-                [(p.intervals, p.changed, p.changed_s, p.unchanged_s) for p in pooled],
-                np.float64,
-            ).reshape(-1, 4),
-            "site_total": np.array([t.intervals, t.changed, t.changed_s, t.unchanged_s]),
-        }
+        sample = dict(self._sample)
+        total = self.sites.total
+        # threshold: a power of two up to 2**64, kept as its exponent
+        scalars = [self._mu, self._solved_at, self._solved_for, self._threshold.bit_length() - 1]
+
+        def arrays() -> dict[str, np.ndarray]:
+            encoded = [n.encode() for n in names]
+            t = total
+            return {
+                "scalars": np.array(scalars, np.float64),
+                "sample_keys": np.fromiter(sample, np.uint64, len(sample)),
+                "sample_rates": np.fromiter(sample.values(), np.float64, len(sample)),
+                "site_names": np.frombuffer(b"".join(encoded), np.uint8),
+                "site_lengths": np.array([len(n) for n in encoded], np.uint32),
+                "site_stats": np.array(
+                    [(p.intervals, p.changed, p.changed_s, p.unchanged_s) for p in pooled],
+                    np.float64,
+                ).reshape(-1, 4),
+                "site_total": np.array([t.intervals, t.changed, t.changed_s, t.unchanged_s]),
+            }
+
+        return arrays
 
     def load_state(self, state: dict[str, np.ndarray]) -> None:
         """Take back a :meth:`state` (of a policy of the same ``sample_size``)."""
