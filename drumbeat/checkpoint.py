@@ -7,13 +7,26 @@ Layout (format version 2)::
         state.json                 {"version": 1, "seeds": [...], "pages_done": n,
                                     "next_item_id": n, "counters": {...}, "time": epoch,
                                     "urlseen_manifest": {...}, "pld_manifest": {...},
-                                    "frontier": {beast, robots, qr, robots_todo commits}}
+                                    "frontier": {beast, robots, qr, robots_todo commits,
+                                    and with --revisit the revisits' history and due-time
+                                    queue commits}}
         queue.jsonl                the URLs held in RAM, one per line: [url, depth, via]
                                    or [url, depth, via, redirect hops]
         star.json                  STAR's in-degree table
         history.npz                the crawl's history rings (drumbeat.stats.History)
         done.u64                   URLs the journal replayed as fetched and not met again
                                    yet (uint64 fingerprints; drumbeat.manager.journal)
+        revisits.npz               with --revisit (drumbeat.manager.revisiting): what the
+                                   revisit policy learned (scalars [mu, solved at, solved
+                                   for, log2 sample threshold]; sample_keys u8 and
+                                   sample_rates f8: its hash sample, at most its
+                                   sample_size; site_names (UTF-8, back to back),
+                                   site_lengths u4, site_stats f8 [n, 4] and site_total:
+                                   the sites' pooled change counts, at most max_sites),
+                                   pacing [best fetch rate], and out: JSON rows [url, site,
+                                   etag, last_modified, depth, digest, date] of the
+                                   revisits handed out and not yet recorded (waiting for
+                                   dispatch, at most 100,000, or in flight)
     DIR/urlseen/, DIR/pldgraph/,   DRUM repositories and disk queues; state.json holds the
     DIR/robots/, DIR/frontier/     commits of each for this checkpoint
 

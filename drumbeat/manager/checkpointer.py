@@ -260,6 +260,8 @@ class Checkpointer:
             savers.append(self.history.saver())
         if self.gate.done:
             savers.append(save_done(self.gate.done))
+        if self.revisiting is not None:
+            savers.append(self.revisiting.saver(flying))
         journal = self.journal
         number = self.checkpoints.next_number()
         if journal is not None:

@@ -27,7 +27,7 @@ from drumbeat.manager.gate import RobotsGate, robots_admitter
 from drumbeat.manager.journal import DIR_NAME as JOURNAL_DIR
 from drumbeat.manager.journal import Journal, count_entry, load_done, replay_entries
 from drumbeat.manager.pricing import Pricing
-from drumbeat.manager.revisiting import Revisiting
+from drumbeat.manager.revisiting import Revisiting, journal_visit
 from drumbeat.manager.state import LoopState
 from drumbeat.manager.stores import Drops, Stores
 from drumbeat.manager.tuning import TUNING, LoopTuning
@@ -167,12 +167,14 @@ class Manager:
                 (self._resume_meta_frontier or {}).get("revisits"),
                 self.gate,
                 self.counters,
+                place=self._place_revisits,
             )
             if s.revisit
             else None
         )
         if self.revisiting is not None:
             self.dispatch.on_page = self.revisiting.on_item
+            self.drops.on_drop = self.revisiting.on_drop
         self.admission = Admission(
             s,
             t,
@@ -203,6 +205,8 @@ class Manager:
             if s.journal
             else None
         )
+        if self.journal is not None and self.revisiting is not None:
+            self.journal.visit_of = journal_visit
         self.checkpointer = Checkpointer(
             s,
             t,
@@ -226,6 +230,11 @@ class Manager:
             history=self.history,
             revisiting=self.revisiting,
         )
+
+    def _place_revisits(self, records: list[bytes]) -> None:
+        """Due revisits into BEAST, rationed by their PLDs' STAR budgets as new URLs are
+        (manager.revisiting); not counted as URLs admitted."""
+        self.stores.beast.place_many(records, *self.pricing.places(records))
 
     def _lift_block_refusals(self) -> None:
         """A host or PLD block was lifted: the robots refusals it left (Dispatcher._blocked)
@@ -272,6 +281,8 @@ class Manager:
         for origin in (meta.frontier or {}).get("robots_working", []):
             self.gate.work_on_robots(origin, st.qr.issue())
         self.gate.done |= load_done(path)
+        if self.revisiting is not None:
+            self.revisiting.load(path)
         replayed = self._replay_journal(self.checkpoints.number(path))
         n = 0
         for url, depth, via, hops in self.checkpoints.read_queue(path):
@@ -292,13 +303,9 @@ class Manager:
 
     def _replay_journal(self, since: int) -> int:
         """Replay the journal's fetches after checkpoint ``since`` (drumbeat.manager.journal):
-        their links to URL-seen, their edges to the PLD graph, their URLs to the done set
-        and their counts; returns how many.
-
-        Not to the revisits' history (Settings.revisit): the journal holds no payload
-        digest or validators, so the visits since the checkpoint are lost from it. A page
-        first fetched since then is not revisited; a revisit made since is due again
-        from the checkpoint's queue and made again (manager.revisiting)."""
+        their links to URL-seen, their edges to the PLD graph, their URLs to the done set,
+        their counts and (Settings.revisit) their visits to the revisits' history
+        (Revisiting.replay); returns how many."""
         found: list[FoundURLs] = []
         edges: list[FoundEdges] = []
         done, n = self.gate.done, 0
@@ -315,6 +322,8 @@ class Manager:
                 n += 1
                 done.add(urls.fingerprint(entry.url))
                 self.dispatch.pages_done += count_entry(entry, self.counters)
+                if self.revisiting is not None:
+                    self.revisiting.replay(entry.url, entry.status, entry.visit)
             if entry.fingerprints:
                 found.append(FoundURLs(entry.fingerprints, entry.payloads, entry.lengths))
             if entry.edge_keys:

@@ -2,18 +2,19 @@
 their completion, not only at checkpoints (file format: ``drumbeat.store.journal``).
 
 What a record holds: each page fetch the manager collected and will not retry (its URL,
-status or error, the PLD edges it found, and its links, or, by default, apart from it:
-the links of each collect that passed URL-seen's cache, as one entry without a URL; see
-``Journal``'s ``links_apart``). A checkpoint holds everything
+status or error, the PLD edges it found, in a crawl with revisits what the revisits'
+history records of it (drumbeat.manager.revisiting), and its links, or, by default,
+apart from it: the links of each collect that passed URL-seen's cache, as one entry
+without a URL; see ``Journal``'s ``links_apart``). A checkpoint holds everything
 collected before its commits; the journal ``after-N`` holds what was collected after
 checkpoint N's commits. A restart loads the live checkpoint K, then replays
 ``after-K``, ``after-K+1`` ... in order (more than one when the crash came while
 checkpoint K+1 was being written): the found links go to URL-seen again (which absorbs
 those it knew) and the PLD graph, the counters are brought up to date, and the URLs
-fetched are noted as *done*: one that reaches the politeness scheduler again (from the
-checkpoint's RAM rows, BEAST, QR, or as a link found again) is skipped once
-(``RobotsGate.done``). The done URLs not met yet are saved with each checkpoint
-(``done.u64``, uint64 fingerprints).
+fetched are noted as *done* (and their visits go to the revisits' history): one that
+reaches the politeness scheduler again (from the checkpoint's RAM rows, BEAST, QR, or as
+a link found again) is skipped once (``RobotsGate.done``). The done URLs not met yet are
+saved with each checkpoint (``done.u64``, uint64 fingerprints).
 
 The order of a group commit, so that a record never claims more than is on disk:
 
@@ -117,6 +118,9 @@ class Journal:
         self.committing: asyncio.Future[None] | None = None
         self._last_commit = float("-inf")
         self.stage_s: defaultdict[str, float] = defaultdict(float) if stage_s is None else stage_s
+        # With revisits: each page fetch's visit for the history (manager.revisiting's
+        # journal_visit), journaled with it; None: none.
+        self.visit_of: Callable[[ItemResult], bytes] | None = None
 
     def note(self, results: list[ItemResult]) -> None:
         """Results just collected (their crawl-log lines appended): journal them."""
@@ -230,6 +234,7 @@ class Journal:
     ) -> None:
         pending.sync()
         self.crawl_log.fsync_written()
+        visit_of = self.visit_of
         for number, results in segments:
             parts: list[bytes] = []
             for r in results:
@@ -247,6 +252,7 @@ class Journal:
                     r.error,
                     None if f is None else (f.fingerprints, f.lengths, f.payloads),
                     None if e is None else (e.source, e.keys, e.lengths, e.targets),
+                    b"" if visit_of is None else visit_of(r),
                 )
             if not parts:
                 continue

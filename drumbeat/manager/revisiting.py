@@ -2,11 +2,20 @@
 goes to the revisit schedule (drumbeat.revisit.revisits), and what falls due enters the
 politeness scheduler as a new page does, carrying its validators for a conditional GET.
 
-Where revisits enter: past URL-seen (a revisited URL is seen already) and BEAST (STAR's
-budgets ration the *new* URLs of a PLD), at the robots gate's ``route``, as the URLs of
-a checkpoint's RAM do: robots rules, the host's and IP's politeness delays (scaled by
-the PLD's budget), the operator's blocks and the scope's dispatch rules (blocklist,
-caps) apply to them as to any page.
+Where revisits enter: past URL-seen (a revisited URL is seen already), into BEAST, as a
+new URL does: its PLD's STAR budget rations them with the new URLs of the PLD (a PLD
+gets at most its budget of URLs a turn, revisits and new pages together); then robots
+rules, the host's and IP's politeness delays (scaled by the PLD's budget), the
+operator's blocks and the scope's dispatch rules (blocklist, caps) apply to them as to
+any page.
+
+A revisit dropped on its way (:meth:`Revisiting.on_drop`) stays in the schedule, due
+again a new URL's interval later (``default_interval_s``): a cap, a block, a robots.txt
+that cannot be had, a host that does not resolve or fetches that kept failing may all
+end (an operator lifts a block, raises a cap at a restart; a server comes back), and the
+URL was crawled already, so it would never come back otherwise. Except a robots.txt
+that disallows it: the site asked not to be crawled there, and a URL it disallows is
+not fetched as a new page either; it leaves the schedule (its history stays).
 
 How many: while new URLs remain, the revisits handed out each turn are paced at
 ``revisit_share`` of the recent fetch rate; once the new-URL frontier is empty they may
@@ -14,22 +23,34 @@ use all of it (politeness still spaces them). The policy's bandwidth is the same
 of the best fetch rate seen (all of it once the frontier is done), so that the schedule
 plans no more revisits than the crawl can make.
 
-After a crash: a checkpoint holds the history and the due-time queue as of its commit.
-The journal replays the fetches made since (URL-seen, the done set, the counts), but
-not their visits to the history: the pages first fetched since the last checkpoint
-are not revisited, and the revisits made since count as not made (they are due again,
-and fetched again at once). Neither loses a URL of the crawl, only some freshness.
+After a crash: a checkpoint holds the history and the due-time queue as of its commit,
+and (``revisits.npz``, :meth:`Revisiting.saver`) what the policy learned (``mu``, its
+hash sample, the sites' pooled rates), the fetch rate revisits are paced by, and the
+revisits handed out and not recorded yet, with their validators: those waiting for
+dispatch and those in flight, whose URLs the checkpoint's RAM rows route again, so
+that they leave as conditional GETs again. The journal (drumbeat.manager.journal)
+holds each page fetch's *visit* (:func:`journal_visit`), replayed into the history
+(:meth:`Revisiting.replay`): a SIGKILL loses at most the visits of one group commit,
+as it does pages. One cost remains: a revisit handed out after the checkpoint is still
+in the checkpoint's due-time queue, so it is due again at once and fetched once more
+(its replayed visit is kept in the history but not planned, so that the URL is not
+queued twice).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import os
+import struct
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from drumbeat import urls
 from drumbeat.frontier.backoff import retryable
@@ -44,11 +65,19 @@ from drumbeat.store.warc import warc_date
 log = logging.getLogger("drumbeat.manager")
 
 DIR_NAME = "revisits"
+ROBOTS_DISALLOWED = "robots_disallowed"  # (manager.gate's drop reason)
 # Plan and hand out revisits at most this often (a DRUM merge each), or twice per
 # shortest revisit interval where that is shorter.
 TURN_S = 1.0
 RATE_HALF_LIFE_S = 10.0  # of the recent fetch rate's moving average
 MAX_WAITING = 100_000  # revisits handed out and not yet dispatched, validators kept
+STATE_FILE = "revisits.npz"  # in a checkpoint: Revisiting.saver
+# A journaled visit (journal_visit): its time, the payload's digest64, the digest the
+# revisit was handed out with (0: not a revisit), the depth; then the ETag,
+# Last-Modified, WARC date of the payload and the revisit's WARC date ("": none),
+# UTF-8, separated by newlines (header values hold none).
+_VISIT = struct.Struct("<dQQi")
+_MAX_VISIT = 0xFFFF  # the journal's bound on a visit's bytes
 
 
 class Revisiting:
@@ -62,12 +91,16 @@ class Revisiting:
         gate: RobotsGate,
         counters: Counter[str],
         *,
+        place: Callable[[list[bytes]], None],
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """``saved``: the checkpoint's commit of the revisits (None: none yet). The
-        clock is wall time: a resumed crawl's due times are the last run's."""
+        """``saved``: the checkpoint's commit of the revisits (None: none yet).
+        ``place``: puts URL-seen payloads into BEAST with their PLDs' budgets (the
+        manager's). The clock is wall time: a resumed crawl's due times are the last
+        run's."""
         s = self.settings = settings
         self.gate = gate
+        self.place = place
         self.counters = counters
         self.clock = clock
         self.policy = RevisitPolicy(
@@ -87,10 +120,14 @@ class Revisiting:
             max_in_flight=MAX_WAITING,
             state=saved,
         )
-        # Revisits on their way to the fetchers, by URL: their FetchItems get the
-        # validators at dispatch (Dispatcher.revisit_of). One that never gets there
-        # (robots, a refused host) is forgotten, oldest first, past MAX_WAITING.
+        # Revisits handed out and not recorded yet, by URL: their FetchItems get the
+        # validators at dispatch (on_item; each retry too). One dropped on its way is
+        # rescheduled (on_drop); one never heard of again is forgotten, oldest first,
+        # past MAX_WAITING.
         self.waiting: OrderedDict[str, Revisit] = OrderedDict()
+        # After a restore, until the journal's replay: the revisits the checkpoint saw
+        # handed out (load), whose replayed visits are planned (replay).
+        self._handed_out: set[int] = set()
         self.turn_s = min(TURN_S, s.revisit_min_interval_s / 2)
         self._last_turn = -math.inf
         self._last_fetches = counters.get("fetches", 0)
@@ -101,39 +138,84 @@ class Revisiting:
 
     def on_item(self, item: FetchItem) -> None:
         """A page leaves for the fetchers: a revisit's carries its validators."""
-        rv = self.waiting.pop(item.url, None)
+        rv = self.waiting.get(item.url)
         if rv is not None:
             item.etag, item.last_modified = rv.etag, rv.last_modified
             item.revisit_digest, item.revisit_date = rv.digest, rv.date
 
     def record(self, results: list[ItemResult]) -> None:
         """Each page fetched (that is not retried) to the history."""
-        fetched, counters = self.revisits.fetched, self.counters
         for r in results:
-            item = r.item
-            if item.kind != PAGE or r.status is None or retryable(r.status, r.error):
-                continue
-            same = r.status == 304 or (item.revisit_digest != 0 and r.digest == item.revisit_digest)
-            if item.revisit_date is not None:
-                counters["revisit.fetched"] += 1
-                if r.status == 304:
-                    counters["revisit.not_modified"] += 1
-                elif same:
-                    counters["revisit.unchanged"] += 1
-                else:
-                    counters["revisit.changed"] += 1
-            host = urls.host_of(item.url)
-            fetched(
-                urls.fingerprint(item.url),
-                item.url,
-                urls.pld(host) if host else "",
-                status=r.status,
-                digest=item.revisit_digest if r.status == 304 else r.digest,
-                etag=r.etag or item.etag,
-                last_modified=r.last_modified or item.last_modified,
-                depth=item.depth,
-                date=_payload_date(r, same),
-            )
+            fields = _visit_fields(r)
+            if fields is not None and r.status is not None:
+                self.waiting.pop(r.item.url, None)
+                self._record(r.item.url, r.status, *fields)
+
+    def on_drop(self, url: str, reason: str) -> None:
+        """A URL was dropped (Drops.on_drop): a revisit's goes back to the schedule, but
+        for a robots.txt that disallows it (see the module docstring)."""
+        rv = self.waiting.pop(url, None)
+        if rv is None:
+            return  # not a revisit (or one forgotten)
+        if reason == ROBOTS_DISALLOWED:
+            self.counters["revisit.dropped"] += 1
+            return
+        self.counters["revisit.deferred"] += 1
+        self.revisits.defer(rv, self.policy.default_interval_s)
+
+    def replay(self, url: str, status: int | None, visit: bytes) -> None:
+        """A journaled page fetch's visit (:func:`journal_visit`) to the history, after
+        the checkpoint's state was loaded (:meth:`load`). A revisit handed out after the
+        checkpoint is still in its due-time queue: its visit is not planned again."""
+        if status is None or not visit:
+            return
+        at, digest, revisit_digest, depth = _VISIT.unpack_from(visit)
+        etag, modified, date, revisit_date = visit[_VISIT.size :].decode().split("\n")
+        fp = urls.fingerprint(url)
+        plan = revisit_digest == 0 or fp in self._handed_out
+        self._handed_out.discard(fp)
+        self.waiting.pop(url, None)  # its outcome: no longer out
+        self._record(url, status, depth, digest, revisit_digest, revisit_date or None,
+                     etag or None, modified or None, date or None, at, plan=plan)  # fmt: skip
+
+    def _record(
+        self,
+        url: str,
+        status: int,
+        depth: int,
+        digest: int,
+        revisit_digest: int,
+        revisit_date: str | None,
+        etag: str | None,
+        modified: str | None,
+        date: str | None,
+        at: float | None = None,
+        *,
+        plan: bool = True,
+    ) -> None:
+        counters = self.counters
+        if revisit_date is not None:
+            counters["revisit.fetched"] += 1
+            if status == 304:
+                counters["revisit.not_modified"] += 1
+            elif revisit_digest != 0 and digest == revisit_digest:
+                counters["revisit.unchanged"] += 1
+            else:
+                counters["revisit.changed"] += 1
+        host = urls.host_of(url)
+        self.revisits.fetched(
+            urls.fingerprint(url),
+            url,
+            urls.pld(host) if host else "",
+            status=status,
+            digest=revisit_digest if status == 304 else digest,
+            etag=etag,
+            last_modified=modified,
+            depth=depth,
+            date=date,
+            at=at,
+            plan=plan,
+        )
 
     def turn(self, now: float, idle: Callable[[], bool]) -> None:
         """At most every ``turn_s``: plan the visits recorded, then hand out what is due.
@@ -142,6 +224,7 @@ class Revisiting:
         dt = now - self._last_turn
         if dt < self.turn_s:
             return
+        self._handed_out.clear()  # the journal's replay, if any, is over
         frontier_empty = self._frontier_done or idle()
         fetches = self.counters.get("fetches", 0)
         if math.isfinite(dt):
@@ -169,7 +252,8 @@ class Revisiting:
         for r in due:
             self.waiting[r.url] = r
             self.waiting.move_to_end(r.url)
-            self.gate.route(encode_payload(r.url, r.depth, None))
+        if due:
+            self.place([encode_payload(r.url, r.depth, None) for r in due])
         while len(self.waiting) > MAX_WAITING:
             self.waiting.popitem(last=False)
         self._note(now, frontier_empty)
@@ -207,6 +291,58 @@ class Revisiting:
     def commit(self) -> dict[str, Any]:
         return self.revisits.commit()
 
+    def saver(self, flying: Iterable[FetchItem]) -> Callable[[Path], None]:
+        """A checkpoint saver of ``STATE_FILE`` (a copy taken now): the policy's state
+        (:meth:`RevisitPolicy.state`), the best fetch rate seen, and the revisits handed
+        out and not recorded (those waiting for dispatch, and the pages of ``flying``,
+        the items in flight, that are revisits) as JSON rows [url, site, etag,
+        last_modified, depth, digest, date]. Bounded: the policy's sample and sites,
+        MAX_WAITING and the items in flight."""
+        policy = self.policy.snapshot()
+        best_rate = self._best_rate
+        waiting = list(self.waiting.values())  # (frozen: encoded in the writing thread)
+        # (Those in flight are in waiting until recorded, unless forgotten.)
+        revisits = [
+            i
+            for i in flying
+            if i.kind == PAGE and i.revisit_digest != 0 and i.url not in self.waiting
+        ]
+
+        def save(target: Path) -> None:
+            rows = [
+                [rv.url, rv.site, rv.etag, rv.last_modified, rv.depth, rv.digest, rv.date]
+                for rv in waiting
+            ]
+            for i in revisits:
+                host = urls.host_of(i.url)
+                site = urls.pld(host) if host else ""
+                rows.append([i.url, site, i.etag, i.last_modified, i.depth,
+                             i.revisit_digest, i.revisit_date])  # fmt: skip
+            arrays = policy()
+            arrays["pacing"] = np.array([best_rate])
+            arrays["out"] = np.frombuffer(json.dumps(rows).encode(), np.uint8)
+            with open(target / STATE_FILE, "wb") as f:
+                np.savez(f, **arrays)  # type: ignore[arg-type]
+                f.flush()
+                os.fsync(f.fileno())
+
+        return save
+
+    def load(self, checkpoint: Path) -> None:
+        """Take back what :meth:`saver` wrote into ``checkpoint`` (nothing if it did not:
+        a checkpoint of an older version); before the journal's :meth:`replay`."""
+        try:
+            with np.load(checkpoint / STATE_FILE) as z:
+                arrays = {k: z[k] for k in z.files}
+        except FileNotFoundError:
+            return
+        self.policy.load_state(arrays)
+        (self._best_rate,) = arrays["pacing"].tolist()
+        for url, site, etag, modified, depth, digest, date in json.loads(arrays["out"].tobytes()):
+            fp = urls.fingerprint(url)
+            self.waiting[url] = Revisit(fp, url, site, etag, modified, depth, digest, date)
+            self._handed_out.add(fp)
+
     def close(self) -> None:
         self.revisits.close()
 
@@ -223,3 +359,37 @@ def _payload_date(r: ItemResult, same: bool) -> str | None:
         return earlier
     started = line.get("time")
     return warc_date(started) if isinstance(started, float) else None
+
+
+def _visit_fields(
+    r: ItemResult,
+) -> tuple[int, int, int, str | None, str | None, str | None, str | None] | None:
+    """What the history records of a result (see :meth:`Revisiting._record`'s
+    arguments after the status), or None: not a page fetched for good."""
+    item = r.item
+    if item.kind != PAGE or r.status is None or retryable(r.status, r.error):
+        return None
+    same = r.status == 304 or (item.revisit_digest != 0 and r.digest == item.revisit_digest)
+    return (
+        item.depth,
+        r.digest,
+        item.revisit_digest,
+        item.revisit_date,
+        r.etag or item.etag,
+        r.last_modified or item.last_modified,
+        _payload_date(r, same),
+    )
+
+
+def journal_visit(r: ItemResult) -> bytes:
+    """What the journal keeps of ``r`` for the history (b"": nothing; see _VISIT).
+    Called as the journal writes it: its time is then, on the manager's wall clock as
+    the live record's is, later than that by at most a group commit's wait."""
+    fields = _visit_fields(r)
+    if fields is None:
+        return b""
+    depth, digest, revisit_digest, revisit_date, etag, modified, date = fields
+    at = time.time()
+    text = "\n".join((etag or "", modified or "", date or "", revisit_date or ""))
+    out = _VISIT.pack(at, digest, revisit_digest, depth) + text.encode()
+    return out if len(out) <= _MAX_VISIT else b""

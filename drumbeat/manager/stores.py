@@ -140,6 +140,9 @@ class Drops:
         self.counters = counters
         # (wall time, "dropped" or "failed", URL, reason), the newest last.
         self.recent: deque[tuple[float, str, str, str]] = deque(maxlen=RECENT_PROBLEMS)
+        # Told of each drop (url, reason): with revisits, a revisit dropped is kept in
+        # the schedule (manager.revisiting). None: no call.
+        self.on_drop: Callable[[str, str], None] | None = None
 
     def drop(
         self, url: str, depth: int, via: str | None, reason: str, *, ip: str | None = None
@@ -148,6 +151,8 @@ class Drops:
         now = time.time()
         self.crawl_log.append_drop(now, url, depth, via, reason, ip)
         self.recent.append((now, "dropped", url, reason))
+        if self.on_drop is not None:
+            self.on_drop(url, reason)
 
     def note_failure(self, url: str, reason: str) -> None:
         """A fetch of ``url`` failed (it may be retried)."""

@@ -164,5 +164,18 @@ class SiteRates:
             return base
         return rate(pooled + prior_stats(base, pooled.mean_interval_s, 1.0))
 
+    def export(self) -> tuple[list[str], list[ChangeStats]]:
+        """The sites kept and their pooled statistics, least recently updated first
+        (for a checkpoint: :meth:`restore` takes them back)."""
+        return list(self._sites), list(self._sites.values())
+
+    def restore(self, sites: list[str], stats: list[ChangeStats], total: ChangeStats) -> None:
+        """Take back what :meth:`export` gave (and ``total``), in its order; past
+        ``max_sites`` the oldest go."""
+        self._sites = OrderedDict(zip(sites, stats))
+        while len(self._sites) > self.max_sites:
+            self._sites.popitem(last=False)
+        self.total = total
+
     def __len__(self) -> int:
         return len(self._sites)

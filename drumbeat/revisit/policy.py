@@ -75,7 +75,7 @@ class RevisitPolicy:
         self.default_interval_s = default_interval_s or max_interval_s / 30
         self.sample_size = sample_size
         self.resolve_s = resolve_s
-        self.sites = sites or SiteRates()
+        self.sites = sites if sites is not None else SiteRates()  # (an empty one is falsy)
         self.clock = clock
         self._threshold = 1 << 64  # a URL is sampled when its mixed fingerprint is below
         self._sample: dict[int, float] = {}
@@ -150,6 +150,55 @@ class RevisitPolicy:
         if always and wait < self.max_interval_s:
             wait = max(min(wait, seen.mean_interval_s / PROBE_DIVISOR), self.min_interval_s)
         return wait
+
+    # -- kept across a restart -----------------------------------------------------------
+
+    def state(self) -> dict[str, np.ndarray]:
+        """What the policy learned, as arrays: ``mu`` and when it was solved, the hash
+        sample and the sites' pooled statistics. Bounded by ``sample_size`` and the
+        sites' ``max_sites``; :meth:`load_state` takes it back."""
+        return self.snapshot()()
+
+    def snapshot(self) -> Callable[[], dict[str, np.ndarray]]:
+        """:meth:`state` of now, made by the call returned (which touches nothing the
+        policy changes: another thread may make it while the policy goes on)."""
+        names, pooled = self.sites.export()
+        sample = dict(self._sample)
+        total = self.sites.total
+        # threshold: a power of two up to 2**64, kept as its exponent
+        scalars = [self._mu, self._solved_at, self._solved_for, self._threshold.bit_length() - 1]
+
+        def arrays() -> dict[str, np.ndarray]:
+            encoded = [n.encode() for n in names]
+            t = total
+            return {
+                "scalars": np.array(scalars, np.float64),
+                "sample_keys": np.fromiter(sample, np.uint64, len(sample)),
+                "sample_rates": np.fromiter(sample.values(), np.float64, len(sample)),
+                "site_names": np.frombuffer(b"".join(encoded), np.uint8),
+                "site_lengths": np.array([len(n) for n in encoded], np.uint32),
+                "site_stats": np.array(
+                    [(p.intervals, p.changed, p.changed_s, p.unchanged_s) for p in pooled],
+                    np.float64,
+                ).reshape(-1, 4),
+                "site_total": np.array([t.intervals, t.changed, t.changed_s, t.unchanged_s]),
+            }
+
+        return arrays
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        """Take back a :meth:`state` (of a policy of the same ``sample_size``)."""
+        mu, solved_at, solved_for, bits = state["scalars"].tolist()
+        self._mu, self._solved_at, self._solved_for = mu, solved_at, solved_for
+        self._threshold = 1 << int(bits)
+        keys, rates = state["sample_keys"].tolist(), state["sample_rates"].tolist()
+        self._sample = dict(zip(keys, rates))
+        raw, names, at = state["site_names"].tobytes(), [], 0
+        for n in state["site_lengths"].tolist():
+            names.append(raw[at : at + n].decode())
+            at += n
+        pooled = [ChangeStats(*row) for row in state["site_stats"].tolist()]
+        self.sites.restore(names, pooled, ChangeStats(*state["site_total"].tolist()))
 
     def stats(self) -> PolicyStats:
         mu = self._mu

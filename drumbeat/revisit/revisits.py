@@ -137,6 +137,9 @@ class Revisits:
         self.next_due_s = math.inf
         self.max_in_flight = max_in_flight
         self._in_flight: OrderedDict[int, int] = OrderedDict()  # fingerprint -> digest
+        # Visits recorded with plan=False and not merged yet (a replay's: bounded by
+        # the journal's length).
+        self._unplanned: set[int] = set()
         self._counts = dict.fromkeys(("recorded", "not_modified", "changed", "planned", "out"), 0)
 
     def fetched(
@@ -152,10 +155,15 @@ class Revisits:
         digest: int = 0,
         depth: int = 0,
         date: str | None = None,
+        at: float | None = None,
+        plan: bool = True,
     ) -> None:
         """Record a fetch of ``url`` (a 200's ``payload``, or its :func:`digest64` as
         ``digest``; or a 304, with the digest its revisit was handed out with where the
-        caller kept it) at the clock's time; ``date``: its WARC date."""
+        caller kept it) at the clock's time (or ``at``); ``date``: its WARC date.
+        ``plan=False``: into the history (and the policy's learning) only, no next
+        visit queued: one is queued already (a journal's replay of a revisit that the
+        restored due-time queue still holds)."""
         if status == 304:  # ``digest``: the one it was handed out with, if known
             digest = self._in_flight.pop(fingerprint, 0) or digest
             if not digest:
@@ -165,9 +173,11 @@ class Revisits:
             self._in_flight.pop(fingerprint, None)
             digest = digest or digest64(payload)
         self._counts["recorded"] += 1
+        if not plan:
+            self._unplanned.add(fingerprint)
         self.history.record(
             [fingerprint],
-            visit([self.clock()], [digest]),
+            visit([self.clock() if at is None else at], [digest]),
             [_encode(digest, url, site, etag, last_modified, depth, date)],
         )
 
@@ -191,6 +201,9 @@ class Revisits:
                 self._counts["changed"] += int(new.changed > 0)
             site = _decode(v.payload).site
             wait = self.policy.visited(v.fingerprint, site, seen, new)
+            if v.fingerprint in self._unplanned:
+                self._unplanned.discard(v.fingerprint)
+                continue
             planned.append((now + wait, v.fingerprint, v.payload))
             self.next_due_s = min(self.next_due_s, now + wait)
         self.queue.extend(planned)
@@ -212,6 +225,16 @@ class Revisits:
         self._counts["out"] += len(out)
         return out
 
+    def defer(self, revisit: Revisit, wait_s: float) -> None:
+        """Queue a revisit handed out and not made (refused by a cap, blocked, failed)
+        again, due ``wait_s`` from now, with what it was handed out with."""
+        self._in_flight.pop(revisit.fingerprint, None)
+        rv = revisit
+        due_s = self.clock() + wait_s
+        payload = _encode(rv.digest, rv.url, rv.site, rv.etag, rv.last_modified, rv.depth, rv.date)
+        self.queue.push(due_s, rv.fingerprint, payload)
+        self.next_due_s = min(self.next_due_s, due_s)
+
     def stats(self) -> RevisitStats:
         c = self._counts
         fresh = self.policy.stats().mean_freshness
@@ -222,8 +245,9 @@ class Revisits:
 
     def commit(self) -> dict[str, Any]:
         """Make the history and the due-time queue durable (the visits recorded so far
-        merged and planned first); the state to reopen with. What the policy learned of
-        sites and its threshold are not kept: a resumed crawl learns them again."""
+        merged and planned first); the state to reopen with. What the policy learned
+        (its threshold, sample and the sites' priors) is the caller's to keep
+        (:meth:`RevisitPolicy.state`: the manager saves it with the checkpoint)."""
         self.plan()
         return {"history": self.history.commit(), "due": self.queue.commit()}
 

@@ -11,20 +11,24 @@ Layout::
 File format (integers little-endian)::
 
     file    := MAGIC record*
-    MAGIC   := b"DRUMBEAT-JOURNAL 1\\n"
+    MAGIC   := b"DRUMBEAT-JOURNAL 2\\n"   (version 1, read still: entries without a visit)
     record  := u32 length | u32 crc32(body) | body           (length = len(body))
     body    := deflate (raw zlib stream, wbits -15) of entry*
     entry   := i32 status (-1: no response) | u32 url bytes | u16 error bytes
                | u32 n found | u32 found payload bytes
                | u32 n edges | u16 edge source bytes | u32 edge target bytes
+               | u16 visit bytes (version 2)
                | url | error | fingerprints (8 n) | lengths (4 n) | payloads
                | source | edge keys (8 m) | edge lengths (4 m) | edge targets
+               | visit (version 2)
 
 An entry is one completed page fetch: its URL, status or error, and what it found, as
 the fetcher packed it (``drumbeat.queue.base.FoundURLs`` and ``FoundEdges``, native
-order, which is little-endian on every platform drumbeat runs on). An entry with an
-empty URL and no status holds links or edges admitted without a fetch of their own; its
-error says whence (``drumbeat.manager.journal``: ``links``, ``forwarded``).
+order, which is little-endian on every platform drumbeat runs on), and, in a crawl with
+revisits, the *visit*: what the revisits' history keeps of the fetch, as
+``drumbeat.manager.revisiting`` packs it (empty otherwise). An entry with an empty URL
+and no status holds links or edges admitted without a fetch of their own; its error
+says whence (``drumbeat.manager.journal``: ``links``, ``forwarded``).
 
 A record is written whole by one ``write``; a crash can leave only the file's last
 record incomplete (short, or, after a power loss, with a wrong checksum). Reading cuts
@@ -46,11 +50,13 @@ from isal import isal_zlib
 
 from drumbeat.store import durable
 
-MAGIC = b"DRUMBEAT-JOURNAL 1\n"
+MAGIC = b"DRUMBEAT-JOURNAL 2\n"
+MAGIC_V1 = b"DRUMBEAT-JOURNAL 1\n"  # (same length)
 SUFFIX = ".dj"
 _NAME = re.compile(r"after-(\d{6,})\.dj")
 _FRAME = struct.Struct("<II")
-_ENTRY = struct.Struct("<iIHIIIHI")
+_ENTRY = struct.Struct("<iIHIIIHIH")
+_ENTRY_V1 = struct.Struct("<iIHIIIHI")
 _LEVEL = 1  # ISA-L's fastest: URLs compress about 4x, at a small part of a core
 _WBITS = -15
 
@@ -71,6 +77,7 @@ class JournalEntry:
     edge_keys: bytes = b""
     edge_lengths: bytes = b""
     edge_targets: bytes = b""
+    visit: bytes = b""
 
 
 def encode_entry(
@@ -80,9 +87,10 @@ def encode_entry(
     error: str | None,
     found: tuple[bytes, bytes, bytes] | None,
     edges: tuple[str, bytes, bytes, bytes] | None,
+    visit: bytes = b"",
 ) -> None:
     """Append one entry's bytes to ``parts``. ``found``: (fingerprints, lengths,
-    payloads); ``edges``: (source, keys, lengths, targets)."""
+    payloads); ``edges``: (source, keys, lengths, targets); ``visit``: under 64 KiB."""
     u = url.encode()
     e = (error or "").encode()
     fps, lens, pays = found or (b"", b"", b"")
@@ -98,9 +106,10 @@ def encode_entry(
             len(keys) // 8,
             len(s),
             len(targets),
+            len(visit),
         )
     )
-    parts += (u, e, fps, lens, pays, s, keys, elens, targets)
+    parts += (u, e, fps, lens, pays, s, keys, elens, targets, visit)
 
 
 def journal_path(directory: Path, number: int) -> Path:
@@ -166,7 +175,8 @@ def read_journal(path: Path, report: ReadReport | None = None) -> Iterator[Journ
     report = report if report is not None else ReadReport()
     with open(path, "r+b") as f:
         data = f.read()
-        if not data.startswith(MAGIC):
+        version = 1 if data.startswith(MAGIC_V1) else 2
+        if version == 2 and not data.startswith(MAGIC):
             if MAGIC.startswith(data):  # killed while creating it
                 report.torn_bytes = len(data)
                 _cut(f, 0)
@@ -188,7 +198,7 @@ def read_journal(path: Path, report: ReadReport | None = None) -> Iterator[Journ
                     f"journal {path} is corrupt: the record at byte {offset} fails its checksum"
                 )
             try:
-                entries = list(_entries(isal_zlib.decompress(body, _WBITS)))
+                entries = list(_entries(isal_zlib.decompress(body, _WBITS), version))
             # isal's IsalError is an Exception its stubs do not type as one.
             except Exception as e:  # bad bytes under a good checksum
                 raise JournalError(
@@ -208,20 +218,21 @@ def _cut(f: object, size: int) -> None:
     os.fsync(fd)
 
 
-def _entries(body: bytes) -> Iterator[JournalEntry]:
+def _entries(body: bytes, version: int) -> Iterator[JournalEntry]:
     view = memoryview(body)
+    header = _ENTRY if version == 2 else _ENTRY_V1
     at = 0
     while at < len(body):
-        status, nu, ne, nf, npay, nk, ns, nt = _ENTRY.unpack_from(body, at)
-        at += _ENTRY.size
-        sizes = (nu, ne, 8 * nf, 4 * nf, npay, ns, 8 * nk, 4 * nk, nt)
+        status, nu, ne, nf, npay, nk, ns, nt, *nv = header.unpack_from(body, at)
+        at += header.size
+        sizes = (nu, ne, 8 * nf, 4 * nf, npay, ns, 8 * nk, 4 * nk, nt, *nv)
         fields: list[bytes] = []
         for size in sizes:
             if at + size > len(body):
                 raise ValueError("an entry runs past its record")
             fields.append(bytes(view[at : at + size]))
             at += size
-        u, e, fps, lens, pays, s, keys, elens, targets = fields
+        u, e, fps, lens, pays, s, keys, elens, targets, *visit = fields
         if sum(memoryview(lens).cast("I")) != len(pays):
             raise ValueError("found URLs' lengths do not add up")
         yield JournalEntry(
@@ -235,4 +246,5 @@ def _entries(body: bytes) -> Iterator[JournalEntry]:
             keys,
             elens,
             targets,
+            visit[0] if visit else b"",
         )

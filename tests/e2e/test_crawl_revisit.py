@@ -6,7 +6,8 @@ GET gets a 304); pages under ``/moving/`` change at every request; ``/plain`` ne
 changes and has no validators (each revisit is a 200 with the same payload). The
 server's own log says which requests were conditional; the WARC files, read back by
 warcio, hold the revisit records; the crawl runs on past its frontier's end until
-``--max-time``, and a second run resumes the schedule.
+``--max-time``, and a second run resumes the schedule; so does a run after a SIGKILL
+(the journal's visits); and a cluster manager's revisits cross Redis.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +26,7 @@ from warcio.archiveiterator import ArchiveIterator
 
 from drumbeat.checkpoint import read_counters
 from drumbeat.store.warc import IDENTICAL_PAYLOAD_DIGEST, SERVER_NOT_MODIFIED
+from drumbeat.testing import RedisServer
 from tests.e2e.test_crawl_backoff import serve
 
 SAME = [f"/same/{i}" for i in range(4)]
@@ -72,43 +75,46 @@ class ChangingSite:
 def crawl(
     port: int, state: Path, max_time: float, fetchers: str = "0"
 ) -> subprocess.CompletedProcess[str]:
-    config = state.parent / "revisit.toml"
-    config.write_text(CONFIG)
     return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "drumbeat",
-            "crawl",
-            f"http://127.0.0.1:{port}/",
-            "--state",
-            str(state),
-            "--allow-loopback",
-            "--host-delay",
-            "0.02",
-            "--ip-delay",
-            "0.02",
-            "--fetchers",
-            fetchers,
-            "--config",
-            str(config),
-            "--no-progress",
-            "--revisit",
-            "--revisit-share",
-            "0.5",
-            "--max-time",
-            str(max_time),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+        crawl_cmd(port, state, max_time, fetchers), capture_output=True, text=True, timeout=120
     )
 
 
-def warc_records(state: Path) -> list[dict[str, str]]:
+def crawl_cmd(
+    port: int, state: Path, max_time: float, fetchers: str = "0", config_text: str = CONFIG
+) -> list[str]:
+    config = state.parent / "revisit.toml"
+    config.write_text(config_text)
+    return [
+        sys.executable,
+        "-m",
+        "drumbeat",
+        "crawl",
+        f"http://127.0.0.1:{port}/",
+        "--state",
+        str(state),
+        "--allow-loopback",
+        "--host-delay",
+        "0.02",
+        "--ip-delay",
+        "0.02",
+        "--fetchers",
+        fetchers,
+        "--config",
+        str(config),
+        "--no-progress",
+        "--revisit",
+        "--revisit-share",
+        "0.5",
+        "--max-time",
+        str(max_time),
+    ]
+
+
+def warc_records(state: Path, warc: str = "warc") -> list[dict[str, str]]:
     """The response and revisit records' WARC headers, in the order written."""
     out = []
-    for path in sorted((state / "warc").glob("*.warc.gz")):
+    for path in sorted((state / warc).glob("*.warc.gz")):
         with path.open("rb") as f:
             for record in ArchiveIterator(f):
                 if record.rec_type in ("response", "revisit"):
@@ -183,3 +189,75 @@ def test_a_revisit_crawl_sends_conditional_gets_and_archives_revisits(tmp_path: 
     assert 0 < revisits["expected_freshness"] <= 1
     table = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert "304 not modified" in table.stdout and "expected freshness" in table.stdout
+
+
+def test_a_cluster_manager_with_revisit_sends_conditional_gets(tmp_path: Path) -> None:
+    """`drumbeat manager --redis ... --revisit` and a `drumbeat fetcher` on a real
+    redis-server: the revisits' validators cross Redis in the items, the fetcher (with
+    the crawl's settings) sends them and archives the 304s as revisit records."""
+    site = ChangingSite()
+    config = tmp_path / "revisit.toml"
+    config.write_text(CONFIG)
+    with serve(site) as port, RedisServer(tmp_path / "redis") as redis:  # type: ignore[arg-type]
+        fetcher = subprocess.Popen(
+            [sys.executable, "-m", "drumbeat", "fetcher", "--redis", redis.url,
+             "--state", str(tmp_path / "fetcher"), "--processes", "1"],
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        try:
+            manager = subprocess.run(
+                [sys.executable, "-m", "drumbeat", "manager", f"http://127.0.0.1:{port}/",
+                 "--redis", redis.url, "--crawl", "rv", "--partition", "0/1",
+                 "--state", str(tmp_path / "manager"), "--allow-loopback",
+                 "--host-delay", "0.02", "--ip-delay", "0.02", "--config", str(config),
+                 "--no-progress", "--revisit", "--revisit-share", "0.5",
+                 "--max-time", "6"],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )  # fmt: skip
+        finally:
+            fetcher.terminate()
+            fetcher.wait(timeout=30)
+    assert manager.returncode == 0, manager.stderr
+    assert "not modified" in manager.stderr.splitlines()[-1]
+    for path in SAME:
+        conditional = [r for r in site.requests if r[0] == path and r[1] is not None]
+        assert conditional and all(r[1] == '"v0"' and r[2] == MODIFIED for r in conditional)
+        assert any(r[3] == 304 for r in conditional), path
+    records = warc_records(tmp_path / "fetcher", "warc/rv")  # (the fetcher's, by crawl)
+    not_modified = {
+        h["WARC-Target-URI"] for h in records if h.get("WARC-Profile") == SERVER_NOT_MODIFIED
+    }
+    assert not_modified == {f"http://127.0.0.1:{port}{p}" for p in SAME}
+    assert read_counters(tmp_path / "manager")["revisit.not_modified"] >= len(SAME)
+
+
+def test_a_sigkill_keeps_the_visits_journaled_since_the_checkpoint(tmp_path: Path) -> None:
+    """kill -9 with no checkpoint since the run's first (which held the seed alone): the
+    pages fetched are replayed from the journal into the history, so that the resumed
+    crawl revisits them, by conditional GET (without their visits it would never fetch
+    them again: URL-seen and the journal's done set know them)."""
+    site = ChangingSite()
+    state = tmp_path / "state"
+    no_checkpoint = CONFIG.replace("checkpoint_interval_s = 0.5", "checkpoint_interval_s = 600")
+    with serve(site) as port:  # type: ignore[arg-type]
+        cmd = crawl_cmd(port, state, 60.0, config_text=no_checkpoint)
+        victim = subprocess.Popen(cmd, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while not {r[0] for r in site.requests} >= set(SAME):
+                assert time.monotonic() < deadline, "the pages were not fetched"
+                time.sleep(0.05)
+            time.sleep(2.0)  # a few group commits (journal_commit_s 0.5)
+        finally:
+            victim.kill()
+            victim.wait(timeout=30)
+        run1 = len(site.requests)
+        resumed = crawl(port, state, 3.0)
+    assert resumed.returncode == 0, resumed.stderr
+    assert read_counters(state)["journal_replayed"] >= len(SAME)
+    again = [r for r in site.requests[run1:] if r[0] in SAME]
+    assert {r[0] for r in again} == set(SAME)
+    assert all(r[1] == '"v0"' and r[2] == MODIFIED for r in again)

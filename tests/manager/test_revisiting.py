@@ -4,12 +4,14 @@ responder; nothing is fetched: results are made here, as a fetcher reports them.
 Without ``revisit`` there is no Revisiting at all; with it, pages fetched are planned,
 what falls due goes through the robots gate and the politeness scheduler to a FetchItem
 carrying its validators, paced at the revisit share of the fetch rate until the
-frontier is done; the schedule survives a commit and reopen.
+frontier is done; the schedule survives a commit and reopen, and a crash after journaled
+fetches keeps the policy, the revisits out and the visits since.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 from drumbeat.manager import Manager
@@ -43,9 +45,18 @@ def _revisiting(manager: Manager, clock: FakeClock, saved: dict | None = None) -
     manager.revisiting.close()
     state_dir = manager.settings.state_dir
     assert state_dir is not None
-    r = Revisiting(manager.settings, state_dir, saved, manager.gate, manager.counters, clock=clock)
+    r = Revisiting(
+        manager.settings,
+        state_dir,
+        saved,
+        manager.gate,
+        manager.counters,
+        place=manager._place_revisits,
+        clock=clock,
+    )
     manager.revisiting = manager.checkpointer.revisiting = r
     manager.dispatch.on_page = r.on_item
+    manager.drops.on_drop = r.on_drop
     return r
 
 
@@ -111,13 +122,14 @@ async def _due_revisits(tmp_path: Path) -> None:
             assert item.last_modified == "Wed, 21 Oct 2015 07:28:00 GMT"
             assert item.revisit_digest == 7
             assert item.revisit_date == "2023-11-14T22:13:20Z"
-        assert not r.waiting
+        assert len(r.waiting) == len(URLS)  # (a retry gets the validators too)
 
         # What the revisits found: a 304, an unchanged 200, a changed one.
         back = [_result(URLS[0], 304), _result(URLS[1]), _result(URLS[2], digest=8)]
         for res, item in zip(back, sorted(items, key=lambda i: i.url)):
             res.item = item
         r.record(back)
+        assert sorted(r.waiting) == URLS[3:]  # those recorded are done
         c = manager.counters
         assert (c["revisit.fetched"], c["revisit.not_modified"]) == (3, 1)
         assert (c["revisit.unchanged"], c["revisit.changed"]) == (1, 1)
@@ -145,5 +157,157 @@ def test_a_revisit_crawl_is_never_done_but_its_page_limit_stops_it(tmp_path: Pat
             assert manager.finished()
             assert manager.revisiting is not None
             manager.revisiting.close()
+
+    asyncio.run(main())
+
+
+def test_a_crash_keeps_the_policy_the_revisits_out_and_the_visits_since(tmp_path: Path) -> None:
+    """A checkpoint, then fetches journaled, then a crash (no checkpoint after them):
+    the restart has the policy's threshold and site priors, gives the revisits that
+    were out at the checkpoint their validators again, and has the journaled visits
+    in the history, each URL queued once."""
+    clock = FakeClock(time.time())
+    learned = asyncio.run(_revisit_then_crash(tmp_path, clock))
+    asyncio.run(_restart_after_crash(tmp_path, learned))
+
+
+def _revisit(url: str, digest: int, status: int = 200) -> ItemResult:
+    """A revisit's result: its item carries what the revisit was handed out with."""
+    r = _result(url, status, digest=digest)
+    r.item.etag, r.item.revisit_digest, r.item.revisit_date = '"e"', 7, "2023-11-14T22:13:20Z"
+    return r
+
+
+async def _revisit_then_crash(tmp_path: Path, clock: FakeClock) -> dict[str, object]:
+    async with offline_manager(tmp_path, **CHANGES) as manager:
+        for origin in ORIGINS:
+            manager.stores.robots.record(origin, 404, None)
+        r = _revisiting(manager, clock)
+        manager.checkpointer.initial()
+        assert manager.journal is not None
+        # Two visits of each page, the second a change: mu and the sites' priors are learned.
+        r.record([_result(u) for u in URLS])
+        r.turn(clock(), idle=lambda: False)
+        clock.advance(60.0)
+        r.record([_revisit(rv.url, 8) for rv in r.revisits.due(len(URLS))])
+        clock.advance(60.0)
+        r.turn(clock(), idle=lambda: False)
+        assert r.revisits.stats().queued == len(URLS) and not r.waiting
+        # Due: two are handed out (the revisit share of 10 fetches/s); one leaves.
+        clock.advance(600.0)
+        manager.counters["fetches"] += 10
+        r.turn(clock.advance(1.0) or clock(), idle=lambda: False)
+        assert len(r.waiting) == 2
+        await _to_scheduler(manager)
+        manager.dispatch.dispatch(manager.clock() + 100.0)
+        [(flying, _)] = manager.dispatch.in_flight.values()
+        assert flying.etag is not None and len(r.waiting) == 2
+        [queued] = [url for url in r.waiting if url != flying.url]
+        learned: dict[str, object] = {
+            "mu": r.policy.mu,
+            "site": r.policy.sites.rate("a0.test"),
+            "global": r.policy.sites.global_rate(),
+            "flying": (flying.url, flying.etag),
+            "queued": (queued, r.waiting[queued].etag),
+        }
+        manager.checkpointer.commit(Laps())()
+
+        # After the checkpoint: the revisit in flight comes back (304); one more is
+        # handed out and fetched (changed); a page is fetched for the first time.
+        popped = r.revisits.due(1)
+        assert len(popped) == 1 and popped[0].url not in (flying.url, queued)
+        again = _revisit(popped[0].url, 9)
+        back = ItemResult(0, 0, flying, status=304, log={"time": clock()})
+        first = _result("http://a0.test/new")
+        done = [back, again, first]
+        r.record(done)
+        manager.journal.note(done)
+        await manager.journal.commit_now()
+        learned["recorded"] = manager.counters["revisit.fetched"]
+        manager.journal.close()  # a crash: no checkpoint after these
+        r.close()
+        return learned
+
+
+async def _restart_after_crash(tmp_path: Path, learned: dict[str, object]) -> None:
+    async with offline_manager(tmp_path, **CHANGES) as manager:
+        r = manager.revisiting
+        assert r is not None
+        # The policy as it was, not relearned.
+        assert r.policy.mu == learned["mu"]
+        assert r.policy.sites.rate("a0.test") == learned["site"]
+        assert r.policy.sites.global_rate() == learned["global"]
+        # The journal's visits are in the history: the revisit that was in flight and
+        # the new page are queued; the one handed out after the checkpoint is still
+        # queued from the checkpoint (not twice): 5 - 2 out + 1 back + 1 new.
+        assert manager.counters["revisit.fetched"] == learned["recorded"]
+        r.revisits.plan()
+        assert r.revisits.stats().queued == len(URLS) - 2 + 2
+        assert r.revisits.history.urls == len(URLS) + 1
+        # The revisit waiting at the checkpoint leaves as a conditional GET again; the
+        # one in flight was journaled as done, and is skipped.
+        url, etag = learned["queued"]  # type: ignore[misc]
+        await _to_scheduler(manager)
+        manager.dispatch.dispatch(manager.clock() + 100.0)
+        [(item, _)] = manager.dispatch.in_flight.values()
+        assert (item.url, item.etag) == (url, etag)
+        assert item.revisit_digest == 8 and item.revisit_date is not None
+        assert manager.counters["journal_skipped"] == 1
+        r.close()
+
+
+def test_revisits_share_their_pld_budget_with_new_urls(tmp_path: Path) -> None:
+    """Due revisits enter BEAST: a PLD's budget (2 here) rations them a turn, as it
+    does the PLD's new URLs; without it all six would reach the hosts' queues."""
+
+    async def main() -> None:
+        clock = FakeClock(1_800_000_000.0)
+        pages = [f"http://b.test/p/{i}" for i in range(6)]
+        async with offline_manager(tmp_path, budget_default=2, **CHANGES) as manager:
+            r = _revisiting(manager, clock)
+            r.record([_result(u) for u in pages])
+            r.turn(clock(), idle=lambda: False)
+            clock.advance(60.0)
+            r.turn(clock(), idle=lambda: True)
+            assert len(r.waiting) == len(pages)
+            beast = manager.stores.beast
+            assert beast.stats().placed == len(pages)
+            assert len(beast.read(100)) == 2  # this turn's share of b.test
+            assert beast.stats().queued == len(pages) - 2
+            r.close()
+
+    asyncio.run(main())
+
+
+def test_a_revisit_dropped_by_a_cap_is_rescheduled_one_robots_disallows_is_not(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        clock = FakeClock(1_800_000_000.0)
+        capped, disallowed = "http://a0.test/p/0", "http://a1.test/p/1"
+        async with offline_manager(tmp_path, max_pages_per_host=1, **CHANGES) as manager:
+            manager.stores.robots.record("http://a0.test", 404, None)
+            manager.stores.robots.record("http://a1.test", 200, "User-agent: *\nDisallow: /p/")
+            r = _revisiting(manager, clock)
+            r.record([_result(capped), _result(disallowed)])
+            manager.scope.count("a0.test", 100)  # its one page: a0.test is at its cap
+            r.turn(clock(), idle=lambda: False)
+            clock.advance(60.0)
+            r.turn(clock(), idle=lambda: True)
+            # The disallowed one is dropped as BEAST places it (robots rules in RAM).
+            assert r.revisits.stats().queued == 0 and list(r.waiting) == [capped]
+            await _to_scheduler(manager)
+            manager.dispatch.dispatch(manager.clock() + 100.0)
+            c = manager.counters
+            assert c["dropped.robots_disallowed"] == 1 and c["dropped.max_pages_per_host"] == 1
+            assert not manager.dispatch.in_flight and not r.waiting
+            # The capped one is due again a new URL's interval later; the other is gone.
+            assert (c["revisit.deferred"], c["revisit.dropped"]) == (1, 1)
+            assert r.revisits.stats().queued == 1
+            assert r.revisits.due(10) == []
+            clock.advance(r.policy.default_interval_s + 1.0)
+            [again] = r.revisits.due(10)
+            assert (again.url, again.etag) == (capped, '"0"')
+            r.close()
 
     asyncio.run(main())

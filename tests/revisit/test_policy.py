@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from drumbeat.revisit.estimate import ChangeStats
+from drumbeat.revisit.estimate import ChangeStats, SiteRates
 from drumbeat.revisit.policy import RevisitPolicy
 from drumbeat.testing import FakeClock
 
@@ -73,3 +73,33 @@ def test_a_page_changing_at_every_visit_is_probed_then_given_up() -> None:
     assert waits[-1] == policy.max_interval_s  # given up on ...
     assert len(waits) < 12  # ... after a few probes
     assert min(waits) < 3000.0 / 2  # probes come sooner than the visits before
+
+
+def test_what_the_policy_learned_comes_back_from_its_state() -> None:
+    clock = FakeClock()
+    sites = SiteRates(max_sites=8)
+    policy = RevisitPolicy(1.0, sample_size=64, resolve_s=600.0, sites=sites, clock=clock)
+    rng = np.random.default_rng(5)
+    for fp in rng.integers(1, 2**63, 2000).tolist():
+        site = f"s{fp % 20}.test"
+        lam = 1e-4 * (1 + fp % 20)
+        policy.visited(fp, site, seen_at(lam, 3600.0, 5), seen_at(lam, 3600.0, 1))
+    mu = policy.mu
+    state = policy.state()
+    # Bounded: the sample and the sites the policy keeps, whatever the URLs seen.
+    assert len(state["sample_keys"]) <= 64 and len(state["site_lengths"]) == 8
+
+    clock.advance(60.0)  # a restart, before mu is due to be re-solved
+    again = RevisitPolicy(
+        1.0, sample_size=64, resolve_s=600.0, sites=SiteRates(max_sites=8), clock=clock
+    )
+    assert not math.isfinite(again.mu)  # a new policy knows nothing ...
+    again.load_state(state)
+    assert again.mu == mu  # ... this one its threshold, not re-solved
+    assert again.population == policy.population
+    for site in ("s0.test", "s19.test", "s7.test", "never.test"):
+        assert again.sites.rate(site) == policy.sites.rate(site)
+    seen = seen_at(3e-4, 3600.0, 2)
+    assert again.visited(3, "s19.test", seen) == policy.visited(3, "s19.test", seen)
+    clock.advance(600.0)
+    assert again.mu == pytest.approx(policy.mu)  # re-solved from the same sample

@@ -4,6 +4,8 @@ replayed; corruption is an error naming the file."""
 from __future__ import annotations
 
 import os
+import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -122,3 +124,31 @@ def test_a_file_that_is_no_journal_is_an_error_naming_it(tmp_path: Path) -> None
     path.write_bytes(b"something else entirely\n")
     with pytest.raises(JournalError, match=str(path)):
         list(read_journal(path))
+
+
+def test_an_entry_carries_its_visit_and_a_version_1_file_still_reads(tmp_path: Path) -> None:
+    path = journal_path(tmp_path, 1)
+    writer = JournalWriter(path)
+    parts: list[bytes] = []
+    encode_entry(parts, "http://a.test/", 200, None, None, None, b"visit\x00bytes")
+    encode_entry(parts, "http://b.test/", 304, None, None, None)
+    writer.append(parts)
+    writer.sync()
+    writer.close()
+    a, b = read_journal(path)
+    assert (a.url, a.visit, b.url, b.visit) == (
+        "http://a.test/",
+        b"visit\x00bytes",
+        "http://b.test/",
+        b"",
+    )
+
+    # A file of version 1 (entries without a visit), as an older drumbeat wrote it.
+    old = journal_path(tmp_path, 2)
+    body = struct.pack("<iIHIIIHI", 200, 14, 0, 0, 0, 0, 0, 0) + b"http://c.test/"
+    deflated = zlib.compressobj(1, zlib.DEFLATED, -15)
+    raw = deflated.compress(body) + deflated.flush()
+    frame = struct.pack("<II", len(raw), zlib.crc32(raw))
+    old.write_bytes(b"DRUMBEAT-JOURNAL 1\n" + frame + raw)
+    [c] = read_journal(old)
+    assert (c.url, c.status, c.visit) == ("http://c.test/", 200, b"")
