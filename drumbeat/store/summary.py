@@ -234,7 +234,9 @@ def revisit_summary(counters: Mapping[str, int]) -> dict[str, Any] | None:
     """A crawl with revisits' figures (drumbeat.manager.revisiting's counters):
     ``fetched`` (revisits made), ``not_modified`` (304s), ``unchanged`` (200s with the
     payload of the last fetch), ``changed``, ``scheduled`` (revisits planned, this run),
-    ``queued`` (waiting for their due time) and ``expected_freshness`` (the share of
+    ``queued`` (waiting for their due time), ``deferred`` (dropped on their way by a cap,
+    a block or a host refused, and rescheduled), ``dropped`` (left the schedule: robots.txt
+    disallows them) and ``expected_freshness`` (the share of
     pages fresh the schedule expects, 0..1, from the policy's estimated change rates);
     None for a crawl without revisits."""
     if "revisit.queued" not in counters:
@@ -246,6 +248,8 @@ def revisit_summary(counters: Mapping[str, int]) -> dict[str, Any] | None:
         "changed": counters.get("revisit.changed", 0),
         "scheduled": counters.get("revisit.scheduled", 0),
         "queued": counters.get("revisit.queued", 0),
+        "deferred": counters.get("revisit.deferred", 0),
+        "dropped": counters.get("revisit.dropped", 0),
         "expected_freshness": counters.get("revisit.expected_freshness_bp", 0) / 10_000,
     }
 
@@ -460,6 +464,8 @@ def render_summary(summary: Mapping[str, Any], console: Console) -> None:
             ("  200 unchanged", "unchanged"),
             ("  changed", "changed"),
             ("queued", "queued"),
+            ("deferred (dropped on the way, rescheduled)", "deferred"),
+            ("left the schedule (robots.txt)", "dropped"),
         ):
             table.add_row(label, f"{revisits[key]:,}")
         table.add_row("expected freshness", f"{revisits['expected_freshness']:.3f}")

@@ -14,6 +14,7 @@ from drumbeat.store.summary import (
     note_run_end,
     note_run_start,
     render_summary,
+    revisit_summary,
     summarize,
 )
 from drumbeat.store.warc import WarcWriter
@@ -207,3 +208,15 @@ def test_refetches_are_recognised_within_a_fixed_window() -> None:
     assert refetches.is_refetch(3)
     assert not refetches.is_refetch(3), "a page counts as re-fetched once"
     assert refetches.is_refetch(2)
+
+
+def test_the_revisit_summary_counts_revisits_deferred_and_dropped(tmp_path: Path) -> None:
+    counters = {"revisit.queued": 7, "revisit.deferred": 3, "revisit.dropped": 1}
+    revisits = revisit_summary(counters)
+    assert revisits is not None
+    assert (revisits["queued"], revisits["deferred"], revisits["dropped"]) == (7, 3, 1)
+    console = Console(record=True, width=120)
+    render_summary(summarize(tmp_path, counters), console)
+    text = console.export_text()
+    assert "rescheduled" in text and "left the schedule (robots.txt)" in text
+    assert revisit_summary({"fetches": 3}) is None  # a crawl without revisits
