@@ -14,6 +14,13 @@ use all of it (politeness still spaces them). The policy's bandwidth is the same
 of the best fetch rate seen (all of it once the frontier is done), so that the schedule
 plans no more revisits than the crawl can make.
 
+Sitemap lastmods: a sitemap's fetch carries each of its URLs' ``<lastmod>`` (the
+fetcher parses them only with revisits on); :meth:`Revisiting.record` puts them in the
+history, keyed by fingerprint, whether URL-seen finds the URL new or not: a new URL's
+date waits in its history record for its first visit, and a known URL visited before
+its lastmod is made due soon (drumbeat.revisit.revisits). Nothing per URL stays in
+RAM. Each page's Last-Modified and simhash (with ``near_dup``) go to its history too.
+
 After a crash: a checkpoint holds the history and the due-time queue as of its commit.
 The journal replays the fetches made since (URL-seen, the done set, the counts), but
 not their visits to the history: the pages first fetched since the last checkpoint
@@ -28,14 +35,18 @@ import math
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable
+from datetime import UTC
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from drumbeat import urls
 from drumbeat.frontier.backoff import retryable
 from drumbeat.frontier.urlseen import encode_payload
 from drumbeat.manager.gate import RobotsGate
-from drumbeat.queue.base import PAGE, FetchItem, ItemResult
+from drumbeat.queue.base import PAGE, FetchItem, FoundURLs, ItemResult
 from drumbeat.revisit.policy import RevisitPolicy
 from drumbeat.revisit.revisits import Revisit, Revisits
 from drumbeat.settings import Settings
@@ -86,6 +97,7 @@ class Revisiting:
             slot_s=min(60.0, s.revisit_min_interval_s / 4),
             max_in_flight=MAX_WAITING,
             state=saved,
+            near_bits=s.near_dup_distance,
         )
         # Revisits on their way to the fetchers, by URL: their FetchItems get the
         # validators at dispatch (Dispatcher.revisit_of). One that never gets there
@@ -122,6 +134,8 @@ class Revisiting:
                     counters["revisit.unchanged"] += 1
                 else:
                     counters["revisit.changed"] += 1
+            if r.lastmods is not None and r.found is not None:
+                self._lastmods(r.found, r.lastmods)
             host = urls.host_of(item.url)
             fetched(
                 urls.fingerprint(item.url),
@@ -133,7 +147,22 @@ class Revisiting:
                 last_modified=r.last_modified or item.last_modified,
                 depth=item.depth,
                 date=_payload_date(r, same),
+                simhash=r.simhash,
+                modified_s=_http_date_s(r.last_modified) if r.status != 304 else 0.0,
             )
+
+    def _lastmods(self, found: FoundURLs, lastmods: bytes) -> None:
+        """A sitemap's URLs with a ``<lastmod>`` to the history (see the module docstring)."""
+        times = np.frombuffer(lastmods, np.float64)
+        fps = np.frombuffer(found.fingerprints, np.uint64)
+        if len(times) != len(fps):
+            return  # not from this version's fetcher: nothing to align
+        dated = np.flatnonzero(times > 0)
+        if not len(dated):
+            return
+        payloads = found.payloads_list()
+        self.revisits.sitemap_lastmods(fps[dated], times[dated], [payloads[i] for i in dated])
+        self.counters["revisit.sitemap_lastmods"] += len(dated)
 
     def turn(self, now: float, idle: Callable[[], bool]) -> None:
         """At most every ``turn_s``: plan the visits recorded, then hand out what is due.
@@ -181,6 +210,7 @@ class Revisiting:
         c = self.counters
         c["revisit.scheduled"] = st.scheduled
         c["revisit.queued"] = st.queued
+        c["revisit.lastmod_due"] = st.lastmod_due
         # In basis points: the counters are integers.
         fresh = st.expected_freshness if math.isfinite(st.expected_freshness) else 0.0
         c["revisit.expected_freshness_bp"] = round(10_000 * fresh)
@@ -209,6 +239,20 @@ class Revisiting:
 
     def close(self) -> None:
         self.revisits.close()
+
+
+def _http_date_s(value: str | None) -> float:
+    """An HTTP date (Last-Modified) in seconds since the epoch; 0.0 for none or a
+    malformed one (a server's header must not stop the crawl)."""
+    if not value:
+        return 0.0
+    try:
+        when = parsedate_to_datetime(value)
+        if when.tzinfo is None:  # no zone given: HTTP dates are GMT
+            when = when.replace(tzinfo=UTC)
+        return max(when.timestamp(), 0.0)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return 0.0
 
 
 def _payload_date(r: ItemResult, same: bool) -> str | None:

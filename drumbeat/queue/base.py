@@ -164,6 +164,11 @@ class ItemResult:
     digest: int = 0
     etag: str | None = None
     last_modified: str | None = None
+    # With Settings.revisit: an HTML page's 64-bit simhash (Settings.near_dup; 0: none),
+    # and a sitemap's <lastmod> for each URL of ``found``, in seconds since the epoch
+    # (float64, native order; 0: none), for the revisit history (drumbeat.revisit.history).
+    simhash: int = 0
+    lastmods: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
