@@ -27,10 +27,9 @@ A visit is recorded as a record of one visit (:func:`visit`), a sitemap's ``last
 as a record of no visit (:func:`hints`); DRUM's merge folds them into the stored one
 (:func:`fold`). The fold is associative -- a record is the summary of a sequence of
 visits and hints, and two summaries join by comparing the first's last visit with the
-second's first -- as DRUM's vectorized merge requires (the latest simhash a 304 keeps,
-below, is the one exception: a corner of three visits where the middle one differs).
-A 304 is recorded with the digest the URL had (its due-queue entry carries it), so it
-counts as no change, and keeps the simhash before it.
+second's first -- as DRUM's vectorized merge requires. A 304 is recorded with the
+digest and simhash the URL had (its due-queue entry carries them), so it counts as no
+change.
 
 When two consecutive visits count as a change: when both have a simhash (the page is
 HTML and ``near_dup`` is on), only if the simhashes are more than ``near`` bits apart
@@ -137,11 +136,6 @@ def fold(stored: np.ndarray, later: np.ndarray, near: int = NEAR_BITS) -> np.nda
         out[name] = np.where(had, stored[name], later[name])
     for name in _LAST:
         out[name] = np.where(has, later[name], stored[name])
-    # A visit without a simhash (a 304, or no text) whose payload is the one before
-    # keeps the simhash before it, so that the next 200 is still compared by it.
-    same = has & (later["simhash"] == 0) & (later["first_digest"] == later["digest"])
-    keep = same & (later["digest"] == stored["digest"])
-    out["simhash"] = np.where(keep, stored["simhash"], out["simhash"])
     out["sitemap_s"] = np.maximum(stored["sitemap_s"], later["sitemap_s"])
     out["pre_sitemap_s"] = np.where(had, stored["pre_sitemap_s"], known)
     for name in ("visits", "changes", "dated", "changed_s", "unchanged_s", "dated_s", "since_s"):

@@ -15,17 +15,17 @@ A due entry's payload (see :mod:`.duequeue`)::
              the WARC date of the last fetch, UTF-8, separated by newlines (none of
              them holds one: normalized URLs and header values cannot); then the
              number of visits the URL's history had when the entry was planned (its
-             *seq*); the last three may be missing (entries queued before they were
-             added)
+             *seq*) and the simhash of the last fetch's text (0: none); the last four
+             may be missing (entries queued before they were added)
 
 A URL has one due entry at a time, except where a sitemap's ``lastmod`` made it due
 sooner (:meth:`Revisits.sitemap_lastmods`): the revisit that finds the history with
 the visits its entry was planned at plans the next one; the other, finding a visit
 more, is recorded but plans none (``superseded``), so that a second entry ends there.
 
-A 304 carries no payload to digest: the digest a revisit was handed out with is kept
-(in RAM, at most ``max_in_flight`` of them) until its fetch is recorded, so that a 304
-counts as "unchanged" in the history.
+A 304 carries no payload to digest: the digest (and simhash) a revisit was handed out
+with is kept (in RAM, at most ``max_in_flight`` of them) until its fetch is recorded,
+so that a 304 counts as "unchanged" in the history.
 
 Wired into the crawl by :mod:`drumbeat.manager.revisiting` (``crawl --revisit``): the
 fetcher sends the validators a :class:`Revisit` carries as a conditional GET and
@@ -72,6 +72,7 @@ class Revisit:
     digest: int = 0  # digest64 of the payload its last fetch archived (0: unknown)
     date: str | None = None  # the WARC date of that fetch (None: unknown)
     seq: int = 0  # the visits in the URL's history when this was planned (0: unknown)
+    simhash: int = 0  # the simhash of the last fetch's text (0: none)
 
 
 def digest64(payload: bytes) -> int:
@@ -88,8 +89,9 @@ def _encode(
     depth: int = 0,
     date: str | None = None,
     seq: int = 0,
+    simhash: int = 0,
 ) -> bytes:
-    fields = (url, site, etag or "", modified or "", str(depth), date or "", str(seq))
+    fields = (url, site, etag or "", modified or "", str(depth), date or "", str(seq), str(simhash))
     return _DIGEST.pack(digest) + "\n".join(fields).encode()
 
 
@@ -98,13 +100,17 @@ def _decode(payload: bytes) -> Revisit:
     (digest,) = _DIGEST.unpack_from(payload)
     url, site, etag, modified, *more = payload[_DIGEST.size :].decode().split("\n")
     depth, date = (int(more[0]), more[1] or None) if len(more) >= 2 else (0, None)
-    seq = int(more[2]) if len(more) >= 3 else 0
-    return Revisit(0, url, site, etag or None, modified or None, depth, digest, date, seq)
+    seq, simhash = (int(more[2]), int(more[3])) if len(more) >= 4 else (0, 0)
+    return Revisit(
+        0, url, site, etag or None, modified or None, depth, digest, date, seq, simhash
+    )  # fmt: skip
 
 
-def _planned(rv: Revisit, digest: int, seq: int) -> bytes:
-    """The due entry of ``rv``'s next visit: its payload's ``digest``, planned at ``seq``."""
-    return _encode(digest, rv.url, rv.site, rv.etag, rv.last_modified, rv.depth, rv.date, seq)
+def _planned(rv: Revisit, history: np.void) -> bytes:
+    """The due entry of ``rv``'s next visit, planned after ``history`` (the URL's)."""
+    digest, seq, simhash = int(history["digest"]), int(history["visits"]), int(history["simhash"])
+    etag, modified = rv.etag, rv.last_modified
+    return _encode(digest, rv.url, rv.site, etag, modified, rv.depth, rv.date, seq, simhash)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +168,8 @@ class Revisits:
         self.max_in_flight = max_in_flight
         self._in_flight: OrderedDict[int, int] = OrderedDict()  # fingerprint -> digest
         self._counts = dict.fromkeys(("recorded", "not_modified", "changed", "planned", "out"), 0)
-        self._seqs: OrderedDict[int, int] = OrderedDict()  # fingerprint -> its entry's seq
+        # Revisits handed out: fingerprint -> their entries' (seq, simhash).
+        self._handed: OrderedDict[int, tuple[int, int]] = OrderedDict()
         self._lastmods = dict.fromkeys(("recorded", "due", "superseded"), 0)
 
     def fetched(
@@ -185,7 +192,9 @@ class Revisits:
         ``digest``; or a 304, with the digest its revisit was handed out with where the
         caller kept it) at the clock's time; ``date``: its WARC date; ``simhash``: its
         text's (0: none); ``modified_s``: its Last-Modified, seconds since the epoch."""
-        seq = self._seqs.pop(fingerprint, 0)
+        seq, handed_simhash = self._handed.pop(fingerprint, (0, 0))
+        if status == 304:
+            simhash = handed_simhash
         if status == 304:  # ``digest``: the one it was handed out with, if known
             digest = self._in_flight.pop(fingerprint, 0) or digest
             if not digest:
@@ -208,7 +217,12 @@ class Revisits:
         ``fingerprints``; ``payloads``: their URL-seen payloads (URL, depth, ...: see
         :func:`drumbeat.frontier.urlseen.encode_payload`). A URL not visited yet keeps
         its date for its first visit; one visited before its lastmod is due soon
-        (:meth:`plan`)."""
+        (:meth:`plan`). A date in the future is wrong (a server's clock, or a sitemap
+        written ahead): it is dropped, lest it hide the true dates after it."""
+        keep = np.flatnonzero(np.asarray(lastmods_s) <= self.clock())
+        if len(keep) < len(lastmods_s):
+            fingerprints, lastmods_s = fingerprints[keep], lastmods_s[keep]
+            payloads = [payloads[i] for i in keep]
         self._lastmods["recorded"] += len(fingerprints)
         self.history.record(fingerprints, hints(lastmods_s), payloads)
 
@@ -235,8 +249,7 @@ class Revisits:
             if rv.seq and rv.seq != v.before_visits:
                 self._lastmods["superseded"] += 1  # another entry of the URL went first
                 continue
-            visits = int(v.history["visits"])
-            planned.append((now + wait, v.fingerprint, _planned(rv, rv.digest, visits)))
+            planned.append((now + wait, v.fingerprint, _planned(rv, v.history)))
             self.next_due_s = min(self.next_due_s, now + wait)
         self.queue.extend(planned)
         self._counts["planned"] += len(planned)
@@ -261,7 +274,7 @@ class Revisits:
         rv = Revisit(0, url, pld(host) if host else "", None, None, depth)
         self._lastmods["due"] += 1
         due_s = max(now, float(before["last_s"]) + self.policy.min_interval_s)
-        return due_s, v.fingerprint, _planned(rv, int(before["digest"]), int(before["visits"]))
+        return due_s, v.fingerprint, _planned(rv, before)
 
     def due(self, n: int) -> list[Revisit]:
         """Up to ``n`` revisits due by now."""
@@ -273,9 +286,9 @@ class Revisits:
             if len(self._in_flight) > self.max_in_flight:
                 self._in_flight.popitem(last=False)
             if rv.seq:
-                self._seqs[e.fingerprint] = rv.seq
-                if len(self._seqs) > self.max_in_flight:
-                    self._seqs.popitem(last=False)
+                self._handed[e.fingerprint] = rv.seq, rv.simhash
+                if len(self._handed) > self.max_in_flight:
+                    self._handed.popitem(last=False)
             out.append(rv)
         if len(out) < n:  # all that was due is out: the next is due later
             self.next_due_s = math.inf if not len(self.queue) else max(self.next_due_s, now)
