@@ -502,8 +502,13 @@ class Fetcher:
         if links:
             result.found = pack_found(links, item.depth + 1, item.url)
             result.pld_edges = pack_edges(*pld_targets(item.url, links))
-            if any(page.lastmods):  # with revisits: a lastmod for each of found's URLs
-                result.lastmods = array("d", page.lastmods).tobytes()
+            if any(page.lastmods):  # with revisits: the URLs' dates, by fingerprint
+                fps = memoryview(result.found.fingerprints).cast("Q")
+                dated = [i for i, t in enumerate(page.lastmods) if t > 0]
+                result.lastmods = (
+                    array("Q", [fps[i] for i in dated]).tobytes()
+                    + array("d", [page.lastmods[i] for i in dated]).tobytes()
+                )
 
     def _follow(self, item: FetchItem, location: str, result: ItemResult) -> str | None:
         """Put a redirect's target into ``result``; returns why it is not followed, if

@@ -18,6 +18,7 @@ from drumbeat.queue.base import PAGE, ROBOTS, FetchItem, ItemResult
 from drumbeat.queue.local import LocalTaskQueue
 from drumbeat.settings import Settings
 from drumbeat.store.warc import WarcWriter
+from drumbeat.urls import fingerprint
 
 NS = 'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'
 
@@ -223,8 +224,10 @@ def test_sitemap_lastmods_and_simhash_travel_with_the_result_for_revisits(
     origin, [dated, page] = fetch(tmp_path, items, revisit=True, near_dup=True)
     assert dated.found is not None
     assert dated.found.urls() == [f"{origin}/maps/d{i}" for i in range(1, 5)]
-    assert dated.lastmods is not None  # one a URL of found, 0 where none or malformed
-    assert array("d", dated.lastmods).tolist() == [day, 0.0, 0.0, day + 10 * 3600]
+    assert dated.lastmods is not None  # by fingerprint, those that have a valid one
+    fps, times = array("Q", dated.lastmods[:16]), array("d", dated.lastmods[16:])
+    assert list(fps) == [fingerprint(f"{origin}/maps/d{i}") for i in (1, 4)]
+    assert list(times) == [day, day + 10 * 3600]
     assert dated.log is not None and dated.log["sitemap"]["lastmod_malformed"] == 1
     assert page.simhash != 0
     # Without revisits nothing is carried (the crawl log still counts the bad date).

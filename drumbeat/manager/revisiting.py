@@ -152,17 +152,24 @@ class Revisiting:
             )
 
     def _lastmods(self, found: FoundURLs, lastmods: bytes) -> None:
-        """A sitemap's URLs with a ``<lastmod>`` to the history (see the module docstring)."""
-        times = np.frombuffer(lastmods, np.float64)
-        fps = np.frombuffer(found.fingerprints, np.uint64)
-        if len(times) != len(fps):
-            return  # not from this version's fetcher: nothing to align
-        dated = np.flatnonzero(times > 0)
-        if not len(dated):
+        """A sitemap's URLs with a ``<lastmod>`` (see queue.base.ItemResult) to the
+        history, those of ``found`` only (in a cluster, this partition's)."""
+        n = len(lastmods) // 16
+        own = np.frombuffer(found.fingerprints, np.uint64)
+        if not n or not len(own):
+            return
+        fps = np.frombuffer(lastmods, np.uint64, n)
+        times = np.frombuffer(lastmods, np.float64, n, offset=8 * n)
+        order = np.argsort(own, kind="stable")
+        at = order[np.minimum(np.searchsorted(own, fps, sorter=order), len(own) - 1)]
+        mine = np.flatnonzero((own[at] == fps) & (times > 0))
+        if not len(mine):
             return
         payloads = found.payloads_list()
-        self.revisits.sitemap_lastmods(fps[dated], times[dated], [payloads[i] for i in dated])
-        self.counters["revisit.sitemap_lastmods"] += len(dated)
+        self.revisits.sitemap_lastmods(
+            fps[mine], times[mine], [payloads[i] for i in at[mine].tolist()]
+        )
+        self.counters["revisit.sitemap_lastmods"] += len(mine)
 
     def turn(self, now: float, idle: Callable[[], bool]) -> None:
         """At most every ``turn_s``: plan the visits recorded, then hand out what is due.

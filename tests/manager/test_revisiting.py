@@ -19,6 +19,7 @@ from drumbeat.manager.checkpointer import Laps
 from drumbeat.manager.revisiting import Revisiting
 from drumbeat.queue.base import PAGE, ROBOTS, FetchItem, ItemResult
 from drumbeat.testing import FakeClock, offline_manager
+from drumbeat.urls import fingerprint
 
 ORIGINS = [f"http://a{i}.test" for i in range(5)]
 URLS = [f"{o}/p/{i}" for i, o in enumerate(ORIGINS)]
@@ -167,7 +168,11 @@ def test_a_sitemap_lastmod_makes_a_known_url_due_and_waits_for_a_new_one(
             sitemap = _result(ORIGINS[0] + "/sitemap.xml")
             new = ORIGINS[0] + "/new"
             sitemap.found = pack_found([URLS[0], new], 3, sitemap.item.url)
-            sitemap.lastmods = array("d", [clock() - 5.0, clock() - 100.0]).tobytes()
+            # (By fingerprint; a cluster partition's found keeps only its own URLs.)
+            elsewhere = fingerprint("http://b.test/")
+            fps = array("Q", [fingerprint(new), elsewhere, fingerprint(URLS[0])])
+            times = array("d", [clock() - 100.0, clock() - 1.0, clock() - 5.0])
+            sitemap.lastmods = fps.tobytes() + times.tobytes()
             r.record([sitemap])
             assert manager.counters["revisit.sitemap_lastmods"] == 2
             clock.advance(1.0)
