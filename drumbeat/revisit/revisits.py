@@ -193,9 +193,8 @@ class Revisits:
         caller kept it) at the clock's time; ``date``: its WARC date; ``simhash``: its
         text's (0: none); ``modified_s``: its Last-Modified, seconds since the epoch."""
         seq, handed_simhash = self._handed.pop(fingerprint, (0, 0))
-        if status == 304:
-            simhash = handed_simhash
         if status == 304:  # ``digest``: the one it was handed out with, if known
+            simhash = handed_simhash
             digest = self._in_flight.pop(fingerprint, 0) or digest
             if not digest:
                 return  # not a revisit handed out here (or forgotten): nothing to compare
