@@ -46,6 +46,8 @@ future or before the earlier visit says nothing about this interval and is ignor
 
 from __future__ import annotations
 
+import logging
+import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -56,6 +58,8 @@ import numpy as np
 
 from drumbeat.drum import Drum
 from drumbeat.revisit.estimate import ChangeStats
+
+log = logging.getLogger("drumbeat.revisit")
 
 RECORD = np.dtype(
     [
@@ -194,15 +198,29 @@ class HistoryStore:
     ) -> None:
         """``near_bits``: simhashes at most this many bits apart are the same page."""
         self._fold = partial(fold, near=near_bits)
-        self.drum = Drum(
-            directory,
-            value_dtype=RECORD,
-            merge=self._fold,
-            ram_bytes=ram_bytes,
-            manifest=manifest,
-            fsync=fsync,
-            compress_log=False,
-        )
+
+        def open_drum(at: dict[str, Any] | None) -> Drum:
+            return Drum(
+                directory,
+                value_dtype=RECORD,
+                merge=self._fold,
+                ram_bytes=ram_bytes,
+                manifest=at,
+                fsync=fsync,
+                compress_log=False,
+            )
+
+        try:
+            self.drum = open_drum(manifest)
+        except ValueError as e:
+            if manifest is None:
+                raise
+            # Records of another layout (an older drumbeat's, before simhashes and
+            # lastmods): a history is a summary that visits build again, so it starts
+            # anew rather than stop the crawl; the due-time queue keeps every URL.
+            log.warning("revisit history not reopened (%s): starting it anew", e)
+            shutil.rmtree(directory)
+            self.drum = open_drum(None)
 
     def record(
         self, fingerprints: Sequence[int] | np.ndarray, visits: np.ndarray, payloads: list[bytes]

@@ -3,7 +3,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
+from drumbeat.drum import Drum
 from drumbeat.parse.simhash import simhash
 from drumbeat.revisit.history import RECORD, HistoryStore, change_stats, fold, hints, visit
 
@@ -130,3 +132,21 @@ def test_dated_changes_and_sitemap_lastmods_in_the_history(tmp_path: Path) -> No
     assert (seen.dated, seen.dated_s, seen.since_s, seen.changed_s) == (1, 100.0, 50.0, 100.0)
     two = taken[-1].history
     assert (two["visits"], two["changes"], two["dated"], two["since_s"]) == (4, 3, 1, 20.0)
+
+
+def test_a_history_of_an_older_record_layout_starts_anew(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    old = np.dtype([(name, RECORD[name]) for name in RECORD.names[:10]])  # 72 bytes
+    drum = Drum(tmp_path / "h", value_dtype=old, merge="overwrite", fsync=False)
+    drum.check_update(np.array([3], np.uint64), np.zeros(1, old), aux=[b""])
+    drum.flush()
+    manifest = drum.commit()
+    drum.close()
+    store = HistoryStore(tmp_path / "h", fsync=False, manifest=manifest)
+    assert "starting it anew" in caplog.text
+    store.record([3], visit([1.0], [1]), [b""])
+    store.flush()
+    (v,) = store.take()
+    assert v.before is None and v.history["visits"] == 1
+    store.close()
