@@ -487,6 +487,7 @@ class Fetcher:
             follow_index=item.depth <= s.sitemap_index_max_depth,
             max_links=s.sitemap_max_urls if read.kind in SITEMAP_KINDS else s.max_links_per_page,
             max_url_bytes=s.max_url_bytes,
+            dated=s.revisit,
         )
         if page is None:
             return
@@ -501,6 +502,13 @@ class Fetcher:
         if links:
             result.found = pack_found(links, item.depth + 1, item.url)
             result.pld_edges = pack_edges(*pld_targets(item.url, links))
+            if any(page.lastmods):  # with revisits: the URLs' dates, by fingerprint
+                fps = memoryview(result.found.fingerprints).cast("Q")
+                dated = [i for i, t in enumerate(page.lastmods) if t > 0]
+                result.lastmods = (
+                    array("Q", [fps[i] for i in dated]).tobytes()
+                    + array("d", [page.lastmods[i] for i in dated]).tobytes()
+                )
 
     def _follow(self, item: FetchItem, location: str, result: ItemResult) -> str | None:
         """Put a redirect's target into ``result``; returns why it is not followed, if
@@ -670,6 +678,8 @@ class Duplicates:
             if fingerprint is not None:
                 entries.append((fingerprint, item.url))
                 checked.append(result)
+                if self._settings.revisit:  # the revisit history compares visits by it
+                    result.simhash = fingerprint
         try:
             earlier = self._content.near(entries)
         except Exception as e:  # a broken index must not stop the crawl

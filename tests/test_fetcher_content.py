@@ -4,18 +4,21 @@ against a real aiohttp server on loopback."""
 from __future__ import annotations
 
 import asyncio
+import calendar
 import gzip
+from array import array
 from pathlib import Path
 
 from aiohttp import web
 
 from drumbeat.fetch.curl import CurlHttpClient
 from drumbeat.fetch.guard import AddressPolicy
-from drumbeat.fetcher import Fetcher
+from drumbeat.fetcher import Fetcher, open_content_index
 from drumbeat.queue.base import PAGE, ROBOTS, FetchItem, ItemResult
 from drumbeat.queue.local import LocalTaskQueue
 from drumbeat.settings import Settings
 from drumbeat.store.warc import WarcWriter
+from drumbeat.urls import fingerprint
 
 NS = 'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'
 
@@ -59,6 +62,24 @@ BODIES: dict[str, tuple[str, bytes, dict[str, str]]] = {
     "/doc.pdf": ("application/pdf", b"%PDF-1.4 <a href='/from-pdf'>x</a>", {}),
     "/data.xml": ("application/xml", b'<?xml version="1.0"?><svg><a href="/x"/></svg>', {}),
     "/page": ("text/html", b"<a href='/p1'>1</a>", {"X-Robots-Tag": "drumbeat: noindex"}),
+    "/maps/dated.xml": (
+        "application/xml",
+        (
+            f"<urlset {NS}><url><loc>/maps/d1</loc><lastmod>2024-05-01</lastmod></url>"
+            "<url><loc>/maps/d2</loc></url>"
+            "<url><loc>/maps/d3</loc><lastmod>May 1st</lastmod></url>"
+            "<url><loc>/maps/d4</loc><lastmod>2024-05-01T12:00:00+02:00</lastmod></url>"
+            "</urlset>"
+        ).encode(),
+        {},
+    ),
+    "/article": (
+        "text/html",
+        (
+            "<html><body><p>" + " ".join(f"word{i}" for i in range(300)) + "</p></body></html>"
+        ).encode(),
+        {},
+    ),
 }
 
 
@@ -84,7 +105,10 @@ def fetch(
         origin = f"http://localhost:{site._server.sockets[0].getsockname()[1]}"
         http = CurlHttpClient(policy=AddressPolicy(allow_loopback=True), resolver=None)
         warc = WarcWriter(tmp_path / "warc")
-        fetcher = Fetcher(Settings(allow_loopback=True, **settings), LocalTaskQueue(), http, warc)
+        s = Settings(allow_loopback=True, **settings)
+        # A content index (duplicates, simhashes) only where a test asks for near_dup.
+        content = open_content_index(s, tmp_path / "content.lmdb") if s.near_dup else None
+        fetcher = Fetcher(s, LocalTaskQueue(), http, warc, content=content)
         try:
             results = []
             for i, item in enumerate(items):
@@ -95,9 +119,11 @@ def fetch(
         finally:
             await http.close()
             warc.close()
+            if content is not None:
+                content.close()
             await runner.cleanup()
 
-    (tmp_path / "warc").mkdir(exist_ok=True)
+    (tmp_path / "warc").mkdir(parents=True, exist_ok=True)
     return asyncio.run(go())
 
 
@@ -185,3 +211,28 @@ def test_feeds_x_robots_tag_and_other_bodies(tmp_path: Path) -> None:
         assert other.log["warc"] and "sitemap" not in other.log and "feed" not in other.log
     assert page.found is not None and page.found.urls() == [f"{origin}/p1"]
     assert page.log is not None and page.log["noindex"] is True
+
+
+def test_sitemap_lastmods_and_simhash_travel_with_the_result_for_revisits(
+    tmp_path: Path,
+) -> None:
+    day = calendar.timegm((2024, 5, 1, 0, 0, 0))
+    items = [
+        FetchItem(1, "ORIGIN/maps/dated.xml", "127.0.0.1", PAGE, 1, "ORIGIN/robots.txt"),
+        FetchItem(2, "ORIGIN/article", "127.0.0.1", PAGE, 1, None),
+    ]
+    origin, [dated, page] = fetch(tmp_path, items, revisit=True, near_dup=True)
+    assert dated.found is not None
+    assert dated.found.urls() == [f"{origin}/maps/d{i}" for i in range(1, 5)]
+    assert dated.lastmods is not None  # by fingerprint, those that have a valid one
+    fps, times = array("Q", dated.lastmods[:16]), array("d", dated.lastmods[16:])
+    assert list(fps) == [fingerprint(f"{origin}/maps/d{i}") for i in (1, 4)]
+    assert list(times) == [day, day + 10 * 3600]
+    assert dated.log is not None and dated.log["sitemap"]["lastmod_malformed"] == 1
+    assert page.simhash != 0
+    # Without revisits nothing is carried (the crawl log still counts the bad date).
+    items = [FetchItem(1, "ORIGIN/maps/dated.xml", "127.0.0.1", PAGE, 1, "ORIGIN/robots.txt")]
+    items.append(FetchItem(2, "ORIGIN/article", "127.0.0.1", PAGE, 1, None))
+    _, [plain, page] = fetch(tmp_path / "off", items, near_dup=True)
+    assert plain.found is not None and plain.lastmods is None and page.simhash == 0
+    assert plain.log is not None and plain.log["sitemap"]["lastmod_malformed"] == 1

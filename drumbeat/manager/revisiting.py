@@ -23,6 +23,13 @@ use all of it (politeness still spaces them). The policy's bandwidth is the same
 of the best fetch rate seen (all of it once the frontier is done), so that the schedule
 plans no more revisits than the crawl can make.
 
+Sitemap lastmods: a sitemap's fetch carries each of its URLs' ``<lastmod>`` (the
+fetcher parses them only with revisits on); :meth:`Revisiting.record` puts them in the
+history, keyed by fingerprint, whether URL-seen finds the URL new or not: a new URL's
+date waits in its history record for its first visit, and a known URL visited before
+its lastmod is made due soon (drumbeat.revisit.revisits). Nothing per URL stays in
+RAM. Each page's Last-Modified and simhash (with ``near_dup``) go to its history too.
+
 After a crash: a checkpoint holds the history and the due-time queue as of its commit,
 and (``revisits.npz``, :meth:`Revisiting.saver`) what the policy learned (``mu``, its
 hash sample, the sites' pooled rates), the fetch rate revisits are paced by, and the
@@ -34,7 +41,8 @@ holds each page fetch's *visit* (:func:`journal_visit`), replayed into the histo
 as it does pages. One cost remains: a revisit handed out after the checkpoint is still
 in the checkpoint's due-time queue, so it is due again at once and fetched once more
 (its replayed visit is kept in the history but not planned, so that the URL is not
-queued twice).
+queued twice). The sitemap lastmods recorded since the checkpoint are not journaled:
+they come back when the sitemap is fetched again.
 """
 
 from __future__ import annotations
@@ -47,6 +55,8 @@ import struct
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable
+from datetime import UTC
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +66,7 @@ from drumbeat import urls
 from drumbeat.frontier.backoff import retryable
 from drumbeat.frontier.urlseen import encode_payload
 from drumbeat.manager.gate import RobotsGate
-from drumbeat.queue.base import PAGE, FetchItem, ItemResult
+from drumbeat.queue.base import PAGE, FetchItem, FoundURLs, ItemResult
 from drumbeat.revisit.policy import RevisitPolicy
 from drumbeat.revisit.revisits import Revisit, Revisits
 from drumbeat.settings import Settings
@@ -73,10 +83,11 @@ RATE_HALF_LIFE_S = 10.0  # of the recent fetch rate's moving average
 MAX_WAITING = 100_000  # revisits handed out and not yet dispatched, validators kept
 STATE_FILE = "revisits.npz"  # in a checkpoint: Revisiting.saver
 # A journaled visit (journal_visit): its time, the payload's digest64, the digest the
-# revisit was handed out with (0: not a revisit), the depth; then the ETag,
-# Last-Modified, WARC date of the payload and the revisit's WARC date ("": none),
-# UTF-8, separated by newlines (header values hold none).
-_VISIT = struct.Struct("<dQQi")
+# revisit was handed out with (0: not a revisit), the depth, the text's simhash (0:
+# none), the Last-Modified in seconds (0.0: none); then the ETag, Last-Modified, WARC
+# date of the payload and the revisit's WARC date ("": none), UTF-8, separated by
+# newlines (header values hold none).
+_VISIT = struct.Struct("<dQQiQd")
 _MAX_VISIT = 0xFFFF  # the journal's bound on a visit's bytes
 
 
@@ -119,6 +130,7 @@ class Revisiting:
             slot_s=min(60.0, s.revisit_min_interval_s / 4),
             max_in_flight=MAX_WAITING,
             state=saved,
+            near_bits=s.near_dup_distance,
         )
         # Revisits handed out and not recorded yet, by URL: their FetchItems get the
         # validators at dispatch (on_item; each retry too). One dropped on its way is
@@ -148,6 +160,8 @@ class Revisiting:
         for r in results:
             fields = _visit_fields(r)
             if fields is not None and r.status is not None:
+                if r.lastmods is not None and r.found is not None:
+                    self._lastmods(r.found, r.lastmods)
                 self.waiting.pop(r.item.url, None)
                 self._record(r.item.url, r.status, *fields)
 
@@ -169,14 +183,15 @@ class Revisiting:
         checkpoint is still in its due-time queue: its visit is not planned again."""
         if status is None or not visit:
             return
-        at, digest, revisit_digest, depth = _VISIT.unpack_from(visit)
+        at, digest, revisit_digest, depth, simhash, modified_s = _VISIT.unpack_from(visit)
         etag, modified, date, revisit_date = visit[_VISIT.size :].decode().split("\n")
         fp = urls.fingerprint(url)
         plan = revisit_digest == 0 or fp in self._handed_out
         self._handed_out.discard(fp)
         self.waiting.pop(url, None)  # its outcome: no longer out
         self._record(url, status, depth, digest, revisit_digest, revisit_date or None,
-                     etag or None, modified or None, date or None, at, plan=plan)  # fmt: skip
+                     etag or None, modified or None, date or None, simhash, modified_s, at,
+                     plan=plan)  # fmt: skip
 
     def _record(
         self,
@@ -189,6 +204,8 @@ class Revisiting:
         etag: str | None,
         modified: str | None,
         date: str | None,
+        simhash: int,
+        modified_s: float,
         at: float | None = None,
         *,
         plan: bool = True,
@@ -213,9 +230,31 @@ class Revisiting:
             last_modified=modified,
             depth=depth,
             date=date,
+            simhash=simhash,
+            modified_s=modified_s,
             at=at,
             plan=plan,
         )
+
+    def _lastmods(self, found: FoundURLs, lastmods: bytes) -> None:
+        """A sitemap's URLs with a ``<lastmod>`` (see queue.base.ItemResult) to the
+        history, those of ``found`` only (in a cluster, this partition's)."""
+        n = len(lastmods) // 16
+        own = np.frombuffer(found.fingerprints, np.uint64)
+        if not n or not len(own):
+            return
+        fps = np.frombuffer(lastmods, np.uint64, n)
+        times = np.frombuffer(lastmods, np.float64, n, offset=8 * n)
+        order = np.argsort(own, kind="stable")
+        at = order[np.minimum(np.searchsorted(own, fps, sorter=order), len(own) - 1)]
+        mine = np.flatnonzero((own[at] == fps) & (times > 0))
+        if not len(mine):
+            return
+        payloads = found.payloads_list()
+        self.revisits.sitemap_lastmods(
+            fps[mine], times[mine], [payloads[i] for i in at[mine].tolist()]
+        )
+        self.counters["revisit.sitemap_lastmods"] += len(mine)
 
     def turn(self, now: float, idle: Callable[[], bool]) -> None:
         """At most every ``turn_s``: plan the visits recorded, then hand out what is due.
@@ -265,6 +304,7 @@ class Revisiting:
         c = self.counters
         c["revisit.scheduled"] = st.scheduled
         c["revisit.queued"] = st.queued
+        c["revisit.lastmod_due"] = st.lastmod_due
         # In basis points: the counters are integers.
         fresh = st.expected_freshness if math.isfinite(st.expected_freshness) else 0.0
         c["revisit.expected_freshness_bp"] = round(10_000 * fresh)
@@ -296,7 +336,7 @@ class Revisiting:
         (:meth:`RevisitPolicy.state`), the best fetch rate seen, and the revisits handed
         out and not recorded (those waiting for dispatch, and the pages of ``flying``,
         the items in flight, that are revisits) as JSON rows [url, site, etag,
-        last_modified, depth, digest, date]. Bounded: the policy's sample and sites,
+        last_modified, depth, digest, date, seq, simhash]. Bounded: the policy's sample and sites,
         MAX_WAITING and the items in flight."""
         policy = self.policy.snapshot()
         best_rate = self._best_rate
@@ -310,9 +350,10 @@ class Revisiting:
 
         def save(target: Path) -> None:
             rows = [
-                [rv.url, rv.site, rv.etag, rv.last_modified, rv.depth, rv.digest, rv.date]
+                [rv.url, rv.site, rv.etag, rv.last_modified, rv.depth, rv.digest, rv.date,
+                 rv.seq, rv.simhash]
                 for rv in waiting
-            ]
+            ]  # fmt: skip
             for i in revisits:
                 host = urls.host_of(i.url)
                 site = urls.pld(host) if host else ""
@@ -338,13 +379,32 @@ class Revisiting:
             return
         self.policy.load_state(arrays)
         (self._best_rate,) = arrays["pacing"].tolist()
-        for url, site, etag, modified, depth, digest, date in json.loads(arrays["out"].tobytes()):
+        for url, site, etag, modified, depth, digest, date, *more in json.loads(
+            arrays["out"].tobytes()
+        ):
             fp = urls.fingerprint(url)
-            self.waiting[url] = Revisit(fp, url, site, etag, modified, depth, digest, date)
+            seq, simhash = more if len(more) == 2 else (0, 0)
+            self.waiting[url] = Revisit(
+                fp, url, site, etag, modified, depth, digest, date, seq, simhash
+            )
             self._handed_out.add(fp)
 
     def close(self) -> None:
         self.revisits.close()
+
+
+def _http_date_s(value: str | None) -> float:
+    """An HTTP date (Last-Modified) in seconds since the epoch; 0.0 for none or a
+    malformed one (a server's header must not stop the crawl)."""
+    if not value:
+        return 0.0
+    try:
+        when = parsedate_to_datetime(value)
+        if when.tzinfo is None:  # no zone given: HTTP dates are GMT
+            when = when.replace(tzinfo=UTC)
+        return max(when.timestamp(), 0.0)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return 0.0
 
 
 def _payload_date(r: ItemResult, same: bool) -> str | None:
@@ -363,7 +423,7 @@ def _payload_date(r: ItemResult, same: bool) -> str | None:
 
 def _visit_fields(
     r: ItemResult,
-) -> tuple[int, int, int, str | None, str | None, str | None, str | None] | None:
+) -> tuple[int, int, int, str | None, str | None, str | None, str | None, int, float] | None:
     """What the history records of a result (see :meth:`Revisiting._record`'s
     arguments after the status), or None: not a page fetched for good."""
     item = r.item
@@ -378,6 +438,8 @@ def _visit_fields(
         r.etag or item.etag,
         r.last_modified or item.last_modified,
         _payload_date(r, same),
+        r.simhash,
+        _http_date_s(r.last_modified) if r.status != 304 else 0.0,
     )
 
 
@@ -388,8 +450,8 @@ def journal_visit(r: ItemResult) -> bytes:
     fields = _visit_fields(r)
     if fields is None:
         return b""
-    depth, digest, revisit_digest, revisit_date, etag, modified, date = fields
+    depth, digest, revisit_digest, revisit_date, etag, modified, date, simhash, modified_s = fields
     at = time.time()
     text = "\n".join((etag or "", modified or "", date or "", revisit_date or ""))
-    out = _VISIT.pack(at, digest, revisit_digest, depth) + text.encode()
+    out = _VISIT.pack(at, digest, revisit_digest, depth, simhash, modified_s) + text.encode()
     return out if len(out) <= _MAX_VISIT else b""

@@ -22,6 +22,8 @@ the protocol's scope rule for sitemaps (:func:`sitemap_scope`).
 
 from __future__ import annotations
 
+import calendar
+import re
 import zlib
 from collections import Counter
 from collections.abc import Iterator
@@ -31,7 +33,7 @@ from typing import Final
 from lxml import etree
 
 from drumbeat.parse.feeds import FEED_TYPES, feed_records, item_link
-from drumbeat.urls import DEFAULT_MAX_URL_BYTES, host_of, normalize_links
+from drumbeat.urls import DEFAULT_MAX_URL_BYTES, URLRejected, host_of, normalize, normalize_links
 
 URLSET: Final = "urlset"
 SITEMAPINDEX: Final = "sitemapindex"
@@ -239,6 +241,40 @@ def read_text_links(
     return found
 
 
+# W3C Datetime (the sitemaps.org lastmod format): YYYY, YYYY-MM, YYYY-MM-DD, or a date
+# with hh:mm[:ss[.s+]] and a zone (Z or +hh:mm). A time without a zone, common in real
+# sitemaps though not W3C, is read as UTC.
+_W3C_DATETIME = re.compile(
+    r"(\d{4})(?:-(\d{2})(?:-(\d{2})"
+    r"(?:T(\d{2}):(\d{2})(?::(\d{2})(?:\.\d+)?)?(Z|[+-]\d{2}:\d{2})?)?)?)?",
+    re.ASCII,
+)
+
+
+def parse_lastmod(text: str) -> float | None:
+    """A sitemap ``<lastmod>`` (W3C Datetime) in seconds since the epoch, UTC; None for
+    anything else (malformed, out of range, before 1970). A date alone is its midnight,
+    UTC, the earliest instant it names. Never raises."""
+    m = _W3C_DATETIME.fullmatch(text.strip())
+    if m is None:
+        return None
+    year, month, day, hour, minute, second, zone = m.groups()
+    fields = [int(year), int(month or 1), int(day or 1), int(hour or 0), int(minute or 0)]
+    fields.append(int(second or 0))
+    mo, d, h, mi, sec = fields[1:]
+    if not (1 <= mo <= 12 and 1 <= d <= calendar.monthrange(fields[0], mo)[1]):
+        return None
+    if h > 23 or mi > 59 or sec > 60:  # 60: a leap second
+        return None
+    t = calendar.timegm((fields[0], mo, d, h, mi, sec, 0, 0, 0))
+    if zone and zone != "Z":
+        zh, zm = int(zone[1:3]), int(zone[4:6])
+        if zh > 23 or zm > 59:
+            return None
+        t -= (1 if zone[0] == "+" else -1) * (zh * 3600 + zm * 60)
+    return float(t) if t > 0 else None
+
+
 def sitemap_scope(sitemap_url: str, via: str | None) -> tuple[str, ...]:
     """The URL prefixes a sitemap at ``sitemap_url`` (normalized), found on ``via``, may
     list.
@@ -280,12 +316,15 @@ def _same_host(url: str, other: str) -> bool:
 class XmlPage:
     """A sitemap's or a feed's links for the fetcher: ``kind`` (see :class:`XmlLinks`),
     the normalized links to follow, the links dropped by reason and a summary for the
-    crawl log (the file's entries, how many had a ``lastmod`` and the newest one)."""
+    crawl log (the file's entries, how many had a ``lastmod``, how many of those were
+    malformed, and the newest one). ``lastmods``: with ``dated``, each link's
+    :func:`parse_lastmod` (0.0: none or malformed), aligned with ``links``."""
 
     kind: str
     links: list[str]
     dropped: Counter[str]
     summary: dict[str, object]
+    lastmods: list[float] = field(default_factory=list)
 
 
 def sitemap_or_feed_links(
@@ -296,6 +335,7 @@ def sitemap_or_feed_links(
     follow_index: bool,
     max_links: int,
     max_url_bytes: int = DEFAULT_MAX_URL_BYTES,
+    dated: bool = False,
 ) -> XmlPage | None:
     """The links of what :func:`read_xml_links` or :func:`read_text_links` read from
     ``url`` (found on ``via``); None when it is neither a sitemap nor a feed.
@@ -304,6 +344,7 @@ def sitemap_or_feed_links(
     :func:`sitemap_scope` are dropped (``sitemap_out_of_scope``); an index's sitemaps
     too when ``follow_index`` is false (``sitemap_index_too_deep``: nesting is bounded).
     A malformed or oversized file counts ``sitemap_<error>`` (``feed_<error>``) once.
+    ``dated``: give each kept URL its ``lastmod`` (:attr:`XmlPage.lastmods`).
     """
     kind = read.kind
     if kind is None:
@@ -323,8 +364,37 @@ def sitemap_or_feed_links(
         if kind == SITEMAPINDEX and not follow_index and links:
             dropped["sitemap_index_too_deep"] += len(links)
             links = []
-        dated = [m for m in read.lastmods if m is not None]
-        if dated:
-            summary["lastmod"] = len(dated)
-            summary["lastmod_newest"] = max(dated)
+        written = [m for m in read.lastmods if m is not None]
+        if written:
+            summary["lastmod"] = len(written)
+            summary["lastmod_newest"] = max(written)
+        page = XmlPage(kind, links, dropped, summary)
+        if written:
+            _lastmods(page, read, url, max_url_bytes, dated)
+        return page
     return XmlPage(kind, links, dropped, summary)
+
+
+def _lastmods(page: XmlPage, read: XmlLinks, url: str, max_url_bytes: int, dated: bool) -> None:
+    """Count the malformed ``lastmod`` s of ``read`` in ``page.summary`` (they are
+    ignored) and, with ``dated``, set ``page.lastmods``: a URL listed twice gets its
+    newest. Each dated reference is normalized again to find its link (normalize_links
+    keeps no mapping): only with ``dated``, i.e. when revisits use the dates."""
+    times: dict[str, float] = {}
+    malformed = 0
+    for ref, text in zip(read.refs, read.lastmods):
+        if text is None:
+            continue
+        t = parse_lastmod(text)
+        if t is None:
+            malformed += 1
+        elif dated:
+            try:
+                link = normalize(ref, url, max_bytes=max_url_bytes)
+            except URLRejected:
+                continue
+            times[link] = max(t, times.get(link, 0.0))
+    if malformed:
+        page.summary["lastmod_malformed"] = malformed
+    if dated:
+        page.lastmods = [times.get(link, 0.0) for link in page.links]

@@ -164,6 +164,13 @@ class ItemResult:
     digest: int = 0
     etag: str | None = None
     last_modified: str | None = None
+    # With Settings.revisit, for the revisit history (drumbeat.revisit.history): an HTML
+    # page's 64-bit simhash (Settings.near_dup; 0: none), and a sitemap's <lastmod>s: the
+    # ``n`` fingerprints (uint64) of the URLs of ``found`` that have one, then their ``n``
+    # dates in seconds since the epoch (float64), native order. By fingerprint, not by
+    # position: a cluster keeps in ``found`` only its own partition's URLs.
+    simhash: int = 0
+    lastmods: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)

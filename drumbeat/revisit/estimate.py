@@ -16,6 +16,17 @@ intervals taken at their mean ``t = C / n`` the equation has the closed form
 ``lam = log(1 + n t / T) / t`` (:func:`rate`). It is exact for regular visits, where it is
 the paper's MLE ``-log(1 - X/n) / I``, and close for a schedule's nearly regular ones.
 
+Known modification times (the paper's §6, where a page's last-modified date is known):
+a changed interval whose last change time is known -- the page's ``Last-Modified``, or
+a sitemap's ``<lastmod>`` newer than the visit before (:mod:`.history`) -- says more
+than "at least one change": the last change came ``s`` seconds before the visit, and
+none since. Its likelihood is ``lam exp(-lam s)`` (what came before that change is
+unconstrained), so with ``k`` such intervals, their quiet time ``S`` and the rest as
+above the maximum solves ``n t / (exp(lam t) - 1) + k / lam = T + S`` (:func:`rate`;
+with ``n = 0``, the paper's ``lam = k / (T + S)``). Dated changes make the estimate
+sharper: a page changing far faster than it is visited shows it in one visit (``s``
+short), where undated visits only bound its rate from below.
+
 Bias and few visits: the MLE is infinite when every visit saw a change and 0 when none
 did. The paper's improved estimator adds half an unchanged interval (``T + t/2``); here
 the pseudo-counts of a prior do that job and more: ``prior_weight`` intervals of the
@@ -38,20 +49,23 @@ MIN_RATE = 1e-12  # changes a second: "never changes", kept finite for the formu
 class ChangeStats:
     """What a page's visits saw: ``intervals`` between visits, ``changed`` of them with
     a change, lasting ``changed_s`` seconds in all, and ``unchanged_s`` seconds of the
-    intervals without one (pseudo-counts of a prior may be fractional)."""
+    intervals without one (pseudo-counts of a prior may be fractional). Of the changed
+    intervals, ``dated`` knew when the last change came (``dated_s`` seconds long in
+    all), ``since_s`` seconds in all before the visits that saw them."""
 
     intervals: float = 0.0
     changed: float = 0.0
     changed_s: float = 0.0
     unchanged_s: float = 0.0
+    dated: float = 0.0
+    dated_s: float = 0.0
+    since_s: float = 0.0
 
     def __add__(self, other: ChangeStats) -> ChangeStats:
-        return ChangeStats(
-            self.intervals + other.intervals,
-            self.changed + other.changed,
-            self.changed_s + other.changed_s,
-            self.unchanged_s + other.unchanged_s,
-        )
+        return ChangeStats(*(a + b for a, b in zip(_fields(self), _fields(other))))
+
+    def __sub__(self, other: ChangeStats) -> ChangeStats:
+        return ChangeStats(*(a - b for a, b in zip(_fields(self), _fields(other))))
 
     @classmethod
     def one(cls, interval_s: float, changed: bool) -> ChangeStats:
@@ -67,6 +81,13 @@ class ChangeStats:
     @property
     def observed_s(self) -> float:
         return self.changed_s + self.unchanged_s
+
+
+def _fields(stats: ChangeStats) -> tuple[float, ...]:
+    return (
+        stats.intervals, stats.changed, stats.changed_s, stats.unchanged_s,
+        stats.dated, stats.dated_s, stats.since_s,
+    )  # fmt: skip
 
 
 def mle_rate(intervals_s: Sequence[float], changed: Sequence[bool]) -> float:
@@ -110,14 +131,39 @@ def prior_stats(prior_rate: float, interval_s: float, weight: float = PRIOR_WEIG
 
 
 def rate(stats: ChangeStats) -> float:
-    """The closed-form rate of ``stats`` (see the module docstring): changed intervals
-    taken at their mean. The unchanged time is at least half a changed interval (the
-    paper's improved estimator), so that the rate stays finite."""
-    if stats.changed <= 0 or stats.changed_s <= 0:
+    """The rate of ``stats`` (see the module docstring): undated changed intervals taken
+    at their mean; in closed form without dated ones. The unchanged time is at least
+    half a changed interval (the paper's improved estimator), so that the rate stays
+    finite."""
+    k = max(stats.dated, 0.0)
+    n = stats.changed - k
+    c = stats.changed_s - stats.dated_s
+    if n <= 0 or c <= 0:
+        n = c = 0.0
+    if n <= 0 and k <= 0:
         return MIN_RATE
-    t = stats.changed_s / stats.changed
-    quiet = max(stats.unchanged_s, 0.5 * t)
-    return max(math.log1p(stats.changed * t / quiet) / t, MIN_RATE)
+    mean = (c + stats.dated_s) / (n + k)
+    quiet = max(stats.unchanged_s + max(stats.since_s, 0.0), 0.5 * mean)
+    if k <= 0:
+        t = c / n
+        return max(math.log1p(n * t / quiet) / t, MIN_RATE)
+    if n <= 0:
+        return max(k / quiet, MIN_RATE)
+    t = c / n
+
+    def excess(lam: float) -> float:  # falls as lam grows
+        return n * t / math.expm1(min(lam * t, 700.0)) + k / lam - quiet
+
+    # Each term alone equals ``quiet`` at one of lo's bounds and half of it at hi's.
+    lo = max(k / quiet, math.log1p(n * t / quiet) / t)
+    hi = max(2 * k / quiet, math.log1p(2 * n * t / quiet) / t)
+    for _ in range(50):
+        mid = 0.5 * (lo + hi)
+        if excess(mid) > 0:
+            lo = mid
+        else:
+            hi = mid
+    return max(0.5 * (lo + hi), MIN_RATE)
 
 
 def estimate(

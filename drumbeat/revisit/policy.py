@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass, fields
 
 import numpy as np
 
@@ -177,11 +177,12 @@ class RevisitPolicy:
                 "sample_rates": np.fromiter(sample.values(), np.float64, len(sample)),
                 "site_names": np.frombuffer(b"".join(encoded), np.uint8),
                 "site_lengths": np.array([len(n) for n in encoded], np.uint32),
-                "site_stats": np.array(
-                    [(p.intervals, p.changed, p.changed_s, p.unchanged_s) for p in pooled],
-                    np.float64,
-                ).reshape(-1, 4),
-                "site_total": np.array([t.intervals, t.changed, t.changed_s, t.unchanged_s]),
+                # every field of ChangeStats (a state of fewer columns loads too: the
+                # fields added last default to 0)
+                "site_stats": np.array([astuple(p) for p in pooled], np.float64).reshape(
+                    -1, len(fields(ChangeStats))
+                ),
+                "site_total": np.array(astuple(t), np.float64),
             }
 
         return arrays

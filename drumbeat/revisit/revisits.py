@@ -13,12 +13,19 @@ A due entry's payload (see :mod:`.duequeue`)::
     digest   u8   64 bits of the payload digest of the last fetch
     text     the URL, its site, the ETag, the Last-Modified, the URL's crawl depth and
              the WARC date of the last fetch, UTF-8, separated by newlines (none of
-             them holds one: normalized URLs and header values cannot); the last two
+             them holds one: normalized URLs and header values cannot); then the
+             number of visits the URL's history had when the entry was planned (its
+             *seq*) and the simhash of the last fetch's text (0: none); the last four
              may be missing (entries queued before they were added)
 
-A 304 carries no payload to digest: the digest a revisit was handed out with is kept
-(in RAM, at most ``max_in_flight`` of them) until its fetch is recorded, so that a 304
-counts as "unchanged" in the history.
+A URL has one due entry at a time, except where a sitemap's ``lastmod`` made it due
+sooner (:meth:`Revisits.sitemap_lastmods`): the revisit that finds the history with
+the visits its entry was planned at plans the next one; the other, finding a visit
+more, is recorded but plans none (``superseded``), so that a second entry ends there.
+
+A 304 carries no payload to digest: the digest (and simhash) a revisit was handed out
+with is kept (in RAM, at most ``max_in_flight`` of them) until its fetch is recorded,
+so that a 304 counts as "unchanged" in the history.
 
 Wired into the crawl by :mod:`drumbeat.manager.revisiting` (``crawl --revisit``): the
 fetcher sends the validators a :class:`Revisit` carries as a conditional GET and
@@ -43,9 +50,11 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from drumbeat.frontier.urlseen import decode_payload
 from drumbeat.revisit.duequeue import DueQueue
-from drumbeat.revisit.history import HistoryStore, change_stats, visit
+from drumbeat.revisit.history import NEAR_BITS, HistoryStore, Visited, change_stats, hints, visit
 from drumbeat.revisit.policy import RevisitPolicy
+from drumbeat.urls import host_of, pld
 
 _DIGEST = struct.Struct("<Q")
 
@@ -62,6 +71,8 @@ class Revisit:
     depth: int = 0  # the URL's crawl depth (its links are one deeper)
     digest: int = 0  # digest64 of the payload its last fetch archived (0: unknown)
     date: str | None = None  # the WARC date of that fetch (None: unknown)
+    seq: int = 0  # the visits in the URL's history when this was planned (0: unknown)
+    simhash: int = 0  # the simhash of the last fetch's text (0: none)
 
 
 def digest64(payload: bytes) -> int:
@@ -77,17 +88,29 @@ def _encode(
     modified: str | None,
     depth: int = 0,
     date: str | None = None,
+    seq: int = 0,
+    simhash: int = 0,
 ) -> bytes:
-    text = "\n".join((url, site, etag or "", modified or "", str(depth), date or ""))
-    return _DIGEST.pack(digest) + text.encode()
+    fields = (url, site, etag or "", modified or "", str(depth), date or "", str(seq), str(simhash))
+    return _DIGEST.pack(digest) + "\n".join(fields).encode()
 
 
 def _decode(payload: bytes) -> Revisit:
     """The entry's fields (its fingerprint 0: the caller's to set)."""
     (digest,) = _DIGEST.unpack_from(payload)
     url, site, etag, modified, *more = payload[_DIGEST.size :].decode().split("\n")
-    depth, date = (int(more[0]), more[1] or None) if len(more) == 2 else (0, None)
-    return Revisit(0, url, site, etag or None, modified or None, depth, digest, date)
+    depth, date = (int(more[0]), more[1] or None) if len(more) >= 2 else (0, None)
+    seq, simhash = (int(more[2]), int(more[3])) if len(more) >= 4 else (0, 0)
+    return Revisit(
+        0, url, site, etag or None, modified or None, depth, digest, date, seq, simhash
+    )  # fmt: skip
+
+
+def _planned(rv: Revisit, history: np.void) -> bytes:
+    """The due entry of ``rv``'s next visit, planned after ``history`` (the URL's)."""
+    digest, seq, simhash = int(history["digest"]), int(history["visits"]), int(history["simhash"])
+    etag, modified = rv.etag, rv.last_modified
+    return _encode(digest, rv.url, rv.site, etag, modified, rv.depth, rv.date, seq, simhash)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +122,9 @@ class RevisitStats:
     handed_out: int  # revisits handed to the crawl
     queued: int  # revisits waiting in the due-time queue
     expected_freshness: float  # the policy's estimate for the collection
+    lastmods: int = 0  # sitemap lastmods recorded
+    lastmod_due: int = 0  # of them newer than the URL's last visit: made due sooner
+    superseded: int = 0  # revisits that found a visit since they were planned
 
 
 class Revisits:
@@ -115,9 +141,12 @@ class Revisits:
         max_in_flight: int = 100_000,
         fsync: bool = True,
         state: dict[str, Any] | None = None,
+        near_bits: int = NEAR_BITS,
     ) -> None:
         """``state``: a :meth:`commit`'s, to reopen at (None: start empty). The clock
-        must then run on from the one the state was made with: a crawl uses wall time."""
+        must then run on from the one the state was made with: a crawl uses wall time,
+        as sitemap lastmods and Last-Modified are compared with it. ``near_bits``:
+        visits whose simhashes are at most this far apart saw no change."""
         self.policy = policy
         self.clock = clock
         self.history = HistoryStore(
@@ -125,6 +154,7 @@ class Revisits:
             ram_bytes=history_ram_bytes,
             manifest=None if state is None else state["history"],
             fsync=fsync,
+            near_bits=near_bits,
         )
         self.queue = DueQueue(
             directory / "due",
@@ -141,6 +171,9 @@ class Revisits:
         # the journal's length).
         self._unplanned: set[int] = set()
         self._counts = dict.fromkeys(("recorded", "not_modified", "changed", "planned", "out"), 0)
+        # Revisits handed out: fingerprint -> their entries' (seq, simhash).
+        self._handed: OrderedDict[int, tuple[int, int]] = OrderedDict()
+        self._lastmods = dict.fromkeys(("recorded", "due", "superseded"), 0)
 
     def fetched(
         self,
@@ -155,16 +188,21 @@ class Revisits:
         digest: int = 0,
         depth: int = 0,
         date: str | None = None,
+        simhash: int = 0,
+        modified_s: float = 0.0,
         at: float | None = None,
         plan: bool = True,
     ) -> None:
         """Record a fetch of ``url`` (a 200's ``payload``, or its :func:`digest64` as
         ``digest``; or a 304, with the digest its revisit was handed out with where the
-        caller kept it) at the clock's time (or ``at``); ``date``: its WARC date.
-        ``plan=False``: into the history (and the policy's learning) only, no next
-        visit queued: one is queued already (a journal's replay of a revisit that the
-        restored due-time queue still holds)."""
+        caller kept it) at the clock's time (or ``at``); ``date``: its WARC date;
+        ``simhash``: its text's (0: none); ``modified_s``: its Last-Modified, seconds
+        since the epoch. ``plan=False``: into the history (and the policy's learning)
+        only, no next visit queued: one is queued already (a journal's replay of a
+        revisit that the restored due-time queue still holds)."""
+        seq, handed_simhash = self._handed.pop(fingerprint, (0, 0))
         if status == 304:  # ``digest``: the one it was handed out with, if known
+            simhash = handed_simhash
             digest = self._in_flight.pop(fingerprint, 0) or digest
             if not digest:
                 return  # not a revisit handed out here (or forgotten): nothing to compare
@@ -177,9 +215,30 @@ class Revisits:
             self._unplanned.add(fingerprint)
         self.history.record(
             [fingerprint],
-            visit([self.clock() if at is None else at], [digest]),
-            [_encode(digest, url, site, etag, last_modified, depth, date)],
+            visit(
+                [self.clock() if at is None else at],
+                [digest],
+                modified_s=[modified_s],
+                simhashes=[simhash],
+            ),
+            [_encode(digest, url, site, etag, last_modified, depth, date, seq)],
         )
+
+    def sitemap_lastmods(
+        self, fingerprints: np.ndarray, lastmods_s: np.ndarray, payloads: list[bytes]
+    ) -> None:
+        """Record sitemaps' ``<lastmod>`` s (seconds since the epoch, > 0) of the URLs
+        ``fingerprints``; ``payloads``: their URL-seen payloads (URL, depth, ...: see
+        :func:`drumbeat.frontier.urlseen.encode_payload`). A URL not visited yet keeps
+        its date for its first visit; one visited before its lastmod is due soon
+        (:meth:`plan`). A date in the future is wrong (a server's clock, or a sitemap
+        written ahead): it is dropped, lest it hide the true dates after it."""
+        keep = np.flatnonzero(np.asarray(lastmods_s) <= self.clock())
+        if len(keep) < len(lastmods_s):
+            fingerprints, lastmods_s = fingerprints[keep], lastmods_s[keep]
+            payloads = [payloads[i] for i in keep]
+        self._lastmods["recorded"] += len(fingerprints)
+        self.history.record(fingerprints, hints(lastmods_s), payloads)
 
     def plan(self) -> int:
         """Merge the fetches recorded so far and queue each URL's next visit; returns
@@ -188,27 +247,51 @@ class Revisits:
         now = self.clock()
         planned = []
         for v in self.history.take():
+            if v.history["visits"] == v.before_visits:  # a sitemap lastmod, no visit
+                entry = self._lastmod_due(v, now)
+                if entry is not None:
+                    planned.append(entry)
+                    self.next_due_s = min(self.next_due_s, entry[0])
+                continue
             seen = change_stats(v.history)
             new = None
             if v.before is not None:
-                before = change_stats(v.before)
-                new = type(seen)(
-                    seen.intervals - before.intervals,
-                    seen.changed - before.changed,
-                    seen.changed_s - before.changed_s,
-                    seen.unchanged_s - before.unchanged_s,
-                )
+                new = seen - change_stats(v.before)
                 self._counts["changed"] += int(new.changed > 0)
-            site = _decode(v.payload).site
-            wait = self.policy.visited(v.fingerprint, site, seen, new)
+            rv = _decode(v.payload)
+            wait = self.policy.visited(v.fingerprint, rv.site, seen, new)
             if v.fingerprint in self._unplanned:
                 self._unplanned.discard(v.fingerprint)
                 continue
-            planned.append((now + wait, v.fingerprint, v.payload))
+            if rv.seq and rv.seq != v.before_visits:
+                self._lastmods["superseded"] += 1  # another entry of the URL went first
+                continue
+            planned.append((now + wait, v.fingerprint, _planned(rv, v.history)))
             self.next_due_s = min(self.next_due_s, now + wait)
         self.queue.extend(planned)
         self._counts["planned"] += len(planned)
         return len(planned)
+
+    def _lastmod_due(self, v: Visited, now: float) -> tuple[float, int, bytes] | None:
+        """The due entry a sitemap lastmod calls for, if any.
+
+        A lastmod newer than the URL's last visit (and than any lastmod seen before,
+        and not in the future) means the page changed since: its revisit is due now, or
+        ``min_interval_s`` after the last visit if that is later (the policy's floor; the
+        politeness of the crawl spaces it as any page). Sent without validators: the
+        page is said to have changed. Its next visit is then planned by the policy."""
+        before = v.before
+        t = float(v.history["sitemap_s"])
+        if before is None or not float(before["last_s"]) < t <= now:
+            return None
+        if t <= float(before["sitemap_s"]):
+            return None  # seen before: it made the URL due then
+        url, depth, _, _ = decode_payload(v.payload)
+        host = host_of(url)
+        rv = Revisit(0, url, pld(host) if host else "", None, None, depth)
+        self._lastmods["due"] += 1
+        due_s = max(now, float(before["last_s"]) + self.policy.min_interval_s)
+        return due_s, v.fingerprint, _planned(rv, before)
 
     def due(self, n: int) -> list[Revisit]:
         """Up to ``n`` revisits due by now."""
@@ -219,6 +302,10 @@ class Revisits:
             self._in_flight[e.fingerprint] = rv.digest
             if len(self._in_flight) > self.max_in_flight:
                 self._in_flight.popitem(last=False)
+            if rv.seq:
+                self._handed[e.fingerprint] = rv.seq, rv.simhash
+                if len(self._handed) > self.max_in_flight:
+                    self._handed.popitem(last=False)
             out.append(rv)
         if len(out) < n:  # all that was due is out: the next is due later
             self.next_due_s = math.inf if not len(self.queue) else max(self.next_due_s, now)
@@ -231,16 +318,19 @@ class Revisits:
         self._in_flight.pop(revisit.fingerprint, None)
         rv = revisit
         due_s = self.clock() + wait_s
-        payload = _encode(rv.digest, rv.url, rv.site, rv.etag, rv.last_modified, rv.depth, rv.date)
+        payload = _encode(rv.digest, rv.url, rv.site, rv.etag, rv.last_modified, rv.depth,
+                          rv.date, rv.seq, rv.simhash)  # fmt: skip
         self.queue.push(due_s, rv.fingerprint, payload)
         self.next_due_s = min(self.next_due_s, due_s)
 
     def stats(self) -> RevisitStats:
         c = self._counts
         fresh = self.policy.stats().mean_freshness
+        m = self._lastmods
         return RevisitStats(
             c["recorded"], c["not_modified"], c["changed"], c["planned"], c["out"],
-            len(self.queue), float(np.round(fresh, 4)),
+            len(self.queue), float(np.round(fresh, 4)), m["recorded"], m["due"],
+            m["superseded"],
         )  # fmt: skip
 
     def commit(self) -> dict[str, Any]:

@@ -15,13 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from drumbeat.checkpoint import read_counters
+from drumbeat.checkpoint import Checkpoints, read_counters
 from drumbeat.fetch.client import ClientOptions, client_class
 from drumbeat.fetch.dns import DnsCache
 from drumbeat.fetch.guard import AddressPolicy
+from drumbeat.parse.sitemaps import parse_lastmod, read_xml_links
+from drumbeat.revisit.history import HistoryStore, hints
 from drumbeat.settings import DEFAULT_ACCEPT
 from drumbeat.simweb.model import SimWebConfig
+from drumbeat.simweb.render import Renderer
 from drumbeat.simweb.server import run_in_thread
+from drumbeat.urls import fingerprint, normalize
 from tests.e2e.test_crawl import crawl_cmd, fetched_pages, read_log
 
 
@@ -97,3 +101,46 @@ def test_clients_send_accept_and_read_x_robots_tag(web, client: str) -> None:
     assert error is None
     assert tags == "otherbot: noindex\ndrumbeat: nofollow"
     assert [r.accept for r in web.requests[start:]] == ["text/html;q=1, */*;q=0.1"]
+
+
+def test_sitemap_lastmods_reach_the_revisit_history(web, tmp_path: Path) -> None:
+    """With --revisit, each sitemap URL's <lastmod> goes to its history record (issue
+    52): read back here from the last checkpoint's history DRUM."""
+    state = tmp_path / "state"
+    # A crawl with revisits never ends by itself: it stops once it has fetched every
+    # page the oracle says a crawl fetches (none is due again within a minute).
+    truth = web.model.crawl(web.seeds)
+    pages = str(len(truth.fetched))
+    cmd = crawl_cmd(web, state, "--allow-loopback", "--revisit", "--max-pages", pages)
+    cmd += ["--max-time", "120"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    counters = read_counters(state)
+    # The index's three sitemaps, pages.xml's two in scope, the gzip one's and the
+    # malformed one's first entry: every one dated.
+    assert counters["revisit.sitemap_lastmods"] == 7
+    checkpoint = Checkpoints(state).current()
+    assert checkpoint is not None
+    saved = Checkpoints(state).read_meta(checkpoint).frontier["revisits"]["history"]
+    history = HistoryStore(state / "revisits" / "history", manifest=saved, fsync=False)
+    host = web.model.hosts[0].name
+    renderer = Renderer(web.model)
+    dated: dict[str, float] = {}
+    for path in ("/sitemaps/pages.xml", "/sitemaps/pages.xml.gz"):
+        read = read_xml_links(renderer.body(web.model.page(host, path)))
+        for ref, lastmod in zip(read.refs, read.lastmods):
+            assert lastmod is not None
+            dated[normalize(ref)] = parse_lastmod(lastmod) or 0.0
+    site0 = web.model.url(host, "")
+    fetched = set(fetched_pages(read_log(state)))
+    for url in (site0 + "/only-in-sitemap/1.html", site0 + "/only-in-sitemap/3.html"):
+        # Empty hints fold into a record as nothing: they read it back.
+        history.record([fingerprint(url)], hints([0.0]), [b""])
+        history.flush()
+        (v,) = history.take()
+        assert v.before is not None, url
+        assert v.before["sitemap_s"] == dated[url] > 0
+        assert url in fetched and v.before["visits"] >= 1
+        # Found only through the sitemap: its date was known before its first visit.
+        assert v.before["pre_sitemap_s"] == dated[url]
+    history.close()

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import time
+from array import array
 from pathlib import Path
 
+from drumbeat.fetcher import pack_found
 from drumbeat.manager import Manager
 from drumbeat.manager.checkpointer import Laps
 from drumbeat.manager.revisiting import Revisiting
 from drumbeat.queue.base import PAGE, ROBOTS, FetchItem, ItemResult
 from drumbeat.testing import FakeClock, offline_manager
+from drumbeat.urls import fingerprint
 
 ORIGINS = [f"http://a{i}.test" for i in range(5)]
 URLS = [f"{o}/p/{i}" for i, o in enumerate(ORIGINS)]
@@ -308,6 +311,41 @@ def test_a_revisit_dropped_by_a_cap_is_rescheduled_one_robots_disallows_is_not(
             clock.advance(r.policy.default_interval_s + 1.0)
             [again] = r.revisits.due(10)
             assert (again.url, again.etag) == (capped, '"0"')
+            r.close()
+
+    asyncio.run(main())
+
+
+def test_a_sitemap_lastmod_makes_a_known_url_due_and_waits_for_a_new_one(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        clock = FakeClock(1_800_000_000.0)  # wall time: sitemap dates are compared with it
+        async with offline_manager(tmp_path, **CHANGES) as manager:
+            manager.stores.robots.record(ORIGINS[0], 404, None)
+            r = _revisiting(manager, clock)
+            r.record([_result(URLS[0])])
+            r.turn(clock(), idle=lambda: False)
+            assert manager.counters["revisit.queued"] == 1
+            # A sitemap lists it, changed after its visit, and a URL not fetched yet.
+            clock.advance(30.0)
+            sitemap = _result(ORIGINS[0] + "/sitemap.xml")
+            new = ORIGINS[0] + "/new"
+            sitemap.found = pack_found([URLS[0], new], 3, sitemap.item.url)
+            # (By fingerprint; a cluster partition's found keeps only its own URLs.)
+            elsewhere = fingerprint("http://b.test/")
+            fps = array("Q", [fingerprint(new), elsewhere, fingerprint(URLS[0])])
+            times = array("d", [clock() - 100.0, clock() - 1.0, clock() - 5.0])
+            sitemap.lastmods = fps.tobytes() + times.tobytes()
+            r.record([sitemap])
+            assert manager.counters["revisit.sitemap_lastmods"] == 2
+            clock.advance(1.0)
+            r.turn(clock(), idle=lambda: True)
+            assert manager.counters["revisit.lastmod_due"] == 1
+            # Due at once (its last visit is over revisit_min_interval_s ago), without
+            # validators: the sitemap says it changed. The new URL is not revisited.
+            assert list(r.waiting) == [URLS[0]]
+            assert r.waiting[URLS[0]].etag is None and r.waiting[URLS[0]].depth == 3
             r.close()
 
     asyncio.run(main())

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import calendar
 import gzip
 import resource
 import time
 import zlib
 
+import pytest
+
 from drumbeat.parse.links import extract_links, x_robots_tag
 from drumbeat.parse.sitemaps import (
     MAX_URLS,
+    parse_lastmod,
     read_text_links,
     read_xml_links,
     sitemap_or_feed_links,
@@ -197,3 +201,63 @@ def test_x_robots_tag() -> None:
         False,
     )
     assert x_robots_tag("max-snippet: 20, noindex", "drumbeat") == (False, True)
+
+
+DAY = calendar.timegm((2024, 5, 1, 0, 0, 0))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2024-05-01", DAY),
+        (" 2024-05-01\n", DAY),
+        ("2024", calendar.timegm((2024, 1, 1, 0, 0, 0))),
+        ("2024-05", calendar.timegm((2024, 5, 1, 0, 0, 0))),
+        ("2024-05-01T10:30Z", DAY + 10 * 3600 + 1800),
+        ("2024-05-01T10:30:15+00:00", DAY + 10 * 3600 + 1815),
+        ("2024-05-01T10:30:15.25Z", DAY + 10 * 3600 + 1815),
+        ("2024-05-01T12:30:15+02:00", DAY + 10 * 3600 + 1815),
+        ("2024-05-01T05:30:15-05:00", DAY + 10 * 3600 + 1815),
+        ("2024-05-01T10:30:15", DAY + 10 * 3600 + 1815),  # no zone: read as UTC
+        ("2024-02-29", calendar.timegm((2024, 2, 29, 0, 0, 0))),
+    ],
+)
+def test_lastmod_w3c_datetime_forms(text: str, expected: int) -> None:
+    assert parse_lastmod(text) == float(expected)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "yesterday", "2024-13-01", "2023-02-29", "2024-05-32", "2024-05-01T25:00Z",
+     "2024-05-01T10:61Z", "2024-05-01T10:30+24:00", "01/05/2024", "2024-05-01 10:30Z",
+     "1969-12-31", "2024-05-01T10Z", "\u0662\u0660\u0662\u0664", "9" * 64],
+)  # fmt: skip
+def test_malformed_lastmod_is_none_never_an_error(text: str) -> None:
+    assert parse_lastmod(text) is None
+
+
+def test_sitemap_lastmods_align_with_its_links_and_malformed_ones_are_counted() -> None:
+    def entry(loc: str, mod: str | None) -> bytes:
+        m = b"" if mod is None else b"<lastmod>" + mod.encode() + b"</lastmod>"
+        return b"<url><loc>" + loc.encode() + b"</loc>" + m + b"</url>"
+
+    body = b"<urlset " + NS + b">" + b"".join([
+        entry("http://a.test/x/1", "2024-05-01"),
+        entry("http://a.test/x/2", None),
+        entry("http://b.test/out", "2024-05-01"),  # out of scope: dropped with its date
+        entry("http://a.test/x/3", "not a date"),
+        entry("HTTP://A.test/x/%7e4", "2024-05-01T10:30Z"),  # normalized to /x/~4
+        entry("http://a.test/x/1", "2024-05-02"),  # listed twice: the newest date
+    ]) + b"</urlset>"  # fmt: skip
+    read = read_xml_links(body)
+    url = "http://a.test/x/sitemap.xml"
+    page = sitemap_or_feed_links(read, url, None, follow_index=True, max_links=100, dated=True)
+    assert page is not None
+    assert page.links == ["http://a.test/x/1", "http://a.test/x/2", "http://a.test/x/3",
+                          "http://a.test/x/~4"]  # fmt: skip
+    assert page.lastmods == [DAY + 86400, 0.0, 0.0, DAY + 10 * 3600 + 1800]
+    assert page.summary["lastmod"] == 5 and page.summary["lastmod_malformed"] == 1
+    # Without ``dated`` (no revisits) nothing is normalized again; the count stays.
+    plain = sitemap_or_feed_links(read, url, None, follow_index=True, max_links=100)
+    assert plain is not None and plain.lastmods == []
+    assert plain.summary["lastmod_malformed"] == 1

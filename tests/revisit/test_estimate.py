@@ -81,3 +81,53 @@ def test_site_rates_pool_and_stay_bounded() -> None:
     assert sites.rate("fast.test") == sites.global_rate()
     with pytest.raises(ValueError):
         SiteRates(max_sites=0)
+
+
+def dated_visits(lam: float, interval: float, n: int, rng: random.Random) -> ChangeStats:
+    """``n`` visits ``interval`` apart to a Poisson(lam) page whose Last-Modified (or
+    sitemap lastmod) gives its last change: each changed interval is dated."""
+    stats = ChangeStats()
+    for _ in range(n):
+        t, last = 0.0, None
+        while (t := t + rng.expovariate(lam)) < interval:
+            last = t
+        if last is None:
+            stats += ChangeStats.one(interval, False)
+        else:
+            stats += ChangeStats(
+                1, 1, interval, 0, dated=1, dated_s=interval, since_s=interval - last
+            )
+    return stats
+
+
+def test_dated_changes_alone_give_the_papers_estimate() -> None:
+    # Cho & Garcia-Molina with last-modified dates: changes over the time known quiet.
+    stats = ChangeStats(4, 2, 20.0, 20.0, dated=2, dated_s=20.0, since_s=6.0)
+    assert rate(stats) == pytest.approx(2 / 26)
+
+
+def test_mixed_dated_and_undated_changes_maximise_the_likelihood() -> None:
+    # 3 undated changed intervals of 10 s, 2 dated ones (4 s quiet in all), 30 s quiet.
+    stats = ChangeStats(8, 5, 50.0, 30.0, dated=2, dated_s=20.0, since_s=4.0)
+
+    def loglik(lam: float) -> float:
+        return 3 * math.log(-math.expm1(-lam * 10)) + 2 * math.log(lam) - lam * 34
+
+    got = rate(stats)
+    assert loglik(got) >= max(loglik(got * (1 + d)) for d in (-1e-4, 1e-4))
+    grid = [1e-4 * 1.01**i for i in range(1200)]
+    assert got == pytest.approx(max(grid, key=loglik), rel=0.01)
+
+
+def test_lastmod_evidence_sees_a_rate_far_above_the_visit_rate() -> None:
+    # A page changing every second, visited every 50 s: every visit sees a change, so
+    # visits alone only bound its rate from below; the dates of its changes give it.
+    rng = random.Random(11)
+    dated = dated_visits(1.0, 50.0, 200, rng)
+    assert dated.dated == dated.changed == 200
+    assert rate(dated) == pytest.approx(1.0, rel=0.2)
+    undated = ChangeStats(dated.intervals, dated.changed, dated.changed_s, dated.unchanged_s)
+    assert rate(undated) < 0.2
+    # And a slow one: the dated estimate is as good as the undated MLE, or better.
+    slow = dated_visits(1 / 500, 50.0, 2000, random.Random(12))
+    assert rate(slow) == pytest.approx(1 / 500, rel=0.15)

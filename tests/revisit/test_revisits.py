@@ -7,13 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from aiohttp import web
 
 from drumbeat.fetch.client import validators
 from drumbeat.fetch.curl import CurlHttpClient
+from drumbeat.frontier.urlseen import encode_payload
+from drumbeat.revisit.history import hints
 from drumbeat.revisit.policy import RevisitPolicy
-from drumbeat.revisit.revisits import Revisits
+from drumbeat.revisit.revisits import Revisits, digest64
 from drumbeat.testing import FakeClock
 from tests.fetch import test_http
 from tests.fetch.test_http import client, dns, run
@@ -83,4 +86,61 @@ def test_revisits_send_validators_count_304s_and_learn_changes(
     assert stats.changed == 8  # /moving: each revisit a change
     assert conditional.count("/same") == 8 and conditional.count("/moving") == 8
     assert stats.recorded == 18 and stats.queued == 2
+    revisits.close()
+
+
+def _probe(revisits: Revisits, fingerprint: int) -> np.void:
+    """The URL's history as stored (an empty hint folds into it as nothing)."""
+    revisits.history.record([fingerprint], hints([0.0]), [b""])
+    revisits.history.flush()
+    (v,) = revisits.history.take()
+    assert v.before is not None
+    return v.before
+
+
+def test_a_sitemap_lastmod_newer_than_the_last_visit_makes_the_url_due_soon(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock(1_800_000_000.0)  # wall time: lastmods are compared with it
+    policy = RevisitPolicy(  # a bandwidth for revisits an hour apart
+        1 / 3600, min_interval_s=60.0, max_interval_s=3600.0, default_interval_s=600.0, clock=clock
+    )
+    revisits = Revisits(tmp_path / "revisits", policy, clock=clock, slot_s=10.0, fsync=False)
+    url, fp = "http://a.test/p", 1
+    seen = encode_payload(url, 3, "http://a.test/sitemap.xml")
+    visited = clock()
+    revisits.fetched(fp, url, "a.test", status=200, payload=b"v1", depth=3)
+    assert revisits.plan() == 1 and revisits.stats().queued == 1  # due in an hour
+    # Dates that say nothing new: before the visit, in the future.
+    clock.advance(30.0)
+    revisits.sitemap_lastmods(
+        np.array([fp, fp], np.uint64), np.array([visited - 100, clock() + 50]), [seen, seen]
+    )
+    revisits.plan()
+    assert revisits.stats().queued == 1 and revisits.stats().lastmod_due == 0
+    # Changed after the visit: due at once, or min_interval_s after the visit.
+    revisits.sitemap_lastmods(np.array([fp], np.uint64), np.array([clock() - 10]), [seen])
+    revisits.plan()
+    assert revisits.stats().queued == 2 and revisits.stats().lastmod_due == 1
+    assert revisits.due(10) == []
+    revisits.sitemap_lastmods(np.array([fp], np.uint64), np.array([clock() - 10]), [seen])
+    revisits.plan()  # the same date again: no second entry
+    assert revisits.stats().queued == 2 and revisits.stats().lastmod_due == 1
+    clock.advance(30.0)
+    (rv,) = revisits.due(10)
+    assert (rv.url, rv.depth, rv.etag, rv.digest) == (url, 3, None, digest64(b"v1"))
+    # The revisit finds the change; it was dated by the lastmod (20 s before the visit).
+    revisits.fetched(fp, url, "a.test", status=200, payload=b"v2", depth=3)
+    assert revisits.plan() == 1 and revisits.stats().queued == 2
+    h = _probe(revisits, fp)
+    assert (h["visits"], h["changes"], h["dated"], h["since_s"]) == (2, 1, 1, 40.0)
+    # The URL's first entry falls due: its fetch is recorded, but it plans none (the
+    # lastmod's revisit did): one entry a URL again.
+    clock.advance(3600.0 - 60.0)  # an hour after the first visit
+    (rv,) = revisits.due(10)
+    revisits.fetched(fp, url, "a.test", status=304, etag=rv.etag)
+    revisits.plan()
+    st = revisits.stats()
+    assert (st.queued, st.superseded, st.recorded) == (1, 1, 3)
+    assert _probe(revisits, fp)["visits"] == 3
     revisits.close()
