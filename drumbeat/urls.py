@@ -321,7 +321,28 @@ def _plain_tail(raw: str, directory: str) -> str | None:
     if match is None:
         return None  # also a query- or fragment-only reference, which keeps base parts
     path, query = match.groups()
-    return _dot_free(path if path[0] == "/" else directory + path) + (query or "")
+    if path[0] == "/":
+        return _dot_free(path) + (query or "")
+    return _dot_free(_up_from(directory, path)) + (query or "")
+
+
+def _up_from(directory: str, path: str) -> str:
+    """``directory + path`` with ``path``'s leading "../" and "./" segments applied to
+    ``directory`` (a base's directory: no dot segments, ending with "/"), as WHATWG
+    does: each "../" drops the directory's last segment, never the root. Sites link
+    up the tree ("../../b/c.html"), and a page's directory makes each join new to the
+    cache: this costs a few string operations where splitting the whole path costs a
+    Python loop over every segment."""
+    while path[:1] == ".":
+        if path[:3] == "../":
+            path = path[3:]
+            cut = directory.rfind("/", 0, len(directory) - 1)
+            directory = directory[: cut + 1] if cut >= 0 else "/"
+        elif path[:2] == "./":
+            path = path[2:]
+        else:
+            break  # ".", "..", or a name that starts with a dot: _dot_free's
+    return directory + path
 
 
 def _dot_free(path: str) -> str:

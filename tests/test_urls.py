@@ -526,6 +526,13 @@ def test_not_already_normal_examples(ref):
     "ref",
     [
         "../p/0366.html",
+        "../../../../x.html",
+        "./../x",
+        "../",
+        "../.",
+        "..//x",
+        ".../x",
+        "..x/y",
         "./x",
         ".",
         "..",
@@ -552,6 +559,22 @@ def test_not_already_normal_examples(ref):
 def test_plain_fast_path_examples(ref):
     for base in ("http://h.test/p/x.html", "https://h.test/a/b/c?q=1", "http://h.test"):
         test_plain_relative_fast_path_agrees_with_whatwg.hypothesis.inner_test(base, ref)
+
+
+_DOT_REFS = st.lists(
+    st.sampled_from(["..", ".", "a", "", ".b", "..c", "...", "d.html"]), min_size=1, max_size=7
+).map("/".join)
+
+
+@settings(max_examples=600)
+@given(
+    st.sampled_from(["http://h.test/a/b/c/d.html", "http://h.test/a/", "http://h.test/x"]),
+    _DOT_REFS,
+)
+def test_relative_references_up_the_tree_agree_with_whatwg(base, ref):
+    """References that climb the tree ("../../x"), as documentation sites write them,
+    past the root too: joined without the parser, as the parser joins them."""
+    test_plain_relative_fast_path_agrees_with_whatwg.hypothesis.inner_test(base, ref)
 
 
 def test_plain_join_cache_keeps_bases_apart():

@@ -95,11 +95,14 @@ class Admission:
         return len(candidates)
 
     def _in_scope(self, url: str) -> bool:
-        p = self.pricing
-        if urls.in_scope(urls.host_of(url), self.settings.scope, p.seed_hosts, p.seed_plds):
+        if self._host_in_scope(url):
             return True
         self.counters["links_dropped.scope"] += 1
         return False
+
+    def _host_in_scope(self, url: str) -> bool:
+        p = self.pricing
+        return urls.in_scope(urls.host_of(url), self.settings.scope, p.seed_hosts, p.seed_plds)
 
     def _within_rules(self, url: str) -> bool:
         reason = self._link_reason(url) if self._link_reason is not None else None
@@ -134,24 +137,52 @@ class Admission:
             self._observe_links(found, self._order_links)
         within_rules = self._within_rules if self._link_reason is not None else None
         if self.settings.scope != "any" or within_rules is not None:
-            scoped = self.settings.scope != "any"
-            fingerprints: list[int] = []
-            payloads: list[bytes] = []
-            for f in found:
-                for fp, payload in zip(memoryview(f.fingerprints).cast("Q"), f.payloads_list()):
-                    url = payload_url(payload)
-                    if (not scoped or self._in_scope(url)) and (
-                        within_rules is None or within_rules(url)
-                    ):
-                        fingerprints.append(fp)
-                        payloads.append(payload)
-            self.counters["urlseen_cache_hits"] += self.seen.submit(fingerprints, payloads, sent)
-            return
+            verdicts: dict[bytes, bool] = {}
+            found = [self._admissible(f, within_rules, verdicts) for f in found]
         self.counters["urlseen_cache_hits"] += self.seen.submit_packed(
             b"".join(f.fingerprints for f in found),
             b"".join(f.payloads for f in found),
             b"".join(f.lengths for f in found),
             sent,
+        )
+
+    def _admissible(
+        self,
+        found: FoundURLs,
+        within_rules: Callable[[str], bool] | None,
+        verdicts: dict[bytes, bool],
+    ) -> FoundURLs:
+        """``found`` less the links outside the scope or its rules, still packed.
+
+        Whether a link is in the scope depends on its host alone, so it is decided once
+        per scheme and authority (``verdicts``, for one call of :meth:`admit_found`: a
+        page's links mostly share one or a few), from the payload's bytes; only the
+        rules, when there are any, look at each URL."""
+        scoped = self.settings.scope != "any"
+        payloads = found.payloads_list()
+        kept: list[int] = []
+        for i, payload in enumerate(payloads):
+            if scoped:
+                # A normalized http(s) URL has a path: its authority ends at that "/"
+                # (anything else is its own key: the URL's host still decides).
+                end = payload.index(b"\n")
+                path = payload.find(b"/", 8, end)
+                authority = payload[: path if path >= 0 else end]
+                verdict = verdicts.get(authority)
+                if verdict is None:
+                    verdict = verdicts[authority] = self._host_in_scope(payload_url(payload))
+                if not verdict:
+                    self.counters["links_dropped.scope"] += 1
+                    continue
+            if within_rules is None or within_rules(payload_url(payload)):
+                kept.append(i)
+        if len(kept) == len(payloads):
+            return found
+        chosen = [payloads[i] for i in kept]
+        return FoundURLs(
+            np.frombuffer(found.fingerprints, np.uint64)[kept].tobytes(),
+            b"".join(chosen),
+            np.array([len(p) for p in chosen], np.uint32).tobytes(),
         )
 
     @staticmethod

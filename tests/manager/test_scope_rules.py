@@ -11,6 +11,7 @@ from typing import Any
 
 from drumbeat.fetcher import pack_found
 from drumbeat.frontier.politeness import QueuedURL
+from drumbeat.frontier.urlseen import payload_url
 from drumbeat.manager import Manager
 from drumbeat.manager.hostinfo import host_report
 from drumbeat.queue.base import ItemResult
@@ -164,3 +165,37 @@ def test_cap_counts_resume_from_the_checkpoint(tmp_path: Path) -> None:
 
     _run(tmp_path, count_and_checkpoint, max_pages_per_host=2)
     _run(tmp_path, resumed, max_pages_per_host=2)
+
+
+def test_host_scope_keeps_the_seed_hosts_links_in_order(tmp_path: Path) -> None:
+    """``scope = "host"``: of a batch of pages' links, those on a seed's host (any scheme
+    or port) reach URL-seen, in the order found and with their payloads; the others
+    are counted as dropped."""
+
+    async def test(m: Manager, clock: FakeClock) -> None:
+        m.pricing.set_seeds(["http://a.test/", "http://[::1]:8080/"])
+        page = "http://a.test/p"
+        links = [
+            "http://a.test/1",
+            "http://b.test/",
+            "https://a.test:8443/2",
+            "http://a.test.b.test/x",
+            "http://[::1]/3",
+            "http://b.test/a.test/",
+            "http://a.test/4?x=/y",
+        ]
+        m.admission.admit_found(
+            [pack_found(links, 2, page), pack_found(links[1:2], 2, page), pack_found([], 2, page)]
+        )
+        assert m.counters["links_dropped.scope"] == 4
+        m.stores.seen.flush()
+        payloads = list(m.stores.seen.take_new())
+        assert [payload_url(p) for p in payloads] == [
+            "http://a.test/1",
+            "https://a.test:8443/2",
+            "http://[::1]/3",
+            "http://a.test/4?x=/y",
+        ]
+        assert all(p.endswith(b"\n2\n" + page.encode()) for p in payloads)
+
+    _run(tmp_path, test, scope="host")
