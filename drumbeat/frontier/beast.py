@@ -91,14 +91,13 @@ tables of the last two commits are kept, so either of the last two states reopen
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -796,17 +795,7 @@ class _Places:
     def save(self, path: Path, fsync: bool) -> None:
         """Write :meth:`tables` to ``path`` (temporary name, fsync, rename, directory
         fsync)."""
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as f:
-            # cast: numpy's stub lets a ** dict fill savez's allow_pickle flag too (numpy
-            # >= 2.1); these keys are the tables' names.
-            np.savez(f, **cast("dict[str, Any]", self.tables()))
-            if fsync:
-                f.flush()
-                durable.fsync(f.fileno())
-        os.replace(tmp, path)
-        if fsync:
-            durable.fsync_dir(path.parent)
+        durable.save_npz(path, self.tables(), durable=fsync)
 
     def load(self, path: Path) -> None:
         """Fill the (zeroed) tables from the table file ``path`` of as many PLD slots."""

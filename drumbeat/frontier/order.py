@@ -39,10 +39,8 @@ Preda and Cobena 2003 for OPIC; Baeza-Yates et al. 2005 for larger-sites-first):
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
 
 import numpy as np
 
@@ -283,16 +281,7 @@ def policy_for(s: Settings) -> OrderPolicy:
 def save_tables(policy: OrderPolicy, path: Path, fsync: bool) -> None:
     """Write the policy's tables to ``path`` (temporary name, fsync, rename, directory
     fsync), as BEAST writes its own."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        # cast: numpy's stub lets a ** dict fill savez's allow_pickle flag too.
-        np.savez(f, **cast("dict[str, Any]", policy.tables()))
-        if fsync:
-            f.flush()
-            durable.fsync(f.fileno())
-    os.replace(tmp, path)
-    if fsync:
-        durable.fsync_dir(path.parent)
+    durable.save_npz(path, policy.tables(), durable=fsync)
 
 
 def load_tables(policy: OrderPolicy, path: Path) -> None:

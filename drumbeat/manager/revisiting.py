@@ -50,7 +50,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import struct
 import time
 from collections import Counter, OrderedDict
@@ -70,6 +69,7 @@ from drumbeat.queue.base import PAGE, FetchItem, FoundURLs, ItemResult
 from drumbeat.revisit.policy import RevisitPolicy
 from drumbeat.revisit.revisits import Revisit, Revisits
 from drumbeat.settings import Settings
+from drumbeat.store.durable import save_npz
 from drumbeat.store.warc import warc_date
 
 log = logging.getLogger("drumbeat.manager")
@@ -362,10 +362,7 @@ class Revisiting:
             arrays = policy()
             arrays["pacing"] = np.array([best_rate])
             arrays["out"] = np.frombuffer(json.dumps(rows).encode(), np.uint8)
-            with open(target / STATE_FILE, "wb") as f:
-                np.savez(f, **arrays)  # type: ignore[arg-type]
-                f.flush()
-                os.fsync(f.fileno())
+            save_npz(target / STATE_FILE, arrays)
 
         return save
 

@@ -14,10 +14,12 @@ import ctypes
 import ctypes.util
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
+
+import numpy as np
 
 _deferral = threading.local()  # .pending: the DeferredSyncs of this thread, if any
 
@@ -101,6 +103,28 @@ def fsync_path(path: Path) -> None:
         fsync(fd)
     finally:
         os.close(fd)
+
+
+def save_npz(
+    path: Path, arrays: Mapping[str, Any], *, durable: bool = True, compressed: bool = False
+) -> None:
+    """Write ``arrays`` as the ``.npz`` file ``path``: under a temporary name, then renamed
+    over it, so a crash leaves the old file or the new one whole; with ``durable``, the
+    file and the rename fsynced (:func:`fsync`, :func:`fsync_dir`)."""
+    tmp = path.with_name(path.name + ".tmp")
+    # cast: numpy's stub lets a ** dict fill savez's allow_pickle flag too.
+    named = cast("dict[str, Any]", dict(arrays))
+    with open(tmp, "wb") as f:
+        if compressed:
+            np.savez_compressed(f, **named)
+        else:
+            np.savez(f, **named)
+        if durable:
+            f.flush()
+            fsync(f.fileno())
+    os.replace(tmp, path)
+    if durable:
+        fsync_dir(path.parent)
 
 
 def _libc_syncfs() -> Callable[[int], int] | None:
