@@ -30,4 +30,6 @@ fi
 echo "cores: $(nproc); $(grep -m1 'model name' /proc/cpuinfo)"
 # The open-files limit: nginx and a dozen fetchers hold many connections.
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+# The machine's own per-process scaling first: the cluster's growth is read against it.
+"$PY" scripts/cpu-scaling.py --seconds 2 >&2 || true
 exec "$PY" -m drumbeat bench cluster --quick --scaling "$@"

@@ -93,8 +93,13 @@ LIMIT_SLACK_S = 20.0
 TARGET_GROWTH = 0.8  # of one more fetcher process's / manager's share
 TARGET_BYTES_PER_QUEUED_URL = 1.0
 ROLES = ("manager", "fetchers", "redis", "nginx")
+# The managers' main threads (their event loops) apart: the part of a manager that
+# cannot spread over cores, so its busy share (per manager) says when a manager's core
+# is the limit. Its CPU is inside "manager" too: it is left out of "cores busy".
+LOOP_ROLE = "manager loop"
 FSYNC = ("always", "everysec", "no")
-TREE, ROOT, BELOW = "tree", "root", "below"  # which part of a process tree a role is
+# which part of a process tree a role is (MAIN: the process's main thread alone)
+TREE, ROOT, BELOW, MAIN = "tree", "root", "below", "main"
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,13 +273,26 @@ class Sampler:
 
 
 def _cpu_s(pid: int, part: str, children: dict[int, list[int]]) -> float:
-    """CPU seconds of ``pid``'s tree (TREE), of ``pid`` alone (ROOT) or of its descendants
-    (BELOW)."""
+    """CPU seconds of ``pid``'s tree (TREE), of ``pid`` alone (ROOT), of its descendants
+    (BELOW) or of its main thread (MAIN)."""
+    if part == MAIN:
+        return _thread_cpu_s(pid, pid)
     below = tree_cpu_s(pid, children, include_root=False)
     if part == BELOW:
         return below
     whole = tree_cpu_s(pid, children)
     return whole if part == TREE else whole - below
+
+
+def _thread_cpu_s(pid: int, tid: int) -> float:
+    """CPU seconds (user + system) of thread ``tid`` of process ``pid`` (0 once gone)."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    return sum(int(x) for x in fields[11:13]) / os.sysconf("SC_CLK_TCK")
 
 
 def at(samples: list[Sample], t: float, value: Any) -> float | None:
@@ -389,6 +407,7 @@ class Bench:
         # The crawl's process is its manager; its children are the fetcher processes.
         roles = {
             "manager": [(crawl.pid, ROOT)],
+            LOOP_ROLE: [(crawl.pid, MAIN)],
             "fetchers": [(crawl.pid, BELOW)],
             "nginx": nginx_role,
         }
@@ -430,6 +449,7 @@ class Bench:
                 assert redis.proc is not None
                 roles = {
                     "manager": [(m.pid, TREE) for m in managers],
+                    LOOP_ROLE: [(m.pid, MAIN) for m in managers],
                     "fetchers": [(fetcher.pid, TREE)],
                     "redis": [(redis.proc.pid, TREE)],
                     "nginx": nginx_role,
@@ -607,13 +627,17 @@ def figures(run: ConfigRun, seconds: float) -> dict[str, Any]:
         return out
     begin, end = run.window
     out["window_complete"] = bool(samples) and samples[-1].at >= end
-    for role in ROLES:
+    for role in (*ROLES, LOOP_ROLE):
         a = at(samples, begin, lambda s, role=role: s.cpu_s.get(role))
         b = at(samples, end, lambda s, role=role: s.cpu_s.get(role))
         if a is None or b is None:
             continue
         out["cpu_ms_per_page"][role] = 1000 * (b - a) / rate.steady_pages
         out["cores_busy"][role] = (b - a) / seconds
+    loops = out["cores_busy"].pop(LOOP_ROLE, None)
+    out["cpu_ms_per_page"].pop(LOOP_ROLE, None)
+    # A manager's main thread near 1 core: that manager's core is the limit.
+    out["manager_loop_busy"] = None if loops is None else loops / max(1, cfg.managers)
     if run.baseline_memory is not None:
         out["redis"] = _redis_figures(run, begin, end)
     if run.log_tail:
@@ -793,6 +817,8 @@ def print_report(rep: dict[str, Any]) -> None:
 def _print_notes(console: Any, rep: dict[str, Any]) -> None:
     for name, c in rep["configs"].items():
         busy = ", ".join(f"{k} {v:.2f}" for k, v in c["cores_busy"].items())
+        if c.get("manager_loop_busy") is not None:
+            busy += f" (main thread of each manager {c['manager_loop_busy']:.2f})"
         redis = c["redis"] or {}
         memory = redis.get("used_memory_bytes")
         console.print(

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from drumbeat.bench._throughput_web import nginx_binary
-from drumbeat.bench.cluster import Config, Sample, at, parse_configs, ratios
+from drumbeat.bench.cluster import MAIN, Config, Sample, _cpu_s, at, parse_configs, ratios
 
 BENCH = [sys.executable, "-m", "drumbeat", "bench", "cluster"]
 
@@ -27,6 +27,27 @@ def test_values_are_interpolated_between_samples():
     samples = [Sample(10.0, {"manager": 1.0}), Sample(12.0, {"manager": 3.0})]
     assert at(samples, 11.5, lambda s: s.cpu_s["manager"]) == pytest.approx(2.5)
     assert at(samples, 13.0, lambda s: s.cpu_s["manager"]) is None
+
+
+def test_a_main_thread_counts_apart_from_the_others():
+    import os
+    import threading
+    import time
+
+    def spin(seconds: float) -> None:
+        end = time.thread_time() + seconds
+        while time.thread_time() < end:
+            pass
+
+    before_main, before_all = _cpu_s(os.getpid(), MAIN, {}), time.process_time()
+    t = threading.Thread(target=spin, args=(0.3,))
+    t.start()
+    t.join()
+    spin(0.1)
+    main = _cpu_s(os.getpid(), MAIN, {}) - before_main
+    # /proc counts in clock ticks: 0.1 s of the main thread, not the other thread's 0.3 s
+    assert 0.05 <= main <= 0.25
+    assert time.process_time() - before_all >= 0.35
 
 
 def test_growth_per_added_fetcher_and_manager():
@@ -67,6 +88,8 @@ def test_tiny_run_end_to_end(tmp_path):
     for name, c in report["configs"].items():
         assert c["steady_pages"] > 0 and c["pages_per_s"] > 0, name
         assert c["cpu_ms_per_page"]["manager"] > 0 and c["cpu_ms_per_page"]["fetchers"] > 0
+        # each manager's main thread, its event loop: a share of one core
+        assert 0 < c["manager_loop_busy"] <= 1.2
         assert set(report["ratios"][name]) >= {"vs_standalone", "vs_1m1f"}
         if c["managers"]:
             redis = c["redis"]
