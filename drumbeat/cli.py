@@ -615,7 +615,8 @@ def build_parser() -> argparse.ArgumentParser:
         dest="state_dir",
         metavar="DIR",
         required=True,
-        help="this fetcher's directory: WARC files, drumbeat.log",
+        help="this fetcher's directory: WARC files, drumbeat.log, stages/ (where each "
+        "process's CPU time went)",
     )
     fetcher.add_argument(
         "--processes",

@@ -9,7 +9,9 @@
   (:func:`run_fetcher`); each process runs one queue.redis.RedisFetcherQueue and one
   drumbeat.fetcher.Fetcher per crawl (the crawl's settings, as its managers registered
   them), writes WARC files under its own ``--state DIR/warc/CRAWL/``, and keeps requests
-  to one IP ``ip_delay`` apart cluster-wide through a slot reserved in Redis.
+  to one IP ``ip_delay`` apart cluster-wide through a slot reserved in Redis. At exit
+  each process writes where its CPU time went, ``--state DIR/stages/HOST-PID.json``
+  (:func:`write_fetcher_stages`).
 * ``drumbeat status``: the cluster at a glance (:func:`cluster_status`).
 """
 
@@ -281,6 +283,7 @@ class FetcherProcess:
         self.crawls: dict[str, _CrawlFetcher] = {}
         self.stopping = False
         self._slots: asyncio.Semaphore | None = None
+        self._cpu_at_start = time.process_time()  # the imports' and start-up's left out
 
     def active(self) -> int:
         return sum(c.fetcher.stats().active for c in self.crawls.values())
@@ -389,6 +392,45 @@ class FetcherProcess:
                 c.fetcher.content.close()
             await c.http.close()
             await c.dns.close()
+        stats = [c.fetcher.stats() for c in self.crawls.values()]
+        stage_s: dict[str, float] = {}
+        for st in stats:
+            for stage, spent in st.stage_s.items():
+                stage_s[stage] = stage_s.get(stage, 0.0) + spent
+        write_fetcher_stages(
+            self.role.state_dir / STAGES_DIR / f"{self.name.replace(':', '-')}.json",
+            pages=sum(st.fetched for st in stats),
+            cpu_s=time.process_time() - self._cpu_at_start,
+            stage_s=stage_s,
+            handoff_s=self.queue.handoff_s,
+        )
+
+
+STAGES_DIR = "stages"
+
+
+def write_fetcher_stages(
+    path: Path, *, pages: int, cpu_s: float, stage_s: dict[str, float], handoff_s: float
+) -> None:
+    """Write where a fetcher process's CPU time went over its life, as ``stages.json``
+    does for a standalone crawl's fetchers: ``seconds`` per stage (warc, parse,
+    normalize, dedup..., ``handoff``: tasks in and results out through Redis; ``fetch``:
+    the rest, HTTP and the event loop), ``pages`` fetched and ``cpu_s`` in all. A write
+    that fails is logged: the figures are for reading, the crawl does not need them."""
+    seconds = {**stage_s, "handoff": handoff_s}
+    seconds["fetch"] = max(0.0, cpu_s - sum(seconds.values()))
+    doc = {
+        "pages": pages,
+        "cpu_s": round(cpu_s, 3),
+        "seconds": {k: round(v, 4) for k, v in sorted(seconds.items())},
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as e:
+        log.warning("could not write %s: %s", path, e)
 
 
 async def _serve(role: FetcherRole) -> int:

@@ -81,6 +81,7 @@ from drumbeat.bench.throughput import (
     processor,
     steady_rate,
 )
+from drumbeat.cluster import STAGES_DIR
 from drumbeat.queue.redis import Keys
 
 CRAWL = "bench"
@@ -164,6 +165,8 @@ class ConfigRun:
     exit_codes: dict[str, int | None]  # process name (crawl, fetcher, managerI) -> code
     stopped: list[str]  # the processes the benchmark had to stop: they outlived the limit
     log_tail: str = ""
+    # The fetchers' CPU by stage over their whole run, in µs a fetch (their stage files)
+    fetcher_stages: dict[str, float] | None = None
 
 
 class RedisProbe:
@@ -507,6 +510,12 @@ class Bench:
             exit_codes=codes,
             stopped=stopped,
             log_tail=f"{', '.join(failed)}\n{procs.tails()}" if failed else "",
+            fetcher_stages=_fetcher_stages(
+                [states[0] / "stages.json"]
+                if standalone
+                else sorted((self.work / cfg.name / "fetchers" / STAGES_DIR).glob("*.json")),
+                standalone,
+            ),
         )
 
     def _watch(
@@ -592,6 +601,30 @@ class _Processes:
         return "\n".join(f"--- {log.name}\n{_tail(log)}" for _, log in self.started)
 
 
+# The stages of a standalone crawl's stages.json that its fetcher processes ran ("handoff"
+# sums both sides of the pipes there, so it is left out).
+_FETCHER_STAGES = frozenset({"warc", "parse", "normalize", "dedup", "focus", "fetch"})
+
+
+def _fetcher_stages(paths: list[Path], standalone: bool) -> dict[str, float] | None:
+    """µs a fetch per stage, summed over the fetcher processes' stage files (a
+    cluster's ``stages/*.json``, or a standalone crawl's ``stages.json``)."""
+    pages = 0
+    seconds: dict[str, float] = {}
+    for path in paths:
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        pages += int(doc.get("pages", 0))
+        for stage, spent in doc.get("seconds", {}).items():
+            if not standalone or stage in _FETCHER_STAGES:
+                seconds[stage] = seconds.get(stage, 0.0) + float(spent)
+    if not pages:
+        return None
+    return {stage: round(1e6 * spent / pages, 1) for stage, spent in sorted(seconds.items())}
+
+
 def _latency(state: Path) -> dict[str, Any] | None:
     path = state / "stages.json"
     if not path.exists():
@@ -622,6 +655,7 @@ def figures(run: ConfigRun, seconds: float) -> dict[str, Any]:
         "allocators": run.allocators,
         "exit_codes": run.exit_codes,
         "stopped_by_bench": run.stopped,
+        "fetcher_stages_us": run.fetcher_stages,
     }
     if run.window is None or not rate.steady_pages:
         return out
@@ -819,6 +853,10 @@ def _print_notes(console: Any, rep: dict[str, Any]) -> None:
         busy = ", ".join(f"{k} {v:.2f}" for k, v in c["cores_busy"].items())
         if c.get("manager_loop_busy") is not None:
             busy += f" (main thread of each manager {c['manager_loop_busy']:.2f})"
+        if c.get("fetcher_stages_us"):
+            busy += "; fetchers' µs a fetch by stage: " + ", ".join(
+                f"{k} {v:,.0f}" for k, v in c["fetcher_stages_us"].items()
+            )
         redis = c["redis"] or {}
         memory = redis.get("used_memory_bytes")
         console.print(

@@ -90,6 +90,10 @@ def test_tiny_run_end_to_end(tmp_path):
         assert c["cpu_ms_per_page"]["manager"] > 0 and c["cpu_ms_per_page"]["fetchers"] > 0
         # each manager's main thread, its event loop: a share of one core
         assert 0 < c["manager_loop_busy"] <= 1.2
+        # the fetcher processes' own account (stages.json; a cluster fetcher's stages/)
+        stages = c["fetcher_stages_us"]
+        assert stages["parse"] > 0 and stages["warc"] > 0 and stages["fetch"] > 0, stages
+        assert ("handoff" in stages) == bool(c["managers"])
         assert set(report["ratios"][name]) >= {"vs_standalone", "vs_1m1f"}
         if c["managers"]:
             redis = c["redis"]
