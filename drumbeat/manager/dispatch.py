@@ -293,7 +293,10 @@ class Dispatcher:
         # The first wait counts (a later completion, with several connections, would
         # overwrite it before the request it waits for comes back).
         if host.free_at < 0:
-            host.free_at = started + ms / 1000 + max(0.0, host.due - now)
+            # The host's due time counts from the fetch's end as the manager places it
+            # (on_result), not from now: the report's time held at the fetcher and on
+            # its way would count as latency otherwise.
+            host.free_at = started + ms / 1000 + max(0.0, host.due - (now - r.held_s))
             host.free_item = self.next_item_id
 
     def latency_summary(self) -> dict[str, float | int] | None:
