@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from array import array
 from collections import Counter, defaultdict
@@ -79,6 +80,9 @@ MAX_ROBOTS_SITEMAPS = 1000
 # The content index's directory in a state directory (a cluster fetcher's has one
 # ``content/{crawl}.lmdb`` per crawl instead): see drumbeat.store.dedup.
 CONTENT_INDEX_DIR = "content.lmdb"
+# Fetch ends remembered for the next items of their hosts (Fetcher._note_end): RAM stays
+# bounded; an item whose host's previous end was forgotten waits from its arrival (longer).
+ENDS_KEPT = 4096
 _T = TypeVar("_T")
 
 
@@ -143,6 +147,10 @@ class Fetcher:
         # Fetched items waiting for _archive_fetched, which runs while any wait.
         self._fetched: list[tuple[int, int, FetchItem, FetchResponse]] = []
         self._archiver: asyncio.Task[None] | None = None
+        # When recent fetches whose host's next item may be sent early ended (monotonic
+        # seconds by ItemResult.end_key): that item waits from there.
+        self._ends: dict[int, float] = {}
+        self._keys = random.Random()
         self.fetched = 0
         self.errors: Counter[str] = Counter()
         self.stage_s: defaultdict[str, float] = defaultdict(float)  # CPU seconds
@@ -191,6 +199,14 @@ class Fetcher:
             t.add_done_callback(self._running.discard)
 
     async def _run_item(self, task_id: int, index: int, item: FetchItem) -> None:
+        if item.wait_s > 0:
+            # The manager sent the item before its host's delay was over: the wait holds
+            # no fetch slot. The clock is read again after each sleep: a loop's timers
+            # (uvloop's count whole milliseconds from the loop's cached time) may fire
+            # a little early.
+            until = self._start_at(item)
+            while (left := until - time.monotonic()) > 0:
+                await asyncio.sleep(left)
         async with self._slots:
             try:
                 if self.pace is None:
@@ -208,16 +224,39 @@ class Fetcher:
         if self._archiver is None:
             self._archiver = asyncio.ensure_future(self._archive_fetched())
 
+    def _start_at(self, item: FetchItem) -> float:
+        """When (monotonic seconds) ``item``, sent early (FetchItem.wait_s), may start:
+        its host's delay past the end of its previous fetch, where this fetcher made it
+        (exact, on its own clock); else the delay still to run when the manager sent the
+        item, counted from now, after the item reached this fetcher (longer, never
+        short)."""
+        end = self._ends.pop(item.after_key, None) if item.after_key else None
+        if end is None:
+            return time.monotonic() + item.wait_s
+        return end + item.after_s
+
+    def _note_end(self, end: float) -> int:
+        """Remember ``end`` (monotonic seconds) under a new random key, returned (the last
+        ``ENDS_KEPT`` are kept)."""
+        ends = self._ends
+        key = self._keys.getrandbits(63) or 1
+        ends[key] = end
+        if len(ends) > ENDS_KEPT:
+            del ends[next(iter(ends))]  # the oldest: dicts keep insertion order
+        return key
+
     async def _archive_fetched(self) -> None:
         """Archive, parse and report the fetched pages, batch by batch, until none wait."""
         try:
             while self._fetched:
                 batch, self._fetched = self._fetched, []
                 results = self.complete(batch)
-                now = time.time()
-                for (_, _, _, resp), result in zip(batch, results):
+                now, mono = time.time(), time.monotonic()
+                for (_, _, item, resp), result in zip(batch, results):
                     ended = resp.fetch_time + resp.elapsed_ms / 1000
                     result.held_s = min(max(0.0, now - ended), 60.0)  # a wall clock may jump
+                    if item.report_now:  # its host's next item may wait from its end
+                        result.end_key = self._note_end(mono - result.held_s)
                 await self.queue.report(self.worker, results)
         finally:
             self._archiver = None

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,19 @@ async def robots(request: web.Request) -> web.Response:
     return web.Response(text="User-agent: *\nDisallow: /private/\n")
 
 
+# /when/{name}: the server's monotonic clock as each request arrived and as it was answered
+ARRIVALS: dict[str, float] = {}
+ANSWERED: dict[str, float] = {}
+
+
+async def when(request: web.Request) -> web.Response:
+    name = request.match_info["name"]
+    ARRIVALS[name] = time.monotonic()
+    resp = web.Response(text="<html><body>now</body></html>", content_type="text/html")
+    ANSWERED[name] = time.monotonic()
+    return resp
+
+
 async def one_by_one(fetcher: Fetcher, items: list[FetchItem]) -> list[ItemResult]:
     return [await fetcher.process(0, i, item) for i, item in enumerate(items)]
 
@@ -83,6 +97,7 @@ def run_fetches(tmp_path: Path, items: list[FetchItem], fetch_all=one_by_one):
         app.router.add_get("/dir/redirect", redirect)
         app.router.add_get("/binary", binary)
         app.router.add_get("/robots.txt", robots)
+        app.router.add_get("/when/{name}", when)
         runner = web.AppRunner(app)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -228,6 +243,59 @@ def test_run_gives_what_process_gives_item_by_item(tmp_path: Path):
     with open(path, "rb") as f:
         kinds = [rec.rec_type for rec in ArchiveIterator(f)]
     assert kinds.count("response") == 5 and kinds.count("request") == 5
+
+
+def test_an_item_sent_early_waits_its_wait_before_the_request(tmp_path: Path):
+    """FetchItem.wait_s (the host's delay still to run when the manager sent it), where
+    the fetcher does not know the host's previous fetch: the request reaches the server
+    no sooner than that long after the item reached the fetcher; an item without a wait
+    goes at once."""
+    wait_s = 0.3
+    items = [
+        FetchItem(1, "http://127.0.0.1:PORT/when/stamped", "127.0.0.1", wait_s=wait_s),
+        FetchItem(2, "http://127.0.0.1:PORT/when/plain", "127.0.0.1"),
+    ]
+    sent: list[float] = []
+
+    async def submitted(fetcher: Fetcher, items: list[FetchItem]) -> list[ItemResult]:
+        sent.append(time.monotonic())
+        return await fetch_through_run(fetcher, items)
+
+    ARRIVALS.clear()
+    _, results = run_fetches(tmp_path, items, submitted)
+    assert [r.status for r in results] == [200, 200]
+    assert ARRIVALS["stamped"] - sent[0] >= wait_s
+    # Generous: the item without a wait is not held back by the other's.
+    assert ARRIVALS["plain"] < ARRIVALS["stamped"]
+
+
+def test_an_item_sent_early_waits_from_its_hosts_previous_fetch_here(tmp_path: Path):
+    """FetchItem.after_key names the host's previous fetch, made by this fetcher: the
+    request waits ``after_s`` past that fetch's end (as the server saw it: no sooner),
+    not ``wait_s`` from the item's arrival."""
+    after_s = 0.3
+    items = [
+        FetchItem(1, "http://127.0.0.1:PORT/when/first", "127.0.0.1", report_now=True),
+        FetchItem(2, "http://127.0.0.1:PORT/when/next", "127.0.0.1", wait_s=30.0),
+    ]
+
+    async def one_then_the_other(fetcher: Fetcher, items: list[FetchItem]) -> list[ItemResult]:
+        queue = fetcher.queue
+        running = asyncio.ensure_future(fetcher.run())
+        await queue.submit([Task(0, [items[0]])])
+        [first] = await queue.collect(1, 10.0)
+        assert first.end_key != 0
+        items[1].after_key, items[1].after_s = first.end_key, after_s
+        await queue.submit([Task(1, [items[1]])])
+        [second] = await queue.collect(1, 10.0)  # long before wait_s
+        await queue.close()
+        await running
+        return [first, second]
+
+    ARRIVALS.clear()
+    _, results = run_fetches(tmp_path, items, one_then_the_other)
+    assert [r.status for r in results] == [200, 200]
+    assert ARRIVALS["next"] - ANSWERED["first"] >= after_s
 
 
 def test_a_failing_item_does_not_take_its_batch_with_it(tmp_path: Path):

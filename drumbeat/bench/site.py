@@ -22,7 +22,8 @@ added against wget are counted), CPU ms a page (the crawler's processes, ``wait4
 most requests in flight at once and, with 1 connection, the smallest gap between one
 request's end and the next one's start; drumbeat's dispatch latency (its
 ``stages.json``). ``--quick``: wget and the two drumbeat runs the targets name (0 s with 4
-connections, 5 ms with 1). ``--json``: one JSON object. Skips (exit 0, with a message)
+connections, 5 ms with 1); ``--only 5ms-x1`` (repeatable): only the configurations named
+(see ``RUNS``). ``--json``: one JSON object. Skips (exit 0, with a message)
 where the doc package is missing.
 """
 
@@ -57,6 +58,14 @@ WGET_REJECT = "*.css,*.js,*.png,*.svg,*.gif,*.ico,*.php"
 LOG_FORMAT = "$msec $request_time $connection $status $request_uri"
 TARGET_RATIO_TO_WGET = 2.0
 TARGET_PAGES_PER_S_AT_5MS = 150.0
+# The configurations, in the order run: crawler, host delay, connections (--only names one).
+RUNS: dict[str, tuple[str, float | None, int]] = {
+    "wget": ("wget", None, 1),
+    "scrapy": ("scrapy", None, 1),
+    "0ms-x1": ("drumbeat", 0.0, 1),
+    "0ms-x4": ("drumbeat", 0.0, 4),
+    "5ms-x1": ("drumbeat", 0.005, 1),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,6 +355,12 @@ def main(argv: list[str] | None = None) -> int:
         "--quick", action="store_true", help="wget and the two drumbeat runs the targets name"
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument(
+        "--only",
+        action="append",
+        choices=RUNS,
+        help="run only this configuration (repeatable; wget's coverage is then not compared)",
+    )
     ap.add_argument("--dir", type=Path, default=None, help="work directory (default: a temp dir)")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     if not (DOC_ROOT / FRONT_PAGE.lstrip("/")).exists():
@@ -356,8 +371,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     nginx = nginx_binary()
-    missing = [n for n, ok in (("nginx", nginx), ("wget", shutil.which("wget"))) if not ok]
-    if not args.quick and importlib.util.find_spec("scrapy") is None:
+    chosen = args.only or [r for r in RUNS if not args.quick or r not in ("scrapy", "0ms-x1")]
+    needs = (("nginx", nginx), ("wget", shutil.which("wget") or "wget" not in chosen))
+    missing = [n for n, ok in needs if not ok]
+    if "scrapy" in chosen and importlib.util.find_spec("scrapy") is None:
         missing.append("scrapy")
     if missing or nginx is None:
         print(f"drumbeat bench site needs {' and '.join(missing)}: {INSTALL_HINT}", file=sys.stderr)
@@ -369,12 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     try:
         bench = SiteBench(work, nginx, log=not args.json)
-        runs = [bench.run("wget")]
-        if not args.quick:
-            runs.append(bench.run("scrapy"))
-            runs.append(bench.run("drumbeat", 0.0, 1))
-        runs.append(bench.run("drumbeat", 0.0, 4))
-        runs.append(bench.run("drumbeat", 0.005, 1))
+        runs = [bench.run(*RUNS[name]) for name in RUNS if name in chosen]
         rep = report(runs, time.perf_counter() - started)
     finally:
         shutil.rmtree(work, ignore_errors=True)

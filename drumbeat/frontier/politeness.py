@@ -12,6 +12,14 @@ IP). Delays run from the moment a request's result is back, so queueing latency 
 manager and fetcher can only make gaps longer: the spacing seen by the server is never
 below the delay.
 
+A host whose delay is short (``early_s``: the manager's is
+``manager.dispatch.EARLY_BELOW_S``) is offered as soon as its request completes, its
+delay still to run: the item carries the wait (:meth:`PolitenessScheduler.wait_s`) and
+the fetcher keeps it before the request, so the hand-off overlaps the delay instead of
+adding to it. The fetcher counts the delay from the previous fetch's end where it made
+that fetch (``FetchItem.after_s``), else the rest from the item's arrival, after the
+manager read its clock: either way the gap is never shorter than the delay.
+
 With ``ip_delay_s == 0`` IPs impose nothing (several hosts of one IP may be fetched at
 once); otherwise at most one request per IP is in flight.
 
@@ -74,6 +82,11 @@ class HostState:
     # -1: not measured now) and the least item id that request will have.
     free_at: float = -1.0
     free_item: int = 0
+    # The last request whose result came back (manager.dispatch): the key its fetcher
+    # remembers its end by (ItemResult.end_key, 0: none) and the end its delay runs from
+    # (monotonic seconds); an item sent early refers to them.
+    last_key: int = 0
+    last_end: float = 0.0
 
 
 @final
@@ -112,10 +125,17 @@ class PolitenessScheduler:
         ip_delay_min_s: float | None = None,
         default_budget: int = 1,
         host_connections: int = 1,
+        early_s: float = 0.0,
     ) -> None:
+        """``early_s``: a host whose delay is at most this is offered that delay early,
+        the moment its previous request completes (see :meth:`wait_s`); 0: never. Only
+        with one connection a host: the request it waits for is over, so a wait counted
+        from the item's arrival at any fetcher is never short; starts of requests in
+        flight at once on several fetchers could not be spaced that way."""
         if host_connections < 1:
             raise ValueError("host_connections must be >= 1")
         self.host_connections = host_connections
+        self.early_s = early_s if host_connections == 1 else 0.0
         self.host_delay_s = host_delay_s
         self.ip_delay_s = ip_delay_s
         self.host_delay_min_s = host_delay_s if host_delay_min_s is None else host_delay_min_s
@@ -224,6 +244,9 @@ class PolitenessScheduler:
             h = entry
             if h.busy or h.blocked or not h.queue:
                 continue
+            if h.due > now and self._offered_at(h) > now:
+                self._schedule(h)  # its delay grew since it was pushed
+                continue
             if self.ip_delay_s > 0:
                 ip = self.ips.get(h.ip or "")
                 if ip is None:
@@ -282,7 +305,7 @@ class PolitenessScheduler:
                 h.busy
                 or h.blocked
                 or not h.queue
-                or h.due > now
+                or self._offered_at(h) > now
                 or self.ips.get(h.ip or "") is not ip
             ):
                 self._schedule(h)
@@ -344,10 +367,22 @@ class PolitenessScheduler:
         if ip.parked:
             self._arm(ip)
 
+    def wait_s(self, host: HostState, now: float) -> float:
+        """How long a request to ``host``, which :meth:`next_ready` offered at ``now``,
+        must still wait for its delay to pass: above 0 only for a host offered early
+        (``early_s``). The fetcher waits that long after the item reaches it."""
+        return host.due - now if self.early_s and host.due > now else 0.0
+
+    def _offered_at(self, h: HostState) -> float:
+        """When ``h`` may be offered (its IP aside): at its due time, or early by its
+        whole delay when that is short (``early_s``)."""
+        early = self.early_s
+        return h.due - h.delay_s if early and h.delay_s <= early else h.due
+
     def _schedule(self, h: HostState) -> None:
         if h.busy or h.blocked or not h.queue or h.heap_token != -1:
             return
-        self._push_heap(h, max(h.due, self._start_floor))
+        self._push_heap(h, max(self._offered_at(h), self._start_floor))
 
     def _push_heap(self, h: HostState, when: float) -> None:
         h.heap_token = next(self._tokens)

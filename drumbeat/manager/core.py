@@ -22,7 +22,7 @@ from drumbeat.frontier.urlseen import encode_payload
 from drumbeat.manager.admission import Admission
 from drumbeat.manager.checkpointer import Checkpointer
 from drumbeat.manager.controls import BLOCKED, Controls
-from drumbeat.manager.dispatch import Dispatcher
+from drumbeat.manager.dispatch import EARLY_BELOW_S, Dispatcher
 from drumbeat.manager.gate import RobotsGate, robots_admitter
 from drumbeat.manager.journal import DIR_NAME as JOURNAL_DIR
 from drumbeat.manager.journal import Journal, count_entry, load_done, replay_entries
@@ -645,4 +645,5 @@ def _scheduler(s: Settings) -> PolitenessScheduler:
         ip_delay_min_s=s.ip_delay_min_s,
         default_budget=s.budget_default,
         host_connections=s.host_connections,
+        early_s=EARLY_BELOW_S,
     )

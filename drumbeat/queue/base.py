@@ -71,6 +71,15 @@ class FetchItem:
     # revisit record refers to it; None: unknown).
     revisit_digest: int = 0
     revisit_date: str | None = None
+    # An item the manager sent before its host's delay was over (frontier.politeness,
+    # early_s): the request waits ``after_s`` past the end of the host's previous fetch
+    # where the fetcher that gets it made that fetch and remembers its end by
+    # ``after_key`` (ItemResult.end_key), else ``wait_s`` (the delay still to run when the
+    # manager sent it) from the item's arrival. Durations, never times: a fetcher's clock
+    # need not agree with the manager's. 0: no wait.
+    wait_s: float = 0.0
+    after_key: int = 0
+    after_s: float = 0.0
 
 
 @_pickled_as_fields
@@ -171,6 +180,10 @@ class ItemResult:
     # position: a cluster keeps in ``found`` only its own partition's URLs.
     simhash: int = 0
     lastmods: bytes | None = None
+    # A random key (0: none) under which the fetcher remembers when this fetch ended, for
+    # its host's next item, sent early, to wait from (FetchItem.after_key): random, so
+    # that no other fetcher, nor this one after a restart of either side, has it.
+    end_key: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -131,9 +131,10 @@ def _most_at_once(spans: list[tuple[float, float]]) -> int:
     return most
 
 
-@pytest.mark.parametrize("fetchers", ["0", "2"])
-def test_one_connection_waits_the_delay_after_each_request(site, tmp_path, fetchers):
-    delay = 0.02
+# Delays under manager.dispatch.EARLY_BELOW_S: each item leaves as the fetch before it
+# ends, and the fetcher waits the rest of the delay (FetchItem.wait_s).
+@pytest.mark.parametrize(("fetchers", "delay"), [("0", 0.02), ("2", 0.02), ("2", 0.005)])
+def test_one_connection_waits_the_delay_after_each_request(site, tmp_path, fetchers, delay):
     stages = _crawl(site, tmp_path / "state", 1, delay, fetchers)
     assert sorted(p for p in site.paths if p.startswith("/p/")) == sorted(
         f"/p/{n}.html" for n in range(PAGES)

@@ -154,15 +154,21 @@ def test_random_operations_keep_both_delays_and_serve_everyone():
         _random_operations(seed)
 
 
-def _random_operations(seed: int) -> None:
+def test_random_operations_with_early_offers_keep_both_delays():
+    for seed in range(20):
+        _random_operations(seed, early_s=0.5)
+
+
+def _random_operations(seed: int, early_s: float = 0.0) -> None:
     """Hosts on 3 IPs get URLs, are re-resolved, drained and released at random while
     requests take 0-30 ms; every request must keep both delays, and every URL queued
-    must be fetched once the operations stop."""
+    must be fetched once the operations stop. With ``early_s`` a request starts when
+    its wait (``wait_s``) is over, as a fetcher starts it."""
     import random
 
     rng = random.Random(seed)
     host_delay, ip_delay = 0.3, 0.05
-    s = _sched(host_delay=host_delay, ip_delay=ip_delay)
+    s = PolitenessScheduler(host_delay_s=host_delay, ip_delay_s=ip_delay, early_s=early_s)
     ips = [f"127.1.0.{i}" for i in range(1, 4)]
     hosts = [s.host(f"h{i}.test") for i in range(12)]
     for h in hosts:
@@ -183,10 +189,13 @@ def _random_operations(seed: int) -> None:
         nonlocal fetched
         s.pop_url(h)
         fetched += 1
-        assert now - last_host.get(h.name, -9) >= host_delay - 1e-9
-        assert now - last_ip.get(h.ip, -9) >= ip_delay - 1e-9
+        wait = s.wait_s(h, now)
+        assert 0 <= wait <= (host_delay if early_s else 0.0) + 1e-9
+        at = now + wait
+        assert at - last_host.get(h.name, -9) >= host_delay - 1e-9
+        assert at - last_ip.get(h.ip, -9) >= ip_delay - 1e-9
         assert not any(other.ip == h.ip for _, other in in_flight)
-        in_flight.append((round(now + takes_s, 3), h))
+        in_flight.append((round(at + takes_s, 3), h))
 
     now = 0.0
     for step in range(2000):
@@ -294,3 +303,52 @@ def test_one_connection_is_the_default():
     assert h.in_flight == 0
     assert s.next_ready(5.9) is None
     assert s.next_ready(6.0) is h
+
+
+# -- early_s: a host with a short delay is offered as its request completes ------------
+
+
+def test_a_short_delay_is_offered_at_once_with_its_wait():
+    s = PolitenessScheduler(host_delay_s=0.005, ip_delay_s=0.0, early_s=0.05)
+    h = _add(s, "a.test", "127.1.0.1")
+    assert s.next_ready(0.0) is h and s.wait_s(h, 0.0) == 0.0
+    s.pop_url(h)
+    s.done(h, now=1.0)
+    assert abs((s.next_due_time() or 0) - 1.0) < 1e-9
+    assert s.next_ready(1.001) is h
+    assert abs(s.wait_s(h, 1.001) - 0.004) < 1e-9
+    s.pop_url(h)
+    s.done(h, now=2.0)
+    assert s.next_ready(2.01) is h and s.wait_s(h, 2.01) == 0.0  # the delay is over
+
+
+def test_a_long_delay_or_several_connections_are_not_offered_early():
+    s = PolitenessScheduler(host_delay_s=1.0, ip_delay_s=0.0, early_s=0.05)
+    h = _add(s, "a.test", "127.1.0.1")
+    assert s.next_ready(0.0) is h
+    s.pop_url(h)
+    s.done(h, now=1.0)
+    assert s.next_ready(1.5) is None
+    assert s.next_ready(2.0) is h and s.wait_s(h, 2.0) == 0.0
+    # Starts on several fetchers could not be spaced by waits counted at each.
+    s = PolitenessScheduler(host_delay_s=0.005, ip_delay_s=0.0, early_s=0.05, host_connections=2)
+    assert s.early_s == 0.0
+    h = _add(s, "a.test", "127.1.0.1")
+    assert s.next_ready(0.0) is h and s.wait_s(h, 0.0) == 0.0
+
+
+def test_a_delay_raised_while_queued_is_not_offered_early():
+    """A Crawl-delay or back-off that makes the host's delay longer than ``early_s``
+    after it was pushed: the heap's early entry is put back at its due time."""
+    s = PolitenessScheduler(host_delay_s=0.005, ip_delay_s=0.0, early_s=0.05)
+    h = _add(s, "a.test", "127.1.0.1")
+    assert s.next_ready(0.0) is h
+    s.pop_url(h)
+    s.done(h, now=1.0, delay_s=0.02)  # a back-off of 20 ms: offered its delay early
+    assert s.next_ready(1.01) is None
+    assert s.next_ready(1.016) is h and abs(s.wait_s(h, 1.016) - 0.004) < 1e-9
+    s.pop_url(h)
+    s.done(h, now=2.0)
+    h.delay_s, h.due = 3.0, 5.0  # robots' Crawl-delay, after the push
+    assert s.next_ready(2.0) is None
+    assert s.next_ready(5.0) is h
