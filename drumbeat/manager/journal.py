@@ -48,7 +48,7 @@ import os
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from time import thread_time
 
@@ -56,6 +56,7 @@ import numpy as np
 
 from drumbeat.drum import AuxArray
 from drumbeat.frontier.backoff import retryable
+from drumbeat.frontier.pldgraph import edge_keys
 from drumbeat.queue.base import PAGE, FoundEdges, FoundURLs, Inbox, ItemResult, ManagerQueue
 from drumbeat.store.crawllog import CrawlLog
 from drumbeat.store.durable import DeferredSyncs, deferring_fsyncs
@@ -68,6 +69,7 @@ from drumbeat.store.journal import (
     journal_path,
     read_journal,
 )
+from drumbeat.urls import xxh3_64_array
 
 log = logging.getLogger("drumbeat.manager")
 DIR_NAME = "journal"
@@ -292,15 +294,33 @@ class Forwarded:
 
 def replay_entries(directory: Path, since: int | None) -> Iterator[JournalEntry]:
     """The entries of every journal file from ``after-since`` on (all of them when
-    there is no checkpoint), in order; torn tails are cut and logged."""
+    there is no checkpoint), in order, with their found URLs' fingerprints and their
+    edges' keys; torn tails are cut and logged."""
     for number, path in journal_files(directory):
         if since is not None and number < since:
             continue
         report = ReadReport()
-        yield from read_journal(path, report)
+        yield from map(with_hashes, read_journal(path, report))
         if report.torn_bytes:
             log.warning("cut a torn tail (%d bytes) off %s", report.torn_bytes, path)
         log.info("replayed %d journal records of %s", report.records, path)
+
+
+def with_hashes(entry: JournalEntry) -> JournalEntry:
+    """``entry`` with the fingerprints and edge keys a file of version 3 leaves out
+    (drumbeat.store.journal), as the fetcher computed them (drumbeat.fetcher.pack_found
+    and pack_edges): xxh3_64 of each found URL, pldgraph's edge_keys of the edges."""
+    fingerprints, keys = entry.fingerprints, entry.edge_keys
+    if entry.lengths and not fingerprints:
+        payloads = AuxArray.from_lengths(entry.payloads, entry.lengths)
+        urls = [p.split(b"\n", 1)[0] for p in payloads.tolist()]
+        fingerprints = xxh3_64_array(urls).tobytes()
+    if entry.edge_lengths and not keys:
+        targets = AuxArray.from_lengths(entry.edge_targets, entry.edge_lengths)
+        keys = edge_keys(entry.edge_source, [t.decode() for t in targets.tolist()]).tobytes()
+    if fingerprints is entry.fingerprints and keys is entry.edge_keys:
+        return entry
+    return replace(entry, fingerprints=fingerprints, edge_keys=keys)
 
 
 def count_entry(entry: JournalEntry, counters: Counter[str]) -> int:

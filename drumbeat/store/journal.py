@@ -11,16 +11,24 @@ Layout::
 File format (integers little-endian)::
 
     file    := MAGIC record*
-    MAGIC   := b"DRUMBEAT-JOURNAL 2\\n"   (version 1, read still: entries without a visit)
+    MAGIC   := b"DRUMBEAT-JOURNAL 3\\n"   (versions 1 and 2, read still: see below)
     record  := u32 length | u32 crc32(body) | body           (length = len(body))
     body    := deflate (raw zlib stream, wbits -15) of entry*
     entry   := i32 status (-1: no response) | u32 url bytes | u16 error bytes
                | u32 n found | u32 found payload bytes
                | u32 n edges | u16 edge source bytes | u32 edge target bytes
-               | u16 visit bytes (version 2)
-               | url | error | fingerprints (8 n) | lengths (4 n) | payloads
-               | source | edge keys (8 m) | edge lengths (4 m) | edge targets
-               | visit (version 2)
+               | u16 visit bytes
+               | url | error | lengths (4 n) | payloads
+               | source | edge lengths (4 m) | edge targets
+               | visit
+
+Version 3 leaves out the found URLs' fingerprints and the edges' keys: both are hashes
+of the bytes beside them (xxh3_64 of each payload's URL, of ``source \\n target``),
+random bytes that deflate cannot shrink, the larger part of a record on disk
+(docs/benchmarks.md). :func:`read_journal` gives them empty; the reader that replays
+the entries derives them (``drumbeat.manager.journal.replay_entries``). Version 2 held them, after
+the error (``fingerprints (8 n)``) and after the source (``edge keys (8 m)``); version 1
+as version 2, without the visit.
 
 An entry is one completed page fetch: its URL, status or error, and what it found, as
 the fetcher packed it (``drumbeat.queue.base.FoundURLs`` and ``FoundEdges``, native
@@ -50,8 +58,10 @@ from isal import isal_zlib
 
 from drumbeat.store import durable
 
-MAGIC = b"DRUMBEAT-JOURNAL 2\n"
-MAGIC_V1 = b"DRUMBEAT-JOURNAL 1\n"  # (same length)
+MAGIC = b"DRUMBEAT-JOURNAL 3\n"
+MAGIC_V2 = b"DRUMBEAT-JOURNAL 2\n"  # (same length)
+MAGIC_V1 = b"DRUMBEAT-JOURNAL 1\n"
+_VERSIONS = {MAGIC: 3, MAGIC_V2: 2, MAGIC_V1: 1}
 SUFFIX = ".dj"
 _NAME = re.compile(r"after-(\d{6,})\.dj")
 _FRAME = struct.Struct("<II")
@@ -67,6 +77,9 @@ class JournalError(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class JournalEntry:
+    """One entry; ``fingerprints`` and ``edge_keys`` are empty when read from a file of
+    version 3, which leaves them out (see the module's docstring)."""
+
     url: str
     status: int | None
     error: str | None
@@ -90,26 +103,27 @@ def encode_entry(
     visit: bytes = b"",
 ) -> None:
     """Append one entry's bytes to ``parts``. ``found``: (fingerprints, lengths,
-    payloads); ``edges``: (source, keys, lengths, targets); ``visit``: under 64 KiB."""
+    payloads); ``edges``: (source, keys, lengths, targets); ``visit``: under 64 KiB.
+    The fingerprints and keys are not written (see the module's docstring)."""
     u = url.encode()
     e = (error or "").encode()
-    fps, lens, pays = found or (b"", b"", b"")
-    source, keys, elens, targets = edges or ("", b"", b"", b"")
+    _, lens, pays = found or (b"", b"", b"")
+    source, _, elens, targets = edges or ("", b"", b"", b"")
     s = source.encode()
     parts.append(
         _ENTRY.pack(
             -1 if status is None else status,
             len(u),
             len(e),
-            len(fps) // 8,
+            len(lens) // 4,
             len(pays),
-            len(keys) // 8,
+            len(elens) // 4,
             len(s),
             len(targets),
             len(visit),
         )
     )
-    parts += (u, e, fps, lens, pays, s, keys, elens, targets, visit)
+    parts += (u, e, lens, pays, s, elens, targets, visit)
 
 
 def journal_path(directory: Path, number: int) -> Path:
@@ -175,8 +189,8 @@ def read_journal(path: Path, report: ReadReport | None = None) -> Iterator[Journ
     report = report if report is not None else ReadReport()
     with open(path, "r+b") as f:
         data = f.read()
-        version = 1 if data.startswith(MAGIC_V1) else 2
-        if version == 2 and not data.startswith(MAGIC):
+        version = _VERSIONS.get(data[: len(MAGIC)], 0)
+        if not version:
             if MAGIC.startswith(data):  # killed while creating it
                 report.torn_bytes = len(data)
                 _cut(f, 0)
@@ -220,12 +234,13 @@ def _cut(f: object, size: int) -> None:
 
 def _entries(body: bytes, version: int) -> Iterator[JournalEntry]:
     view = memoryview(body)
-    header = _ENTRY if version == 2 else _ENTRY_V1
+    header = _ENTRY if version >= 2 else _ENTRY_V1
+    hashed = 8 if version < 3 else 0  # the bytes of a fingerprint or key, if written
     at = 0
     while at < len(body):
         status, nu, ne, nf, npay, nk, ns, nt, *nv = header.unpack_from(body, at)
         at += header.size
-        sizes = (nu, ne, 8 * nf, 4 * nf, npay, ns, 8 * nk, 4 * nk, nt, *nv)
+        sizes = (nu, ne, hashed * nf, 4 * nf, npay, ns, hashed * nk, 4 * nk, nt, *nv)
         fields: list[bytes] = []
         for size in sizes:
             if at + size > len(body):

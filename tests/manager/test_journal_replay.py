@@ -12,16 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from drumbeat.fetcher import pack_found
+from drumbeat.fetcher import pack_edges, pack_found
 from drumbeat.frontier.robots import ALLOW_ALL, RobotsEntry
 from drumbeat.frontier.urlseen import encode_payload
-from drumbeat.manager.journal import LINKS
+from drumbeat.manager.journal import LINKS, replay_entries
 from drumbeat.queue.base import PAGE, FetchItem, FoundURLs, ItemResult
 from drumbeat.store.journal import (
     JournalEntry,
     JournalError,
+    JournalWriter,
     ReadReport,
+    encode_entry,
     journal_files,
+    journal_path,
     read_journal,
 )
 from drumbeat.testing import FakeClock, offline_manager
@@ -103,6 +106,32 @@ def test_the_journal_holds_only_the_links_that_passed_url_seens_cache(tmp_path: 
         b"http://new.test/a",
         b"http://new.test/b",
     ]
+
+
+def test_replay_derives_the_hashes_the_journal_leaves_out(tmp_path: Path) -> None:
+    links = ["http://new.test/a", "http://new.test/b?q=1"]
+    found = pack_found(links, 2, SEEDS[0])
+    edges = pack_edges("site0.test", ["new.test", "other.test"])
+    assert edges is not None
+    writer = JournalWriter(journal_path(tmp_path, 1))
+    parts: list[bytes] = []
+    encode_entry(
+        parts,
+        SEEDS[0],
+        200,
+        None,
+        (found.fingerprints, found.lengths, found.payloads),
+        (edges.source, edges.keys, edges.lengths, edges.targets),
+    )
+    encode_entry(parts, "", None, LINKS, (found.fingerprints, found.lengths, found.payloads), None)
+    writer.append(parts)
+    writer.sync()
+    writer.close()
+    assert not next(read_journal(journal_path(tmp_path, 1))).fingerprints  # left out
+    fetch, apart = replay_entries(tmp_path, None)
+    assert fetch.fingerprints == apart.fingerprints == found.fingerprints
+    assert fetch.edge_keys == edges.keys and fetch.payloads == found.payloads
+    assert not apart.edge_keys
 
 
 def _payloads(entry: JournalEntry) -> list[bytes]:
