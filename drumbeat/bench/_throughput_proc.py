@@ -76,14 +76,25 @@ def tree_cpu_s(
         todo.extend(children.get(pid, ()))
         if pid == root and not include_root:
             continue
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue  # exited meanwhile
-        fields = stat[stat.rindex(b")") + 2 :].split()
-        total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+        total += _stat_ticks(f"/proc/{pid}/stat", 4)  # utime stime cutime cstime
     return total / _CLOCK_TICKS
+
+
+def thread_cpu_s(pid: int, tid: int) -> float:
+    """CPU seconds (user + system) of thread ``tid`` of process ``pid`` (0 once gone)."""
+    return _stat_ticks(f"/proc/{pid}/task/{tid}/stat", 2) / _CLOCK_TICKS  # utime stime
+
+
+def _stat_ticks(path: str, count: int) -> int:
+    """The sum of the first ``count`` CPU times (clock ticks: utime, stime, cutime,
+    cstime) in a ``/proc`` stat file; 0 where it is gone (the process exited meanwhile)."""
+    try:
+        with open(path, "rb") as f:
+            stat = f.read()
+    except OSError:
+        return 0
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    return sum(int(x) for x in fields[11 : 11 + count])
 
 
 def children_map() -> dict[int, list[int]]:

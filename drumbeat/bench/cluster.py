@@ -69,7 +69,7 @@ from pathlib import Path
 from typing import Any
 
 from drumbeat.bench._throughput_dns import DnsThread
-from drumbeat.bench._throughput_proc import children_map, tree_cpu_s
+from drumbeat.bench._throughput_proc import children_map, thread_cpu_s, tree_cpu_s
 from drumbeat.bench._throughput_web import Nginx, WebShape, build_tree, nginx_binary, pick_port
 from drumbeat.bench.throughput import (
     INSTALL_HINT,
@@ -279,23 +279,12 @@ def _cpu_s(pid: int, part: str, children: dict[int, list[int]]) -> float:
     """CPU seconds of ``pid``'s tree (TREE), of ``pid`` alone (ROOT), of its descendants
     (BELOW) or of its main thread (MAIN)."""
     if part == MAIN:
-        return _thread_cpu_s(pid, pid)
+        return thread_cpu_s(pid, pid)
     below = tree_cpu_s(pid, children, include_root=False)
     if part == BELOW:
         return below
     whole = tree_cpu_s(pid, children)
     return whole if part == TREE else whole - below
-
-
-def _thread_cpu_s(pid: int, tid: int) -> float:
-    """CPU seconds (user + system) of thread ``tid`` of process ``pid`` (0 once gone)."""
-    try:
-        with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return 0.0
-    fields = stat[stat.rindex(b")") + 2 :].split()
-    return sum(int(x) for x in fields[11:13]) / os.sysconf("SC_CLK_TCK")
 
 
 def at(samples: list[Sample], t: float, value: Any) -> float | None:
