@@ -13,7 +13,8 @@ Floors, from the bottom; a module imports only from its own floor or those below
                     crawl order), ``parse`` (links, encodings, sitemaps, feeds, simhash),
                     ``focus`` (a focused crawl's relevance functions); above them
                     ``revisit`` (change rates, the revisit schedule and its history)
-5. roles            ``manager`` (owns the crawl state), ``fetcher`` (fetch, archive, parse)
+5. roles            ``manager`` (owns the crawl state), ``fetcher`` (fetch, archive, parse);
+                    below them ``fetcher_links`` (a fetched body's links, packed)
 6. faces            ``web`` (the dashboard, the control API and /metrics over a manager;
                     below the faces that start it), ``standalone`` (one manager and its
                     fetcher processes on this machine), ``worker`` (a fetcher process),

@@ -180,6 +180,16 @@ def _order_name(commit: int) -> str:
     return f"order-{commit:08d}.npz"
 
 
+def _drop_tables(directory: Path, commit: int) -> None:
+    """Delete the table files in ``directory`` other than those of commit ``commit`` and
+    the one before (either of the last two states reopens)."""
+    keep = {_table_name(commit), _table_name(commit - 1)}
+    keep |= {_order_name(commit), _order_name(commit - 1)}
+    for path in [*directory.glob("budget-*.npz*"), *directory.glob("order-*.npz*")]:
+        if path.name not in keep:
+            path.unlink()
+
+
 class Beast:
     """BEAST queues in ``directory`` (which it owns).
 
@@ -315,7 +325,7 @@ class Beast:
         A record goes to its PLD's current queue until the PLD has had ``budget`` (at
         least 1) records there, then to the next queue; with the host cap, also to a queue
         its host has had fewer than the cap in, the later of the two. A queue beyond the
-        ring means QF. :meth:`_place_each` places the records one by one; it sees only
+        ring means QF. :meth:`_Places.place` places the records one by one; it sees only
         the records :meth:`_Places.full_from_start` does not find bound for QF, and only
         those are made Python ints, which makes placing URLs bound for QF cheaper.
         ``new``: the records are placed for the first time (the order policy counts them).
@@ -376,64 +386,12 @@ class Beast:
         beyond: int,
         band: int = 0,
     ) -> list[int]:
-        """:meth:`_spread`'s records at ``looped``, placed one by one in the ring (the
-        queues' turns ``first`` to ``beyond - 1``), in band ``band`` of their queues;
-        returns those bound for QF. One loop
-        with the tables in locals, as it runs for every URL a crawl finds new: a method
-        call per URL was clearly slower."""
-        j, start = self._j, self._start
-        places = self._places
-        slots, tags, turns, counts = places.slots, places.mtag, places.mturn, places.mcount
-        host_cap, host_slots = places.host_cap, places.host_slots
-        host_turns, host_counts = places.mhturn, places.mhcount
-        admit = self._admit
-        collisions = deferrals = refused = 0
-        batches: list[list[bytes]] = [[] for _ in range(j)]
-        also_to_qf: list[int] = []
-        items = zip(
-            looped.tolist(),
-            _at(records, looped),
-            plds[looped].tolist(),
-            budgets[looped].tolist(),
-            repeat(0) if hosts is None else hosts[looped].tolist(),
+        """:meth:`_spread`'s records at ``looped``, given their places one by one by
+        :meth:`_Places.place` (the queues' turns ``first`` to ``beyond - 1``) and put in
+        band ``band`` of their queues, one append a queue; returns those bound for QF."""
+        batches, also_to_qf, collisions, deferrals, refused = self._places.place(
+            records, looped, plds, budgets, hosts, self._start, self._j, first, beyond, self._admit
         )
-        for i, record, pld, budget, host in items:
-            slot = pld % slots
-            turn = turns[slot]
-            if turn >= first:
-                if tags[slot] != pld:
-                    collisions += 1
-                used = counts[slot]
-            else:
-                turn, used = first, 0
-            if used and used >= budget:  # used >= max(budget, 1)
-                turn, used = turn + 1, 0
-            if host:
-                hslot = host % host_slots
-                hturn = host_turns[hslot]
-                if hturn >= first:
-                    hused = host_counts[hslot]
-                else:
-                    hturn, hused = first, 0
-                if hused >= host_cap:
-                    hturn, hused = hturn + 1, 0
-                if hturn > turn:
-                    # The host is full where its PLD has room: a later queue for both.
-                    deferrals += 1
-                    turn, used = hturn, 0
-                elif turn > hturn:
-                    hused = 0
-            if turn >= beyond:
-                also_to_qf.append(i)
-                continue
-            if admit is not None and not admit(record):
-                refused += 1
-                continue
-            if host:
-                host_turns[hslot], host_counts[hslot] = turn, hused + 1
-            tags[slot], turns[slot], counts[slot] = pld, turn, used + 1
-            index = turn - start
-            batches[index if index < j else index - j].append(record)
         self._collisions += collisions
         self._host_deferrals += deferrals
         self._refused += refused
@@ -568,7 +526,7 @@ class Beast:
         if self._bands > 1:
             order_table = _order_name(self._commits)
             save_tables(self.order, self.directory / order_table, self._fsync)
-        self._drop_tables()
+        _drop_tables(self.directory, self._commits)
         return {
             "format": FORMAT_VERSION,
             "commit": self._commits,
@@ -626,7 +584,7 @@ class Beast:
         # The order's tables, where the same policy wrote them (another one starts empty).
         if state.get("order") == self.order.name and self._bands > 1:
             load_tables(self.order, self.directory / state["order_table"])
-        self._drop_tables()
+        _drop_tables(self.directory, self._commits)
         for path in self.directory.glob("q[0-9][0-9][0-9]*"):
             if int(path.name[1:4]) >= self._j:
                 # A queue (or a band of one) of a ring grown after this commit.
@@ -636,14 +594,6 @@ class Beast:
             for i, s in enumerate(state["ring"])
         ]
         self._qf = DiskQueue(self.directory / "qf", state=state["qf"], fsync=self._fsync)
-
-    def _drop_tables(self) -> None:
-        """Delete table files other than those of this commit and the one before."""
-        keep = {_table_name(self._commits), _table_name(self._commits - 1)}
-        keep |= {_order_name(self._commits), _order_name(self._commits - 1)}
-        for path in [*self.directory.glob("budget-*.npz*"), *self.directory.glob("order-*.npz*")]:
-            if path.name not in keep:
-                path.unlink()
 
     def _queue_dir(self, index: int) -> Path:
         return self.directory / f"q{index:03d}"
@@ -730,7 +680,9 @@ class _BandedQueue:
 class _Places:
     """BEAST's places in fixed RAM (see "Fixed RAM" and "Host cap" in the module
     docstring): the PLD table (hash tag, turn, count) and the host table (turn and count
-    only: colliding hosts simply share a cap), with their commits' table files."""
+    only: colliding hosts simply share a cap), with their commits' table files. It gives
+    records their places (:meth:`place`; :meth:`full_from_start` finds, in numpy's
+    passes, those whose place is full from the start); Beast writes them to its queues."""
 
     def __init__(self, pld_slots: int, host_cap: int, host_slots: int) -> None:
         if pld_slots < 1 or host_slots < 1:
@@ -756,8 +708,8 @@ class _Places:
         beyond: int,
     ) -> tuple[np.ndarray, int, int]:
         """Which records go to QF because their place is full from the start of the
-        batch, with the slot collisions and host deferrals :meth:`Beast._place_each` would
-        have counted for them. Once a large crawl's sites have filled their places in
+        batch, with the slot collisions and host deferrals :meth:`place` would have
+        counted for them. Once a large crawl's sites have filled their places in
         the ring, most URLs placed (new ones, and QF's at a re-split) are such; here they
         cost numpy's passes rather than the loop's turn.
 
@@ -784,6 +736,79 @@ class _Places:
         collisions = int(np.count_nonzero(fast & (turn >= first) & (self.tag[slot] != plds)))
         deferrals = int(np.count_nonzero(fast & host_full))
         return fast, collisions, deferrals
+
+    def place(
+        self,
+        records: Sequence[bytes] | PackedRecords,
+        looped: np.ndarray,
+        plds: np.ndarray,
+        budgets: np.ndarray,
+        hosts: np.ndarray | None,
+        start: int,
+        j: int,
+        first: int,
+        beyond: int,
+        admit: Callable[[bytes], bool] | None,
+    ) -> tuple[list[list[bytes]], list[int], int, int, int]:
+        """Place the records at ``looped`` one by one (record i of PLD hash ``plds[i]``
+        with ``budgets[i]``, of host hash ``hosts[i]`` where hosts are given and it is not
+        0) in the ring of ``j`` queues whose pass started at turn ``start``, in the queues
+        of turns ``first`` to ``beyond - 1``, as :meth:`Beast._spread` says; ``admit``
+        may refuse a record its place. Returns the records for each queue, in ring order,
+        the indices of those bound for QF, and the slot collisions, host deferrals and
+        refusals met. One loop with the tables in locals, as it runs for every URL a
+        crawl finds new: a method call per URL was clearly slower."""
+        slots, tags, turns, counts = self.slots, self.mtag, self.mturn, self.mcount
+        host_cap, host_slots = self.host_cap, self.host_slots
+        host_turns, host_counts = self.mhturn, self.mhcount
+        collisions = deferrals = refused = 0
+        batches: list[list[bytes]] = [[] for _ in range(j)]
+        also_to_qf: list[int] = []
+        items = zip(
+            looped.tolist(),
+            _at(records, looped),
+            plds[looped].tolist(),
+            budgets[looped].tolist(),
+            repeat(0) if hosts is None else hosts[looped].tolist(),
+        )
+        for i, record, pld, budget, host in items:
+            slot = pld % slots
+            turn = turns[slot]
+            if turn >= first:
+                if tags[slot] != pld:
+                    collisions += 1
+                used = counts[slot]
+            else:
+                turn, used = first, 0
+            if used and used >= budget:  # used >= max(budget, 1)
+                turn, used = turn + 1, 0
+            if host:
+                hslot = host % host_slots
+                hturn = host_turns[hslot]
+                if hturn >= first:
+                    hused = host_counts[hslot]
+                else:
+                    hturn, hused = first, 0
+                if hused >= host_cap:
+                    hturn, hused = hturn + 1, 0
+                if hturn > turn:
+                    # The host is full where its PLD has room: a later queue for both.
+                    deferrals += 1
+                    turn, used = hturn, 0
+                elif turn > hturn:
+                    hused = 0
+            if turn >= beyond:
+                also_to_qf.append(i)
+                continue
+            if admit is not None and not admit(record):
+                refused += 1
+                continue
+            if host:
+                host_turns[hslot], host_counts[hslot] = turn, hused + 1
+            tags[slot], turns[slot], counts[slot] = pld, turn, used + 1
+            index = turn - start
+            batches[index if index < j else index - j].append(record)
+        return batches, also_to_qf, collisions, deferrals, refused
 
     def tables(self) -> dict[str, np.ndarray]:
         """The budget and host tables, as saved at a commit (see _used_slots)."""
