@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring
 from pathlib import Path
@@ -64,9 +64,11 @@ class CheckpointMeta:
     next_item_id: int = 0
     counters: dict[str, int] = field(default_factory=dict)
     time: float = 0.0
-    urlseen_manifest: dict | None = None  # DRUM's commit for URL-seen at this checkpoint
-    pld_manifest: dict | None = None  # the PLD in-degree DRUMs' commits
-    frontier: dict | None = None  # BEAST, RobotsCache, QR, robots-to-fetch commits
+    # The stores' commits, as JSON: each store's own type (e.g. frontier.urlseen's
+    # SeenManifest; the frontier's: manager.stores.FrontierState) checks its format.
+    urlseen_manifest: Mapping[str, Any] | None = None  # URL-seen's DRUM
+    pld_manifest: Mapping[str, Any] | None = None  # the PLD in-degree DRUMs
+    frontier: Mapping[str, Any] | None = None  # BEAST, RobotsCache, QR, robots-to-fetch
 
 
 class Checkpoints:

@@ -111,11 +111,11 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 from urllib.parse import urlsplit
 
 from drumbeat.frontier.beast import theorem7_bound
-from drumbeat.frontier.diskqueue import FRAME_SIZE, DiskQueue
+from drumbeat.frontier.diskqueue import FRAME_SIZE, DiskQueue, QueueState
 from drumbeat.frontier.urlseen import encode_payload
 from drumbeat.simweb.model import TOPIC_WORDS, SimWebConfig, SimWebModel
 from drumbeat.simweb.scenarios import PLDClass, spammed_host_indices
@@ -463,7 +463,7 @@ def _mean_record_bytes(state: Path, queue_states: list[dict], fetched: list[dict
         if "bands" in qstate:  # an order with bands: band 0 is the queue's directory
             qstate = qstate["bands"][0]
         # The crawl is over: reading its queues cannot disturb it.
-        queue = DiskQueue(directory, state=qstate, fsync=False)
+        queue = DiskQueue(directory, state=cast("QueueState", qstate), fsync=False)
         try:
             sizes.extend(map(len, queue.read(min(len(queue), B_SAMPLE))))
         finally:

@@ -48,6 +48,7 @@ from drumbeat.drum.format import DrumCorruptError, DrumError
 from drumbeat.drum.merge import CHECK, CHECK_UPDATE, UPDATE
 from drumbeat.drum.repository import Drum, DrumIOError, DrumResult, DrumStats
 from drumbeat.drum.sizing import Sizing, plan, predicted_alpha
+from drumbeat.drum.state import Snapshot
 
 __all__ = [
     "CHECK",
@@ -61,6 +62,7 @@ __all__ = [
     "DrumResult",
     "DrumStats",
     "Sizing",
+    "Snapshot",
     "plan",
     "predicted_alpha",
 ]

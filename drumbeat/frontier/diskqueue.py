@@ -74,7 +74,7 @@ import zlib
 from collections.abc import Callable, Iterable
 from itertools import pairwise
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, NotRequired, TypedDict
 
 import numpy as np
 import xxhash
@@ -83,6 +83,21 @@ from drumbeat.store import durable
 
 FORMAT_VERSION = 3
 _READABLE_VERSIONS = (1, 2, 3)
+
+
+class QueueState(TypedDict):
+    """A committed state of a :class:`DiskQueue` (JSON; checkpoints hold it as is)."""
+
+    format: int  # FORMAT_VERSION when committed
+    write: list[int]  # [segment, length]: where the next record goes
+    read: list[int]  # [segment, offset]: the frame the next record is read from
+    read_in_block: NotRequired[int]  # records already read of that frame (not in version 1)
+    count: int  # records queued
+    keep: int  # the oldest segment a reopen may need (older ones are deleted)
+    bytes_written: int
+    bytes_read: int
+
+
 MAGIC = b"DQSG"
 _HEADER = struct.Struct("<4sHxxQ")
 HEADER_SIZE = _HEADER.size + 4
@@ -364,7 +379,7 @@ class DiskQueue:
         self,
         directory: Path,
         *,
-        state: dict[str, Any] | None = None,
+        state: QueueState | None = None,
         segment_bytes: int = 64 << 20,
         fsync: bool = True,
         buffer_bytes: int = 1 << 20,
@@ -681,12 +696,12 @@ class DiskQueue:
 
     # -- commits -----------------------------------------------------------------------
 
-    def commit(self) -> dict[str, Any]:
+    def commit(self) -> QueueState:
         """Make everything appended so far durable; return the state to reopen with."""
         self._usable()
         self._w.sync()
         keep = self._rs if self._last_commit_rs is None else self._last_commit_rs
-        state = {
+        state: QueueState = {
             "format": FORMAT_VERSION,
             "write": [self._w.seg, self._w.length],
             "read": [self._rs, self._roff],
@@ -702,7 +717,7 @@ class DiskQueue:
         self._last_commit_rs = self._rs
         return state
 
-    def _reopen(self, state: dict[str, Any]) -> None:
+    def _reopen(self, state: QueueState) -> None:
         if state.get("format") not in _READABLE_VERSIONS:
             raise ValueError(
                 f"disk queue state format {state.get('format')!r}, "
@@ -759,5 +774,5 @@ class DiskQueue:
 
 if TYPE_CHECKING:
 
-    def _durable(queue: DiskQueue) -> durable.Durable[dict[str, Any]]:
+    def _durable(queue: DiskQueue) -> durable.Durable[QueueState]:
         return queue  # DiskQueue keeps the store contract: commit() -> its state

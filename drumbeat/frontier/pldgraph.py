@@ -24,12 +24,12 @@ from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 import xxhash
 
-from drumbeat.drum import AuxArray, Drum, DrumResult
+from drumbeat.drum import AuxArray, Drum, DrumResult, Snapshot
 from drumbeat.urls import xxh3_64_array
 
 if TYPE_CHECKING:
@@ -60,13 +60,21 @@ def edge_keys(source: str, targets: Iterable[str]) -> array[int]:
 OnIndegree = Callable[[list[str], list[int]], None]
 
 
+class GraphManifest(TypedDict):
+    """A commit of :class:`PLDIndegree`: the format and its two DRUMs' manifests."""
+
+    format: int  # MANIFEST_FORMAT (a manifest without one is format 1)
+    edges: Snapshot
+    indegree: Snapshot
+
+
 class PLDIndegree:
     def __init__(
         self,
         directory: Path,
         *,
         ram_bytes: int,
-        manifest: dict[str, Any] | None = None,
+        manifest: GraphManifest | None = None,
         fsync: bool | str = True,
         on_indegree: OnIndegree | None = None,
         background: bool = False,
@@ -87,7 +95,7 @@ class PLDIndegree:
             directory / "edges",
             ram_bytes=half,
             fsync=fsync,
-            manifest=(manifest or {}).get("edges"),
+            manifest=None if manifest is None else manifest.get("edges"),
             background=background,
         )
         self.indegree = Drum(
@@ -96,7 +104,7 @@ class PLDIndegree:
             merge="add",
             ram_bytes=half,
             fsync=fsync,
-            manifest=(manifest or {}).get("indegree"),
+            manifest=None if manifest is None else manifest.get("indegree"),
         )
         self.new_edges = 0
         self.on_indegree = on_indegree
@@ -240,7 +248,7 @@ class PLDIndegree:
                 i += 1
         return counts
 
-    def commit(self) -> dict[str, Any]:
+    def commit(self) -> GraphManifest:
         """Durable point for a checkpoint; new edges of every merge are moved first (a
         background round is waited for)."""
         self.edges.settle()
@@ -266,5 +274,5 @@ def _counted(item: tuple[bytes, int]) -> bytes:
 
 if TYPE_CHECKING:
 
-    def _durable(graph: PLDIndegree) -> Durable[dict[str, Any]]:
+    def _durable(graph: PLDIndegree) -> Durable[GraphManifest]:
         return graph  # PLDIndegree keeps the store contract: commit() -> its state

@@ -23,12 +23,20 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
-from drumbeat.frontier.diskqueue import DiskQueue
+from drumbeat.frontier.diskqueue import DiskQueue, QueueState
 
 if TYPE_CHECKING:
     from drumbeat.store.durable import Durable
+
+
+class WaitQueueState(TypedDict):
+    """A commit of :class:`RobotsWaitQueue` (JSON; checkpoints hold it as is)."""
+
+    queue: QueueState
+    gens: list[list[int]]  # [generation, records] of each generation not yet replayed
+    next_gen: int
 
 
 @dataclass(slots=True)
@@ -43,7 +51,7 @@ class RobotsWaitQueue:
         self,
         directory: Path,
         *,
-        state: dict[str, Any] | None,
+        state: WaitQueueState | None,
         max_wait_s: float,
         min_wait_s: float = 0.0,
         gen_s: float = 1.0,
@@ -153,7 +161,7 @@ class RobotsWaitQueue:
 
     # -- durability ------------------------------------------------------------------------
 
-    def commit(self) -> dict[str, Any]:
+    def commit(self) -> WaitQueueState:
         return {
             "queue": self.queue.commit(),
             "gens": [[g.gen, g.records] for g in self._gens if g.records],
@@ -166,5 +174,5 @@ class RobotsWaitQueue:
 
 if TYPE_CHECKING:
 
-    def _durable(queue: RobotsWaitQueue) -> Durable[dict[str, Any]]:
+    def _durable(queue: RobotsWaitQueue) -> Durable[WaitQueueState]:
         return queue  # RobotsWaitQueue keeps the store contract: commit() -> its state

@@ -39,13 +39,13 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 import xxhash
 from protego import Protego
 
-from drumbeat.drum import CHECK, AuxArray, Drum, DrumCorruptError, DrumError
+from drumbeat.drum import CHECK, AuxArray, Drum, DrumCorruptError, DrumError, Snapshot
 from drumbeat.store import durable
 
 ALLOW_ALL = "allow_all"
@@ -55,6 +55,17 @@ GIVEN_UP = "given_up"
 REFUSED = "refused"  # the host's DNS failed or its address is refused; `text` holds the reason
 
 MANIFEST_FORMAT = 2  # 2 adds "stores"; a format-1 manifest still opens (see _STAMPED)
+
+
+class RobotsManifest(TypedDict):
+    """A commit of :class:`RobotsStore` (JSON; checkpoints hold it as is)."""
+
+    format: int  # MANIFEST_FORMAT, or 1
+    rules_log_bytes: int  # the rules log's committed length
+    stores: NotRequired[int]  # rules stored so far (format 2)
+    cache: Snapshot  # the RobotsCache DRUM's manifest
+    requested: Snapshot  # the RobotsRequested DRUM's manifest
+
 
 # The RobotsCache value. No crawl delay: an entry is only usable parsed (allows() needs the
 # rules), and the parse yields the delay too. State code 0 is never written.
@@ -237,7 +248,7 @@ class RobotsStore:
         max_attempts: int,
         ram_entries: int = 10_000,
         drum_ram_bytes: int = 4 << 20,
-        manifest: dict[str, Any] | None = None,
+        manifest: RobotsManifest | None = None,
         clock: Callable[[], float] = time.time,
         fsync: bool | str = True,
     ) -> None:
@@ -265,19 +276,18 @@ class RobotsStore:
         # Cache records are ~5x the size of RobotsRequested's (42 vs 9 bytes).
         cache_ram = max(drum_ram_bytes * 3 // 4, 1 << 20)
         requested_ram = max(drum_ram_bytes - cache_ram, 1 << 20)
-        m = manifest or {}
         self.cache = Drum(
             self.directory / "cache",
             value_dtype=VALUE_DTYPE,
             ram_bytes=cache_ram,
             fsync=fsync,
-            manifest=m.get("cache"),
+            manifest=None if manifest is None else manifest.get("cache"),
         )
         self.requested = Drum(
             self.directory / "requested",
             ram_bytes=requested_ram,
             fsync=fsync,
-            manifest=m.get("requested"),
+            manifest=None if manifest is None else manifest.get("requested"),
         )
         self._fsync = fsync is not False
         self.log = RulesLog(
@@ -290,7 +300,8 @@ class RobotsStore:
         # Stores are counted; _recent_stores holds the count after the last store of the
         # ram_entries origins stored most recently, so every store counted above
         # _stores_forgotten is in it.
-        self._stores = self._stores_forgotten = int(m.get("stores", 0))
+        stores = 0 if manifest is None else manifest.get("stores", 0)
+        self._stores = self._stores_forgotten = int(stores)
         self._recent_stores: OrderedDict[str, int] = OrderedDict()
         self._hits = self._misses = self._loaded = 0
         # Merge count of each DRUM when checks / requests were last submitted (None: none
@@ -495,7 +506,7 @@ class RobotsStore:
         self.requested.flush()
         self._check_mark = self._request_mark = None
 
-    def commit(self) -> dict[str, Any]:
+    def commit(self) -> RobotsManifest:
         """Durable point: everything recorded, checked and requested so far. Returns the
         JSON-able manifest to reopen with."""
         # The log is synced only here, even with fsync=True: the store is only ever reopened

@@ -19,11 +19,11 @@ import shutil
 from collections.abc import Callable, Iterator, Sequence
 from operator import length_hint
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
-from drumbeat.drum import AuxArray, Drum, DrumStats
+from drumbeat.drum import AuxArray, Drum, DrumStats, Snapshot
 from drumbeat.frontier.seencache import RecentFingerprints
 
 if TYPE_CHECKING:
@@ -66,7 +66,12 @@ def payload_url(data: bytes) -> str:
 # Told the URLs a submit sent on to DRUM: their fingerprints and payloads.
 Sent = Callable[[np.ndarray, AuxArray], None]
 
-_TAKEN = "urlseen_taken"  # the manifest's key for DrumURLSeen's place in a round
+
+class SeenManifest(Snapshot, total=False):
+    """A commit of :class:`DrumURLSeen`: DRUM's manifest, with the place in a round's
+    new URLs that :meth:`DrumURLSeen.take_new` had reached."""
+
+    urlseen_taken: list[int]  # [epoch, new URLs taken of it]; [-1, 0]: none yet
 
 
 class DrumURLSeen:
@@ -77,7 +82,7 @@ class DrumURLSeen:
         directory: Path,
         *,
         ram_bytes: int,
-        manifest: dict[str, Any] | None = None,
+        manifest: SeenManifest | None = None,
         fsync: bool | str = True,
         background: bool = False,
         cache_bytes: int = 0,
@@ -95,7 +100,8 @@ class DrumURLSeen:
         self._cache = RecentFingerprints(cache_bytes) if cache_bytes else None
         self._submitted_since_flush = 0
         # [epoch, new URLs] of a round taken that far before the commit reopened here.
-        self._taken_before: list[int] = (manifest or {}).get(_TAKEN) or [-1, 0]
+        taken = None if manifest is None else manifest.get("urlseen_taken")
+        self._taken_before: list[int] = taken or [-1, 0]
         # The round take_new is delivering (epoch -1: none yet): its new URLs before the
         # current chunk, and that chunk (an iterator over a list, whose length_hint says
         # what is left of it) with its length; skipped URLs count as delivered.
@@ -207,14 +213,15 @@ class DrumURLSeen:
                 next(self._chunk)
             yield from self._chunk
 
-    def commit(self) -> dict[str, Any]:
+    def commit(self) -> SeenManifest:
         """DRUM's manifest (see Drum.commit), with the new URLs taken of the round that
         :meth:`take_new` is delivering."""
-        manifest = cast("dict[str, Any]", self.drum.commit())  # Drum's, plus _TAKEN
+        manifest = cast("SeenManifest", self.drum.commit())  # a fresh copy, ours to extend
         if self._epoch == -1:  # nothing delivered yet: the place reopened at still holds
-            manifest[_TAKEN] = list(self._taken_before)
+            manifest["urlseen_taken"] = list(self._taken_before)
         else:
-            manifest[_TAKEN] = [self._epoch, self._done + self._chunk_n - length_hint(self._chunk)]
+            taken = self._done + self._chunk_n - length_hint(self._chunk)
+            manifest["urlseen_taken"] = [self._epoch, taken]
         return manifest
 
     def stats(self) -> DrumStats:
@@ -226,5 +233,5 @@ class DrumURLSeen:
 
 if TYPE_CHECKING:
 
-    def _durable(seen: DrumURLSeen) -> Durable[dict[str, Any]]:
+    def _durable(seen: DrumURLSeen) -> Durable[SeenManifest]:
         return seen  # DrumURLSeen keeps the store contract: commit() -> its state

@@ -24,7 +24,7 @@ from drumbeat.manager.gate import RobotsGate
 from drumbeat.manager.journal import Journal, save_done
 from drumbeat.manager.pricing import Pricing
 from drumbeat.manager.revisiting import Revisiting
-from drumbeat.manager.stores import Stores
+from drumbeat.manager.stores import FrontierState, Stores
 from drumbeat.manager.tuning import LoopTuning
 from drumbeat.queue.base import PAGE, FetchItem, Inbox, ManagerQueue
 from drumbeat.settings import Settings
@@ -213,19 +213,21 @@ class Checkpointer:
         # Moves every round's new edges.
         pld_manifest = self.admission.counting_edges(st.plds.commit)
         laps.lap("plds")
+        frontier: FrontierState = {
+            "beast": st.beast.commit(),
+            "robots": st.robots.commit(),
+            "qr": st.qr.commit(),
+            "qr_retry": st.qr_retry.commit(),
+            "robots_todo": st.robots_todo.commit(),
+            "robots_working": st.qr.working_origins(),
+            "robots_failures": gate.robots_failures,
+        }
+        if self.revisiting is not None:
+            frontier["revisits"] = self.revisiting.commit()
         return CheckpointMeta(
             urlseen_manifest=urlseen_manifest,
             pld_manifest=pld_manifest,
-            frontier={
-                "beast": st.beast.commit(),
-                "robots": st.robots.commit(),
-                "qr": st.qr.commit(),
-                "qr_retry": st.qr_retry.commit(),
-                "robots_todo": st.robots_todo.commit(),
-                "robots_working": st.qr.working_origins(),
-                "robots_failures": gate.robots_failures,
-                **({} if self.revisiting is None else {"revisits": self.revisiting.commit()}),
-            },
+            frontier=frontier,
             seeds=self.pricing.seeds,
             pages_done=self.dispatch.pages_done,
             next_item_id=self.dispatch.next_item_id,

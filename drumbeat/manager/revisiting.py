@@ -57,7 +57,6 @@ from collections.abc import Callable, Iterable
 from datetime import UTC
 from email.utils import parsedate_to_datetime
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -67,7 +66,7 @@ from drumbeat.frontier.urlseen import encode_payload
 from drumbeat.manager.gate import RobotsGate
 from drumbeat.queue.base import PAGE, FetchItem, FoundURLs, ItemResult
 from drumbeat.revisit.policy import RevisitPolicy
-from drumbeat.revisit.revisits import Revisit, Revisits
+from drumbeat.revisit.revisits import Revisit, Revisits, RevisitsState
 from drumbeat.settings import Settings
 from drumbeat.store.durable import save_npz
 from drumbeat.store.warc import warc_date
@@ -98,7 +97,7 @@ class Revisiting:
         self,
         settings: Settings,
         state_dir: Path,
-        saved: dict[str, Any] | None,
+        saved: RevisitsState | None,
         gate: RobotsGate,
         counters: Counter[str],
         *,
@@ -328,7 +327,7 @@ class Revisiting:
             f"{c['revisit.expected_freshness_bp'] / 10_000:.3f}"
         )
 
-    def commit(self) -> dict[str, Any]:
+    def commit(self) -> RevisitsState:
         return self.revisits.commit()
 
     def saver(self, flying: Iterable[FetchItem]) -> Callable[[Path], None]:

@@ -8,17 +8,19 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypedDict, cast
 
 import numpy as np
 
 from drumbeat.checkpoint import CheckpointMeta
 from drumbeat.frontier.beast import Beast
-from drumbeat.frontier.diskqueue import DiskQueue
+from drumbeat.frontier.diskqueue import DiskQueue, QueueState
 from drumbeat.frontier.order import policy_for
-from drumbeat.frontier.pldgraph import PLDIndegree
-from drumbeat.frontier.qr import RobotsWaitQueue
-from drumbeat.frontier.robots import RobotsStore
-from drumbeat.frontier.urlseen import DrumURLSeen
+from drumbeat.frontier.pldgraph import GraphManifest, PLDIndegree
+from drumbeat.frontier.qr import RobotsWaitQueue, WaitQueueState
+from drumbeat.frontier.robots import RobotsManifest, RobotsStore
+from drumbeat.frontier.urlseen import DrumURLSeen, SeenManifest
+from drumbeat.revisit.revisits import RevisitsState
 from drumbeat.settings import Settings
 from drumbeat.store.crawllog import CrawlLog
 
@@ -33,6 +35,21 @@ def beast_host_cap(s: Settings) -> int:
         return 0
     floor = min(s.host_delay_min_s, s.host_delay_s)
     return math.ceil(s.budget_default * s.host_delay_s / floor)
+
+
+class FrontierState(TypedDict, total=False):
+    """A checkpoint's ``frontier``: the commits of the frontier's stores and what the
+    robots gate and the revisits keep (a checkpoint of a crawl without revisits has no
+    ``revisits``)."""
+
+    beast: dict[str, Any]  # Beast.commit()
+    robots: RobotsManifest
+    qr: WaitQueueState
+    qr_retry: WaitQueueState
+    robots_todo: QueueState
+    robots_working: list[str]  # origins whose robots.txt was being fetched
+    robots_failures: dict[str, int]  # origin -> robots.txt fetches failed in a row
+    revisits: RevisitsState
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +82,8 @@ class Stores:
         d = s.state_dir
         if d is None:
             raise ValueError("the manager needs a state directory")
-        f = (meta.frontier if meta is not None else None) or {}
+        # JSON read back from the checkpoint: each store checks its commit's format.
+        f = cast("FrontierState", (meta.frontier if meta is not None else None) or {})
         # Merge rounds in the background: a large round takes seconds, and the loop that
         # feeds the fetchers must not wait for it. The DRUMs are fsynced at commits only:
         # a crawl always reopens them at a checkpoint's commit, never at a later round,
@@ -74,7 +92,7 @@ class Stores:
         seen = DrumURLSeen(
             d / "urlseen",
             ram_bytes=s.urlseen_ram_bytes,
-            manifest=meta.urlseen_manifest if meta is not None else None,
+            manifest=cast("SeenManifest | None", None if meta is None else meta.urlseen_manifest),
             background=True,
             fsync="commit",
             cache_bytes=s.urlseen_cache_bytes,
@@ -82,7 +100,7 @@ class Stores:
         plds = PLDIndegree(
             d / "pldgraph",
             ram_bytes=s.pld_ram_bytes,
-            manifest=meta.pld_manifest if meta is not None else None,
+            manifest=cast("GraphManifest | None", None if meta is None else meta.pld_manifest),
             on_indegree=on_indegree,
             background=True,
             fsync="commit",

@@ -36,9 +36,9 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
-from drumbeat.frontier.diskqueue import DiskQueue
+from drumbeat.frontier.diskqueue import DiskQueue, QueueState
 
 FANOUT = 16  # ticks a level holds ahead of the cursor; the next level's tick is 16 times longer
 LEVELS = 6  # with 60-s slots the top level's slots are two years long
@@ -64,6 +64,17 @@ class DueQueueStats:
     cursor_s: float  # the start of the first level-0 tick not yet made ready
 
 
+class DueQueueState(TypedDict):
+    """A committed state of a :class:`DueQueue` (JSON; checkpoints hold it as is)."""
+
+    cursor: int  # the first level-0 tick not yet made ready
+    ready: QueueState
+    far_name: str  # the directory of the far FIFO (far-0 and far-1 take turns)
+    far: QueueState
+    far_min: float  # the earliest due time in the far FIFO
+    slots: dict[str, QueueState]  # "LEVEL-TICK" -> that slot's FIFO
+
+
 class DueQueue:
     """Entries kept until their due time (see the module docstring), in ``directory``
     (which it owns: ``state=None`` starts empty at time ``now_s``, wiping it)."""
@@ -75,7 +86,7 @@ class DueQueue:
         slot_s: float = 60.0,
         now_s: float = 0.0,
         levels: int = LEVELS,
-        state: dict[str, Any] | None = None,
+        state: DueQueueState | None = None,
         buffer_bytes: int = 64 << 10,
         segment_bytes: int = 16 << 20,
         fsync: bool = True,
@@ -85,11 +96,9 @@ class DueQueue:
         self.directory = Path(directory)
         self.slot_s = slot_s
         self.levels = levels
-        self._options = {
-            "buffer_bytes": buffer_bytes,
-            "segment_bytes": segment_bytes,
-            "fsync": fsync,
-        }
+        self._buffer_bytes = buffer_bytes
+        self._segment_bytes = segment_bytes
+        self._fsync = fsync
         self._slots: dict[tuple[int, int], DiskQueue] = {}
         self._drained: list[Path] = []  # FIFOs read out since the last commit
         # Those read out before it: the commit before the last one may still be the one
@@ -117,8 +126,14 @@ class DueQueue:
                 if path.name not in kept:
                     shutil.rmtree(path, ignore_errors=True)
 
-    def _open(self, name: str, state: dict[str, Any] | None) -> DiskQueue:
-        return DiskQueue(self.directory / name, state=state, **self._options)  # type: ignore[arg-type]
+    def _open(self, name: str, state: QueueState | None) -> DiskQueue:
+        return DiskQueue(
+            self.directory / name,
+            state=state,
+            buffer_bytes=self._buffer_bytes,
+            segment_bytes=self._segment_bytes,
+            fsync=self._fsync,
+        )
 
     # -- placing -------------------------------------------------------------------------
 
@@ -265,10 +280,10 @@ class DueQueue:
             len(self), len(self._ready), len(self._slots), self._cursor * self.slot_s
         )
 
-    def commit(self) -> dict[str, Any]:
+    def commit(self) -> DueQueueState:
         """Make the queue durable; the state to reopen it with (the FIFOs read out
         before the previous commit are deleted: it, or this one, reopens)."""
-        state = {
+        state: DueQueueState = {
             "cursor": self._cursor,
             "ready": self._ready.commit(),
             "far_name": self._far.directory.name,

@@ -52,11 +52,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from drumbeat.drum import Drum
+from drumbeat.drum import Drum, Snapshot
 from drumbeat.revisit.estimate import ChangeStats
 
 log = logging.getLogger("drumbeat.revisit")
@@ -192,14 +191,14 @@ class HistoryStore:
         directory: Path,
         *,
         ram_bytes: int = 16 << 20,
-        manifest: dict[str, Any] | None = None,
+        manifest: Snapshot | None = None,
         fsync: bool | str = True,
         near_bits: int = NEAR_BITS,
     ) -> None:
         """``near_bits``: simhashes at most this many bits apart are the same page."""
         self._fold = partial(fold, near=near_bits)
 
-        def open_drum(at: dict[str, Any] | None) -> Drum:
+        def open_drum(at: Snapshot | None) -> Drum:
             return Drum(
                 directory,
                 value_dtype=RECORD,
@@ -262,8 +261,8 @@ class HistoryStore:
         """URLs with a history (as of the last merge round)."""
         return self.drum.stats().keys_stored
 
-    def commit(self) -> dict[str, Any]:
-        return dict(self.drum.commit())
+    def commit(self) -> Snapshot:
+        return self.drum.commit()
 
     def close(self) -> None:
         self.drum.close()

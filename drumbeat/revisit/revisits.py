@@ -45,18 +45,27 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 import xxhash
 
+from drumbeat.drum import Snapshot
 from drumbeat.frontier.urlseen import decode_payload
-from drumbeat.revisit.duequeue import DueQueue
+from drumbeat.revisit.duequeue import DueQueue, DueQueueState
 from drumbeat.revisit.history import NEAR_BITS, HistoryStore, Visited, change_stats, hints, visit
 from drumbeat.revisit.policy import RevisitPolicy
 from drumbeat.urls import host_of, pld
 
 _DIGEST = struct.Struct("<Q")
+
+
+class RevisitsState(TypedDict):
+    """A commit of :class:`Revisits`: the history DRUM's manifest and the due-time
+    queue's state."""
+
+    history: Snapshot
+    due: DueQueueState
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +149,7 @@ class Revisits:
         slot_s: float = 60.0,
         max_in_flight: int = 100_000,
         fsync: bool = True,
-        state: dict[str, Any] | None = None,
+        state: RevisitsState | None = None,
         near_bits: int = NEAR_BITS,
     ) -> None:
         """``state``: a :meth:`commit`'s, to reopen at (None: start empty). The clock
@@ -333,7 +342,7 @@ class Revisits:
             m["superseded"],
         )  # fmt: skip
 
-    def commit(self) -> dict[str, Any]:
+    def commit(self) -> RevisitsState:
         """Make the history and the due-time queue durable (the visits recorded so far
         merged and planned first); the state to reopen with. What the policy learned
         (its threshold, sample and the sites' priors) is the caller's to keep
