@@ -97,11 +97,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 import numpy as np
 
-from drumbeat.frontier.diskqueue import DiskQueue, PackedRecords
+from drumbeat.frontier.diskqueue import DiskQueue, PackedRecords, QueueState
 from drumbeat.frontier.order import OrderPolicy, load_tables, save_tables
 from drumbeat.store import durable
 
@@ -119,6 +119,45 @@ _QUEUE_BUFFER_BYTES = 1 << 20
 # Batches of fewer records than this skip _Places.full_from_start: numpy's fixed cost
 # would outweigh what the loop saves.
 _FULL_CHECK_MIN = 64
+
+
+class BandsState(TypedDict):
+    """A ring queue's commit where it has several bands (see :class:`_BandedQueue`)."""
+
+    bands: list[QueueState]
+
+
+# A ring queue's commit: with one band, the band's own state (as before bands existed).
+RingQueueState = QueueState | BandsState
+
+
+class BeastCounters(TypedDict):
+    placed: int
+    deferred_to_qf: int
+    qf_rescans: int
+    slot_collisions: int
+    host_deferrals: NotRequired[int]  # the last three: not in older states
+    refused: NotRequired[int]
+    turns: NotRequired[int]
+
+
+class BeastState(TypedDict):
+    """A commit of :class:`Beast` (JSON; checkpoints hold it as is)."""
+
+    format: int  # FORMAT_VERSION
+    commit: int  # the commit's number, which names its table files
+    table: str  # the PLD and host tables' file
+    pld_slots: int
+    queues: int  # j, queues in the ring
+    pass_start: int
+    current: int  # the queue being read
+    ring: list[RingQueueState]
+    qf: QueueState
+    resplit_left: NotRequired[int]  # QF records still to place again (not in older states)
+    order: NotRequired[str]  # the crawl order whose tables were saved (with bands only)
+    order_table: NotRequired[str]
+    turn_elapsed_s: NotRequired[float | None]  # seconds the turn had run; None: not begun
+    counters: BeastCounters
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +260,7 @@ class Beast:
         self,
         directory: Path,
         *,
-        state: dict[str, Any] | None = None,
+        state: BeastState | None = None,
         queues: int = 2,
         max_queues: int = 64,
         pld_slots: int = 1 << 20,
@@ -515,7 +554,7 @@ class Beast:
 
     # -- commits -----------------------------------------------------------------------
 
-    def commit(self) -> dict[str, Any]:
+    def commit(self) -> BeastState:
         """Make the queues and the table durable; return the state to reopen with."""
         ring = [q.commit() for q in self._ring]
         qf = self._qf.commit()
@@ -527,7 +566,7 @@ class Beast:
             order_table = _order_name(self._commits)
             save_tables(self.order, self.directory / order_table, self._fsync)
         _drop_tables(self.directory, self._commits)
-        return {
+        state: BeastState = {
             "format": FORMAT_VERSION,
             "commit": self._commits,
             "table": name,
@@ -538,11 +577,6 @@ class Beast:
             "ring": ring,
             "qf": qf,
             "resplit_left": self._resplit_left,
-            **(
-                {}
-                if order_table is None
-                else {"order": self.order.name, "order_table": order_table}
-            ),
             # Seconds the current turn has run (None: it has read nothing yet).
             "turn_elapsed_s": (
                 None if self._turn_started is None else self._clock() - self._turn_started
@@ -557,8 +591,11 @@ class Beast:
                 "turns": self._turns,
             },
         }
+        if order_table is not None:
+            state["order"], state["order_table"] = self.order.name, order_table
+        return state
 
-    def _reopen(self, state: dict[str, Any]) -> None:
+    def _reopen(self, state: BeastState) -> None:
         if state.get("format") != FORMAT_VERSION:
             raise ValueError(
                 f"BEAST state format {state.get('format')!r}, expected {FORMAT_VERSION}"
@@ -623,11 +660,13 @@ class _BandedQueue:
     new bands start empty. Each band's buffers are the queue's divided among the bands."""
 
     def __init__(
-        self, directory: Path, bands: int, fsync: bool, state: dict[str, Any] | None = None
+        self, directory: Path, bands: int, fsync: bool, state: RingQueueState | None = None
     ) -> None:
-        states: list[dict[str, Any] | None] = (
-            list(state["bands"]) if state is not None and "bands" in state else [state]
-        )
+        states: list[QueueState | None]
+        if state is not None and "bands" in state:
+            states = list(state["bands"])
+        else:
+            states = [state]
         n = max(bands, len(states))
         states += [None] * (n - len(states))
         buffer = _QUEUE_BUFFER_BYTES // n
@@ -667,7 +706,7 @@ class _BandedQueue:
     def bytes_read(self) -> int:
         return sum(q.bytes_read for q in self.queues)
 
-    def commit(self) -> dict[str, Any]:
+    def commit(self) -> RingQueueState:
         if self._one is not None:
             return self._one.commit()
         return {"bands": [q.commit() for q in self.queues]}
@@ -872,5 +911,5 @@ def _load_slots(
 
 if TYPE_CHECKING:
 
-    def _durable(beast: Beast) -> durable.Durable[dict[str, Any]]:
+    def _durable(beast: Beast) -> durable.Durable[BeastState]:
         return beast  # Beast keeps the store contract: commit() -> its state

@@ -74,7 +74,7 @@ import zlib
 from collections.abc import Callable, Iterable
 from itertools import pairwise
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, NotRequired, TypedDict
+from typing import TYPE_CHECKING, BinaryIO, NotRequired, TypedDict, final
 
 import numpy as np
 import xxhash
@@ -85,6 +85,7 @@ FORMAT_VERSION = 3
 _READABLE_VERSIONS = (1, 2, 3)
 
 
+@final  # no other state has these keys: a check for another's key tells them apart
 class QueueState(TypedDict):
     """A committed state of a :class:`DiskQueue` (JSON; checkpoints hold it as is)."""
 

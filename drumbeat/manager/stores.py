@@ -8,12 +8,12 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypedDict, cast
+from typing import TypedDict, cast
 
 import numpy as np
 
 from drumbeat.checkpoint import CheckpointMeta
-from drumbeat.frontier.beast import Beast
+from drumbeat.frontier.beast import Beast, BeastState
 from drumbeat.frontier.diskqueue import DiskQueue, QueueState
 from drumbeat.frontier.order import policy_for
 from drumbeat.frontier.pldgraph import GraphManifest, PLDIndegree
@@ -42,7 +42,7 @@ class FrontierState(TypedDict, total=False):
     robots gate and the revisits keep (a checkpoint of a crawl without revisits has no
     ``revisits``)."""
 
-    beast: dict[str, Any]  # Beast.commit()
+    beast: BeastState
     robots: RobotsManifest
     qr: WaitQueueState
     qr_retry: WaitQueueState
