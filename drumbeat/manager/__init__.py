@@ -29,9 +29,12 @@ same way):
 - ``gate.RobotsGate``: BEAST and QR -> robots rules -> the politeness scheduler; robots.txt
   work and DNS of new hosts; ``gate.robots_admitter`` is BEAST's robots filter.
 - ``dispatch.Dispatcher``: ready hosts -> tasks for the fetchers; results back to hosts.
-- ``checkpointer.Checkpointer``: commits and checkpoint files, and the presync before.
+- ``checkpointer.Checkpointer``: commits and checkpoint files, and the presync before;
+  at a restart, the live checkpoint loaded back and the journal replayed on top.
 - ``journal.Journal``: group commits of completed fetches between checkpoints.
-- ``core.Manager``: builds them and drives them in turns (take new URLs, feed, dispatch,
+- ``parts``: builds them and wires them to each other (``parts.Shared``: what they
+  share; ``parts.Parts``: the parts that drive it).
+- ``core.Manager``: holds them and drives them in turns (take new URLs, feed, dispatch,
   collect, checkpoint); ``state.LoopState`` is what they share of the loop's state, and
   ``tuning.LoopTuning`` the loop's tuning.
 

@@ -22,7 +22,7 @@ from drumbeat.manager.pricing import Pricing
 from drumbeat.manager.state import LoopState
 from drumbeat.manager.stores import Stores
 from drumbeat.manager.tuning import LoopTuning
-from drumbeat.queue.base import FoundURLs
+from drumbeat.queue.base import FoundEdges, FoundURLs
 from drumbeat.settings import Settings
 
 _T = TypeVar("_T")
@@ -310,6 +310,15 @@ class Admission:
             plds.refresh()
             self.last_pld_flush = now
         plds.pump(budget_s=self.tuning.pump_budget_s)
+
+    def add_edges(self, edges: list[FoundEdges]) -> None:
+        """The PLD edges fetchers found (or the journal replays), to the PLD graph."""
+        if edges:
+            self.plds.add_packed(
+                b"".join(e.keys for e in edges),
+                b"".join(e.targets for e in edges),
+                b"".join(e.lengths for e in edges),
+            )
 
     def counting_edges(self, step: Callable[[], _T]) -> _T:
         """``step()`` on the PLD graph, its newly moved edges counted in pld_edges_new."""

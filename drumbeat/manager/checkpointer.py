@@ -1,5 +1,8 @@
 """The checkpointer: commits every store and saves what the manager holds in RAM, at
-``checkpoint_interval_s`` and at the end (see ``drumbeat.checkpoint``)."""
+``checkpoint_interval_s`` and at the end (see ``drumbeat.checkpoint``); at a restart it
+loads the live checkpoint back and replays the journal's fetches after it
+(:meth:`Checkpointer.restore`): what a checkpoint holds is read next to where it is
+written."""
 
 from __future__ import annotations
 
@@ -13,20 +16,29 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any, TypeVar
 
+from drumbeat import urls
 from drumbeat.checkpoint import CheckpointMeta, Checkpoints
 from drumbeat.frontier.politeness import PolitenessScheduler, QueuedURL
 from drumbeat.frontier.scope import save_counts
 from drumbeat.frontier.star import Star
-from drumbeat.frontier.urlseen import decode_payload
+from drumbeat.frontier.urlseen import decode_payload, encode_payload
 from drumbeat.manager.admission import Admission
 from drumbeat.manager.dispatch import Dispatcher
 from drumbeat.manager.gate import RobotsGate
-from drumbeat.manager.journal import Journal, save_done
+from drumbeat.manager.journal import DIR_NAME as JOURNAL_DIR
+from drumbeat.manager.journal import (
+    Journal,
+    count_entry,
+    load_done,
+    replay_entries,
+    save_done,
+)
 from drumbeat.manager.pricing import Pricing
 from drumbeat.manager.revisiting import Revisiting
+from drumbeat.manager.state import LoopState
 from drumbeat.manager.stores import FrontierState, Stores
 from drumbeat.manager.tuning import LoopTuning
-from drumbeat.queue.base import PAGE, FetchItem, Inbox, ManagerQueue
+from drumbeat.queue.base import PAGE, FetchItem, FoundEdges, FoundURLs, Inbox, ManagerQueue
 from drumbeat.settings import Settings
 from drumbeat.stats import History
 from drumbeat.store.crawllog import CrawlLog
@@ -187,6 +199,83 @@ class Checkpointer:
         self._went_live(mark)
         if self.journal is not None:
             self.journal.start(self.checkpoints.number(path))
+
+    def restore(self, path: Path, state: LoopState) -> None:
+        """Load the rest of the live checkpoint ``path`` (the stores were opened at its
+        commits), then replay the journal's fetches after it; ``state.resumed_at`` is when:
+        the hosts are due no earlier than a delay after it."""
+        meta = self.checkpoints.read_meta(path)
+        self.star.load(path)
+        if self.history is not None:
+            self.history.load(path)
+        self.counters.update(meta.counters)
+        self.dispatch.pages_done = meta.pages_done
+        self.dispatch.next_item_id = meta.next_item_id
+        self.pricing.set_seeds(meta.seeds)
+        # The previous run may have hit any host just before it stopped.
+        state.resumed_at = self.clock()
+        self.scheduler.start_no_earlier_than(
+            state.resumed_at + max(self.settings.host_delay_s, self.settings.ip_delay_s)
+        )
+        st, gate = self.stores, self.gate
+        gate.robots_failures = dict((meta.frontier or {}).get("robots_failures", {}))
+        for origin in (meta.frontier or {}).get("robots_working", []):
+            gate.work_on_robots(origin, st.qr.issue())
+        gate.done |= load_done(path)
+        if self.revisiting is not None:
+            self.revisiting.load(path)
+        replayed = self._replay_journal(self.checkpoints.number(path))
+        n = 0
+        for url, depth, via, hops in self.checkpoints.read_queue(path):
+            gate.route(encode_payload(url, depth, via, hops))
+            n += 1
+        log.info(
+            "resumed from %s and %d fetches journaled since: %d URLs were in RAM, "
+            "%d in BEAST, %d in QR; %d seen, %d pages done",
+            path,
+            replayed,
+            n,
+            len(st.beast),
+            len(st.qr),
+            len(st.seen),
+            self.dispatch.pages_done,
+        )
+
+    def _replay_journal(self, since: int) -> int:
+        """Replay the journal's fetches after checkpoint ``since`` (drumbeat.manager.journal):
+        their links to URL-seen, their edges to the PLD graph, their URLs to the done set,
+        their counts and (Settings.revisit) their visits to the revisits' history
+        (Revisiting.replay); returns how many."""
+        found: list[FoundURLs] = []
+        edges: list[FoundEdges] = []
+        done, n = self.gate.done, 0
+
+        def apply() -> None:
+            self.admission.add_edges(edges)
+            if found:
+                self.admission.admit_found(found)
+            found.clear()
+            edges.clear()
+
+        for entry in replay_entries(self.state_dir / JOURNAL_DIR, since):
+            if entry.url:  # else links another partition forwarded (journal.Forwarded)
+                n += 1
+                done.add(urls.fingerprint(entry.url))
+                self.dispatch.pages_done += count_entry(entry, self.counters)
+                if self.revisiting is not None:
+                    self.revisiting.replay(entry.url, entry.status, entry.visit)
+            if entry.fingerprints:
+                found.append(FoundURLs(entry.fingerprints, entry.payloads, entry.lengths))
+            if entry.edge_keys:
+                edges.append(
+                    FoundEdges(
+                        entry.edge_source, entry.edge_keys, entry.edge_targets, entry.edge_lengths
+                    )
+                )
+            if len(found) >= 4096:
+                apply()
+        apply()
+        return n
 
     def _commit_stores(self, laps: Laps) -> CheckpointMeta:
         """Commit the crawl log and every store; return the checkpoint's state naming

@@ -5,37 +5,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from time import perf_counter, thread_time
 from typing import Any
 
 from drumbeat import urls
-from drumbeat.checkpoint import Checkpoints
 from drumbeat.fetch.dns import DnsCache
-from drumbeat.frontier.politeness import PolitenessScheduler
-from drumbeat.frontier.scope import Scope
-from drumbeat.frontier.star import Star, irlbot_budget
 from drumbeat.frontier.urlseen import encode_payload
-from drumbeat.manager.admission import Admission
-from drumbeat.manager.checkpointer import Checkpointer
-from drumbeat.manager.controls import BLOCKED, Controls
-from drumbeat.manager.dispatch import EARLY_BELOW_S, Dispatcher
-from drumbeat.manager.gate import RobotsGate, robots_admitter
+from drumbeat.manager.controls import BLOCKED
 from drumbeat.manager.journal import DIR_NAME as JOURNAL_DIR
-from drumbeat.manager.journal import Journal, count_entry, load_done, replay_entries
-from drumbeat.manager.pricing import Pricing
-from drumbeat.manager.revisiting import Revisiting, journal_visit
-from drumbeat.manager.state import LoopState
-from drumbeat.manager.stores import Drops, Stores
+from drumbeat.manager.journal import Journal
+from drumbeat.manager.parts import Parts, Shared
+from drumbeat.manager.revisiting import Revisiting
 from drumbeat.manager.tuning import TUNING, LoopTuning
 from drumbeat.queue.base import FoundEdges, FoundURLs, Inbox, ItemResult, ManagerQueue
-from drumbeat.runtime.pace import Pace
 from drumbeat.runtime.stalls import Stalls
 from drumbeat.settings import Settings
-from drumbeat.stats import History
 from drumbeat.store.crawllog import CrawlLog
 
 log = logging.getLogger("drumbeat.manager")
@@ -56,7 +42,8 @@ class ManagerStats:
 
 class Manager:
     """Opens the stores at the live checkpoint (if any) and builds the parts that share
-    them; :meth:`restore` then loads the rest of that checkpoint."""
+    them (manager.parts, whose fields it binds to attributes once, named alike);
+    :meth:`restore` then loads the rest of that checkpoint."""
 
     def __init__(
         self,
@@ -75,166 +62,36 @@ class Manager:
         state_dir = settings.state_dir
         if state_dir is None:
             raise ValueError("the manager needs a state directory")
-        s = self.settings = settings
-        self.tuning = t = tuning
-        self.queue = queue
-        self.inbox = inbox
-        self.crawl_log = crawl_log
-        self.clock = clock
-        self.checkpoints = checkpoints = Checkpoints(state_dir)
-        self._resume_from = checkpoints.current()
-        meta = None if self._resume_from is None else self.checkpoints.read_meta(self._resume_from)
-        self._resume_meta_frontier = None if meta is None else meta.frontier
-        self.counters: Counter[str] = Counter()
-        # Seconds spent per stage of the manager's loop, for `drumbeat bench throughput`.
-        self.stage_s: defaultdict[str, float] = defaultdict(float)
+        self.settings, self.tuning, self.clock = settings, tuning, clock
+        self.queue, self.inbox, self.crawl_log = queue, inbox, crawl_log
+        self._wake = asyncio.Event()
+        sh = Shared.open(settings, tuning, crawl_log, state_dir, clock=clock, wake=self._wake.set)
+        self.checkpoints, self.counters, self.stage_s = sh.checkpoints, sh.counters, sh.stage_s
+        self._resume_from, self._resume_meta_frontier = sh.resume_from, sh.saved_frontier
+        self.star, self.scheduler, self.state = sh.star, sh.scheduler, sh.state
+        self.pricing, self.drops, self.stores = sh.pricing, sh.drops, sh.stores
+        self.history, self.controls, self.scope = sh.history, sh.controls, sh.scope
+        self._started = sh.started
+        p = Parts.build(
+            sh,
+            queue,
+            crawl_log,
+            inbox=inbox,
+            durables=list(durables),
+            journal_syncs=list(journal_syncs),
+            wake=self._wake.set,
+        )
+        self.gate, self.dispatch, self.revisiting = p.gate, p.dispatch, p.revisiting
+        self.admission, self.journal, self.checkpointer = p.admission, p.journal, p.checkpointer
+        self.journal_dir = state_dir / JOURNAL_DIR
+        self.controls.on_unblock = self._lift_block_refusals
         # The loop's long turns (wall time), for the operator and the benchmark.
         self.stalls = Stalls()
-        self.star = _star(s)
-        self.scheduler = _scheduler(s)
-        self.state = LoopState(
-            placing=Pace(t.place_share, t.place_budget_s),
-            routing=Pace(t.route_share, t.route_budget_s),
-        )
-        self.pricing = Pricing(s, self.star, cache_entries=t.pld_cache_entries)
-        self.drops = drops = Drops(crawl_log, self.counters)
-        self.stores = Stores.open(
-            s,
-            meta,
-            clock=clock,
-            on_indegree=self.star.observe,
-            rebudget=self.pricing.places,
-            budgets_of=self.pricing.budgets_by_hash,
-            admit_for=lambda robots: robots_admitter(robots, drops.drop),
-        )
-        self._started = self.clock()
-        self._wake = asyncio.Event()
-        # The crawl's history for the dashboard (drumbeat.stats.History), sampled about
-        # once a second by the loop and saved with each checkpoint.
-        self.history = History()
-        self._next_sample = self._started
-        # The operator's pause, speed, blocks and checkpoint requests (drumbeat.web).
-        self.controls = Controls(state_dir, on_change=self._wake.set)
-        # Scope rules beyond settings.scope; their caps' counts resume with the checkpoint.
-        self.scope = Scope(s, clock=clock)
-        if self.scope.caps is not None and self._resume_from is not None:
-            self.scope.caps.load(self._resume_from)
-        self._build_parts(state_dir, list(durables), list(journal_syncs))
-        self.controls.on_unblock = self._lift_block_refusals
-        self._last_sweep = self._started
+        self._last_sweep = self._next_sample = self._started
         self.stop_reason: str | None = None
         self._force_stop = False
         self._collect_busy_s = 0.0  # wall time _collect spent applying results, last call
         self._collector: asyncio.Future[list[ItemResult]] | None = None
-
-    def _build_parts(
-        self,
-        state_dir: Path,
-        durables: list[Callable[[], None]],
-        journal_syncs: list[Callable[[], None]],
-    ) -> None:
-        """The parts that drive the stores: the robots gate, dispatch, admission, the
-        journal and the checkpointer."""
-        s, t, queue, crawl_log = self.settings, self.tuning, self.queue, self.crawl_log
-        self.gate = RobotsGate(
-            s,
-            t,
-            self.stores,
-            self.pricing,
-            self.scheduler,
-            self.star,
-            self.state,
-            self.drops,
-            self.counters,
-            wake=self._wake.set,
-        )
-        self.dispatch = Dispatcher(
-            s,
-            queue,
-            self.scheduler,
-            self.gate,
-            self.state,
-            self.drops,
-            self.counters,
-            self.controls,
-            self.scope,
-        )
-        # Revisits (Settings.revisit): none at all without them, not even a call a page.
-        self.revisiting = (
-            Revisiting(
-                s,
-                state_dir,
-                (self._resume_meta_frontier or {}).get("revisits"),
-                self.gate,
-                self.counters,
-                place=self._place_revisits,
-            )
-            if s.revisit
-            else None
-        )
-        if self.revisiting is not None:
-            self.dispatch.on_page = self.revisiting.on_item
-            self.drops.on_drop = self.revisiting.on_drop
-        self.admission = Admission(
-            s,
-            t,
-            self.stores,
-            self.pricing,
-            self.scheduler,
-            self.gate,
-            self.state,
-            self.counters,
-            self.stage_s,
-            started=self._started,
-            scope=self.scope,
-        )
-        if self.stores.beast.order.focused:  # a focused crawl: scores order the links
-            self.dispatch.on_focus = self.admission.focus_links
-        self.journal_dir = state_dir / JOURNAL_DIR
-        self.journal = (
-            Journal(
-                self.journal_dir,
-                commit_s=s.journal_commit_s,
-                queue=queue,
-                crawl_log=crawl_log,
-                syncs=journal_syncs,
-                inbox=self.inbox,
-                stage_s=self.stage_s,
-                links_apart=not self.stores.beast.order.observes_links,
-            )
-            if s.journal
-            else None
-        )
-        if self.journal is not None and self.revisiting is not None:
-            self.journal.visit_of = journal_visit
-        self.checkpointer = Checkpointer(
-            s,
-            t,
-            self.checkpoints,
-            state_dir,
-            queue=queue,
-            durables=durables,
-            crawl_log=crawl_log,
-            stores=self.stores,
-            gate=self.gate,
-            admission=self.admission,
-            pricing=self.pricing,
-            dispatch=self.dispatch,
-            scheduler=self.scheduler,
-            star=self.star,
-            counters=self.counters,
-            clock=self.clock,
-            started=self._started,
-            journal=self.journal,
-            inbox=self.inbox,
-            history=self.history,
-            revisiting=self.revisiting,
-        )
-
-    def _place_revisits(self, records: list[bytes]) -> None:
-        """Due revisits into BEAST, rationed by their PLDs' STAR budgets as new URLs are
-        (manager.revisiting); not counted as URLs admitted."""
-        self.stores.beast.place_many(records, *self.pricing.places(records))
 
     def _lift_block_refusals(self) -> None:
         """A host or PLD block was lifted: the robots refusals it left (Dispatcher._blocked)
@@ -260,82 +117,12 @@ class Manager:
 
     def restore(self) -> bool:
         """Load the rest of the live checkpoint, if there is one (the stores were opened at
-        its commits). Returns True when resuming."""
-        path = self._resume_from
-        if path is None:
+        its commits), and replay the journal's fetches after it (Checkpointer.restore).
+        Returns True when resuming."""
+        if self._resume_from is None:
             return False  # (a journal follows a checkpoint: Checkpointer.initial)
-        meta = self.checkpoints.read_meta(path)
-        self.star.load(path)
-        self.history.load(path)
-        self.counters.update(meta.counters)
-        self.dispatch.pages_done = meta.pages_done
-        self.dispatch.next_item_id = meta.next_item_id
-        self.pricing.set_seeds(meta.seeds)
-        # The previous run may have hit any host just before it stopped.
-        self.state.resumed_at = self.clock()
-        self.scheduler.start_no_earlier_than(
-            self.state.resumed_at + max(self.settings.host_delay_s, self.settings.ip_delay_s)
-        )
-        st = self.stores
-        self.gate.robots_failures = dict((meta.frontier or {}).get("robots_failures", {}))
-        for origin in (meta.frontier or {}).get("robots_working", []):
-            self.gate.work_on_robots(origin, st.qr.issue())
-        self.gate.done |= load_done(path)
-        if self.revisiting is not None:
-            self.revisiting.load(path)
-        replayed = self._replay_journal(self.checkpoints.number(path))
-        n = 0
-        for url, depth, via, hops in self.checkpoints.read_queue(path):
-            self.gate.route(encode_payload(url, depth, via, hops))
-            n += 1
-        log.info(
-            "resumed from %s and %d fetches journaled since: %d URLs were in RAM, "
-            "%d in BEAST, %d in QR; %d seen, %d pages done",
-            path,
-            replayed,
-            n,
-            len(st.beast),
-            len(st.qr),
-            len(st.seen),
-            self.pages_done,
-        )
+        self.checkpointer.restore(self._resume_from, self.state)
         return True
-
-    def _replay_journal(self, since: int) -> int:
-        """Replay the journal's fetches after checkpoint ``since`` (drumbeat.manager.journal):
-        their links to URL-seen, their edges to the PLD graph, their URLs to the done set,
-        their counts and (Settings.revisit) their visits to the revisits' history
-        (Revisiting.replay); returns how many."""
-        found: list[FoundURLs] = []
-        edges: list[FoundEdges] = []
-        done, n = self.gate.done, 0
-
-        def apply() -> None:
-            self._add_edges(edges)
-            if found:
-                self.admission.admit_found(found)
-            found.clear()
-            edges.clear()
-
-        for entry in replay_entries(self.journal_dir, since):
-            if entry.url:  # else links another partition forwarded (journal.Forwarded)
-                n += 1
-                done.add(urls.fingerprint(entry.url))
-                self.dispatch.pages_done += count_entry(entry, self.counters)
-                if self.revisiting is not None:
-                    self.revisiting.replay(entry.url, entry.status, entry.visit)
-            if entry.fingerprints:
-                found.append(FoundURLs(entry.fingerprints, entry.payloads, entry.lengths))
-            if entry.edge_keys:
-                edges.append(
-                    FoundEdges(
-                        entry.edge_source, entry.edge_keys, entry.edge_targets, entry.edge_lengths
-                    )
-                )
-            if len(found) >= 4096:
-                apply()
-        apply()
-        return n
 
     def add_seeds(
         self, seeds: Iterable[str], keep: Callable[[str], bool] | None = None
@@ -374,12 +161,7 @@ class Manager:
     async def run(self) -> str:
         """Crawl until done, a limit, or request_stop(); checkpoint; return the stop reason."""
         s, t = self.settings, self.tuning
-        admission, gate, dispatch, cp = (
-            self.admission,
-            self.gate,
-            self.dispatch,
-            self.checkpointer,
-        )
+        admission, gate, dispatch, cp = self.admission, self.gate, self.dispatch, self.checkpointer
         deadline = self._started + s.max_time_s if s.max_time_s else None
         journal, controls, revisiting = self.journal, self.controls, self.revisiting
         # What this run starts from (the seeds, or what the last run's checkpoint and
@@ -424,45 +206,38 @@ class Manager:
                     await cp.synced()
                 else:
                     cp.presync_if_due(now)
-                if now - self._last_sweep >= t.host_sweep_interval_s:
-                    self.scheduler.sweep(now)
-                    self._last_sweep = now
-                if now >= self._next_sample:
-                    self._sample_history()
-                    self._next_sample = now + 1.0
-                merge_s = admission.merge_busy_s
-                self._note_turn(
-                    now,
-                    {
-                        "merge": merge_s,
-                        "place": w1 - w0 - merge_s,
-                        "feed": w2 - w1,
-                        "dispatch": w3 - w2,
-                        "collect": self._collect_busy_s,
-                        "checkpoint+sweep": perf_counter() - w4,
-                    },
-                )
+                self._upkeep(now)
+                self._note_turn(now, w0, w1, w2, w3, w4)
             await self._drain_in_flight()
         finally:
-            for task in gate.resolving.values():
-                task.cancel()
-            if self._collector is not None:
-                # Results it may still bring are lost to this run, but their items are
-                # still in flight and so saved as queued: they are fetched again later.
-                self._collector.cancel()
-        if cp.writing is not None:
-            await cp.writing
-        await cp.synced(final=True)
-        if journal is not None:
-            journal.close()
-        if revisiting is not None:
-            log.info("%s", revisiting.summary())
-            revisiting.close()
+            self._cancel_waits()
+        await self._close(journal, revisiting)
         return self.stop_reason or "done"
 
-    def _note_turn(self, now: float, parts: dict[str, float]) -> None:
+    def _upkeep(self, now: float) -> None:
+        """A turn's last steps: the scheduler's sweep of idle hosts and the history's
+        sample, each when due."""
+        if now - self._last_sweep >= self.tuning.host_sweep_interval_s:
+            self.scheduler.sweep(now)
+            self._last_sweep = now
+        if now >= self._next_sample:
+            self._sample_history()
+            self._next_sample = now + 1.0
+
+    def _note_turn(self, now: float, w0: float, w1: float, w2: float, w3: float, w4: float) -> None:
         """Count a turn that kept the fetchers waiting (see drumbeat.runtime.stalls); one of a
-        second or more is logged, as the crawl's pages/s show a dip there."""
+        second or more is logged, as the crawl's pages/s show a dip there. ``w0``..``w4``:
+        the wall clock (perf_counter) as run() started placing, feeding, dispatching,
+        collecting (its end) and checkpointing."""
+        merge_s = self.admission.merge_busy_s
+        parts = {
+            "merge": merge_s,
+            "place": w1 - w0 - merge_s,
+            "feed": w2 - w1,
+            "dispatch": w3 - w2,
+            "collect": self._collect_busy_s,
+            "checkpoint+sweep": perf_counter() - w4,
+        }
         if self.stalls.turn(now - self._started, parts):
             total = sum(parts.values())
             if total >= 1.0:
@@ -471,6 +246,29 @@ class Manager:
                     total,
                     ", ".join(f"{k} {v:.2f} s" for k, v in parts.items() if v >= 0.01),
                 )
+
+    def _cancel_waits(self) -> None:
+        """At the loop's end, however it ended: stop the DNS lookups under way and the
+        outstanding collect."""
+        for task in self.gate.resolving.values():
+            task.cancel()
+        if self._collector is not None:
+            # Results it may still bring are lost to this run, but their items are
+            # still in flight and so saved as queued: they are fetched again later.
+            self._collector.cancel()
+
+    async def _close(self, journal: Journal | None, revisiting: Revisiting | None) -> None:
+        """After the loop: the last checkpoint (once a periodic one being written is
+        written), then the journal and the revisits closed."""
+        cp = self.checkpointer
+        if cp.writing is not None:
+            await cp.writing
+        await cp.synced(final=True)
+        if journal is not None:
+            journal.close()
+        if revisiting is not None:
+            log.info("%s", revisiting.summary())
+            revisiting.close()
 
     def _sample_history(self) -> None:
         """The totals of drumbeat.stats.HISTORY_SERIES, to the history."""
@@ -591,7 +389,7 @@ class Manager:
                 self.journal.note_forwarded(more_found, more_edges)
         if self.journal is not None:
             self.journal.note(results)
-        self._add_edges(edges)
+        self.admission.add_edges(edges)
         applied = thread_time()
         if found:
             journal = self.journal
@@ -601,15 +399,6 @@ class Manager:
         self.stage_s["results"] += applied - logged
         self.stage_s["urlseen"] += thread_time() - applied
         self._collect_busy_s = perf_counter() - wall
-
-    def _add_edges(self, edges: list[FoundEdges]) -> None:
-        """The PLD edges fetchers found (or the journal replays), to the PLD graph."""
-        if edges:
-            self.stores.plds.add_packed(
-                b"".join(e.keys for e in edges),
-                b"".join(e.targets for e in edges),
-                b"".join(e.lengths for e in edges),
-            )
 
     def stats(self) -> ManagerStats:
         st, gate = self.stores, self.gate
@@ -626,24 +415,3 @@ class Manager:
             elapsed_s=self.clock() - self._started,
             counters=dict(self.counters),
         )
-
-
-def _star(s: Settings) -> Star:
-    """STAR with the settings' budget function (IRLbot §6)."""
-    return Star(
-        budget=irlbot_budget(s.budget_default, s.budget_max, s.budget_indegree_floor),
-        indegree_floor=s.budget_indegree_floor,
-        table_size=s.budget_table_plds,
-    )
-
-
-def _scheduler(s: Settings) -> PolitenessScheduler:
-    return PolitenessScheduler(
-        host_delay_s=s.host_delay_s,
-        ip_delay_s=s.ip_delay_s,
-        host_delay_min_s=s.host_delay_min_s,
-        ip_delay_min_s=s.ip_delay_min_s,
-        default_budget=s.budget_default,
-        host_connections=s.host_connections,
-        early_s=EARLY_BELOW_S,
-    )

@@ -19,5 +19,5 @@ class LoopState:
     # (set by Dispatcher.dispatch).
     slots_idle: bool = True
     # When this run resumed a checkpoint (-inf: a new crawl): the previous run may have
-    # hit any host just before it stopped (set by Manager.restore).
+    # hit any host just before it stopped (set by Checkpointer.restore).
     resumed_at: float = float("-inf")

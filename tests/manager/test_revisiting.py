@@ -54,7 +54,7 @@ def _revisiting(manager: Manager, clock: FakeClock, saved: dict | None = None) -
         saved,
         manager.gate,
         manager.counters,
-        place=manager._place_revisits,
+        place=manager.revisiting.place,
         clock=clock,
     )
     manager.revisiting = manager.checkpointer.revisiting = r
