@@ -559,7 +559,33 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="drumbeat", description="A polite, crash-safe web crawler.")
     parser.add_argument("--version", action="version", version=f"drumbeat {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    # The order here is the order `drumbeat --help` lists the commands in.
+    _add_crawl_parser(sub)
+    _add_ctl_parser(sub)
+    _add_stats_parser(sub)
+    _add_manager_parser(sub)
+    _add_fetcher_parser(sub)
+    _add_status_parser(sub)
+    _add_web_parser(sub)
+    _add_demo_parser(sub)
+    # simweb and bench parse their own arguments (main() hands them over before this
+    # parser runs); they are here only to be listed in `drumbeat --help`.
+    sub.add_parser(
+        "simweb",
+        help="serve the synthetic web on loopback (see simweb --help)",
+        add_help=False,
+        prefix_chars="\0",
+    )
+    sub.add_parser(
+        "bench",
+        help="benchmarks against peers measured in the same run (see bench --help)",
+        add_help=False,
+        prefix_chars="\0",
+    )
+    return parser
 
+
+def _add_crawl_parser(sub: Any) -> None:
     crawl = sub.add_parser(
         "crawl",
         help="crawl from seed URLs (or resume a crawl)",
@@ -569,8 +595,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_crawl_args(crawl)
     _add_web_arg(crawl)
-    _add_ctl_parser(sub)
 
+
+def _add_stats_parser(sub: Any) -> None:
     stats = sub.add_parser(
         "stats",
         help="summarise a crawl's state directory",
@@ -587,6 +614,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     stats.add_argument("--json", action="store_true", help="print one JSON object")
 
+
+def _add_manager_parser(sub: Any) -> None:
     manager = sub.add_parser(
         "manager",
         help="run one manager of a crawl on a Redis cluster",
@@ -601,6 +630,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_crawl_args(manager)
     _add_web_arg(manager, "this manager's (its partition's)")
 
+
+def _add_fetcher_parser(sub: Any) -> None:
     fetcher = sub.add_parser(
         "fetcher",
         help="run fetcher processes for every crawl on a Redis cluster",
@@ -638,6 +669,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit once every crawl on the Redis is done",
     )
 
+
+def _add_status_parser(sub: Any) -> None:
     status = sub.add_parser(
         "status",
         help="show a Redis cluster's crawls, managers and fetchers",
@@ -654,8 +687,8 @@ def build_parser() -> argparse.ArgumentParser:
         "the managers' state dirs and the fetchers' WARC files are not touched",
     )
 
-    _add_web_parser(sub)
 
+def _add_demo_parser(sub: Any) -> None:
     demo = sub.add_parser("demo", help="crawl the bundled synthetic web for about 30 s")
     demo.add_argument("--seconds", type=_nonneg_float, default=30.0, help="crawl time (default 30)")
     demo.add_argument("--hosts", type=_pos_int, default=300, help="synthetic hosts (default 300)")
@@ -666,20 +699,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="state directory (default: ./drumbeat-demo/<time>)",
     )
-
-    sub.add_parser(
-        "simweb",
-        help="serve the synthetic web on loopback (see simweb --help)",
-        add_help=False,
-        prefix_chars="\0",
-    )
-    sub.add_parser(
-        "bench",
-        help="benchmarks against peers measured in the same run (see bench --help)",
-        add_help=False,
-        prefix_chars="\0",
-    )
-    return parser
 
 
 def _add_web_arg(parser: argparse.ArgumentParser, whose: str = "the") -> None:

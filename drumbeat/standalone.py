@@ -233,65 +233,126 @@ async def _run(
         if deployment.on_manager is not None:
             deployment.on_manager(manager)
         try:
-            resumed = manager.restore()
-            pages_before = manager.pages_done
-            cpu_before = time.process_time()
-            tried = _add_seeds(settings, manager, refusals, resumed, deployment.keep_seed)
-            log.info(
-                "%s crawl in %s with %d fetcher processes: %d seeds to try; "
-                "malloc: %s; compiled: %s",
-                "resuming" if resumed else "starting",
-                state_dir,
-                fetchers,
-                tried,
-                allocator.in_use(),
-                ", ".join(compiled_modules()) or "none (pure Python)",
-            )
-
-            loop = asyncio.get_running_loop()
-            signals = 0
-
-            def on_signal() -> None:
-                nonlocal signals
-                signals += 1
-                manager.request_stop("signal", force=signals > 1)
-
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, on_signal)
-            server = None if web is None else await _serve(manager, state_dir, web)
-            progress = Progress(settings, manager, sys.stderr)
-            progress_task = asyncio.ensure_future(progress.run())
-            try:
-                reason = await manager.run()
-            except WorkerFailed as e:
-                raise CrawlError(str(e)) from None
-            finally:
-                if server is not None:
-                    await server.close()
-                progress_task.cancel()
-                await asyncio.gather(progress_task, return_exceptions=True)
-                for sig in (signal.SIGINT, signal.SIGTERM):
-                    loop.remove_signal_handler(sig)
+            start = _begin(settings, state_dir, manager, refusals, deployment, fetchers)
+            reason, progress = await _drive(settings, state_dir, manager, web)
         finally:
             await manager.dns.close()
     # The fetchers have stopped: their last stats are in.
-    pages = manager.pages_done - pages_before
+    return _finish(
+        state_dir,
+        manager,
+        refusals,
+        start,
+        fetchers=fetchers,
+        fetcher_stats=fetcher_stats,
+        progress=progress,
+        reason=reason,
+        started=started,
+    )
+
+
+@dataclass(frozen=True)
+class _RunStart:
+    """What a run's end reports against: whether it resumed, the pages done and the
+    manager's CPU time when it began (stages.json counts this run's only), and the seeds
+    it tried (the refused seeds' report)."""
+
+    resumed: bool
+    pages_before: int
+    cpu_before: float
+    tried: int
+
+
+def _begin(
+    settings: Settings,
+    state_dir: Path,
+    manager: Manager,
+    refusals: SeedRefusals,
+    deployment: Deployment,
+    fetchers: int,
+) -> _RunStart:
+    """Restore the last checkpoint, add this run's seeds and log what the run starts from."""
+    resumed = manager.restore()
+    pages_before = manager.pages_done
+    cpu_before = time.process_time()
+    tried = _add_seeds(settings, manager, refusals, resumed, deployment.keep_seed)
+    log.info(
+        "%s crawl in %s with %d fetcher processes: %d seeds to try; malloc: %s; compiled: %s",
+        "resuming" if resumed else "starting",
+        state_dir,
+        fetchers,
+        tried,
+        allocator.in_use(),
+        ", ".join(compiled_modules()) or "none (pure Python)",
+    )
+    return _RunStart(resumed, pages_before, cpu_before, tried)
+
+
+async def _drive(
+    settings: Settings, state_dir: Path, manager: Manager, web: WebAddress | None
+) -> tuple[str, Progress]:
+    """Run the manager until it stops; its stop reason and the progress display.
+
+    The first SIGINT or SIGTERM stops the crawl gracefully, a second one at once; the
+    control API (when ``web``) and the progress display live as long as the run."""
+    loop = asyncio.get_running_loop()
+    signals = 0
+
+    def on_signal() -> None:
+        nonlocal signals
+        signals += 1
+        manager.request_stop("signal", force=signals > 1)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal)
+    server = None if web is None else await _serve(manager, state_dir, web)
+    progress = Progress(settings, manager, sys.stderr)
+    progress_task = asyncio.ensure_future(progress.run())
+    try:
+        reason = await manager.run()
+    except WorkerFailed as e:
+        raise CrawlError(str(e)) from None
+    finally:
+        if server is not None:
+            await server.close()
+        progress_task.cancel()
+        await asyncio.gather(progress_task, return_exceptions=True)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+    return reason, progress
+
+
+def _finish(
+    state_dir: Path,
+    manager: Manager,
+    refusals: SeedRefusals,
+    start: _RunStart,
+    *,
+    fetchers: int,
+    fetcher_stats: Callable[[], list[dict[str, Any]]],
+    progress: Progress,
+    reason: str,
+    started: float,
+) -> CrawlOutcome:
+    """Once the fetchers have stopped: write stages.json, the progress's last words and
+    the refused seeds' report, and return what the run did."""
+    pages = manager.pages_done - start.pages_before
     write_stages(
         state_dir / STAGES_NAME,
         manager,
         fetchers,
         fetcher_stats(),
         pages=pages,
-        manager_cpu_s=time.process_time() - cpu_before,
+        manager_cpu_s=time.process_time() - start.cpu_before,
     )
     progress.final()
     stats = manager.stats()
-    report = refusals.report(tried)
+    report = refusals.report(start.tried)
     if report:
         log.warning("%s", report)
     return CrawlOutcome(
         reason,
-        resumed,
+        start.resumed,
         stats.pages_done,
         stats.queued + stats.in_flight,
         state_dir,
@@ -299,7 +360,7 @@ async def _run(
         pages,
         report,
         all_seeds_refused=bool(report)
-        and len(refusals.refused) >= tried
+        and len(refusals.refused) >= start.tried
         and pages == 0
         and reason == "done",
     )

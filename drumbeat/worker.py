@@ -22,14 +22,17 @@ import pickle
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from drumbeat import compiled_modules
+from drumbeat.fetch.client import HttpClient
 from drumbeat.fetcher import CONTENT_INDEX_DIR, Fetcher, open_content_index, open_http
 from drumbeat.queue.process import WorkerQueue, read_frame
 from drumbeat.runtime import allocator
 from drumbeat.runtime.gctune import tune_gc
 from drumbeat.settings import Settings
+from drumbeat.store.dedup import ContentIndex
 from drumbeat.store.warc import WarcWriter
 
 log = logging.getLogger("drumbeat.worker")
@@ -51,25 +54,14 @@ def main() -> int:
 
 
 async def _serve(frames_out: Any) -> int:
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=1 << 20)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
-    transport, protocol = await loop.connect_write_pipe(
-        asyncio.streams.FlowControlMixin, frames_out
-    )
-    writer = asyncio.StreamWriter(transport, protocol, None, loop)
+    reader, writer = await _open_pipes(frames_out)
     frame = await read_frame(reader)
     if frame is None:
         return 0
     kind, (name, settings) = pickle.loads(frame)
     assert kind == "init" and isinstance(settings, Settings)
     assert settings.state_dir is not None
-    handler = logging.FileHandler(settings.state_dir / "drumbeat.log", encoding="utf-8")
-    handler.setFormatter(
-        logging.Formatter(f"%(asctime)s %(levelname)s %(name)s[{name}]: %(message)s")
-    )
-    logging.getLogger("drumbeat").addHandler(handler)
-    logging.getLogger("drumbeat").setLevel(logging.INFO)
+    _log_to(settings.state_dir / "drumbeat.log", name)
 
     http, dns = open_http(settings)
     warc = WarcWriter(
@@ -77,27 +69,7 @@ async def _serve(frames_out: Any) -> int:
         max_file_bytes=settings.warc_max_file_bytes,
         gzip_level=settings.warc_gzip_level,
     )
-    fetcher: Fetcher | None = None
-    malloc, compiled = allocator.in_use(), compiled_modules()
-
-    def stats() -> dict[str, Any]:
-        assert fetcher is not None
-        s = fetcher.stats()
-        return {
-            "name": name,
-            "pid": os.getpid(),
-            "active": s.active,
-            "fetched": s.fetched,
-            "errors": s.errors,
-            "stage_s": s.stage_s | {"handoff": queue.handoff_s},
-            "cpu_s": time.process_time(),
-            "allocator": malloc,
-            "compiled": compiled,
-        }
-
-    queue = WorkerQueue(writer, stats)
-    content = open_content_index(settings, settings.state_dir / CONTENT_INDEX_DIR)
-    fetcher = Fetcher(settings, queue, http, warc, worker=name, content=content)
+    fetcher, queue, content = _open_fetcher(settings, name, writer, http, warc)
     tune_gc()
     running = asyncio.ensure_future(fetcher.run())
     # With the journal on, the manager asks for a sync every journal_commit_s, which
@@ -139,6 +111,57 @@ async def _serve(frames_out: Any) -> int:
             pass  # the manager is gone; nothing more to tell it
         writer.close()
     return 0
+
+
+async def _open_pipes(frames_out: Any) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Streams on the manager's pipes: frames in on stdin, frames out on ``frames_out``."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=1 << 20)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
+    transport, protocol = await loop.connect_write_pipe(
+        asyncio.streams.FlowControlMixin, frames_out
+    )
+    return reader, asyncio.StreamWriter(transport, protocol, None, loop)
+
+
+def _log_to(path: Path, name: str) -> None:
+    """Log INFO and above to the crawl's drumbeat.log, each line naming this process."""
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(
+        logging.Formatter(f"%(asctime)s %(levelname)s %(name)s[{name}]: %(message)s")
+    )
+    logging.getLogger("drumbeat").addHandler(handler)
+    logging.getLogger("drumbeat").setLevel(logging.INFO)
+
+
+def _open_fetcher(
+    settings: Settings, name: str, writer: asyncio.StreamWriter, http: HttpClient, warc: WarcWriter
+) -> tuple[Fetcher, WorkerQueue, ContentIndex | None]:
+    """This process's Fetcher, the queue it talks to the manager through (whose stats
+    frames carry the fetcher's figures) and its content index, if any (close it)."""
+    assert settings.state_dir is not None
+    fetcher: Fetcher | None = None
+    malloc, compiled = allocator.in_use(), compiled_modules()
+
+    def stats() -> dict[str, Any]:
+        assert fetcher is not None
+        s = fetcher.stats()
+        return {
+            "name": name,
+            "pid": os.getpid(),
+            "active": s.active,
+            "fetched": s.fetched,
+            "errors": s.errors,
+            "stage_s": s.stage_s | {"handoff": queue.handoff_s},
+            "cpu_s": time.process_time(),
+            "allocator": malloc,
+            "compiled": compiled,
+        }
+
+    queue = WorkerQueue(writer, stats)
+    content = open_content_index(settings, settings.state_dir / CONTENT_INDEX_DIR)
+    fetcher = Fetcher(settings, queue, http, warc, worker=name, content=content)
+    return fetcher, queue, content
 
 
 async def _answer_sync(

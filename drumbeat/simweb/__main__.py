@@ -27,6 +27,15 @@ def build_parser() -> argparse.ArgumentParser:
         "serves until SIGINT or SIGTERM and exits 0. Crawl it with --allow-loopback.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
+    _add_web_args(parser, defaults)
+    _add_scenario_args(
+        parser.add_argument_group("frontier scenarios (all off by default)"), defaults
+    )
+    return parser
+
+
+def _add_web_args(parser: argparse.ArgumentParser, defaults: SimWebConfig) -> None:
+    """The plain web's shape and its sockets."""
     parser.add_argument("--hosts", type=int, default=defaults.hosts, help="virtual hosts")
     parser.add_argument("--ips", type=int, default=defaults.ips, help="127.1.x.y addresses")
     parser.add_argument(
@@ -54,7 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.crawl_delay_s,
         help="seconds, for hosts whose robots.txt sets Crawl-delay",
     )
-    scenarios = parser.add_argument_group("frontier scenarios (all off by default)")
+
+
+def _add_scenario_args(scenarios: argparse._ArgumentGroup, defaults: SimWebConfig) -> None:
+    """The web's traps and oddities, each a frontier behaviour a test or benchmark needs."""
     scenarios.add_argument(
         "--spam-farms",
         type=int,
@@ -106,7 +118,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.topics,
         help="ring hosts about one of this many topics, linking mostly within it (0: none)",
     )
-    return parser
 
 
 def config_from_args(args: argparse.Namespace) -> SimWebConfig:
