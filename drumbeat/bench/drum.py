@@ -29,7 +29,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 
@@ -109,7 +109,7 @@ def run_drumbeat(
     fsync: str = "round",
     aux_form: str = "blob",
     compress: str = "on",
-) -> dict:
+) -> dict[str, Any]:
     drum = Drum(work, ram_bytes=ram, fsync=FSYNC_MODES[fsync], compress_log=compress == "on")
     _load_drum(drum, stored)
     _loaded()
@@ -200,7 +200,7 @@ def _measure_drum(
     return unique, submit_s, flush_s, deliver_s
 
 
-def run_set(work: Path, ram: int, stored: int, measure: int) -> dict:
+def run_set(work: Path, ram: int, stored: int, measure: int) -> dict[str, Any]:
     seen: set[int] = set()
     for ids in load_batches(stored):
         seen.update(keys_of(ids).tolist())
@@ -219,7 +219,7 @@ def run_set(work: Path, ram: int, stored: int, measure: int) -> dict:
     return {"urls_per_s": measure / elapsed, "unique": unique, "notes": ""}
 
 
-def run_sqlite(work: Path, ram: int, stored: int, measure: int) -> dict:
+def run_sqlite(work: Path, ram: int, stored: int, measure: int) -> dict[str, Any]:
     db = sqlite3.connect(work / "seen.db")
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=NORMAL")
@@ -248,7 +248,7 @@ def run_sqlite(work: Path, ram: int, stored: int, measure: int) -> dict:
     }
 
 
-def run_lmdb(work: Path, ram: int, stored: int, measure: int) -> dict:
+def run_lmdb(work: Path, ram: int, stored: int, measure: int) -> dict[str, Any]:
     import lmdb
 
     env = lmdb.open(str(work / "seen.lmdb"), map_size=1 << 40, sync=False, writemap=True)
@@ -276,7 +276,7 @@ def run_lmdb(work: Path, ram: int, stored: int, measure: int) -> dict:
     }
 
 
-def run_rocksdb(work: Path, ram: int, stored: int, measure: int) -> dict:
+def run_rocksdb(work: Path, ram: int, stored: int, measure: int) -> dict[str, Any]:
     from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch
 
     opts = Options(raw_mode=True)
@@ -361,7 +361,7 @@ def run_peer(
     drum_fsync: str = "round",
     drum_aux: str = "blob",
     drum_compress: str = "on",
-) -> dict:
+) -> dict[str, Any]:
     """Run one contender in a fresh process; its peak RSS is its own."""
     work.mkdir(parents=True)
     cmd = [
@@ -515,7 +515,7 @@ def _importable(module: str) -> bool:
     return True
 
 
-def _print_table(report: dict) -> None:
+def _print_table(report: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 

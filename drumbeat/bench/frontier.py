@@ -111,7 +111,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
 from drumbeat.frontier.beast import theorem7_bound
@@ -288,7 +288,7 @@ def seed_urls(model: SimWebModel, n: int) -> list[str]:
 def _crawl(
     name: str,
     seeds: list[str],
-    info: dict,
+    info: dict[str, Any],
     state: Path,
     pages: int,
     toml: str,
@@ -327,7 +327,7 @@ def _crawl(
     return wall
 
 
-def _answered(state: Path) -> list[dict]:
+def _answered(state: Path) -> list[dict[str, Any]]:
     """Requests that got an HTTP response (page fetches and robots.txt fetches), in the
     order the crawl log has them."""
     out = []
@@ -347,7 +347,7 @@ def _tenths(flags: list[bool]) -> list[float]:
     ]
 
 
-def _shares(model: SimWebModel, answered: list[dict], n: int) -> dict:
+def _shares(model: SimWebModel, answered: list[dict[str, Any]], n: int) -> dict[str, Any]:
     """Part 1's figures for one crawl: the first ``n`` page fetches by PLD class, and every
     request up to the ``n``-th page fetch (robots.txt included) by the class of its host."""
     pages = [e for e in answered if e["kind"] == "page"]
@@ -373,7 +373,7 @@ def _shares(model: SimWebModel, answered: list[dict], n: int) -> dict:
     # pages, in which tenth of the first n pages, linked from a legit page or its own.
     breakdown: dict[str, dict] = {}
 
-    def bucket(entry: dict, cls: str) -> dict:
+    def bucket(entry: dict[str, Any], cls: str) -> dict[str, Any]:
         host = model.host(urlsplit(entry["url"]).hostname or "")
         assert host is not None  # spam and trap URLs are hosts of the web
         b = breakdown.setdefault(
@@ -420,13 +420,13 @@ def _shares(model: SimWebModel, answered: list[dict], n: int) -> dict:
     }
 
 
-def _checkpoint_state(state: Path) -> dict:
+def _checkpoint_state(state: Path) -> dict[str, Any]:
     root = state / "checkpoints"
     current = (root / "CURRENT").read_text(encoding="utf-8").strip()
     return json.loads((root / current / "state.json").read_text(encoding="utf-8"))
 
 
-def _beast_io(state: Path, pages: int, fetched: list[dict]) -> dict:
+def _beast_io(state: Path, pages: int, fetched: list[dict[str, Any]]) -> dict[str, Any]:
     """Part 3 for one crawl: BEAST bytes per page next to Theorem 7's 2b(2L-1)."""
     meta = _checkpoint_state(state)
     beast = meta["frontier"]["beast"]
@@ -453,7 +453,9 @@ def _beast_io(state: Path, pages: int, fetched: list[dict]) -> dict:
     }
 
 
-def _mean_record_bytes(state: Path, queue_states: list[dict], fetched: list[dict]) -> float:
+def _mean_record_bytes(
+    state: Path, queue_states: list[dict[str, Any]], fetched: list[dict[str, Any]]
+) -> float:
     """Mean BEAST record (payload + frame): records still queued (a sample per queue) and
     the fetched pages' records, which BEAST held before they were read."""
     sizes: list[int] = [len(encode_payload(e["url"], e["depth"], e["via"])) for e in fetched]
@@ -471,7 +473,7 @@ def _mean_record_bytes(state: Path, queue_states: list[dict], fetched: list[dict
     return sum(sizes) / max(len(sizes), 1) + FRAME_SIZE
 
 
-def spam_share(plan: Plan, work: Path, log: bool) -> dict:
+def spam_share(plan: Plan, work: Path, log: bool) -> dict[str, Any]:
     proc, info = _start_web(plan.web)
     model = SimWebModel(replace(plan.web, port=info["port"]))
     seeds = seed_urls(model, plan.seeds)
@@ -559,7 +561,9 @@ def true_indegrees(model: SimWebModel, seeds: list[str]) -> dict[str, int]:
     return {u: indegree.get(u, 0) for u in fetchable}
 
 
-def _order_figures(model: SimWebModel, truth: dict[str, int], state: Path, n: int) -> dict:
+def _order_figures(
+    model: SimWebModel, truth: dict[str, int], state: Path, n: int
+) -> dict[str, Any]:
     first = [e["url"] for e in _answered(state) if e["kind"] == "page"][:n]
     weighted = sum(truth.get(u, 0) for u in first)
     best = sum(sorted(truth.values(), reverse=True)[: len(first)])
@@ -574,7 +578,7 @@ def _order_figures(model: SimWebModel, truth: dict[str, int], state: Path, n: in
     }
 
 
-def crawl_order(plan: Plan, work: Path, log: bool) -> dict:
+def crawl_order(plan: Plan, work: Path, log: bool) -> dict[str, Any]:
     """Part 4: each order policy and a focused crawl on the topic web."""
     proc, info = _start_web(plan.order_web)
     model = SimWebModel(replace(plan.order_web, port=info["port"]))
@@ -649,7 +653,7 @@ def _live_rss() -> int | None:
     return _memory()["rss"]
 
 
-async def _rss_child(n: int, hosts: int, work: Path) -> dict:
+async def _rss_child(n: int, hosts: int, work: Path) -> dict[str, Any]:
     from drumbeat.testing import FakeClock, offline_manager
 
     clock = FakeClock(time.monotonic())  # the manager's clock, moved by the loop below
@@ -708,7 +712,7 @@ async def _rss_child(n: int, hosts: int, work: Path) -> dict:
         }
 
 
-def manager_rss(sizes: tuple[int, ...], hosts: int, work: Path, log: bool) -> dict:
+def manager_rss(sizes: tuple[int, ...], hosts: int, work: Path, log: bool) -> dict[str, Any]:
     """Each size in a fresh process, so each peak RSS is its own."""
     runs: dict[str, dict] = {}
     for n in sizes:
@@ -777,7 +781,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = PLANS[mode]
     base = Path(tempfile.mkdtemp(prefix="frontierbench-", dir=args.dir))
     t0 = time.perf_counter()
-    report: dict = {"mode": mode}
+    report: dict[str, Any] = {"mode": mode}
     try:
         if not args.order_only:
             share = spam_share(plan, base, not args.json)
@@ -795,7 +799,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _print_tables(report: dict) -> None:
+def _print_tables(report: dict[str, Any]) -> None:
     from rich.console import Console
 
     console = Console(width=150)
@@ -813,7 +817,7 @@ def _print_tables(report: dict) -> None:
     console.print(f"{report['mode']} run, {report['elapsed_s']:.0f} s")
 
 
-def _order_table(order: dict) -> Table:
+def _order_table(order: dict[str, Any]) -> Table:
     table = _table(
         f"Crawl order and focus: the first {order['pages']:,} page fetches",
         (
@@ -843,7 +847,7 @@ def _order_table(order: dict) -> Table:
     return table
 
 
-def _order_note(order: dict) -> str:
+def _order_note(order: dict[str, Any]) -> str:
     web = order["web"]
     return (
         f"web: {web['hosts']:,} ordinary hosts about {web['topics']} topics, "
@@ -867,7 +871,7 @@ def _table(title: str, columns: tuple[str, ...], left: tuple[str, ...] = ()) -> 
     return table
 
 
-def _share_table(share: dict) -> Table:
+def _share_table(share: dict[str, Any]) -> Table:
     table = _table(
         f"Share of the first {share['pages']:,} page fetches by PLD class "
         f"(targets: drumbeat <= 5 % spam+trap, BFS >= 50 %)",
@@ -886,7 +890,7 @@ def _share_table(share: dict) -> Table:
     return table
 
 
-def _request_table(share: dict) -> Table:
+def _request_table(share: dict[str, Any]) -> Table:
     table = _table(
         f"Every request up to the {share['pages']:,}th page fetch "
         "(robots.txt included) by the PLD class of its host",
@@ -914,7 +918,7 @@ def _request_table(share: dict) -> Table:
     return table
 
 
-def _spam_trap_table(share: dict) -> Table:
+def _spam_trap_table(share: dict[str, Any]) -> Table:
     table = _table(
         "Spam and trap requests by PLD (first N pages; robots.txt up to the Nth page)",
         (
@@ -944,7 +948,7 @@ def _spam_trap_table(share: dict) -> Table:
     return table
 
 
-def _web_note(share: dict) -> str:
+def _web_note(share: dict[str, Any]) -> str:
     web, s = share["web"], share["settings"]
     return (
         f"seeds: {share['seeds']:,} legit home pages (curated: none links to spam or a trap); "
@@ -961,7 +965,7 @@ def _web_note(share: dict) -> str:
     )
 
 
-def _rss_table(rss: dict) -> Table:
+def _rss_table(rss: dict[str, Any]) -> Table:
     table = _table(
         "Manager RSS with queued URLs (each size in a fresh process; "
         "target: largest <= 1.2x smallest)",
@@ -997,7 +1001,7 @@ def _rss_table(rss: dict) -> Table:
     return table
 
 
-def _rss_note(rss: dict) -> str:
+def _rss_note(rss: dict[str, Any]) -> str:
     lo, hi = rss["ratio_sizes"]
     first = rss["runs"][str(lo)]
     live = rss["live_rss_ratio"]
@@ -1013,7 +1017,7 @@ def _rss_note(rss: dict) -> str:
     )
 
 
-def _beast_io_table(beast_io: dict) -> Table:
+def _beast_io_table(beast_io: dict[str, Any]) -> Table:
     table = _table(
         "BEAST disk I/O per page fetched vs Theorem 7, 2b(2L-1)",
         (
