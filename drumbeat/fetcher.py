@@ -26,8 +26,6 @@ from drumbeat.fetch.dns import DnsCache
 from drumbeat.fetch.guard import AddressPolicy
 from drumbeat.fetch.response import FetchResponse
 from drumbeat.fetcher_links import LinkExtractor
-from drumbeat.fetcher_links import pack_edges as pack_edges  # where callers took them
-from drumbeat.fetcher_links import pack_found as pack_found
 from drumbeat.parse.links import PageReferences
 from drumbeat.parse.simhash import simhashes
 from drumbeat.queue.base import PAGE, ROBOTS, FetcherQueue, FetchItem, ItemResult, Task

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 def payload_tail(depth: int, via: str | None, hops: int = 0) -> str:
     """What follows the URL in its payload: ``\\n depth \\n via``, then ``\\n hops`` for
     a redirect's target (hops > 0). Shared by the URLs of one page, so fetchers build it
-    once per page (fetcher.pack_found).
+    once per page (fetcher_links.pack_found).
 
     Normalized URLs never contain a newline (WHATWG parsing strips or escapes it).
     """

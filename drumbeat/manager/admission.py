@@ -113,7 +113,7 @@ class Admission:
 
     def _within_depth(self, found: list[FoundURLs], max_depth: int) -> list[FoundURLs]:
         """The batches of links not deeper than ``max_depth``: the links of one fetch share
-        their depth (fetcher.pack_found), so one payload tells for the whole batch."""
+        their depth (fetcher_links.pack_found), so one payload tells for the whole batch."""
         kept = []
         for f in found:
             lengths = memoryview(f.lengths).cast("I")

@@ -14,7 +14,6 @@ from drumbeat import urls
 from drumbeat.fetch.dns import DnsCache
 from drumbeat.frontier.urlseen import encode_payload
 from drumbeat.manager.controls import BLOCKED
-from drumbeat.manager.journal import DIR_NAME as JOURNAL_DIR
 from drumbeat.manager.journal import Journal
 from drumbeat.manager.parts import Parts, Shared
 from drumbeat.manager.revisiting import Revisiting
@@ -67,7 +66,7 @@ class Manager:
         self._wake = asyncio.Event()
         sh = Shared.open(settings, tuning, crawl_log, state_dir, clock=clock, wake=self._wake.set)
         self.checkpoints, self.counters, self.stage_s = sh.checkpoints, sh.counters, sh.stage_s
-        self._resume_from, self._resume_meta_frontier = sh.resume_from, sh.saved_frontier
+        self._resume_from = sh.resume_from
         self.star, self.scheduler, self.state = sh.star, sh.scheduler, sh.state
         self.pricing, self.drops, self.stores = sh.pricing, sh.drops, sh.stores
         self.history, self.controls, self.scope = sh.history, sh.controls, sh.scope
@@ -83,7 +82,6 @@ class Manager:
         )
         self.gate, self.dispatch, self.revisiting = p.gate, p.dispatch, p.revisiting
         self.admission, self.journal, self.checkpointer = p.admission, p.journal, p.checkpointer
-        self.journal_dir = state_dir / JOURNAL_DIR
         self.controls.on_unblock = self._lift_block_refusals
         # The loop's long turns (wall time), for the operator and the benchmark.
         self.stalls = Stalls()

@@ -308,7 +308,7 @@ def replay_entries(directory: Path, since: int | None) -> Iterator[JournalEntry]
 
 def with_hashes(entry: JournalEntry) -> JournalEntry:
     """``entry`` with the fingerprints and edge keys a file of version 3 leaves out
-    (drumbeat.store.journal), as the fetcher computed them (drumbeat.fetcher.pack_found
+    (drumbeat.store.journal), as the fetcher computed them (drumbeat.fetcher_links.pack_found
     and pack_edges): xxh3_64 of each found URL, pldgraph's edge_keys of the edges."""
     fingerprints, keys = entry.fingerprints, entry.edge_keys
     if entry.lengths and not fingerprints:

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from drumbeat.fetcher import pack_edges
+from drumbeat.fetcher_links import pack_edges
 from drumbeat.frontier.pldgraph import (
     INDEGREE_DTYPE,
     PLDIndegree,

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from drumbeat.fetcher import pack_found
+from drumbeat.fetcher_links import pack_found
 from drumbeat.frontier.seencache import RecentFingerprints
 from drumbeat.frontier.urlseen import DrumURLSeen, decode_payload, encode_payload
 from drumbeat.settings import Settings, SettingsError, validate

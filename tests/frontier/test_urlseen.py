@@ -2,7 +2,7 @@
 
 from itertools import islice
 
-from drumbeat.fetcher import pack_found
+from drumbeat.fetcher_links import pack_found
 from drumbeat.frontier.urlseen import DrumURLSeen, decode_payload, encode_payload
 from drumbeat.urls import fingerprint
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from drumbeat.fetcher import pack_edges, pack_found
+from drumbeat.fetcher_links import pack_edges, pack_found
 from drumbeat.frontier.robots import ALLOW_ALL, RobotsEntry
 from drumbeat.frontier.urlseen import encode_payload
 from drumbeat.manager.journal import LINKS, replay_entries
@@ -83,7 +83,7 @@ async def _restart(tmp_path: Path) -> None:
         manager.checkpointer.initial()
         path = manager.checkpoints.current()
         assert path is not None and (path / "done.u64").stat().st_size == 16
-        assert journal_files(manager.journal_dir) == []
+        assert journal_files(manager.journal.directory) == []
         # The URLs fetched are skipped (once) as they reach their hosts' queues.
         for url in SEEDS:
             origin = url.rstrip("/")

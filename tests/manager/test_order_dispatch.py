@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from drumbeat.fetcher import pack_found
+from drumbeat.fetcher_links import pack_found
 from drumbeat.manager import Manager
 from drumbeat.testing import FakeClock, offline_manager
 

@@ -15,7 +15,7 @@ import time
 from array import array
 from pathlib import Path
 
-from drumbeat.fetcher import pack_found
+from drumbeat.fetcher_links import pack_found
 from drumbeat.manager import Manager
 from drumbeat.manager.checkpointer import Laps
 from drumbeat.manager.revisiting import Revisiting
@@ -142,7 +142,10 @@ async def _due_revisits(tmp_path: Path) -> None:
         assert not manager.finished()  # a crawl with revisits never runs out of work
 
     async with offline_manager(tmp_path, **CHANGES) as restored:
-        r = _revisiting(restored, clock, (restored._resume_meta_frontier or {})["revisits"])
+        path = restored.checkpoints.current()
+        assert path is not None
+        saved = restored.checkpoints.read_meta(path).frontier or {}
+        r = _revisiting(restored, clock, saved["revisits"])
         assert r.revisits.stats().queued == 3
         clock.advance(120.0)
         r.turn(clock(), idle=lambda: True)

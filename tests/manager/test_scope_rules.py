@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from drumbeat.fetcher import pack_found
+from drumbeat.fetcher_links import pack_found
 from drumbeat.frontier.politeness import QueuedURL
 from drumbeat.frontier.urlseen import payload_url
 from drumbeat.manager import Manager

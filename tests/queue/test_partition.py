@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from drumbeat import urls
-from drumbeat.fetcher import pack_edges, pack_found
+from drumbeat.fetcher_links import pack_edges, pack_found
 from drumbeat.queue.base import FoundEdges, FoundURLs
 from drumbeat.queue.partition import Splitter, partition_of, partition_of_pld
 

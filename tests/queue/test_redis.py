@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from drumbeat.fetcher import pack_edges, pack_found
+from drumbeat.fetcher_links import pack_edges, pack_found
 from drumbeat.queue.base import FetchItem, FoundEdges, FoundURLs, ItemResult, Task
 from drumbeat.queue.partition import partition_of_pld
 from drumbeat.queue.redis import (
