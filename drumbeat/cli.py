@@ -622,7 +622,10 @@ def _add_manager_parser(sub: Any) -> None:
         description="Run manager I of M of crawl NAME: it owns the URLs of its partition "
         "(by pay-level domain), keeps its state in --state DIR like `drumbeat crawl`, and "
         "hands tasks to `drumbeat fetcher` processes through Redis. Give every manager the "
-        "same seeds; each keeps its own. It exits 0 once no partition has work left.",
+        "same seeds; each keeps its own. It keeps in flight its share of twice the live "
+        "fetchers' slots (their --concurrency), so that a fetcher with room finds a task "
+        "waiting; --concurrency is the least it keeps. It exits 0 once no partition has "
+        "work left.",
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

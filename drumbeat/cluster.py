@@ -28,7 +28,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,7 @@ from drumbeat.queue.redis import (
     RedisLink,
     RedisManagerQueue,
     host_name,
+    in_flight_budget,
     safe_url,
     text,
 )
@@ -120,11 +121,18 @@ def run_manager(
         queue = holder["queue"]
         manager.dispatch.stamp_ip_delays = True
 
+        def on_fleet(slots: int) -> None:
+            floor = manager.settings.concurrency
+            manager.dispatch.limit = in_flight_budget(floor, slots, role.parts)
+
+        queue.upkeep.on_fleet = on_fleet
+
         def figures() -> dict[str, Any]:
             st = manager.stats()
             return {
                 "pages_done": st.pages_done,
                 "in_flight": st.in_flight,
+                "in_flight_limit": manager.dispatch.limit,
                 "queued": st.queued,
                 "seen": st.seen,
                 "hosts": st.hosts,
@@ -279,6 +287,7 @@ class FetcherProcess:
             self.name,
             heartbeat_timeout_s=role.heartbeat_timeout_s,
             warc_sync=self._sync_warcs,
+            slots=role.concurrency,
         )
         self.crawls: dict[str, _CrawlFetcher] = {}
         self.stopping = False
@@ -304,7 +313,7 @@ class FetcherProcess:
                 tasks = await self.queue.claim(self.name, min(32, room), timeout_s=0.5)
                 for task in tasks:
                     crawl = self.queue.crawl_of(task.task_id)
-                    (await self._for(crawl)).fetcher.start(task)
+                    (await self.for_crawl(crawl)).fetcher.start(task)
                 if tasks or self.active():
                     idle_since = time.monotonic()
                 elif (
@@ -328,7 +337,9 @@ class FetcherProcess:
                 return False
         return True
 
-    async def _for(self, crawl: str) -> _CrawlFetcher:
+    async def for_crawl(self, crawl: str) -> _CrawlFetcher:
+        """The Fetcher (and its client, resolver, WARC writer) of ``crawl``, made at its
+        first task from the settings its managers registered."""
         known = self.crawls.get(crawl)
         if known is not None:
             return known
@@ -338,6 +349,9 @@ class FetcherProcess:
         except SettingsError as e:  # a crawl registered by another drumbeat version
             log.error("crawl %s: its settings do not load here (%s); using defaults", crawl, e)
             settings = Settings()
+        # This process's own --concurrency bounds its transfers, not the crawl's (which is
+        # its managers' in-flight floor, shared by every fetcher).
+        settings = replace(settings, concurrency=self.role.concurrency)
         http, dns = open_http(settings)
         warc_dir = self.role.state_dir / "warc" / crawl
         warc_dir.mkdir(parents=True, exist_ok=True)
@@ -477,11 +491,13 @@ async def cluster_status(
         fetchers = []
         for worker, score in workers:
             w = text(worker)
+            slots = await r.hget(k.worker_info(w), "slots")
             fetchers.append(
                 {
                     "name": w,
                     "last_heartbeat_s": round((now_ms - score) / 1000, 1),
                     "tasks_held": await r.llen(k.worker(w)),
+                    "slots": int(slots) if slots is not None else None,
                 }
             )
         crawls: list[dict[str, Any]] = []
@@ -571,8 +587,9 @@ def render_status(status: dict[str, Any]) -> str:
     ]
     for f in status["fetchers"]:
         lines.append(
-            f"  fetcher {f['name']}: {f['tasks_held']} tasks held, "
-            f"heartbeat {f['last_heartbeat_s']:.1f} s ago"
+            f"  fetcher {f['name']}: {f['tasks_held']} tasks held"
+            + (f", {f['slots']} slots" if f.get("slots") is not None else "")
+            + f", heartbeat {f['last_heartbeat_s']:.1f} s ago"
         )
     if not status["crawls"]:
         lines.append("no crawls")
@@ -592,7 +609,9 @@ def render_status(status: dict[str, Any]) -> str:
             lines.append(
                 f"  partition {m['partition']}: {m.get('host')} pid {m.get('pid')}, "
                 f"{m.get('pages_done', 0):,} pages, {m.get('queued', 0):,} queued, "
-                f"{m.get('in_flight', 0)} in flight, inbox {m['inbox']}"
+                f"{m.get('in_flight', 0)} in flight"
+                + (f" of {m['in_flight_limit']:,}" if "in_flight_limit" in m else "")
+                + f", inbox {m['inbox']}"
                 + (", idle" if m["idle"] else "")
             )
     return "\n".join(lines)

@@ -63,7 +63,9 @@ def test_status_text_names_what_an_operator_looks_for() -> None:
         {
             "redis": NOWHERE,
             "redis_used_memory": 1_500_000,
-            "fetchers": [{"name": "vm:12", "tasks_held": 3, "last_heartbeat_s": 0.2}],
+            "fetchers": [
+                {"name": "vm:12", "tasks_held": 3, "slots": 200, "last_heartbeat_s": 0.2}
+            ],
             "crawls": [
                 {
                     "crawl": "news",
@@ -75,14 +77,16 @@ def test_status_text_names_what_an_operator_looks_for() -> None:
                     "rates": {"fetched": 55.5, "errors": 0.5},
                     "managers": [
                         {"partition": 0, "alive": True, "host": "vm", "pid": 7, "inbox": 1,
-                         "idle": False, "pages_done": 1000, "queued": 50, "in_flight": 4},
+                         "idle": False, "pages_done": 1000, "queued": 50, "in_flight": 4,
+                         "in_flight_limit": 1600},
                         {"partition": 1, "alive": False, "inbox": 9, "idle": False},
                     ],
                 }
             ],
         }
     )  # fmt: skip
-    assert "1 fetcher processes" in text and "vm:12: 3 tasks held" in text
+    assert "1 fetcher processes" in text and "vm:12: 3 tasks held, 200 slots" in text
+    assert "4 in flight of 1,600" in text
     assert "crawl news (running): weight 3, 2 partitions, 1,234 pages" in text
     assert "55.5 fetches/s" in text
     assert "partition 1: no manager running" in text
@@ -119,3 +123,34 @@ def test_a_stopped_crawl_can_be_forgotten(redis_server) -> None:
         assert "no crawls" in done.stdout
     finally:
         client.close()
+
+
+def test_a_fetcher_runs_as_many_transfers_as_its_own_concurrency(redis_server, tmp_path) -> None:
+    """A crawl's --concurrency is its managers' in-flight floor; each fetcher process's
+    HTTP client takes its own --concurrency, whatever the crawl registered."""
+    import asyncio
+    import json
+
+    from drumbeat.cluster import FetcherProcess, FetcherRole
+    from drumbeat.queue.redis import RedisLink, RedisManagerQueue
+
+    async def go() -> str:
+        mgr_link = RedisLink(redis_server.url)
+        mgr = RedisManagerQueue(mgr_link, "c", 0, 1, tick_s=3600.0)
+        await mgr.open(json.dumps({"concurrency": 7}))
+        link = RedisLink(redis_server.url)
+        role = FetcherRole(redis_url=redis_server.url, state_dir=tmp_path, concurrency=300)
+        made = await FetcherProcess(role, link).for_crawl("c")
+        try:
+            return repr(made.http)
+        finally:
+            made.warc.close()
+            if made.fetcher.content is not None:
+                made.fetcher.content.close()
+            await made.http.close()
+            await made.dns.close()
+            await mgr.close()
+            await link.close()
+            await mgr_link.close()
+
+    assert "limit 300" in asyncio.run(go())

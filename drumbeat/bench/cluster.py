@@ -16,8 +16,9 @@ One run:
    ``standalone`` (``drumbeat crawl --fetchers 1``, the baseline), then ``MmPf``: M
    ``drumbeat manager`` processes (``--partition I/M``) and one ``drumbeat fetcher
    --processes P``. Every fetcher process has ``CONCURRENCY`` fetches in flight at most
-   (``--concurrency`` of the standalone crawl and of ``drumbeat fetcher``); a manager may
-   have ``CONCURRENCY`` x P in flight, so that it alone can keep every fetcher busy.
+   (``--concurrency`` of ``drumbeat fetcher``; the standalone crawl's is ``CONCURRENCY``
+   x P); a manager keeps its default in-flight budget, sized to the fleet (twice the
+   fetchers' slots, shared by the managers: queue.redis.in_flight_budget).
 3. **The figures,** over the steady window: ``warmup`` seconds after the first page of
    any manager, the next ``--seconds``. Pages/s counts 2xx page lines of the managers'
    ``crawl.log`` files together. Every ``SAMPLE_S`` a thread of this process samples the
@@ -341,7 +342,8 @@ class Bench:
             encoding="utf-8",
         )
 
-    def crawl_args(self, state: Path, concurrency: int) -> list[str]:
+    def crawl_args(self, state: Path, concurrency: int | None) -> list[str]:
+        """``concurrency``: the crawl's --concurrency; None: its default."""
         return [
             "--seeds",
             str(self.seeds_file),
@@ -357,8 +359,7 @@ class Bench:
             "0",
             "--ip-delay",
             "0",
-            "--concurrency",
-            str(concurrency),
+            *(("--concurrency", str(concurrency)) if concurrency is not None else ()),
             "--config",
             str(self.config_file),
         ]
@@ -390,7 +391,7 @@ class Bench:
 
     def _standalone(self, cfg: Config, nginx_role: list[tuple[int, str]]) -> ConfigRun:
         state = self.work / cfg.name
-        # As many fetches in flight per fetcher process as a cluster manager allows.
+        # As many fetches in flight per fetcher process as a cluster fetcher runs.
         concurrency = CONCURRENCY * cfg.processes
         cmd = [sys.executable, "-m", "drumbeat", "crawl", *self.crawl_args(state, concurrency)]
         cmd += ["--fetchers", str(cfg.processes)]
@@ -432,7 +433,7 @@ class Bench:
                             *(sys.executable, "-m", "drumbeat", "manager"),
                             *("--redis", redis.url, "--crawl", CRAWL),
                             *("--partition", f"{i}/{cfg.managers}"),
-                            *self.crawl_args(state, CONCURRENCY * cfg.processes),
+                            *self.crawl_args(state, None),
                         ],
                         f"manager{i}",
                     )
@@ -876,7 +877,8 @@ def _print_notes(console: Any, rep: dict[str, Any]) -> None:
     python = rep["python"]
     console.print(
         f"Notes: {rep['concurrency_per_process']} fetches in flight per fetcher process; a "
-        f"manager may have that many times the fetcher processes in flight. CPU ms/page is "
+        f"manager keeps twice the fetchers' slots in flight, shared by the managers (the "
+        f"standalone crawl: the fetchers' slots). CPU ms/page is "
         f"over the steady window, per role (every process of it); 'cores busy' sums the "
         f"roles' CPU over the window's seconds: near {rep['cpus']} the machine, not the "
         f"design, is the limit. Redis ops and bytes (in + out) per page leave out this "

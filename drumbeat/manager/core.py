@@ -337,7 +337,7 @@ class Manager:
         if (
             not controls.paused
             and due is not None
-            and len(self.dispatch.in_flight) < self.settings.concurrency
+            and len(self.dispatch.in_flight) < self.dispatch.limit
             and not self.dispatch.page_limit_reached()
         ):
             wait = min(wait, max(0.0, due - now))

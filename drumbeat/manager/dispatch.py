@@ -85,6 +85,9 @@ class Dispatcher:
             max_s=s.backoff_max_s, forgive_s=s.backoff_forgive_s, max_attempts=s.fetch_max_attempts
         )
         self.pages_done = 0
+        # Fetches in flight at most: settings.concurrency, or in a cluster what its fleet
+        # of fetchers calls for (queue.redis.in_flight_budget, set by the manager's face).
+        self.limit = s.concurrency
         self.in_flight: dict[int, tuple[FetchItem, HostState]] = {}
         self.in_flight_pages = 0
         self.next_item_id = 0
@@ -109,10 +112,10 @@ class Dispatcher:
         return m is not None and self.pages_done + self.in_flight_pages >= m
 
     def dispatch(self, now: float) -> None:
-        """Send the next URL of each ready host to the fetchers, up to ``concurrency``."""
+        """Send the next URL of each ready host to the fetchers, up to :attr:`limit`."""
         parts = self.queue.partitions
         by_part: list[list[FetchItem]] = [[] for _ in range(parts)]
-        limit = self.settings.concurrency
+        limit = self.limit
         controls = self.controls
         if controls.paused:
             return  # in-flight fetches finish; nothing new leaves

@@ -24,7 +24,7 @@ Keys, all under a prefix ``P`` (default ``drumbeat:``)::
     P c:C:mgr:I                   hash   manager I's figures for `drumbeat status` (TTL)
     P workers                     zset   fetcher -> last heartbeat (Redis time, ms)
     P w:F                         list   "C\\x1fref" of the tasks fetcher F holds
-    P w:F:info                    hash   fetcher F's host, pid, WARC sync (TTL)
+    P w:F:info                    hash   fetcher F's host, pid, slots, WARC sync (TTL)
     P syncseq                     string WARC sync requests (ManagerQueue.sync)
     P wake                        list   tokens that wake fetchers waiting for tasks
     P ip:A                        hash   IP A's lease: holder, until, free_at (ms)
@@ -37,6 +37,10 @@ notices first: its refs go to their managers' ``orphans`` lists, and each manage
 the unreported items into ``fetcher_died`` results, which its politeness scheduler
 retries (the request may have been sent) up to the retry limit: a task that keeps killing
 fetchers is given up, and counted, not retried forever.
+
+A manager keeps up to twice the fetch slots of the live fetchers in flight (its share of
+them, :func:`in_flight_budget`): a fetcher with room then finds a ready task in Redis
+at once instead of waiting for the manager's next turn.
 
 Every call goes through :class:`RedisLink`, which waits out an outage (connection
 refused, reset, timeout, Redis loading its data) with back-off, saying so in the log
@@ -96,6 +100,13 @@ DEFAULT_PREFIX = "drumbeat:"
 WORKER_DIED = "fetcher_died"  # as queue.process: the manager retries such items
 SEP = "\x1f"
 ROLLUP_INTERVAL_S = 5.0  # managers fold per-second stats into minutes, hours, days
+FLEET_INTERVAL_S = 1.0  # how often a manager counts the live fetchers' slots
+# A crawl keeps this many times the live fetchers' slots in flight: one share fetching,
+# the rest ready in Redis, so that a fetcher with room never waits for a manager's turn.
+IN_FLIGHT_PER_SLOT = 2
+# The most a manager sizes its budget to from the fleet: items in flight are held in its
+# RAM and in Redis, so they stay bounded whatever the number of fetchers.
+MAX_FLEET_IN_FLIGHT = 20_000
 _T = TypeVar("_T")
 
 # Errors that mean "Redis is not there right now": waited out, never fatal.
@@ -599,6 +610,14 @@ class _Outstanding:
     missing: int = 0  # sweeps in a row that found the task gone from Redis
 
 
+def in_flight_budget(floor: int, fleet_slots: int, parts: int) -> int:
+    """The fetches a manager of a crawl with ``parts`` managers keeps in flight when the
+    live fetchers have ``fleet_slots`` slots: its share of IN_FLIGHT_PER_SLOT times them,
+    at most MAX_FLEET_IN_FLIGHT, and never fewer than ``floor`` (its --concurrency)."""
+    share = -(-IN_FLIGHT_PER_SLOT * fleet_slots // max(1, parts))
+    return max(floor, min(share, MAX_FLEET_IN_FLIGHT))
+
+
 class RedisManagerQueue:
     """Manager ``part`` of ``parts`` of crawl ``crawl``: a ManagerQueue on Redis (tasks
     out, results back), composed with its two other parts: :attr:`inbox`, the links
@@ -637,6 +656,7 @@ class RedisManagerQueue:
         self.clock = clock
         self.epoch = 0
         self.identity = ""
+        self.fleet_slots = 0  # the live fetchers' slots, as count_fleet last found them
         self._outstanding: dict[int, _Outstanding] = {}
         self._closed = False
         self._submitted = self._completed = 0
@@ -844,6 +864,22 @@ class RedisManagerQueue:
             await asyncio.sleep(0.05)
         return False
 
+    async def count_fleet(self) -> int:
+        """The fetch slots (``--concurrency``) of the live fetchers, summed; also kept in
+        :attr:`fleet_slots`. A fetcher that registered none counts for nothing."""
+        k = self.keys
+        live = await self._live_workers()
+
+        async def slots(names: list[str] = live) -> list[Any]:
+            async with self.link.redis.pipeline(transaction=False) as p:
+                for w in names:
+                    p.hget(k.worker_info(w), "slots")
+                return list(await p.execute())
+
+        values = await self.link.call(slots, "count fetchers") if live else []
+        self.fleet_slots = sum(int(v) for v in values if v is not None)
+        return self.fleet_slots
+
     async def _live_workers(self) -> list[str]:
         k = self.keys
         t = await self.link.call(lambda: self.link.redis.time(), "time")
@@ -1006,6 +1042,9 @@ class Upkeep:
         self.link = queue.link
         self.tick_s = tick_s
         self.figures: Callable[[], dict[str, Any]] = dict  # the manager's, set by its face
+        # Told the live fetchers' slots every FLEET_INTERVAL_S (set by the manager's face).
+        self.on_fleet: Callable[[int], None] | None = None
+        self._last_fleet = -FLEET_INTERVAL_S
         self._rollups = StatsReader(queue.link.redis, queue.keys.prefix)
         self._last_rollup = 0.0
         self._last_sweep = 0.0
@@ -1028,11 +1067,15 @@ class Upkeep:
             await asyncio.sleep(self.tick_s)
 
     async def tick(self) -> None:
-        """Heartbeat, reap dead fetchers, stats, sweep vanished tasks, the idle record."""
+        """Heartbeat, reap dead fetchers, count the fleet, stats, sweep vanished tasks,
+        the idle record."""
         q = self.queue
         await self._heartbeat()
         await self._reap()
         now = q.clock()
+        if self.on_fleet is not None and now - self._last_fleet >= FLEET_INTERVAL_S:
+            self._last_fleet = now
+            self.on_fleet(await q.count_fleet())
         if q.stats_writer.pending:
             await q.stats_writer.flush()
         if now - self._last_rollup >= ROLLUP_INTERVAL_S:
@@ -1120,13 +1163,17 @@ class RedisFetcherQueue:
         heartbeat_s: float = 0.25,
         heartbeat_timeout_s: float = 15.0,
         warc_sync: Callable[[], Awaitable[None]] | None = None,
+        slots: int = 0,
     ) -> None:
+        """``slots``: the fetches this process runs at once, registered so that the
+        managers size their in-flight budgets to the fleet (in_flight_budget)."""
         self.link = link
         self.keys = link.keys
         self.worker = worker
         self.heartbeat_s = heartbeat_s
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.warc_sync = warc_sync
+        self.slots = slots
         self._held: dict[int, _Held] = {}
         self._ids = itertools.count(1)
         self._crawls: dict[str, CrawlInfo] = {}
@@ -1148,7 +1195,7 @@ class RedisFetcherQueue:
 
         async def register() -> None:
             async with self.link.redis.pipeline(transaction=True) as p:
-                p.hset(info, mapping={"host": host_name(), "pid": os.getpid(), "synced": 0})
+                p.hset(info, mapping=self._info())
                 p.pexpire(info, ttl)
                 await p.execute()
 
@@ -1165,6 +1212,16 @@ class RedisFetcherQueue:
             await asyncio.wait_for(self._leave(), timeout=5.0)
         except _CLOSE_ERRORS:
             pass  # the managers reap this fetcher after heartbeat_timeout_s
+
+    def _info(self) -> dict[Any, str | int]:
+        """This fetcher's ``w:F:info`` fields. (Keys typed Any: hset's mapping is
+        invariant in its key type, a union of bytes, str and numbers.)"""
+        return {
+            "host": host_name(),
+            "pid": os.getpid(),
+            "slots": self.slots,
+            "synced": self._synced,
+        }
 
     async def _leave(self) -> None:
         await self.link.redis.delete(self.keys.worker_info(self.worker))
@@ -1369,8 +1426,7 @@ class RedisFetcherQueue:
             self._taken_for_dead()
             await self.link.call(
                 lambda: self.link.redis.hset(
-                    self.keys.worker_info(self.worker),
-                    mapping={"host": host_name(), "pid": os.getpid(), "synced": self._synced},
+                    self.keys.worker_info(self.worker), mapping=self._info()
                 ),
                 "register fetcher",
             )

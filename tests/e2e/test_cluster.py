@@ -4,6 +4,7 @@ the server's own log, as tests/e2e/test_crawl.py checks the standalone crawl."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import socket
@@ -67,9 +68,24 @@ def web():
         yield w
 
 
+def in_flight_limits(redis: RedisServer) -> dict[int, int]:
+    """Each live manager's in-flight budget, as `drumbeat status` shows it."""
+    from drumbeat.cluster import cluster_status
+
+    status = asyncio.run(cluster_status(redis.url))
+    return {
+        m["partition"]: m["in_flight_limit"]
+        for c in status["crawls"]
+        for m in c["managers"]
+        if "in_flight_limit" in m
+    }
+
+
 @pytest.fixture(scope="module")
 def cluster_crawl(web, tmp_path_factory):
-    """Two managers of one crawl and a fetcher with two processes, to the crawl's end."""
+    """Two managers of one crawl and a fetcher with two processes, to the crawl's end;
+    (work dir, requests served, final status, the largest in-flight budget each manager
+    showed while it ran)."""
     work = tmp_path_factory.mktemp("cluster")
     with RedisServer(work / "redis") as redis:
         start = len(web.requests)
@@ -88,8 +104,14 @@ def cluster_crawl(web, tmp_path_factory):
             )
             for i in range(2)
         ]
+        limits: dict[int, int] = {}
         try:
-            codes = [m.wait(timeout=240) for m in managers]
+            deadline = time.monotonic() + 240
+            while any(m.poll() is None for m in managers) and time.monotonic() < deadline:
+                for part, limit in in_flight_limits(redis).items():
+                    limits[part] = max(limit, limits.get(part, 0))
+                time.sleep(0.2)
+            codes = [m.wait(timeout=5) for m in managers]
             fetcher_code = fetchers.wait(timeout=60)
         finally:
             for p in [*managers, fetchers]:
@@ -104,12 +126,12 @@ def cluster_crawl(web, tmp_path_factory):
             text=True,
             timeout=30,
         )
-    return work, list(web.requests[start:]), json.loads(status.stdout)
+    return work, list(web.requests[start:]), json.loads(status.stdout), limits
 
 
 @on_cluster_crawl
 def test_two_managers_fetch_what_one_crawl_does_each_page_once(web, cluster_crawl):
-    work, requests, _ = cluster_crawl
+    work, requests, _, _ = cluster_crawl
     entries = read_logs(work / "m0", work / "m1")
     pages = fetched_pages(entries)
     assert Counter(pages).most_common(1)[0][1] == 1, "a page was fetched twice"
@@ -130,21 +152,29 @@ def test_two_managers_fetch_what_one_crawl_does_each_page_once(web, cluster_craw
 
 @on_cluster_crawl
 def test_politeness_holds_cluster_wide(web, cluster_crawl):
-    _, requests, _ = cluster_crawl
+    _, requests, _, _ = cluster_crawl
     assert_polite(web, requests)
 
 
 @on_cluster_crawl
 def test_status_shows_the_finished_crawl(cluster_crawl):
-    _, _, status = cluster_crawl
+    _, _, status, _ = cluster_crawl
     [crawl] = status["crawls"]
     assert crawl["crawl"] == "test" and crawl["partitions"] == 2 and crawl["done"]
     assert crawl["tasks_pending"] == 0 and crawl["tasks_total"] == 0
 
 
 @on_cluster_crawl
+def test_each_manager_keeps_its_share_of_twice_the_fleet_in_flight(cluster_crawl):
+    """2 fetcher processes of 200 slots, 2 managers: each may keep 2 x 400 / 2 in flight
+    (its --concurrency, the default 100, is only a floor)."""
+    _, _, _, limits = cluster_crawl
+    assert limits == {0: 400, 1: 400}
+
+
+@on_cluster_crawl
 def test_fetchers_write_warc_per_crawl(cluster_crawl):
-    work, _, _ = cluster_crawl
+    work, _, _, _ = cluster_crawl
     assert list((work / "fetchers" / "warc" / "test").glob("*.warc.gz"))
 
 

@@ -27,6 +27,8 @@ from drumbeat.queue.base import FetchItem, FoundEdges, FoundURLs, ItemResult, Ta
 from drumbeat.queue.partition import partition_of_pld
 from drumbeat.queue.redis import (
     CLAIM,
+    FLEET_INTERVAL_S,
+    MAX_FLEET_IN_FLIGHT,
     TAKE_INBOX,
     WORKER_DIED,
     ClusterError,
@@ -35,9 +37,10 @@ from drumbeat.queue.redis import (
     RedisLink,
     RedisManagerQueue,
     dumps,
+    in_flight_budget,
     loads,
 )
-from drumbeat.testing import RedisServer
+from drumbeat.testing import FakeClock, RedisServer
 
 K = Keys()
 TTL_MS = 30_000  # the fetcher's info TTL, as beat() takes it
@@ -709,6 +712,49 @@ def test_sync_waits_for_every_live_fetcher_to_sync(redis_server: RedisServer) ->
         assert synced[0] - started < 1.0
         assert await mgr.sync() is True
         assert len(synced) == 2, "each request is answered"
+
+    run(go)
+
+
+def test_in_flight_budget_is_twice_the_fleet_shared_by_the_managers() -> None:
+    assert in_flight_budget(100, 0, 1) == 100, "no fetcher yet: the floor"
+    assert in_flight_budget(100, 800, 1) == 1600
+    assert in_flight_budget(100, 800, 2) == 800
+    assert in_flight_budget(100, 801, 2) == 801, "rounded up"
+    assert in_flight_budget(2000, 800, 1) == 2000, "--concurrency stays a floor"
+    assert in_flight_budget(100, 10**6, 1) == MAX_FLEET_IN_FLIGHT, "bounded, whatever the fleet"
+    assert in_flight_budget(100, 40, 4) == 100
+
+
+def test_a_manager_counts_the_live_fetchers_slots(redis_server: RedisServer) -> None:
+    """Each fetcher registers its --concurrency; the manager's upkeep sums the live
+    fetchers' every FLEET_INTERVAL_S and tells its face (which sizes the dispatch)."""
+
+    async def go(stack: AsyncExitStack) -> None:
+        url = redis_server.url
+        clock = FakeClock()
+        mgr = await manager(stack, url, clock=clock)
+        big = await fetcher(stack, url, "big", slots=200)
+        small = await fetcher(stack, url, "small", slots=50)
+        old = await fetcher(stack, url, "old")  # registers no slots (as before this rule)
+        for f in (big, small, old):
+            await f.start()
+        told: list[int] = []
+        mgr.upkeep.on_fleet = told.append
+        clock.advance(FLEET_INTERVAL_S)
+        await mgr.upkeep.tick()
+        assert told == [250] and mgr.fleet_slots == 250
+        await small.close()  # leaves the cluster at once
+        await mgr.upkeep.tick()
+        assert told == [250], "counted once a FLEET_INTERVAL_S"
+        clock.advance(FLEET_INTERVAL_S)
+        await mgr.upkeep.tick()
+        assert told == [250, 200]
+        # A fetcher taken for dead and re-registering (beat) keeps its slots.
+        await mgr.link.redis.delete(K.worker_info("big"))
+        await mgr.link.redis.zrem(K.workers, "big")
+        await big.beat(TTL_MS)
+        assert await mgr.count_fleet() == 200
 
     run(go)
 
