@@ -27,7 +27,8 @@ if [ ${#missing[@]} -gt 0 ]; then
     exit 0
 fi
 
-echo "cores: $(nproc); $(grep -m1 'model name' /proc/cpuinfo)"
+# On stderr, as the loop copies below: stdout is the benchmark's alone (--json parses).
+echo "cores: $(nproc); $(grep -m1 'model name' /proc/cpuinfo)" >&2
 # The open-files limit: nginx and a dozen fetchers hold many connections.
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 # The machine's own per-process scaling first: the cluster's growth is read against it.
