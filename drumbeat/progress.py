@@ -24,7 +24,9 @@ class Progress:
         self.console = Console(file=stream)
         self.live_mode = settings.progress if settings.progress is not None else stream.isatty()
         self.interval_s = 0.5 if self.live_mode else settings.progress_interval_s
-        self._samples: deque[tuple[float, int]] = deque()
+        # The start is the first sample: the first line's rate counts from it (a rate
+        # needs two samples, and a line is printed only every interval_s).
+        self._samples: deque[tuple[float, int]] = deque([(time.monotonic(), manager.pages_done)])
 
     def _rate(self) -> float:
         now, done = time.monotonic(), self.manager.pages_done
