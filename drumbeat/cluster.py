@@ -594,11 +594,15 @@ def render_status(status: dict[str, Any]) -> str:
     if not status["crawls"]:
         lines.append("no crawls")
     for c in status["crawls"]:
-        state = "done" if c["done"] else "running"
+        # Pages are what the live managers report: a crawl none of whose managers runs
+        # (stopped by a limit or a signal, resumable) says so rather than "0 pages".
+        alive = any(m["alive"] for m in c["managers"])
+        state = "done" if c["done"] else "running" if alive else "stopped"
+        pages = f"{c['pages_done']:,} pages" if alive else "no manager running"
         rates = c.get("rates", {})
         lines.append(
             f"crawl {c['crawl']} ({state}): weight {c['weight']:g}, {c['partitions']} "
-            f"partitions, {c['pages_done']:,} pages, {c['tasks_pending']} tasks pending; "
+            f"partitions, {pages}, {c['tasks_pending']} tasks pending; "
             f"last 10 s: {rates.get('fetched', 0.0):,.1f} fetches/s, "
             f"{rates.get('errors', 0.0):,.1f} errors/s"
         )

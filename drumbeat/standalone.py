@@ -374,7 +374,7 @@ async def _serve(manager: Manager, state_dir: Path, address: WebAddress) -> WebS
     except OSError as e:
         raise CrawlError(f"--web {address.host}:{address.port}: cannot listen: {e}") from None
     print(
-        f"drumbeat crawl: control API at {url} (token in {state_dir / 'web.token'})",
+        f"drumbeat: control API at {url} (token in {state_dir / 'web.token'})",
         file=sys.stderr,
     )
     log.info("control API at %s", url)

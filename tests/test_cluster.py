@@ -92,6 +92,23 @@ def test_status_text_names_what_an_operator_looks_for() -> None:
     assert "partition 1: no manager running" in text
 
 
+def test_status_text_tells_a_stopped_crawl_from_a_running_one() -> None:
+    """No manager alive and the crawl not done: stopped (by a limit or a signal; the
+    same commands resume it), not "running" with "0 pages"."""
+    manager = {"alive": False, "inbox": 0, "idle": False}
+    crawl = {
+        "crawl": "news", "weight": 1.0, "partitions": 2, "pages_done": 0,
+        "tasks_pending": 0, "rates": {},
+        "managers": [{"partition": 0, **manager}, {"partition": 1, **manager}],
+    }  # fmt: skip
+    status = {"redis": NOWHERE, "redis_used_memory": 0, "fetchers": []}
+    stopped = render_status({**status, "crawls": [{**crawl, "done": False}]})
+    assert "crawl news (stopped): weight 1, 2 partitions, no manager running" in stopped
+    assert "0 pages" not in stopped
+    done = render_status({**status, "crawls": [{**crawl, "done": True}]})
+    assert "crawl news (done)" in done
+
+
 def test_a_stopped_crawl_can_be_forgotten(redis_server) -> None:
     """`drumbeat status --forget NAME` removes that crawl's keys only (a name with glob
     characters included), and refuses while one of its managers runs."""
