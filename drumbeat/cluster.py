@@ -46,6 +46,7 @@ from drumbeat.queue.redis import (
     RedisFetcherQueue,
     RedisLink,
     RedisManagerQueue,
+    RedisUnreachable,
     host_name,
     in_flight_budget,
     safe_url,
@@ -167,11 +168,29 @@ class FetcherRole:
     redis_ca: str | None = None
 
 
+# Set in the environment of the fetcher processes a supervisor starts: it has said on
+# stderr what they would each say again (Redis awaited, or unreachable at a stop).
+SUPERVISED_MARK = "DRUMBEAT_FETCHER_SUPERVISED"
+
+
 def run_fetcher(role: FetcherRole) -> int:
     """Serve every crawl on the Redis until a signal (or, with ``exit_when_idle``, until
     every crawl there is done). ``processes`` > 1 starts that many fetcher processes and
     watches them (a dead one is started again)."""
     role.state_dir.mkdir(parents=True, exist_ok=True)
+    if not os.environ.get(SUPERVISED_MARK):
+        try:
+            asyncio.run(_check_redis(role))
+        except RedisUnreachable as e:
+            # Fetchers may start before Redis: this one waits for it, and says so once.
+            print(
+                f"drumbeat fetcher: {e}; waiting for it (drumbeat.log in "
+                f"{role.state_dir} says when it answers; Ctrl-C stops)",
+                file=sys.stderr,
+            )
+        except ClusterError as e:  # a refusal (a password) is not waited out
+            print(f"drumbeat fetcher: {e}", file=sys.stderr)
+            return 1
     if role.processes > 1:
         return _supervise(role)
     handler = logging.FileHandler(role.state_dir / "drumbeat.log", encoding="utf-8")
@@ -193,10 +212,19 @@ def run_fetcher(role: FetcherRole) -> int:
         handler.close()
 
 
+async def _check_redis(role: FetcherRole) -> None:
+    """Raise RedisUnreachable, or ClusterError for a refusal, unless Redis answers now."""
+    link = RedisLink(role.redis_url, prefix=role.prefix, ca_file=role.redis_ca)
+    try:
+        await link.check()
+    finally:
+        await link.close()
+
+
 def _supervise(role: FetcherRole) -> int:
     """Start ``role.processes`` single-process fetchers; start one again when it dies
     (at most once a second each); on SIGINT/SIGTERM stop them all."""
-    env = allocator.preload_env(allocator.library("auto"))
+    env = {**allocator.preload_env(allocator.library("auto")), SUPERVISED_MARK: "1"}
     command = [
         sys.executable,
         "-P",
@@ -465,7 +493,8 @@ async def _serve(role: FetcherRole) -> int:
     try:
         await process.run()
     except ClusterError as e:
-        print(f"drumbeat fetcher: {e}", file=sys.stderr)
+        if not (process.stopping and os.environ.get(SUPERVISED_MARK)):
+            print(f"drumbeat fetcher: {e}", file=sys.stderr)
         return 0 if process.stopping else 1
     finally:
         await link.close()

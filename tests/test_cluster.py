@@ -171,3 +171,43 @@ def test_a_fetcher_runs_as_many_transfers_as_its_own_concurrency(redis_server, t
             await mgr_link.close()
 
     assert "limit 300" in asyncio.run(go())
+
+
+def test_a_fetcher_started_before_redis_says_once_that_it_waits(tmp_path) -> None:
+    """Fetchers may start before Redis: the supervisor of two fetcher processes says
+    once that it waits (not once per process, not in the log only), and a stop while
+    Redis is still away is a clean exit."""
+    import select
+    import signal
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "drumbeat", "fetcher", "--redis", NOWHERE,
+         "--state", str(tmp_path), "--processes", "2"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        ready, _, _ = select.select([proc.stderr], [], [], 60)
+        first = proc.stderr.readline() if ready else ""
+        time.sleep(2.0)  # the two processes start and wait too
+        proc.send_signal(signal.SIGTERM)
+        rest = proc.communicate(timeout=30)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "cannot reach Redis at redis://127.0.0.1:1/0" in first and "waiting for it" in first
+    assert rest == "", rest
+    assert proc.returncode == 0
+
+
+def test_a_fetcher_refused_by_redis_stops_with_one_line(tmp_path) -> None:
+    from drumbeat.testing import RedisServer
+
+    with RedisServer(tmp_path / "redis", password="right-one") as server:
+        wrong = server.url.replace("right-one", "wrong-one")
+        done = drumbeat("fetcher", "--redis", wrong, "--state", str(tmp_path / "f"))
+    assert done.returncode == 1, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "refused" in done.stderr
+    assert "wrong-one" not in done.stderr

@@ -138,6 +138,11 @@ class ClusterError(RuntimeError):
     """The cluster cannot be joined as asked (one line for the operator)."""
 
 
+class RedisUnreachable(ClusterError):
+    """Redis does not answer now (refused, reset, timed out, loading): a process may wait
+    for it, where a refusal (a password) is final."""
+
+
 # What close() gives up on: Redis gone (or the wait for it given up: ClusterError), or
 # too slow to say goodbye to.
 _CLOSE_ERRORS: tuple[type[BaseException], ...] = (TimeoutError, ClusterError, *OUTAGE_ERRORS)
@@ -572,8 +577,10 @@ class RedisLink:
         wrong URL or password should say so rather than wait)."""
         try:
             await self.redis.ping()
+        except (AuthenticationError, AuthorizationError) as e:  # (ConnectionErrors too)
+            raise ClusterError(f"Redis at {safe_url(self.url)} refused: {e}") from None
         except OUTAGE_ERRORS as e:
-            raise ClusterError(
+            raise RedisUnreachable(
                 f"cannot reach Redis at {safe_url(self.url)}: {_one_line(e)}"
             ) from None
         except ResponseError as e:  # e.g. a password is required or wrong
