@@ -116,7 +116,7 @@ Rebudget = Callable[[list[bytes]], tuple[Sequence[int], Sequence[int], Sequence[
 BudgetsOf = Callable[[np.ndarray], Sequence[int]]
 # A ring queue's write buffer (DiskQueue's default), shared among its bands.
 _QUEUE_BUFFER_BYTES = 1 << 20
-# Batches of fewer records than this skip _Places.full_from_start: numpy's fixed cost
+# Batches of fewer records than this skip Places.full_from_start: numpy's fixed cost
 # would outweigh what the loop saves.
 _FULL_CHECK_MIN = 64
 
@@ -284,7 +284,7 @@ class Beast:
             raise ValueError(f"turn_s must be >= 0, got {turn_s}")
         self.directory = Path(directory)
         self.max_queues = max_queues
-        self._places = _Places(pld_slots, host_cap, host_slots)
+        self._places = Places(pld_slots, host_cap, host_slots)
         self._fsync = fsync
         self._rebudget = rebudget
         self._budgets_of = budgets_of
@@ -364,8 +364,8 @@ class Beast:
         A record goes to its PLD's current queue until the PLD has had ``budget`` (at
         least 1) records there, then to the next queue; with the host cap, also to a queue
         its host has had fewer than the cap in, the later of the two. A queue beyond the
-        ring means QF. :meth:`_Places.place` places the records one by one; it sees only
-        the records :meth:`_Places.full_from_start` does not find bound for QF, and only
+        ring means QF. :meth:`Places.place` places the records one by one; it sees only
+        the records :meth:`Places.full_from_start` does not find bound for QF, and only
         those are made Python ints, which makes placing URLs bound for QF cheaper.
         ``new``: the records are placed for the first time (the order policy counts them).
         """
@@ -426,7 +426,7 @@ class Beast:
         band: int = 0,
     ) -> list[int]:
         """:meth:`_spread`'s records at ``looped``, given their places one by one by
-        :meth:`_Places.place` (the queues' turns ``first`` to ``beyond - 1``) and put in
+        :meth:`Places.place` (the queues' turns ``first`` to ``beyond - 1``) and put in
         band ``band`` of their queues, one append a queue; returns those bound for QF."""
         batches, also_to_qf, collisions, deferrals, refused = self._places.place(
             records, looped, plds, budgets, hosts, self._start, self._j, first, beyond, self._admit
@@ -438,6 +438,14 @@ class Beast:
             if batch:
                 queue.extend(batch, band)
         return also_to_qf
+
+    @property
+    def places(self) -> Places:
+        """The part that gives records their places: its tables (``tag``, ``turn`` and
+        ``count`` of each PLD slot, ``hturn`` and ``hcount`` of each host slot) hold each
+        PLD's and host's latest place, as a commit saves them. For reading (tests compare
+        them across commits): :meth:`place_many` and :meth:`read` change them."""
+        return self._places
 
     # -- reading -----------------------------------------------------------------------
 
@@ -716,7 +724,7 @@ class _BandedQueue:
             q.close()
 
 
-class _Places:
+class Places:
     """BEAST's places in fixed RAM (see "Fixed RAM" and "Host cap" in the module
     docstring): the PLD table (hash tag, turn, count) and the host table (turn and count
     only: colliding hosts simply share a cap), with their commits' table files. It gives

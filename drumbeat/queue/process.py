@@ -246,6 +246,11 @@ class ProcessTaskQueue:
         """The last stats each worker sent (workers that exited included)."""
         return self._departed_stats + [w.stats for w in self._workers.values() if w.stats]
 
+    def worker_pids(self) -> dict[str, int]:
+        """The pids of the live fetcher processes, by worker name (a worker started in
+        place of one that died has a name of its own)."""
+        return {name: worker.proc.pid for name, worker in self._workers.items()}
+
     # -- reading a worker ---------------------------------------------------------------------
 
     async def _read(self, worker: _Worker) -> None:

@@ -113,14 +113,15 @@ _BASE32_PAIRS = [a + b for a in _BASE32 for b in _BASE32]
 _PAIR_SHIFTS = range(150, -1, -10)
 
 
-def _written(record: WarcRecord) -> bytes:
-    """``record`` as FastWARC's ``write`` gives it (no digest added)."""
+def written_bytes(record: WarcRecord) -> bytes:
+    """``record`` as FastWARC's ``write`` gives it (no digest added): what
+    :data:`record_bytes` is where :func:`state_is_written_record` is False."""
     buffer = io.BytesIO()
     record.write(buffer)
     return buffer.getvalue()
 
 
-def _state_is_written_record() -> bool:
+def state_is_written_record() -> bool:
     """Whether FastWARC's pickled state of a record built in memory, digest included,
     is the record as ``write(checksum_data=True)`` gives it (checked on a sample)."""
     block = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nbody"
@@ -138,8 +139,8 @@ def _state_is_written_record() -> bool:
 # A record's bytes: its pickled state where that is the serialized record (FastWARC 2:
 # checked once, above), else write()'s. write() calls back into Python for its output
 # stream, which costs more a record.
-_serialized: Callable[[WarcRecord], bytes] = (
-    (lambda record: record.__getstate__()[0]) if _state_is_written_record() else _written
+record_bytes: Callable[[WarcRecord], bytes] = (
+    (lambda record: record.__getstate__()[0]) if state_is_written_record() else written_bytes
 )
 
 
@@ -423,7 +424,7 @@ class WarcWriter:
         response_headers.append(
             (WarcHeader.WARC_PAYLOAD_DIGEST, payload_digest or sha1_label(body))
         )
-        response_id, response = self._record(
+        response_id, response = self.build_record(
             WarcRecordType.response, response_headers, response_head + body
         )
         return response, self._request_record(url, date, response_id, request_head)
@@ -447,11 +448,11 @@ class WarcWriter:
             headers.append((WarcHeader.WARC_REFERS_TO, revisit.refers_to))
         if revisit.payload_digest:
             headers.append((WarcHeader.WARC_PAYLOAD_DIGEST, revisit.payload_digest))
-        record_id, record = self._record(WarcRecordType.revisit, headers, e.response_head)
+        record_id, record = self.build_record(WarcRecordType.revisit, headers, e.response_head)
         return record, self._request_record(e.url, date, record_id, e.request_head)
 
     def _request_record(self, url: str, date: str, concurrent_to: str, head: bytes) -> bytes:
-        _, request = self._record(
+        _, request = self.build_record(
             WarcRecordType.request,
             [
                 (WarcHeader.WARC_DATE, date),
@@ -511,7 +512,7 @@ class WarcWriter:
         self.close()
 
     @staticmethod
-    def _record(
+    def build_record(
         rec_type: WarcRecordType, headers: list[tuple[WarcHeader, str]], block: bytes
     ) -> tuple[str, bytes]:
         """One record with ``headers`` (after WARC-Type, WARC-Date, WARC-Record-ID and
@@ -522,12 +523,12 @@ class WarcWriter:
         fields = record.headers
         for name, value in headers:
             fields[name] = value
-        # What FastWARC's write(checksum_data=True) appends, computed here: see _serialized.
+        # What FastWARC's write(checksum_data=True) appends, computed here: see record_bytes.
         fields[WarcHeader.WARC_BLOCK_DIGEST] = sha1_label(block)
         record.set_bytes_content(block)
         record_id = record.record_id
         assert record_id is not None  # init_headers made one
-        return record_id, _serialized(record)
+        return record_id, record_bytes(record)
 
     def _advance(self, records: int, nbytes: int) -> None:
         self._size += nbytes
@@ -567,7 +568,7 @@ class WarcWriter:
             "conformsTo": _WARC_1_1_SPEC,
             "hostname": socket.gethostname(),
         }
-        _, record = self._record(
+        _, record = self.build_record(
             WarcRecordType.warcinfo,
             [
                 (WarcHeader.WARC_FILENAME, name),

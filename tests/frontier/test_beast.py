@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from drumbeat.frontier import beast as beast_module
 from drumbeat.frontier.beast import Beast, theorem7_bound
+from drumbeat.frontier.diskqueue import DiskQueue
 
 TOP = 1 << 63  # PLD hashes above 2**63 exercise the unsigned tag; TOP % slots == 0
 
@@ -491,11 +492,11 @@ def test_tables_come_back_whole_from_a_commit_saved_sparse_or_not(
         [1] * n,
         [i % plds for i in range(n)],
     )
-    tables = beast._places.tables()
-    assert ("used" in tables) == (plds == 3) and ("host_used" in tables) == (plds == 3)
     whole = table_arrays(beast)
     state = beast.commit()
     beast.close()
+    with np.load(d / state["table"]) as saved:
+        assert ("used" in saved) == (plds == 3) and ("host_used" in saved) == (plds == 3)
     for saved_whole in (False, True):
         if saved_whole:
             np.savez(d / state["table"], **whole)
@@ -508,11 +509,11 @@ def test_tables_come_back_whole_from_a_commit_saved_sparse_or_not(
 def table_arrays(beast: Beast) -> dict[str, np.ndarray]:
     """Copies of BEAST's budget and host tables, by their names in a table file."""
     return {
-        "tag": beast._places.tag.copy(),
-        "turn": beast._places.turn.copy(),
-        "count": beast._places.count.copy(),
-        "host_turn": beast._places.hturn.copy(),
-        "host_count": beast._places.hcount.copy(),
+        "tag": beast.places.tag.copy(),
+        "turn": beast.places.turn.copy(),
+        "count": beast.places.count.copy(),
+        "host_turn": beast.places.hturn.copy(),
+        "host_count": beast.places.hcount.copy(),
     }
 
 
@@ -564,7 +565,7 @@ class _Workload:
 def test_full_places_skipped_in_batches_change_nothing(
     tmp_path: Path, seed: int, turn_s: float
 ) -> None:
-    """_Places.full_from_start sends records whose place is full to QF without the loop:
+    """Places.full_from_start sends records whose place is full to QF without the loop:
     the same records come out in the same order, with the same counts, as with the loop
     for every record. Small tables make PLDs and hosts collide; several hosts share a PLD
     and budgets change between batches, so PLD and host places fill in every order."""
@@ -586,14 +587,14 @@ def test_full_places_skipped_in_batches_change_nothing(
 
     fast, loop = make("fast"), make("loop")
     skipped = [0]
-    full_from_start = fast._places.full_from_start
+    full_from_start = fast.places.full_from_start
 
     def counting(*args):
         to_qf, collisions, deferrals = full_from_start(*args)
         skipped[0] += sum(to_qf)
         return to_qf, collisions, deferrals
 
-    fast._places.full_from_start = counting  # type: ignore[method-assign]
+    fast.places.full_from_start = counting  # type: ignore[method-assign]
 
     def both(call, *args):
         got = call(fast, *args)
@@ -707,16 +708,24 @@ def test_records_queued_in_qf_without_hashes_are_asked_about(tmp_path: Path) -> 
         asked.extend(records)
         return [TOP + 1] * len(records), [5] * len(records), None
 
-    beast = Beast(
-        tmp_path / "b",
-        queues=2,
-        max_queues=4,
-        fsync=False,
-        rebudget=rebudget,
-        budgets_of=lambda hashes: [5] * len(hashes),
-    )
+    d = tmp_path / "b"
+    opts = {
+        "queues": 2,
+        "max_queues": 4,
+        "fsync": False,
+        "rebudget": rebudget,
+        "budgets_of": lambda hashes: [5] * len(hashes),
+    }
+    beast = Beast(d, **opts)
     beast.place_many([b"a", b"b"], [TOP + 1] * 2, [1, 1])  # the second goes to QF
-    beast._qf.extend([b"old-1", b"old-2"])  # as an older version queued them
+    state = beast.commit()
+    beast.close()
+    # Two more in the committed QF, queued as an older version did: without hashes.
+    qf = DiskQueue(d / "qf", state=state["qf"], fsync=False)
+    qf.extend([b"old-1", b"old-2"])
+    state["qf"] = qf.commit()
+    qf.close()
+    beast = Beast(d, state=state, **opts)
     assert read_up_to(beast, 10) == [b"a", b"b", b"old-1", b"old-2"]
     assert asked == [b"old-1", b"old-2"]
     beast.close()

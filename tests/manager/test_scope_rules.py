@@ -142,7 +142,9 @@ def test_the_blocklist_drops_queued_urls_at_dispatch(tmp_path: Path) -> None:
 def test_no_rules_leave_dispatch_and_admission_as_they_were(tmp_path: Path) -> None:
     async def test(m: Manager, clock: FakeClock) -> None:
         assert m.dispatch.scope is None
-        assert m.admission._link_reason is None and m.admission._max_depth is None
+        # What admission asks of each link and each page's depth: nothing.
+        scope = m.admission.scope
+        assert not scope.per_link and not scope.at_dispatch and scope.max_depth is None
         m.admission.admit_found([pack_found(["http://a.test/x"], 9, "http://a.test/")])
         assert not [k for k in m.counters if k.startswith("links_dropped.")]
 

@@ -132,19 +132,22 @@ def test_a_dead_workers_items_come_back_failed_and_a_replacement_starts(tmp_path
         try:
             await queue.submit(tasks(2, 4))  # one task each; item 3 is held by its worker
             first = await collect_all(queue, 7)
-            [holder] = [w for w in queue._workers.values() if w.outstanding]
-            os.kill(holder.proc.pid, signal.SIGKILL)
+            assert queue.stats().unreported_items == 1
+            # Item 3's task went whole to one worker: the one that answered items 0-2.
+            [held_by] = {r.log["by"] for r in first if r.item.item_id < 3}
+            [holder] = [n for n, pid in queue.worker_pids().items() if pid == held_by]
+            os.kill(held_by, signal.SIGKILL)
             # It may have sent the request: only the manager may send it again, so the
             # item comes back as failed rather than going to another worker.
             failed = await collect_all(queue, 1)
             for _ in range(100):
-                if len(queue._workers) == 2:
+                if len(queue.worker_pids()) == 2:
                     break
                 await asyncio.sleep(0.05)
-            names = set(queue._workers)
+            names = set(queue.worker_pids())
             await queue.submit(tasks(4, 2, first_id=10))
             later = await collect_all(queue, 8)
-            return first, failed, holder.name, names, later, queue.stats()
+            return first, failed, holder, names, later, queue.stats()
         finally:
             await queue.close()
 

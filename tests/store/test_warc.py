@@ -106,7 +106,7 @@ def test_records_are_fastwarcs_own_serialization() -> None:
     """The writer takes a record's bytes from FastWARC's pickled state when a sample shows
     that is write()'s output (the fast path, live on the FastWARC this project installs);
     both must give what write(checksum_data=True) gives, digests included."""
-    assert warc._state_is_written_record()
+    assert warc.state_is_written_record()
     body = body_for(7)
     block = response_head(body) + body
 
@@ -124,16 +124,16 @@ def test_records_are_fastwarcs_own_serialization() -> None:
     checked.set_bytes_content(block)
     written = io.BytesIO()
     checked.write(written, checksum_data=True)  # FastWARC computes the digest
-    for serialize in (warc._serialized, warc._written):
+    for serialize in (warc.record_bytes, warc.written_bytes):
         ours = record()
         ours.headers[WarcHeader.WARC_BLOCK_DIGEST] = sha1_label(block)
         ours.set_bytes_content(block)
         assert serialize(ours) == written.getvalue()
     # The writer's own record has the same layout, but for its id and date.
-    _, record_bytes = WarcWriter._record(
+    _, built = WarcWriter.build_record(
         WarcRecordType.response, [(WarcHeader.WARC_TARGET_URI, "http://example.test/p7")], block
     )
-    assert _without_id_and_date(record_bytes) == _without_id_and_date(written.getvalue())
+    assert _without_id_and_date(built) == _without_id_and_date(written.getvalue())
 
 
 def _without_id_and_date(record: bytes) -> bytes:
