@@ -168,9 +168,12 @@ class FetcherRole:
     redis_ca: str | None = None
 
 
-# Set in the environment of the fetcher processes a supervisor starts: it has said on
-# stderr what they would each say again (Redis awaited, or unreachable at a stop).
+# Set in the environment of the fetcher processes a supervisor starts: it says on stderr
+# once what they would each say (Redis awaited, unreachable at a stop, or refusing them).
 SUPERVISED_MARK = "DRUMBEAT_FETCHER_SUPERVISED"
+# How a supervised fetcher process exits when Redis refuses it (a password changed): its
+# supervisor stops rather than start processes that would be refused too.
+EXIT_REFUSED = 3
 
 
 def run_fetcher(role: FetcherRole) -> int:
@@ -223,7 +226,8 @@ async def _check_redis(role: FetcherRole) -> None:
 
 def _supervise(role: FetcherRole) -> int:
     """Start ``role.processes`` single-process fetchers; start one again when it dies
-    (at most once a second each); on SIGINT/SIGTERM stop them all."""
+    (at most once a second each); on SIGINT/SIGTERM stop them all, and when Redis
+    refuses one (EXIT_REFUSED) stop them all and say why (exit status 1)."""
     env = {**allocator.preload_env(allocator.library("auto")), SUPERVISED_MARK: "1"}
     command = [
         sys.executable,
@@ -260,27 +264,47 @@ def _supervise(role: FetcherRole) -> int:
 
     children = [start() for _ in range(role.processes)]
     failed = 0
+    refused = False
     while children:
-        if stopping:
+        if stopping or refused:
             for proc, _ in children:
                 if proc.poll() is None:
                     proc.terminate()
             for proc, _ in children:
                 proc.wait()
-            return 0
+            return _refused(role) if refused else 0
         time.sleep(0.2)
         alive = []
         for proc, since in children:
             code = proc.poll()
             if code is None:
                 alive.append((proc, since))
+            elif code == EXIT_REFUSED:
+                refused = True
             elif code != 0 and not stopping:
                 failed += 1
                 log.warning("fetcher process %d exited with %d; starting another", proc.pid, code)
                 time.sleep(max(0.0, 1.0 - (time.monotonic() - since)))
                 alive.append(start())
         children = alive
+    if refused:  # (the last ones refused at once)
+        return _refused(role)
     return 1 if failed and not role.exit_when_idle else 0
+
+
+def _refused(role: FetcherRole) -> int:
+    """Say why Redis refused the fetcher processes (asking it again); exit status 1."""
+    try:
+        asyncio.run(_check_redis(role))
+    except ClusterError as e:
+        print(f"drumbeat fetcher: {e}", file=sys.stderr)
+    else:
+        print(
+            f"drumbeat fetcher: Redis refused the fetcher processes ({role.state_dir}/"
+            "drumbeat.log says why)",
+            file=sys.stderr,
+        )
+    return 1
 
 
 def _die_with_parent() -> None:
@@ -493,9 +517,14 @@ async def _serve(role: FetcherRole) -> int:
     try:
         await process.run()
     except ClusterError as e:
-        if not (process.stopping and os.environ.get(SUPERVISED_MARK)):
+        # A supervisor speaks for its processes: it says why once (see _refused).
+        supervised = bool(os.environ.get(SUPERVISED_MARK))
+        if not supervised:
             print(f"drumbeat fetcher: {e}", file=sys.stderr)
-        return 0 if process.stopping else 1
+        if process.stopping:
+            return 0
+        log.error("%s", e)
+        return EXIT_REFUSED if supervised else 1
     finally:
         await link.close()
     return 0

@@ -211,3 +211,38 @@ def test_a_fetcher_refused_by_redis_stops_with_one_line(tmp_path) -> None:
     assert done.returncode == 1, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "refused" in done.stderr
     assert "wrong-one" not in done.stderr
+
+
+def test_fetchers_refused_mid_crawl_stop_with_one_line(tmp_path) -> None:
+    """Redis starts asking for a password while two fetcher processes serve: their
+    supervisor stops them all and says why once, instead of starting processes that
+    Redis refuses again and again."""
+    import time
+
+    import redis as redis_py
+
+    from drumbeat.testing import RedisServer
+
+    with RedisServer(tmp_path / "redis") as server:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "drumbeat", "fetcher", "--redis", server.url,
+             "--state", str(tmp_path / "f"), "--processes", "2"],
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        admin = redis_py.Redis(port=server.port)
+        try:
+            deadline = time.monotonic() + 60
+            while admin.zcard("drumbeat:workers") < 2 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert admin.zcard("drumbeat:workers") == 2, "both processes joined"
+            admin.config_set("requirepass", "changed")
+            admin.execute_command("CLIENT", "KILL", "TYPE", "normal")  # ours too
+            _, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            admin.close()
+    assert proc.returncode == 1, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "refused" in lines[0], err
