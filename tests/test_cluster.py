@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +21,17 @@ def drumbeat(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "drumbeat", *args], capture_output=True, text=True, timeout=60
     )
+
+
+def two_fetchers(redis_url: str, state: Path) -> subprocess.Popen[str]:
+    """`drumbeat fetcher --processes 2` (a supervisor and its two processes), its stderr
+    piped."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "drumbeat", "fetcher", "--redis", redis_url,
+         "--state", str(state), "--processes", "2"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
 
 
 def test_partitions_are_i_of_m() -> None:
@@ -181,12 +193,7 @@ def test_a_fetcher_started_before_redis_says_once_that_it_waits(tmp_path) -> Non
     import signal
     import time
 
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "drumbeat", "fetcher", "--redis", NOWHERE,
-         "--state", str(tmp_path), "--processes", "2"],
-        stderr=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
+    proc = two_fetchers(NOWHERE, tmp_path)
     try:
         assert proc.stderr is not None
         ready, _, _ = select.select([proc.stderr], [], [], 60)
@@ -224,12 +231,7 @@ def test_fetchers_refused_mid_crawl_stop_with_one_line(tmp_path) -> None:
     from drumbeat.testing import RedisServer
 
     with RedisServer(tmp_path / "redis") as server:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "drumbeat", "fetcher", "--redis", server.url,
-             "--state", str(tmp_path / "f"), "--processes", "2"],
-            stderr=subprocess.PIPE,
-            text=True,
-        )  # fmt: skip
+        proc = two_fetchers(server.url, tmp_path / "f")
         admin = redis_py.Redis(port=server.port)
         try:
             deadline = time.monotonic() + 60
