@@ -425,6 +425,7 @@ class FetcherProcess:
             # One index per crawl and state directory: the fetcher processes of this
             # machine that share it share the index; other machines have their own.
             content=open_content_index(settings, self.role.state_dir / "content" / f"{crawl}.lmdb"),
+            partitions=info.partitions,
         )
         made = self.crawls[crawl] = _CrawlFetcher(fetcher, http, dns, warc)
         return made

@@ -94,13 +94,15 @@ class Fetcher:
         pace: Callable[[FetchItem], AbstractAsyncContextManager[None]] | None = None,
         slots: asyncio.Semaphore | None = None,
         content: ContentIndex | None = None,
+        partitions: int = 1,
     ) -> None:
         """``pace``: each request runs inside ``pace(item)`` (a cluster's IP leases).
         ``slots``: the fetches that may run at once (default: ``settings.concurrency``
         of this fetcher's own; a cluster's fetcher process shares one among its crawls).
         ``content``: the index of archived payloads and page fingerprints shared by
         the fetchers of this state directory (:func:`open_content_index`); None: no
-        duplicate detection."""
+        duplicate detection. ``partitions``: the crawl's managers (a cluster's), for
+        whom a page's links are packed apart."""
         self.settings = settings
         self.content = content
         self.pace = pace
@@ -128,6 +130,7 @@ class Fetcher:
             self.stage_s,
             self.errors,
             text=self.duplicates is not None and self.duplicates.near,
+            partitions=partitions,
         )
         self._revisit = settings.revisit  # pages' digests and validators, for the manager
 

@@ -39,6 +39,7 @@ from drumbeat.parse.sitemaps import (
     sitemap_or_feed_links,
 )
 from drumbeat.queue.base import ROBOTS, FetchItem, FoundEdges, FoundURLs, ItemResult
+from drumbeat.queue.partition import Splitter
 from drumbeat.settings import Settings
 
 # The fetcher's logger: parse and focus failures are the fetcher's to report.
@@ -65,13 +66,17 @@ class LinkExtractor:
         errors: Counter[str],
         *,
         text: bool = False,
+        partitions: int = 1,
     ) -> None:
         """``text``: keep each HTML page's text in its references (near-duplicate
-        detection fingerprints it)."""
+        detection fingerprints it). ``partitions``: the crawl's managers (a cluster's);
+        with more than one, a page's links are packed apart for each owner
+        (ItemResult.by_partition)."""
         self.settings = settings
         self.stage_s = stage_s
         self.errors = errors
         self._near_dup = text
+        self._splitter = Splitter(partitions) if partitions > 1 else None
         # The crawl's focus function (--focus), imported once; None: pages are not scored.
         self._focus: FocusFunction | None = None
         if settings.focus is not None:
@@ -263,10 +268,16 @@ class LinkExtractor:
             max_links=self.settings.max_links_per_page,
             max_url_bytes=self.settings.max_url_bytes,
         )
-        if page.links:
-            result.found = pack_found(page.links, item.depth + 1, item.url)
         result.dropped = dict(page.dropped)
-        result.pld_edges = pack_edges(*pld_targets(item.url, page.links))
+        source, targets = pld_targets(item.url, page.links)
+        if self._splitter is not None:
+            result.by_partition = _packed_by_partition(
+                self._splitter, item, page.links, source, targets
+            )
+        else:
+            if page.links:
+                result.found = pack_found(page.links, item.depth + 1, item.url)
+            result.pld_edges = pack_edges(source, targets)
         if page.cut is not None and result.log is not None:
             result.log["links_cut"] = page.cut
         if page.noindex and result.log is not None:
@@ -279,6 +290,19 @@ def _parse_failed(item: FetchItem, result: ItemResult, e: Exception) -> None:
     """Count a ``parse_error`` for ``item``, whose content broke a parser (``e``)."""
     log.warning("parse failed for %s: %r", item.url, e)
     result.dropped["parse_error"] = result.dropped.get("parse_error", 0) + 1
+
+
+def _packed_by_partition(
+    splitter: Splitter, item: FetchItem, links: list[str], source: str, targets: list[str]
+) -> dict[int, tuple[FoundURLs | None, FoundEdges | None]]:
+    """A page's ``links`` and its edges from PLD ``source`` to ``targets``, packed for
+    each partition that owns some of them."""
+    out: dict[int, tuple[FoundURLs | None, FoundEdges | None]] = {}
+    for part, group in splitter.group_links(item.url, links).items():
+        out[part] = (pack_found(group, item.depth + 1, item.url), None)
+    for part, pld_group in splitter.group_plds(targets).items():
+        out[part] = (out.get(part, (None, None))[0], pack_edges(source, pld_group))
+    return out
 
 
 def pack_found(links: list[str], depth: int, via: str, hops: int = 0) -> FoundURLs:

@@ -9,6 +9,7 @@ from collections import Counter, defaultdict
 from drumbeat.fetch.response import FetchResponse
 from drumbeat.fetcher_links import LinkExtractor
 from drumbeat.queue.base import FetchItem, ItemResult
+from drumbeat.queue.partition import Splitter
 from drumbeat.settings import Settings
 
 PAGE_HTML = b"<html><body><a href='/a'>a</a><a href='http://other.test/b'>b</a></body></html>"
@@ -23,10 +24,10 @@ def response(status: int = 200, **fields: object) -> FetchResponse:
 
 
 def extract(
-    settings: Settings, resp: FetchResponse, item: FetchItem | None = None
+    settings: Settings, resp: FetchResponse, item: FetchItem | None = None, partitions: int = 1
 ) -> tuple[ItemResult, defaultdict[str, float]]:
     stage_s: defaultdict[str, float] = defaultdict(float)
-    links = LinkExtractor(settings, stage_s, Counter())
+    links = LinkExtractor(settings, stage_s, Counter(), partitions=partitions)
     item = item or FetchItem(0, "http://s.test/p", "127.0.0.1", depth=2)
     result = ItemResult(0, 0, item, status=resp.status, log={})
     found = links.references(item, result, resp)
@@ -58,3 +59,31 @@ def test_content_that_breaks_a_parser_is_a_parse_error_not_a_crash() -> None:
     # A field of the wrong type stands for content that a parser chokes on.
     result, _ = extract(Settings(), response(decoded=12345))
     assert result.found is None and result.dropped == {"parse_error": 1}
+
+
+def test_a_cluster_fetcher_packs_a_page_s_links_apart_for_each_owner() -> None:
+    # What the fetcher packs per partition is exactly what splitting the page's links
+    # and edges packed whole gives: the same fingerprints, payloads and edges, each
+    # partition's in the page's order.
+    sites = [f"site{i}.test" for i in range(30)]
+    html = "".join(
+        f"<a href='/own{i}'>o</a><a href='http://{s}/x'>x</a>" for i, s in enumerate(sites)
+    )
+    resp = response(decoded=html.encode())
+    whole, _ = extract(Settings(), resp)
+    assert whole.found is not None and whole.pld_edges is not None
+    for parts in (2, 3, 7):
+        result, _ = extract(Settings(), resp, partitions=parts)
+        assert result.found is None and result.pld_edges is None
+        assert result.by_partition is not None
+        splitter = Splitter(parts)
+        found = splitter.split_found(whole.found)
+        edges = splitter.split_edges(whole.pld_edges)
+        assert set(result.by_partition) == set(found) | set(edges)
+        for part, (f, e) in result.by_partition.items():
+            assert f == found.get(part)
+            assert e == edges.get(part)
+    one, _ = extract(Settings(), response(decoded=b"<a href='/a'>a</a>"), partitions=4)
+    assert one.by_partition is not None and len(one.by_partition) == 1
+    ((f, e),) = one.by_partition.values()
+    assert f is not None and f.urls() == ["http://s.test/a"] and e is None

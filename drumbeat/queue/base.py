@@ -155,6 +155,10 @@ class ItemResult:
     status: int | None = None
     error: str | None = None  # stable reason string, e.g. "connect", "dns:nxdomain"
     found: FoundURLs | None = None  # normalized absolute URLs (page links, Location)
+    # A cluster fetcher's page links and edges instead of ``found`` and ``pld_edges``,
+    # packed apart for each partition that owns some (queue.partition.Splitter): its
+    # queue keeps the task's own partition's in those two and forwards the others.
+    by_partition: dict[int, tuple[FoundURLs | None, FoundEdges | None]] | None = None
     pld_edges: FoundEdges | None = None  # the page's links between PLDs
     dropped: dict[str, int] = field(default_factory=dict)  # links dropped by reason
     robots_text: str | None = None  # ROBOTS items: the body, decoded, size-capped

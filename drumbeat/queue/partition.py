@@ -20,6 +20,7 @@ from drumbeat import urls
 from drumbeat.queue.base import FoundEdges, FoundURLs
 
 _T = TypeVar("_T")
+_K = TypeVar("_K", str, bytes)
 
 
 def partition_of_pld(pld: str, partitions: int) -> int:
@@ -38,13 +39,74 @@ def partition_of(url: str, partitions: int) -> int:
 
 class Splitter:
     """Splits found links and PLD edges among ``partitions`` owners, remembering the
-    owner of each origin it met (a page's links mostly share a few), up to a bound."""
+    owner of each origin and PLD it met (a page's links mostly share a few), up to a
+    bound."""
 
     MAX_ORIGINS = 1 << 16
 
     def __init__(self, partitions: int) -> None:
         self.partitions = partitions
         self._owners: dict[bytes, int] = {}
+        self._link_owners: dict[str, int] = {}
+        self._pld_owners: dict[str, int] = {}
+
+    def group_links(self, source_url: str, links: list[str]) -> dict[int, list[str]]:
+        """``links`` (normalized URLs found on ``source_url``) by owning partition, the
+        order kept within each: a fetcher groups a page's links so before it packs them,
+        and packs each group for its owner, which costs less than packing them all and
+        splitting the packed payloads (:meth:`split_found`). The links within the
+        source's origin, most of a page's, share its owner and are not looked up."""
+        origin = urls.origin_of(source_url)
+        own = origin + "/"
+        home = self._owner_of_link_origin(origin)
+        groups: dict[int, list[str]] = {home: []}
+        mine = groups[home].append
+        known = self._link_owners
+        for link in links:
+            if link.startswith(own):
+                mine(link)
+                continue
+            other = link[: link.find("/", 8)]  # a normalized http(s) URL has a path
+            part = known.get(other)
+            if part is None:
+                part = self._owner_of_link_origin(other)
+            if part in groups:
+                groups[part].append(link)
+            else:
+                groups[part] = [link]
+        if not groups[home]:
+            del groups[home]
+        return groups
+
+    def group_plds(self, plds: list[str]) -> dict[int, list[str]]:
+        """``plds`` by owning partition, the order kept within each."""
+        groups: dict[int, list[str]] = {}
+        known = self._pld_owners
+        for pld in plds:
+            part = known.get(pld)
+            if part is None:
+                part = self.owner_of_pld(pld)
+            if part in groups:
+                groups[part].append(pld)
+            else:
+                groups[part] = [pld]
+        return groups
+
+    def _owner_of_link_origin(self, origin: str) -> int:
+        """The owner of the URLs of ``origin`` (``scheme://authority``), remembered."""
+        owner = self._link_owners.get(origin)
+        if owner is None:
+            owner = partition_of_pld(urls.pld(urls.host_of(origin + "/")), self.partitions)
+            self._remember(self._link_owners, origin, owner)
+        return owner
+
+    def owner_of_pld(self, pld: str) -> int:
+        """The partition of the PLD ``pld``, remembered."""
+        owner = self._pld_owners.get(pld)
+        if owner is None:
+            owner = partition_of_pld(pld, self.partitions)
+            self._remember(self._pld_owners, pld, owner)
+        return owner
 
     def owner_of_payload(self, payload: bytes) -> int:
         """The partition of the URL that opens a URL-seen payload (``url\\n...``)."""
@@ -52,11 +114,17 @@ class Splitter:
         origin = payload[: end if end > 0 else payload.find(b"\n")]
         owner = self._owners.get(origin)
         if owner is None:
-            if len(self._owners) >= self.MAX_ORIGINS:
-                self._owners.clear()
             host = urls.host_of(origin.decode() + "/")
-            owner = self._owners[origin] = partition_of_pld(urls.pld(host), self.partitions)
+            owner = partition_of_pld(urls.pld(host), self.partitions)
+            self._remember(self._owners, origin, owner)
         return owner
+
+    def _remember(self, cache: dict[_K, int], key: _K, owner: int) -> None:
+        """Put ``owner`` in ``cache`` under ``key``, emptying the cache first when it
+        holds MAX_ORIGINS: a crawl meets origins without end, and RAM is bounded."""
+        if len(cache) >= self.MAX_ORIGINS:
+            cache.clear()
+        cache[key] = owner
 
     def split_found(self, found: FoundURLs) -> dict[int, FoundURLs]:
         """``found`` as one FoundURLs per owning partition (the order kept within each)."""
@@ -78,11 +146,10 @@ class Splitter:
         for n in memoryview(edges.lengths).cast("I"):
             targets.append(edges.targets[start : start + n])
             start += n
-        parts = self.partitions
         return _split(
             edges.keys,
             targets,
-            lambda t: partition_of_pld(t.decode(), parts),
+            lambda t: self.owner_of_pld(t.decode()),
             lambda keys, blobs, lens: FoundEdges(edges.source, keys, blobs, lens),
         )
 

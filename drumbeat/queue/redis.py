@@ -1366,9 +1366,22 @@ class RedisFetcherQueue:
     ) -> None:
         """Keep in ``r`` the links and edges its own partition owns; put the rest in
         ``forwarded`` by owner."""
+        by_partition = r.by_partition
+        if by_partition is not None:  # a page's, packed apart by the fetcher
+            r.by_partition = None
+            r.found, r.pld_edges = by_partition.get(held.part, (None, None))
+            for part, (f, e) in by_partition.items():
+                if part != held.part:
+                    out = forwarded.setdefault((held.crawl, part), ([], []))
+                    if f is not None:
+                        out[0].append(f)
+                    if e is not None:
+                        out[1].append(e)
+            return
         splitter = self._splitters[held.crawl]
         if splitter.partitions == 1:
             return
+        # Packed whole: a redirect's target, a sitemap's or a feed's links.
         if r.found is not None and len(r.found):
             parts = splitter.split_found(r.found)
             r.found = parts.pop(held.part, None)

@@ -115,3 +115,29 @@ def test_owner_of_payload_agrees_with_partition_of_past_its_cache() -> None:
         for payload in pack_found(LINKS, 0, "http://from.test/").payloads_list():
             url = payload.split(b"\n", 1)[0].decode()
             assert splitter.owner_of_payload(payload) == partition_of(url, 5), url
+
+
+def test_group_links_gives_each_link_once_to_its_owner_in_order() -> None:
+    for source in ("http://site3.test/page", "https://www.example.co.uk/x"):
+        for parts in (2, 3, 7):
+            splitter = Splitter(parts)
+            splitter.MAX_ORIGINS = 8  # the remembered origins are dropped when full
+            for _ in range(2):
+                groups = splitter.group_links(source, LINKS)
+                assert sorted(u for g in groups.values() for u in g) == sorted(LINKS)
+                for part, group in groups.items():
+                    assert group and {partition_of(u, parts) for u in group} == {part}
+                    assert _is_subsequence(group, LINKS)
+                whole = pack_found(LINKS, 1, source)
+                packed = {p: pack_found(g, 1, source) for p, g in groups.items()}
+                assert packed == Splitter(parts).split_found(whole)
+
+
+def test_group_plds_gives_each_pld_once_to_its_owner_in_order() -> None:
+    plds = sorted(SITES)
+    for parts in (2, 5):
+        groups = Splitter(parts).group_plds(plds)
+        assert sorted(p for g in groups.values() for p in g) == plds
+        for part, group in groups.items():
+            assert {partition_of_pld(p, parts) for p in group} == {part}
+            assert group == sorted(group)
