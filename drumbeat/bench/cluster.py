@@ -76,8 +76,8 @@ from drumbeat.bench.throughput import (
     INSTALL_HINT,
     PAGES_PER_HOST,
     Rate,
-    _drumbeat_page_times,
     _tail,
+    crawl_log_page_times,
     interpreter,
     processor,
     steady_rate,
@@ -477,7 +477,7 @@ class Bench:
             if fetcher is not None and procs.stop(fetcher, grace):
                 stopped.append("fetcher")
             procs.stop_all(grace)
-        times = sorted(t for state in states for t in _drumbeat_page_times(state / "crawl.log"))
+        times = sorted(t for state in states for t in crawl_log_page_times(state / "crawl.log"))
         started = sampler.samples[0].at if sampler.samples else time.time()
         rate = steady_rate(times, started, self.plan.warmup_s, self.plan.seconds)
         window = None

@@ -311,7 +311,7 @@ class Bench:
         finally:
             if poller is not None:
                 poller.stop()
-        times = _drumbeat_page_times(state / "crawl.log")
+        times = crawl_log_page_times(state / "crawl.log")
         stages_path = state / "stages.json"
         stages = (
             json.loads(stages_path.read_text(encoding="utf-8")) if stages_path.exists() else None
@@ -409,7 +409,10 @@ class Bench:
             into[role] = _top_frames(out) if out.exists() else {"error": "no samples"}
 
 
-def _drumbeat_page_times(path: Path) -> list[float]:
+def crawl_log_page_times(path: Path) -> list[float]:
+    """When each 2xx page of the ``crawl.log`` at ``path`` was fetched (none if there is
+    no file). Part lines (one read while the crawl writes it, or cut by a kill) are
+    skipped, even one that is valid JSON."""
     times: list[float] = []
     if not path.exists():
         return times
@@ -419,6 +422,8 @@ def _drumbeat_page_times(path: Path) -> list[float]:
                 entry = json.loads(line)
             except ValueError:
                 continue  # a torn last line of a killed crawl
+            if not isinstance(entry, dict):
+                continue  # part of a line that is valid JSON all the same (a number)
             # Successful responses only, as Scrapy's spider sees them.
             if entry.get("kind") == "page" and 200 <= (entry.get("status") or 0) < 300:
                 times.append(entry["time"])

@@ -22,7 +22,13 @@ from drumbeat.bench._throughput_web import (
     nginx_binary,
     read_access_log,
 )
-from drumbeat.bench.throughput import ip_delay_for, make_plan, parse, steady_rate
+from drumbeat.bench.throughput import (
+    crawl_log_page_times,
+    ip_delay_for,
+    make_plan,
+    parse,
+    steady_rate,
+)
 
 HREF = re.compile(r'href="([^"]+)"')
 
@@ -79,6 +85,24 @@ def test_steady_rate_leaves_out_warmup_and_counts_a_stopped_crawl_as_zero():
     assert stopped.pages_per_s == pytest.approx(80 / 20)
     assert stopped.slowest_window_pages_per_s == 0.0
     assert steady_rate([], 0.0, 1.0, 1.0).pages == 0
+
+
+def test_page_times_skip_torn_lines_even_when_they_parse(tmp_path):
+    # Part of a line (read while a crawl writes it, or cut by a kill) can be valid JSON of
+    # another type, a number: a device run of bench cluster lost a configuration to one.
+    page = {"time": 5.0, "kind": "page", "status": 200}
+    lines = [
+        json.dumps(page),
+        json.dumps({**page, "status": 404}),
+        json.dumps({**page, "kind": "robots"}),
+        "1795839422.99",
+        '{"time": 6.0, "kind": "pa',
+        json.dumps({**page, "time": 7.0}),
+    ]
+    log = tmp_path / "crawl.log"
+    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert crawl_log_page_times(log) == [5.0, 7.0]
+    assert crawl_log_page_times(tmp_path / "none.log") == []
 
 
 def test_one_pld_web_is_subdomains_of_one_pld_all_seeded(tmp_path):
