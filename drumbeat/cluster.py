@@ -345,6 +345,8 @@ class FetcherProcess:
         self.stopping = False
         self._slots: asyncio.Semaphore | None = None
         self._cpu_at_start = time.process_time()  # the imports' and start-up's left out
+        self._started = time.monotonic()
+        self.full_s = 0.0  # wall seconds with every slot taken
 
     def active(self) -> int:
         return sum(c.fetcher.stats().active for c in self.crawls.values())
@@ -360,7 +362,9 @@ class FetcherProcess:
             while not self.stopping:
                 room = self.role.concurrency - self.active()
                 if room <= 0:
+                    full = time.monotonic()
                     await asyncio.sleep(0.002)
+                    self.full_s += time.monotonic() - full
                     continue
                 tasks = await self.queue.claim(self.name, min(32, room), timeout_s=0.5)
                 for task in tasks:
@@ -470,6 +474,11 @@ class FetcherProcess:
             cpu_s=time.process_time() - self._cpu_at_start,
             stage_s=stage_s,
             handoff_s=self.queue.handoff_s,
+            wall_s={
+                "up": time.monotonic() - self._started,
+                "waiting_for_tasks": self.queue.waited_s,
+                "slots_full": self.full_s,
+            },
         )
 
 
@@ -477,20 +486,30 @@ STAGES_DIR = "stages"
 
 
 def write_fetcher_stages(
-    path: Path, *, pages: int, cpu_s: float, stage_s: dict[str, float], handoff_s: float
+    path: Path,
+    *,
+    pages: int,
+    cpu_s: float,
+    stage_s: dict[str, float],
+    handoff_s: float,
+    wall_s: dict[str, float] | None = None,
 ) -> None:
     """Write where a fetcher process's CPU time went over its life, as ``stages.json``
     does for a standalone crawl's fetchers: ``seconds`` per stage (warc, parse,
     normalize, dedup..., ``handoff``: tasks in and results out through Redis; ``fetch``:
-    the rest, HTTP and the event loop), ``pages`` fetched and ``cpu_s`` in all. A write
-    that fails is logged: the figures are for reading, the crawl does not need them."""
+    the rest, HTTP and the event loop), ``pages`` fetched and ``cpu_s`` in all; and
+    ``wall_s``, its wall time ``up`` and how much of it it had room and no task
+    (``waiting_for_tasks``) or no room (``slots_full``). A write that fails is logged:
+    the figures are for reading, the crawl does not need them."""
     seconds = {**stage_s, "handoff": handoff_s}
     seconds["fetch"] = max(0.0, cpu_s - sum(seconds.values()))
-    doc = {
+    doc: dict[str, Any] = {
         "pages": pages,
         "cpu_s": round(cpu_s, 3),
         "seconds": {k: round(v, 4) for k, v in sorted(seconds.items())},
     }
+    if wall_s is not None:
+        doc["wall_s"] = {k: round(v, 3) for k, v in wall_s.items()}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")

@@ -32,7 +32,10 @@ One run:
    queued then; and per frontier URL, over the URLs their URL-seen knows less the pages
    fetched (the queued ones and the new ones URL-seen holds until the queues run low).
    Task latency: each manager's ``dispatch_latency`` (``stages.json``, the
-   whole run: a host's delay passing to its next request's start at a fetcher).
+   whole run: a host's delay passing to its next request's start at a fetcher). The
+   fetchers' wall time (their stage files, whole run): the share they waited for tasks
+   with room for more (the managers were the limit) and had every slot taken (their
+   ``--concurrency`` was).
 
 Ratios: each configuration's pages/s against ``standalone`` and against ``1m1f``; growth
 per added fetcher process, ``(rate / rate(M managers, 1 process) - 1) / (P - 1)``, and per
@@ -168,6 +171,8 @@ class ConfigRun:
     log_tail: str = ""
     # The fetchers' CPU by stage over their whole run, in µs a fetch (their stage files)
     fetcher_stages: dict[str, float] | None = None
+    # The share of the cluster fetchers' wall time they had room and no task, or no room
+    fetcher_wall: dict[str, float] | None = None
 
 
 class RedisProbe:
@@ -489,6 +494,11 @@ class Bench:
         # report's notes): its figures stand.
         bad = [f"{n} exited {c}" for n, c in codes.items() if c != 0 and n not in stopped]
         failed = bad + ([] if times else ["no pages"])
+        stage_files = (
+            [states[0] / "stages.json"]
+            if standalone
+            else sorted((self.work / cfg.name / "fetchers" / STAGES_DIR).glob("*.json"))
+        )
         return ConfigRun(
             config=cfg,
             rate=rate,
@@ -500,12 +510,8 @@ class Bench:
             exit_codes=codes,
             stopped=stopped,
             log_tail=f"{', '.join(failed)}\n{procs.tails()}" if failed else "",
-            fetcher_stages=_fetcher_stages(
-                [states[0] / "stages.json"]
-                if standalone
-                else sorted((self.work / cfg.name / "fetchers" / STAGES_DIR).glob("*.json")),
-                standalone,
-            ),
+            fetcher_stages=_fetcher_stages(stage_files, standalone),
+            fetcher_wall=_fetcher_wall(stage_files),
         )
 
     def _watch(
@@ -615,6 +621,24 @@ def _fetcher_stages(paths: list[Path], standalone: bool) -> dict[str, float] | N
     return {stage: round(1e6 * spent / pages, 1) for stage, spent in sorted(seconds.items())}
 
 
+def _fetcher_wall(paths: list[Path]) -> dict[str, float] | None:
+    """The share of the fetcher processes' wall time (their stage files' ``wall_s``, summed)
+    they waited for tasks with room for more, and had every slot taken: the first says
+    the managers were the limit, the second the fetchers' ``--concurrency``."""
+    totals: dict[str, float] = {}
+    for path in paths:
+        try:
+            wall = json.loads(path.read_text(encoding="utf-8")).get("wall_s") or {}
+        except (OSError, ValueError):
+            continue
+        for key, value in wall.items():
+            totals[key] = totals.get(key, 0.0) + float(value)
+    up = totals.pop("up", 0.0)
+    if up <= 0:
+        return None
+    return {key: round(value / up, 3) for key, value in sorted(totals.items())}
+
+
 def _latency(state: Path) -> dict[str, Any] | None:
     path = state / "stages.json"
     if not path.exists():
@@ -646,6 +670,7 @@ def figures(run: ConfigRun, seconds: float) -> dict[str, Any]:
         "exit_codes": run.exit_codes,
         "stopped_by_bench": run.stopped,
         "fetcher_stages_us": run.fetcher_stages,
+        "fetcher_wall_share": run.fetcher_wall,
     }
     if run.window is None or not rate.steady_pages:
         return out
@@ -846,6 +871,10 @@ def _print_notes(console: Any, rep: dict[str, Any]) -> None:
         if c.get("fetcher_stages_us"):
             busy += "; fetchers' µs a fetch by stage: " + ", ".join(
                 f"{k} {v:,.0f}" for k, v in c["fetcher_stages_us"].items()
+            )
+        if c.get("fetcher_wall_share"):
+            busy += "; share of the fetchers' time " + ", ".join(
+                f"{k.replace('_', ' ')} {v:.0%}" for k, v in c["fetcher_wall_share"].items()
             )
         redis = c["redis"] or {}
         memory = redis.get("used_memory_bytes")

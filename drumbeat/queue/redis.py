@@ -1190,6 +1190,9 @@ class RedisFetcherQueue:
         self._synced = 0
         self.counters: defaultdict[str, int] = defaultdict(int)
         self.handoff_s = 0.0
+        # Wall seconds spent waiting in claims that found no task: how long this fetcher
+        # had room and nothing to fetch (the managers, not it, were the limit).
+        self.waited_s = 0.0
         # Per-second counters per crawl (drumbeat.stats), flushed with the heartbeat.
         node = worker.replace(SEP_STATS, "_")
         self.stats_writer = StatsWriter(link.redis, link.keys.prefix, node)
@@ -1282,9 +1285,11 @@ class RedisFetcherQueue:
                 return []
             # Wait for a submit's wake token (or a while: tokens are few, fetchers many).
             wait = max(0.01, min(left, 0.05))
+            waiting = time.monotonic()
             await self.link.call(
                 partial(self.link.redis.blpop, [self.keys.wake], timeout=wait), "wait for tasks"
             )
+            self.waited_s += time.monotonic() - waiting
         return []
 
     async def _adopt(self, crawl: str, pairs: list[bytes]) -> list[Task]:

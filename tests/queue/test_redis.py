@@ -247,6 +247,23 @@ def test_a_retried_submit_queues_its_task_once(redis_server: RedisServer) -> Non
 # -- weighted fair claims -------------------------------------------------------------
 
 
+def test_a_fetcher_counts_the_time_it_waited_for_tasks(redis_server: RedisServer) -> None:
+    # What bench cluster reads to tell "the managers were the limit" from "the fetchers
+    # were": the wall time spent in claims that found nothing, and none in one that did.
+    async def go(stack: AsyncExitStack) -> None:
+        mgr = await manager(stack, redis_server.url)
+        f = await fetcher(stack, redis_server.url)
+        started = time.monotonic()
+        assert await f.claim("f1", 10, 0.3) == []
+        assert 0.2 <= f.waited_s <= time.monotonic() - started
+        waited = f.waited_s
+        await mgr.submit(make_tasks(1))
+        assert len(await f.claim("f1", 10, 1.0)) == 1
+        assert f.waited_s == waited
+
+    run(go)
+
+
 def test_claims_share_crawls_by_weight_and_skip_idle_ones(redis_server: RedisServer) -> None:
     claims, p = 400, 3 / 4
     url = redis_server.url
