@@ -478,6 +478,7 @@ class FetcherProcess:
                 "up": time.monotonic() - self._started,
                 "waiting_for_tasks": self.queue.waited_s,
                 "slots_full": self.full_s,
+                "sending_reports": self.queue.reporting_s,
             },
         )
 
@@ -499,8 +500,9 @@ def write_fetcher_stages(
     normalize, dedup..., ``handoff``: tasks in and results out through Redis; ``fetch``:
     the rest, HTTP and the event loop), ``pages`` fetched and ``cpu_s`` in all; and
     ``wall_s``, its wall time ``up`` and how much of it it had room and no task
-    (``waiting_for_tasks``) or no room (``slots_full``). A write that fails is logged:
-    the figures are for reading, the crawl does not need them."""
+    (``waiting_for_tasks``) or no room (``slots_full``), and how long its reports waited
+    for Redis (``sending_reports``: its parsing waits meanwhile). A write that fails is
+    logged: the figures are for reading, the crawl does not need them."""
     seconds = {**stage_s, "handoff": handoff_s}
     seconds["fetch"] = max(0.0, cpu_s - sum(seconds.values()))
     doc: dict[str, Any] = {

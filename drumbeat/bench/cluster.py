@@ -34,8 +34,9 @@ One run:
    Task latency: each manager's ``dispatch_latency`` (``stages.json``, the
    whole run: a host's delay passing to its next request's start at a fetcher). The
    fetchers' wall time (their stage files, whole run): the share they waited for tasks
-   with room for more (the managers were the limit) and had every slot taken (their
-   ``--concurrency`` was).
+   with room for more (the managers were the limit), had every slot taken (their
+   ``--concurrency`` was), and waited for their reports to reach Redis (their parsing
+   waited meanwhile).
 
 Ratios: each configuration's pages/s against ``standalone`` and against ``1m1f``; growth
 per added fetcher process, ``(rate / rate(M managers, 1 process) - 1) / (P - 1)``, and per
@@ -623,8 +624,9 @@ def _fetcher_stages(paths: list[Path], standalone: bool) -> dict[str, float] | N
 
 def _fetcher_wall(paths: list[Path]) -> dict[str, float] | None:
     """The share of the fetcher processes' wall time (their stage files' ``wall_s``, summed)
-    they waited for tasks with room for more, and had every slot taken: the first says
-    the managers were the limit, the second the fetchers' ``--concurrency``."""
+    they waited for tasks with room for more, had every slot taken, and waited for their
+    reports to reach Redis: the first says the managers were the limit, the second the
+    fetchers' ``--concurrency``, the third Redis's round trips."""
     totals: dict[str, float] = {}
     for path in paths:
         try:

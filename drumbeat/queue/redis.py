@@ -1193,6 +1193,9 @@ class RedisFetcherQueue:
         # Wall seconds spent waiting in claims that found no task: how long this fetcher
         # had room and nothing to fetch (the managers, not it, were the limit).
         self.waited_s = 0.0
+        # Wall seconds spent in reports waiting for Redis's answer: the caller (a fetcher's
+        # archiver) parses nothing meanwhile.
+        self.reporting_s = 0.0
         # Per-second counters per crawl (drumbeat.stats), flushed with the heartbeat.
         node = worker.replace(SEP_STATS, "_")
         self.stats_writer = StatsWriter(link.redis, link.keys.prefix, node)
@@ -1349,7 +1352,9 @@ class RedisFetcherQueue:
                     p.hdel(k.crawl(held.crawl, "tasks"), held.ref)
                 await p.execute()
 
+        sending = time.monotonic()
         await self.link.call(send, "report results")
+        self.reporting_s += time.monotonic() - sending
         for local in [t for t, h in self._held.items() if not h.left]:
             del self._held[local]
         for crawl, _, _ in inbox:

@@ -247,9 +247,12 @@ def test_a_retried_submit_queues_its_task_once(redis_server: RedisServer) -> Non
 # -- weighted fair claims -------------------------------------------------------------
 
 
-def test_a_fetcher_counts_the_time_it_waited_for_tasks(redis_server: RedisServer) -> None:
+def test_a_fetcher_counts_the_time_it_waited_for_tasks_and_reports(
+    redis_server: RedisServer,
+) -> None:
     # What bench cluster reads to tell "the managers were the limit" from "the fetchers
-    # were": the wall time spent in claims that found nothing, and none in one that did.
+    # were": the wall time spent in claims that found nothing, and none in one that did;
+    # and the time its reports waited for Redis.
     async def go(stack: AsyncExitStack) -> None:
         mgr = await manager(stack, redis_server.url)
         f = await fetcher(stack, redis_server.url)
@@ -258,8 +261,11 @@ def test_a_fetcher_counts_the_time_it_waited_for_tasks(redis_server: RedisServer
         assert 0.2 <= f.waited_s <= time.monotonic() - started
         waited = f.waited_s
         await mgr.submit(make_tasks(1))
-        assert len(await f.claim("f1", 10, 1.0)) == 1
+        (task,) = await f.claim("f1", 10, 1.0)
         assert f.waited_s == waited
+        assert f.reporting_s == 0
+        await f.report("f1", [ok(task, 0)])
+        assert f.reporting_s > 0
 
     run(go)
 
