@@ -222,7 +222,15 @@ def _revisiting(sh: Shared, gate: RobotsGate, dispatch: Dispatcher) -> Revisitin
         beast.place_many(records, *pricing.places(records))
 
     saved = (sh.saved_frontier or {}).get("revisits")
-    revisiting = Revisiting(sh.settings, sh.state_dir, saved, gate, sh.counters, place=place)
+    revisiting = Revisiting(
+        sh.settings,
+        sh.state_dir,
+        saved,
+        gate,
+        sh.counters,
+        place=place,
+        in_flight=lambda: dispatch.limit,
+    )
     dispatch.on_page = revisiting.on_item
     sh.drops.on_drop = revisiting.on_drop
     return revisiting

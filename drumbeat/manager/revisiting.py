@@ -103,12 +103,17 @@ class Revisiting:
         *,
         place: Callable[[list[bytes]], None],
         clock: Callable[[], float] = time.time,
+        in_flight: Callable[[], int] | None = None,
     ) -> None:
         """``saved``: the checkpoint's commit of the revisits (None: none yet).
         ``place``: puts URL-seen payloads into BEAST with their PLDs' budgets (the
         manager's). The clock is wall time: a resumed crawl's due times are the last
-        run's."""
+        run's. ``in_flight``: the fetches the manager keeps in flight at most now (its
+        dispatch's limit, which a cluster's manager sizes to the fleet): a turn may hand
+        out that many at once even beyond its share's refill; ``settings.concurrency``
+        when None, and never less."""
         s = self.settings = settings
+        self.in_flight = in_flight
         self.gate = gate
         self.place = place
         self.counters = counters
@@ -270,10 +275,11 @@ class Revisiting:
             keep = 0.5 ** (dt / RATE_HALF_LIFE_S) if self._rate else 0.0
             self._rate = keep * self._rate + (1 - keep) * rate
             self._best_rate = max(self._best_rate, self._rate)
-            self._tokens = min(
-                self._tokens + self.settings.revisit_share * rate * dt,
-                float(self.settings.concurrency),
-            )
+            # The bucket holds one turn's refill, or a burst of what the manager keeps
+            # in flight if that is more: a fast crawl gets its whole share each turn, and
+            # tokens unused while nothing is due do not pile up.
+            refill = self.settings.revisit_share * rate * dt
+            self._tokens = min(self._tokens + refill, max(refill, float(self._burst())))
         self._last_turn, self._last_fetches = now, fetches
         rv = self.revisits
         rv.plan()
@@ -282,7 +288,7 @@ class Revisiting:
         room = max(0, self.gate.ram_room())
         if frontier_empty:  # as many as the crawl has fetched at its best, or more
             best = 2 * self._best_rate * min(dt, 10 * self.turn_s)
-            n = min(room, max(self.settings.concurrency, math.ceil(best)))
+            n = min(room, max(self._burst(), math.ceil(best)))
         else:
             n = min(room, int(self._tokens))
         due = rv.due(n) if n > 0 else []
@@ -295,6 +301,12 @@ class Revisiting:
         while len(self.waiting) > MAX_WAITING:
             self.waiting.popitem(last=False)
         self._note(now, frontier_empty)
+
+    def _burst(self) -> int:
+        """The revisits a turn may hand out at once, beyond its share's refill if that
+        is less: what the manager keeps in flight (a cluster's sizes it to its fleet)."""
+        floor = self.settings.concurrency
+        return floor if self.in_flight is None else max(floor, self.in_flight())
 
     def _note(self, now: float, frontier_empty: bool) -> None:
         """The schedule's figures to the counters (``drumbeat stats``), and the end of

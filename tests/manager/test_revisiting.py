@@ -56,6 +56,7 @@ def _revisiting(manager: Manager, clock: FakeClock, saved: dict | None = None) -
         manager.counters,
         place=manager.revisiting.place,
         clock=clock,
+        in_flight=lambda: manager.dispatch.limit,
     )
     manager.revisiting = manager.checkpointer.revisiting = r
     manager.dispatch.on_page = r.on_item
@@ -151,6 +152,38 @@ async def _due_revisits(tmp_path: Path) -> None:
         r.turn(clock(), idle=lambda: True)
         assert sorted(r.waiting) == URLS[:3]
         r.close()
+
+
+async def _handed_out(state: Path, in_flight: int, fetches: int, idle: bool) -> int:
+    """The revisits of URLS a turn hands out, all due, after a second of ``fetches``, by
+    a manager of --concurrency 2 that keeps ``in_flight`` in flight."""
+    clock = FakeClock(1_800_000_000.0)
+    async with offline_manager(state, **CHANGES, concurrency=2) as manager:
+        manager.dispatch.limit = in_flight
+        r = _revisiting(manager, clock)
+        r.record([_result(u) for u in URLS])
+        r.turn(clock(), idle=lambda: False)
+        clock.advance(60.0)
+        r.turn(clock(), idle=lambda: False)  # due; no fetch rate yet
+        manager.counters["fetches"] += fetches
+        clock.advance(1.0)
+        r.turn(clock(), idle=lambda: idle)
+        return len(URLS) - manager.counters["revisit.queued"]
+
+
+def test_a_turn_hands_out_the_revisit_share_of_a_fast_crawl(tmp_path: Path) -> None:
+    # The share (0.2) of a second's 50 fetches is 10 revisits: all 5 due go, although
+    # the crawl keeps only 2 fetches in flight (the bucket holds a turn's refill).
+    assert asyncio.run(_handed_out(tmp_path, 2, fetches=50, idle=False)) == len(URLS)
+
+
+def test_a_done_frontier_hands_out_what_the_manager_keeps_in_flight(tmp_path: Path) -> None:
+    # No fetch rate to go by: a done frontier's turn hands out a burst of what the
+    # manager keeps in flight, its --concurrency alone (2), or what a cluster's manager
+    # keeps for its fleet (dispatch.limit) when that is more.
+    alone = asyncio.run(_handed_out(tmp_path / "alone", 2, fetches=0, idle=True))
+    fleet = asyncio.run(_handed_out(tmp_path / "fleet", 100, fetches=0, idle=True))
+    assert (alone, fleet) == (2, len(URLS))
 
 
 def test_a_revisit_crawl_is_never_done_but_its_page_limit_stops_it(tmp_path: Path) -> None:
