@@ -155,10 +155,6 @@ class ItemResult:
     status: int | None = None
     error: str | None = None  # stable reason string, e.g. "connect", "dns:nxdomain"
     found: FoundURLs | None = None  # normalized absolute URLs (page links, Location)
-    # A cluster fetcher's page links and edges instead of ``found`` and ``pld_edges``,
-    # packed apart for each partition that owns some (queue.partition.Splitter): its
-    # queue keeps the task's own partition's in those two and forwards the others.
-    by_partition: dict[int, tuple[FoundURLs | None, FoundEdges | None]] | None = None
     pld_edges: FoundEdges | None = None  # the page's links between PLDs
     dropped: dict[str, int] = field(default_factory=dict)  # links dropped by reason
     robots_text: str | None = None  # ROBOTS items: the body, decoded, size-capped
@@ -188,6 +184,12 @@ class ItemResult:
     # its host's next item, sent early, to wait from (FetchItem.after_key): random, so
     # that no other fetcher, nor this one after a restart of either side, has it.
     end_key: int = 0
+    # A cluster fetcher's page links and edges instead of ``found`` and ``pld_edges``,
+    # packed apart for each partition that owns some (queue.partition.Splitter): its
+    # queue keeps the task's own partition's in those two and forwards the others, and
+    # sends None here. Last: results pickle by position (_pickled_as_fields), so a new
+    # field goes at the end, where results an older drumbeat pickled still load.
+    by_partition: dict[int, tuple[FoundURLs | None, FoundEdges | None]] | None = None
 
 
 @dataclass(frozen=True, slots=True)

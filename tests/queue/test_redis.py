@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +126,13 @@ def test_loads_builds_queue_classes() -> None:
     )
     assert loads(dumps(task)) == task
     assert loads(dumps((7, [result]))) == (7, [result])
+    # Results pickle by position, so a field is only ever added at the end: what an
+    # older drumbeat pickled (every field but the last, by_partition) loads with each
+    # field in its place.
+    assert [f.name for f in fields(ItemResult)][-1] == "by_partition"
+    cls, values = result.__reduce__()
+    assert cls is ItemResult and values[-1] is None
+    assert ItemResult(*values[:-1]) == result
 
 
 class _Boom:
