@@ -70,10 +70,7 @@ class Splitter:
             part = known.get(other)
             if part is None:
                 part = self._owner_of_link_origin(other)
-            if part in groups:
-                groups[part].append(link)
-            else:
-                groups[part] = [link]
+            groups.setdefault(part, []).append(link)
         if not groups[home]:
             del groups[home]
         return groups
@@ -81,15 +78,8 @@ class Splitter:
     def group_plds(self, plds: list[str]) -> dict[int, list[str]]:
         """``plds`` by owning partition, the order kept within each."""
         groups: dict[int, list[str]] = {}
-        known = self._pld_owners
-        for pld in plds:
-            part = known.get(pld)
-            if part is None:
-                part = self.owner_of_pld(pld)
-            if part in groups:
-                groups[part].append(pld)
-            else:
-                groups[part] = [pld]
+        for pld in plds:  # a page links to a few: no fast path needed
+            groups.setdefault(self.owner_of_pld(pld), []).append(pld)
         return groups
 
     def _owner_of_link_origin(self, origin: str) -> int:
