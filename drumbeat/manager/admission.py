@@ -231,11 +231,26 @@ class Admission:
         (docs/benchmarks.md)."""
         return len(self.beast) == 0 and self.gate.ram_room() >= self.settings.frontier_ram_urls // 2
 
+    def frontier_dry(self) -> bool:
+        """BEAST is empty, nothing waits to be routed, and the scheduler's RAM holds fewer
+        URLs than there are fetch slots: what URL-seen holds is all the crawl has left to
+        fill them with."""
+        return (
+            len(self.beast) == 0
+            and not self.gate.to_route
+            and self.scheduler.queued_urls < self.state.fetch_slots
+        )
+
     def seen_merge_due(self, now: float) -> bool:
         """URL-seen's part-filled buffers are to be merged now (see take_new_urls)."""
         if not self.seen.pending:
             return False
         since = now - self._last_seen_flush
+        if self.frontier_dry():
+            return since >= min(
+                self.settings.urlseen_flush_interval_s,
+                self.seen.last_round_s / self.tuning.dry_seen_merge_share,
+            )
         if since < self.settings.urlseen_flush_interval_s:
             return False
         if self.frontier_short():
@@ -267,6 +282,8 @@ class Admission:
         seen, beast = self.seen, self.beast
         started = perf_counter()
         if self.seen_merge_due(now):
+            dry = self.frontier_dry()
+            self.counters["urlseen_merges_dry" if dry else "urlseen_merges_forced"] += 1
             seen.flush(wait=False)  # its new URLs come out of take_new once it is done
             self._last_seen_flush = now
         self.counting_edges(lambda: self._step_pld_graph(now))

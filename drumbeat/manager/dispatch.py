@@ -87,7 +87,7 @@ class Dispatcher:
         self.pages_done = 0
         # Fetches in flight at most: settings.concurrency, or in a cluster what its fleet
         # of fetchers calls for (queue.redis.in_flight_budget, set by the manager's face).
-        self.limit = s.concurrency
+        self.limit = state.fetch_slots = s.concurrency
         self.in_flight: dict[int, tuple[FetchItem, HostState]] = {}
         self.in_flight_pages = 0
         self.next_item_id = 0
@@ -131,6 +131,7 @@ class Dispatcher:
         # Past the page limit nothing is sent (robots.txt included): a host released
         # unused would otherwise come straight back from next_ready.
         self.state.slots_idle = False
+        self.state.fetch_slots = limit
         while len(self.in_flight) < limit and not self.page_limit_reached() and sent != allowed:
             host = self.scheduler.next_ready(now)
             if host is None:

@@ -18,6 +18,8 @@ class LoopState:
     # At the last dispatch, fetch slots were left unused for want of a ready host
     # (set by Dispatcher.dispatch).
     slots_idle: bool = True
+    # The fetch slots: how many items may be in flight (set by Dispatcher.dispatch).
+    fetch_slots: int = 0
     # When this run resumed a checkpoint (-inf: a new crawl): the previous run may have
     # hit any host just before it stopped (set by Checkpointer.restore).
     resumed_at: float = float("-inf")

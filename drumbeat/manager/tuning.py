@@ -33,6 +33,9 @@ class LoopTuning:
     # The same for URL-seen merges forced while the fetchers still have URLs in RAM
     # (Admission.frontier_low): a merge costs a pass over every bucket.
     early_seen_merge_share: float = 0.05
+    # And while the frontier runs dry (Admission.frontier_dry), up to this share, sooner
+    # than urlseen_flush_interval_s: the fetch slots would idle waiting for the merge.
+    dry_seen_merge_share: float = 0.2
     # URLs read from BEAST are routed (robots rules, then their host's queue) in batches
     # of this many, at most route_budget_s per turn: a large read routed at once starves
     # the fetchers (see place_budget_s for the budget's length).

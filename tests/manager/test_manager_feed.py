@@ -99,6 +99,59 @@ async def _idle_slots_read_beast(tmp_path: Path) -> None:
         assert len(manager.scheduler.hosts) == 110
 
 
+def test_urlseen_merges_sooner_while_the_frontier_runs_dry(tmp_path: Path) -> None:
+    asyncio.run(_dry_frontier_merges(tmp_path))
+
+
+async def _dry_frontier_merges(tmp_path: Path) -> None:
+    # One site at host delay 0: RAM empties in a fraction of urlseen_flush_interval_s, and
+    # URL-seen holds all the crawl has left. Waiting out the interval idled every fetch
+    # slot for up to half a second each time; now a merge waits for its cost share alone.
+    async with offline_manager(
+        tmp_path, concurrency=20, urlseen_flush_interval_s=0.5, beast_turn_s=0
+    ) as manager:
+        admission, seen = manager.admission, manager.stores.seen
+        rounds = seen.drum.rounds
+        _admit(manager, ["http://site.test"], 5)
+        await _feed_until_settled(manager)
+        manager.admission.admit([f"http://site.test/q/{i}" for i in range(5)], 1, None)
+        t0 = manager.clock()
+        assert admission.frontier_dry() and admission.seen_merge_due(t0)
+        admission.take_new_urls(t0)  # merges
+        assert manager.counters["urlseen_merges_dry"] == 1
+        seen.flush()  # the round ends; the next call places its URLs
+        admission.take_new_urls(t0)
+        await _feed_until_settled(manager)
+        manager.admission.admit([f"http://site.test/r/{i}" for i in range(5)], 1, None)
+        assert seen.pending and manager.scheduler.queued_urls == 10
+        assert admission.frontier_dry()  # 10 URLs in RAM for 20 fetch slots
+
+        rounds.last_round_s = 0.05  # a cheap round: due after 0.05 / 0.2 = 0.25 s
+        assert TUNING.dry_seen_merge_share == 0.2
+        assert not admission.seen_merge_due(t0 + 0.2)
+        assert admission.seen_merge_due(t0 + 0.26)
+        rounds.last_round_s = 1.0  # a costly one: urlseen_flush_interval_s, as before
+        assert not admission.seen_merge_due(t0 + 0.45)
+        assert admission.seen_merge_due(t0 + 0.5)
+
+        # RAM holding more URLs than fetch slots, the slots busy: the frontier is not dry,
+        # and a merge waits for the interval and the early-merge share (1.0 / 0.05 s).
+        _admit(manager, [f"http://other{i}.test" for i in range(4)], 5)
+        await _feed_until_settled(manager)
+        manager.state.slots_idle = False
+        assert manager.scheduler.queued_urls >= 20 and not admission.frontier_dry()
+        manager.admission.admit(["http://site.test/s/0"], 1, None)
+        t1 = t0 + 60.0
+        admission.take_new_urls(t1)  # due: a minute has passed
+        assert manager.counters["urlseen_merges_forced"] == 1
+        seen.flush()
+        manager.admission.admit(["http://site.test/s/1"], 1, None)
+        rounds.last_round_s = 0.05
+        assert not admission.seen_merge_due(t1 + 0.26)
+        assert not admission.seen_merge_due(t1 + 0.9)
+        assert admission.seen_merge_due(t1 + 1.0)
+
+
 def test_new_urls_are_placed_a_batch_at_a_time_and_a_checkpoint_keeps_their_place(
     tmp_path: Path,
 ) -> None:
