@@ -134,6 +134,7 @@ def run_manager(
                 "pages_done": st.pages_done,
                 "in_flight": st.in_flight,
                 "in_flight_limit": manager.dispatch.limit,
+                "busy_hosts": manager.dispatch.busy_hosts(),
                 "queued": st.queued,
                 "seen": st.seen,
                 "hosts": st.hosts,
@@ -695,6 +696,7 @@ def render_status(status: dict[str, Any]) -> str:
                 f"{m.get('pages_done', 0):,} pages, {m.get('queued', 0):,} queued, "
                 f"{m.get('in_flight', 0)} in flight"
                 + (f" of {m['in_flight_limit']:,}" if "in_flight_limit" in m else "")
+                + (f" on {m['busy_hosts']:,} hosts" if "busy_hosts" in m else "")
                 + f", inbox {m['inbox']}"
                 + (", idle" if m["idle"] else "")
             )

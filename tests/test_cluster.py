@@ -90,7 +90,7 @@ def test_status_text_names_what_an_operator_looks_for() -> None:
                     "managers": [
                         {"partition": 0, "alive": True, "host": "vm", "pid": 7, "inbox": 1,
                          "idle": False, "pages_done": 1000, "queued": 50, "in_flight": 4,
-                         "in_flight_limit": 1600},
+                         "in_flight_limit": 1600, "busy_hosts": 3},
                         {"partition": 1, "alive": False, "inbox": 9, "idle": False},
                     ],
                 }
@@ -98,7 +98,7 @@ def test_status_text_names_what_an_operator_looks_for() -> None:
         }
     )  # fmt: skip
     assert "1 fetcher processes" in text and "vm:12: 3 tasks held, 200 slots" in text
-    assert "4 in flight of 1,600" in text
+    assert "4 in flight of 1,600 on 3 hosts" in text
     assert "crawl news (running): weight 3, 2 partitions, 1,234 pages" in text
     assert "55.5 fetches/s" in text
     assert "partition 1: no manager running" in text

@@ -92,6 +92,9 @@ from drumbeat.queue.redis import Keys
 CRAWL = "bench"
 CONCURRENCY = 200  # fetches in flight per fetcher process
 SAMPLE_S = 0.5
+# The managers' figures summed into each sample: what in flight holds a crawl back (its
+# limit, or its hosts: one connection each).
+IN_FLIGHT_FIGURES = ("in_flight", "in_flight_limit", "busy_hosts")
 START_SLACK_S = 8.0  # --max-time beyond warm-up + measured seconds (start-up)
 # --max-time + this: the benchmark stops a manager (or crawl) itself, SIGTERM then SIGKILL
 # this long after; a fetcher gets as long from SIGTERM to SIGKILL.
@@ -156,6 +159,8 @@ class Sample:
     # URLs URL-seen knows less the pages fetched: the frontier, with the new URLs that
     # wait in URL-seen's output to be queued (managers take them as their queues run low)
     frontier: int | None = None
+    # The managers' items in flight, their limit, and the hosts those items are for (sums)
+    in_flight: dict[str, int] | None = None
 
 
 @dataclass(slots=True)
@@ -265,12 +270,15 @@ class Sampler:
         if self.probe is not None:
             out.redis = self.probe.info()
             queued = frontier = 0
+            in_flight = dict.fromkeys(IN_FLIGHT_FIGURES, 0)
             for key in self.figure_keys:
                 raw = self.probe.call("HGET", key, "json")
                 figures = json.loads(raw) if raw else {}
                 queued += int(figures.get("queued", 0))
                 frontier += max(0, int(figures.get("seen", 0)) - int(figures.get("pages_done", 0)))
-            out.queued, out.frontier = queued, frontier
+                for name in IN_FLIGHT_FIGURES:
+                    in_flight[name] += int(figures.get(name, 0))
+            out.queued, out.frontier, out.in_flight = queued, frontier, in_flight
         return out
 
     def _run(self) -> None:
@@ -667,6 +675,7 @@ def figures(run: ConfigRun, seconds: float) -> dict[str, Any]:
         "cpu_ms_per_page": {},
         "cores_busy": {},
         "redis": None,
+        "in_flight": None,
         "dispatch_latency": run.latency,
         "allocators": run.allocators,
         "exit_codes": run.exit_codes,
@@ -691,9 +700,19 @@ def figures(run: ConfigRun, seconds: float) -> dict[str, Any]:
     out["manager_loop_busy"] = None if loops is None else loops / max(1, cfg.managers)
     if run.baseline_memory is not None:
         out["redis"] = _redis_figures(run, begin, end)
+        out["in_flight"] = in_flight_means(samples, begin, end)
     if run.log_tail:
         out["log_tail"] = run.log_tail
     return out
+
+
+def in_flight_means(samples: list[Sample], begin: float, end: float) -> dict[str, float] | None:
+    """The means of the managers' in-flight figures (IN_FLIGHT_FIGURES, summed over the
+    managers) in the samples taken from ``begin`` to ``end``; None without any."""
+    within = [s.in_flight for s in samples if begin <= s.at <= end and s.in_flight]
+    if not within:
+        return None
+    return {name: sum(f[name] for f in within) / len(within) for name in IN_FLIGHT_FIGURES}
 
 
 def _redis_figures(run: ConfigRun, begin: float, end: float) -> dict[str, Any]:
@@ -877,6 +896,12 @@ def _print_notes(console: Any, rep: dict[str, Any]) -> None:
         if c.get("fetcher_wall_share"):
             busy += "; share of the fetchers' time " + ", ".join(
                 f"{k.replace('_', ' ')} {v:.0%}" for k, v in c["fetcher_wall_share"].items()
+            )
+        if c.get("in_flight"):
+            f = c["in_flight"]
+            busy += (
+                f"; in flight {f['in_flight']:,.0f} of {f['in_flight_limit']:,.0f}, "
+                f"on {f['busy_hosts']:,.0f} hosts"
             )
         redis = c["redis"] or {}
         memory = redis.get("used_memory_bytes")

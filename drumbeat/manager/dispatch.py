@@ -107,6 +107,10 @@ class Dispatcher:
         # to give a revisit its validators. None: no revisits, no call.
         self.on_page: Callable[[FetchItem], None] | None = None
 
+    def busy_hosts(self) -> int:
+        """Hosts with a request in flight (each counted once, whatever its connections)."""
+        return len({id(host) for _, host in self.in_flight.values()})
+
     def page_limit_reached(self) -> bool:
         m = self.settings.max_pages
         return m is not None and self.pages_done + self.in_flight_pages >= m

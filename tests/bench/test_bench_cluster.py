@@ -109,6 +109,11 @@ def test_tiny_run_end_to_end(tmp_path):
             assert redis["ops_per_page"] > 0 and redis["bytes_per_page"] > 0
             assert redis["queued_urls"] > 0 and redis["bytes_per_queued_url"] is not None
             assert len(c["dispatch_latency"]) == c["managers"]
+            # the managers' items in flight: within their limit, each host's one at a time
+            f = c["in_flight"]
+            assert 0 < f["in_flight"] <= f["in_flight_limit"], f
+            assert 0 < f["busy_hosts"] <= min(f["in_flight"], report["web"]["hosts"]), f
         else:
             assert c["redis"] is None and c["dispatch_latency"][0]["p50_ms"] >= 0
+            assert c["in_flight"] is None
     assert report["ratios"]["standalone"]["vs_standalone"] == pytest.approx(1.0)
