@@ -26,6 +26,7 @@ from drumbeat.fetch.dns import DnsCache
 from drumbeat.fetch.guard import AddressPolicy
 from drumbeat.fetch.response import FetchResponse
 from drumbeat.fetcher_links import LinkExtractor
+from drumbeat.frontier.backoff import retryable
 from drumbeat.parse.links import PageReferences
 from drumbeat.parse.simhash import simhashes
 from drumbeat.queue.base import PAGE, ROBOTS, FetcherQueue, FetchItem, ItemResult, Task
@@ -184,12 +185,30 @@ class Fetcher:
             except Exception as e:  # a bug must cost one URL, not a stuck crawl
                 await self.queue.report(self.worker, [_internal_error(task_id, index, item, e)])
                 return
+        if item.report_now and item.kind == PAGE and not retryable(resp.status, resp.error):
+            # Its host's next request may leave now, while this page is archived and
+            # parsed (a failure waits for its result, which decides the back-off).
+            await self.queue.fetch_ended(self.worker, self._notice(task_id, index, item, resp))
         # Archived and parsed with the other pages fetched in this turn of the loop
         # (most pages are in batches of 10-60): a stage run over a batch keeps its code
         # and data in the CPU's caches (docs/benchmarks.md, "Fetcher").
         self._fetched.append((task_id, index, item, resp))
         if self._archiver is None:
             self._archiver = asyncio.ensure_future(self._archive_fetched())
+
+    def _notice(self, task_id: int, index: int, item: FetchItem, resp: FetchResponse) -> ItemResult:
+        """The notice that ``item``'s request has ended (FetcherQueue.fetch_ended)."""
+        held_s = min(max(0.0, time.time() - resp.fetch_time - resp.elapsed_ms / 1000), 60.0)
+        return ItemResult(
+            task_id,
+            index,
+            item,
+            status=resp.status,
+            log={"time": resp.fetch_time, "fetch_ms": round(resp.elapsed_ms, 3)},
+            held_s=held_s,
+            end_key=self._note_end(time.monotonic() - held_s),
+            fetch_ended=True,
+        )
 
     def _start_at(self, item: FetchItem) -> float:
         """When (monotonic seconds) ``item``, sent early (FetchItem.wait_s), may start:

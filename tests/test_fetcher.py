@@ -283,19 +283,59 @@ def test_an_item_sent_early_waits_from_its_hosts_previous_fetch_here(tmp_path: P
         queue = fetcher.queue
         running = asyncio.ensure_future(fetcher.run())
         await queue.submit([Task(0, [items[0]])])
-        [first] = await queue.collect(1, 10.0)
-        assert first.end_key != 0
-        items[1].after_key, items[1].after_s = first.end_key, after_s
+        [notice] = await queue.collect(1, 10.0)  # its request ended (report_now)
+        assert notice.fetch_ended and notice.end_key != 0
+        items[1].after_key, items[1].after_s = notice.end_key, after_s
         await queue.submit([Task(1, [items[1]])])
-        [second] = await queue.collect(1, 10.0)  # long before wait_s
+        results: list[ItemResult] = []
+        while len(results) < 2:
+            results += await queue.collect(4, 10.0)  # long before wait_s
         await queue.close()
         await running
-        return [first, second]
+        assert not any(r.fetch_ended for r in results)
+        return sorted(results, key=lambda r: r.item.item_id)
 
     ARRIVALS.clear()
     _, results = run_fetches(tmp_path, items, one_then_the_other)
     assert [r.status for r in results] == [200, 200]
     assert ARRIVALS["next"] - ANSWERED["first"] >= after_s
+
+
+def test_a_page_its_host_waits_for_is_announced_as_its_request_ends(tmp_path: Path):
+    """An item marked report_now (its host's next request waits for it) is announced
+    when its request ends (FetcherQueue.fetch_ended), before it is archived and parsed:
+    the notice carries the status and when the request started, and the result follows
+    as for any item. A failure worth a retry
+    is not announced (its result decides the back-off), nor is an item not marked."""
+    items = [
+        FetchItem(1, "http://127.0.0.1:PORT/when/announced", "127.0.0.1", report_now=True),
+        FetchItem(2, "http://127.0.0.1:PORT/when/plain", "127.0.0.1"),
+        FetchItem(3, "http://127.0.0.1:1/refused", "127.0.0.1", report_now=True),
+    ]
+
+    async def each_alone(fetcher: Fetcher, items: list[FetchItem]) -> list[ItemResult]:
+        queue = fetcher.queue
+        running = asyncio.ensure_future(fetcher.run())
+        out: list[ItemResult] = []
+        for task_id, item in enumerate(items):
+            await queue.submit([Task(task_id, [item])])
+            got: list[ItemResult] = []
+            while not got or got[-1].fetch_ended:
+                got += await queue.collect(4, 10.0)
+            out += got
+        await queue.close()
+        await running
+        return out
+
+    ARRIVALS.clear()
+    _, results = run_fetches(tmp_path, items, each_alone)
+    notice, first, second, third = results
+    assert notice.fetch_ended and notice.item.item_id == 1 and notice.status == 200
+    assert notice.log is not None and notice.log["time"] == first.log["time"]
+    assert notice.end_key != 0 and notice.found is None
+    assert not first.fetch_ended and first.item.item_id == 1 and first.status == 200
+    assert second.item.item_id == 2 and not second.fetch_ended
+    assert third.item.item_id == 3 and third.error == "connect" and not third.fetch_ended
 
 
 def test_a_failing_item_does_not_take_its_batch_with_it(tmp_path: Path):

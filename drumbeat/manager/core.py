@@ -367,6 +367,12 @@ class Manager:
             return
         results, self._collector = self._collector.result(), None
         now = self.clock()
+        if any(r.fetch_ended for r in results):
+            on_ended = self.dispatch.on_fetch_ended
+            for r in results:
+                if r.fetch_ended:
+                    on_ended(r, now)
+            results = [r for r in results if not r.fetch_ended]
         started, wall = thread_time(), perf_counter()
         for r in results:
             if r.log is not None:

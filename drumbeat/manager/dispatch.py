@@ -41,14 +41,17 @@ from drumbeat.settings import Settings
 
 log = logging.getLogger("drumbeat.manager")
 
-# A host whose delay is this short has its results reported at once (FetchItem.report_now):
-# the fetcher processes' batching (up to queue.process.RESULT_DELAY_S) would be a large
-# share of such a delay, and nothing next to a longer one.
+# A host whose delay is this short has its results reported at once (FetchItem.report_now),
+# and its requests' ends announced before the pages are archived and parsed
+# (on_fetch_ended): the fetcher processes' batching (up to queue.process.RESULT_DELAY_S)
+# and a page's parsing would be a large share of such a delay, and nothing next to a
+# longer one.
 REPORT_NOW_BELOW_S = 0.25
 # A host whose delay is at most this is sent its next URL the moment its previous fetch's
-# result arrives, with the rest of the delay to wait at the fetcher (FetchItem.wait_s,
-# after_s): the hand-off then overlaps the delay. A fetch slot held that long costs
-# nothing next to a broad crawl's delays of a second or more, which keep the plain rule.
+# end is known (its notice, or its result), with the rest of the delay to wait at the
+# fetcher (FetchItem.wait_s, after_s): the hand-off then overlaps the delay. A fetch slot
+# held that long costs nothing next to a broad crawl's delays of a second or more, which
+# keep the plain rule.
 EARLY_BELOW_S = 0.05
 # Dispatch latency samples kept (a uniform sample of them all once full: RAM stays bounded).
 LATENCY_SAMPLES = 65_536
@@ -89,6 +92,8 @@ class Dispatcher:
         # of fetchers calls for (queue.redis.in_flight_budget, set by the manager's face).
         self.limit = state.fetch_slots = s.concurrency
         self.in_flight: dict[int, tuple[FetchItem, HostState]] = {}
+        # Items in flight whose notice freed their host (on_fetch_ended).
+        self._ended: set[int] = set()
         self.in_flight_pages = 0
         self.next_item_id = 0
         self._next_task_id = 0
@@ -236,11 +241,15 @@ class Dispatcher:
         if entry is None:
             return  # a duplicate report of work already accounted for
         item, host = entry
-        if self._measure:
-            self._sample_latency(r, host, now)
         # The host's delays run from the fetch's end, not from when its result got here.
         ended = now - r.held_s
-        host.last_key, host.last_end = r.end_key, ended
+        # Unless its notice freed the host already (on_fetch_ended): later requests to
+        # the host may be under way, and its politeness is done with this one.
+        free = not (self._ended and self._forget_ended(item.item_id))
+        if free:
+            if self._measure:
+                self._sample_latency(r, host, now)
+            host.last_key, host.last_end = r.end_key, ended
         if item.kind == ROBOTS:
             self.scheduler.done(host, ended, self._on_robots(r, host))
             if r.found is not None and len(r.found):
@@ -254,8 +263,10 @@ class Dispatcher:
         self.counters["bytes_fetched"] += r.body_bytes
         self.counters[f"status.{r.status}" if r.status is not None else f"error.{r.error}"] += 1
         if retryable(r.status, r.error):
-            self.scheduler.done(host, ended, self._back_off(r, host, now))
-            self._note_free(r, host, now)
+            delay = self._back_off(r, host, now)
+            if free:
+                self.scheduler.done(host, ended, delay)
+                self._note_free(r, host, now)
             return
         self.pages_done += 1 if r.status is not None else 0
         if self.scope is not None and r.status is not None:
@@ -269,8 +280,34 @@ class Dispatcher:
             if r.focus is not None and self.on_focus is not None:
                 self.on_focus(r.found, r.focus)
         self.backoff.succeeded(host)
+        if free:
+            self.scheduler.done(host, ended)
+            self._note_free(r, host, now)
+
+    def on_fetch_ended(self, r: ItemResult, now: float) -> None:
+        """A fetcher's notice that ``r``'s request has ended (ItemResult.fetch_ended):
+        its host is free now, as its result would free it, and the result that follows
+        does the rest."""
+        entry = self.in_flight.get(r.item.item_id)
+        if entry is None or r.item.item_id in self._ended:
+            return
+        item, host = entry
+        if item.kind == ROBOTS:
+            return  # its rules, which set the host's delays, come with its result
+        self._ended.add(item.item_id)
+        if self._measure:
+            self._sample_latency(r, host, now)
+        ended = now - r.held_s
+        host.last_key, host.last_end = r.end_key, ended
         self.scheduler.done(host, ended)
         self._note_free(r, host, now)
+
+    def _forget_ended(self, item_id: int) -> bool:
+        """Whether ``item_id``'s notice came (forgetting it)."""
+        if item_id in self._ended:
+            self._ended.remove(item_id)
+            return True
+        return False
 
     def _sample_latency(self, r: ItemResult, host: HostState, now: float) -> None:
         """A sample of the dispatch latency, if ``r``'s request was one its host's delay

@@ -190,6 +190,10 @@ class ItemResult:
     # sends None here. Last: results pickle by position (_pickled_as_fields), so a new
     # field goes at the end, where results an older drumbeat pickled still load.
     by_partition: dict[int, tuple[FoundURLs | None, FoundEdges | None]] | None = None
+    # A notice that the item's request has ended, ahead of its result (FetcherQueue.
+    # fetch_ended): only its host's politeness reads it (status, held_s, end_key, and the
+    # log's "time" and "fetch_ms"); the result follows, as for any item.
+    fetch_ended: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +238,12 @@ class FetcherQueue(Protocol):
 
     async def report(self, worker: str, results: Sequence[ItemResult]) -> None:
         """Hand back item results."""
+
+    async def fetch_ended(self, worker: str, notice: ItemResult) -> None:
+        """The request of ``notice``'s item has ended, well: its host's next request
+        need not wait for the page to be archived and parsed (``notice.fetch_ended``).
+        Sent for items marked ``report_now``; a queue may ignore it (the result then
+        frees the host), never drop the result that follows."""
 
     @property
     def closed(self) -> bool:

@@ -71,6 +71,14 @@ class LocalTaskQueue:
                 self._results.extend(accepted)
                 self._result_ready.notify_all()
 
+    async def fetch_ended(self, worker: str, notice: ItemResult) -> None:
+        owner = self._owned.get(notice.task_id)
+        if owner is None or owner[0] != worker or notice.index not in owner[2]:
+            return
+        async with self._result_ready:
+            self._results.append(notice)  # the item stays unreported
+            self._result_ready.notify_all()
+
     async def collect(self, max_results: int, timeout_s: float) -> list[ItemResult]:
         async with self._result_ready:
             if not self._results and not self._closed:

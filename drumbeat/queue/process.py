@@ -6,6 +6,7 @@ then exchanges length-prefixed pickled frames on the child's stdin and stdout:
 
     manager -> worker   ("tasks", [Task, ...])   ("sync", n)   ("stop", None)
     worker -> manager   ("results", [ItemResult, ...], stats)  ("synced", n)
+                        ("ended", task id, index, status, held_s, end_key, time, fetch_ms)
 
 Each submit() sends at most one frame per worker. A task goes to the worker of its
 partition, so that a host's requests reuse that worker's keep-alive connection, unless
@@ -269,6 +270,8 @@ class ProcessTaskQueue:
                     self._accept(worker, message[1])
                     if message[2]:
                         worker.stats = message[2]
+                elif kind == "ended":
+                    self._ended(worker, *message[1:])
                 elif kind == "synced":
                     self._synced[worker.name] = message[1]
                     self._sync_event.set()
@@ -293,6 +296,35 @@ class ProcessTaskQueue:
             accepted += 1
         if accepted:
             self._result_ready.set()
+
+    def _ended(
+        self,
+        worker: _Worker,
+        task_id: int,
+        index: int,
+        status: int | None,
+        held_s: float,
+        end_key: int,
+        started: float | None,
+        fetch_ms: float | None,
+    ) -> None:
+        """A worker's notice that an item's request has ended (FetcherQueue.fetch_ended),
+        handed to the manager with the results; the item stays unreported."""
+        owned = worker.owned.get(task_id)
+        if owned is None or index not in owned[1]:
+            return  # its result came first, or its task went elsewhere
+        notice = ItemResult(
+            task_id,
+            index,
+            owned[0].items[index],
+            status=status,
+            log={"time": started, "fetch_ms": fetch_ms},
+            held_s=held_s,
+            end_key=end_key,
+            fetch_ended=True,
+        )
+        self._results.append(notice)
+        self._result_ready.set()
 
     async def _departed(self, worker: _Worker, code: int) -> None:
         del self._workers[worker.name]
@@ -328,7 +360,8 @@ class WorkerQueue:
 
     ``claim`` hands out the tasks the manager sent; ``report`` batches results into
     frames of up to RESULT_BATCH, sent at most RESULT_DELAY_S after the first waits, or
-    at once with a result marked ``report_now`` (FetchItem).
+    at once with a result marked ``report_now`` (FetchItem); ``fetch_ended`` sends its
+    notice at once.
     ``stats`` is called for the stats attached to a frame every STATS_INTERVAL_S.
     """
 
@@ -370,6 +403,22 @@ class WorkerQueue:
             self.flush()
         elif self._flush_handle is None:
             self._flush_handle = asyncio.get_running_loop().call_later(RESULT_DELAY_S, self.flush)
+
+    async def fetch_ended(self, worker: str, notice: ItemResult) -> None:
+        # At once, as the few fields the manager's side cannot find in the task it sent.
+        log = notice.log or {}
+        self.send(
+            (
+                "ended",
+                notice.task_id,
+                notice.index,
+                notice.status,
+                notice.held_s,
+                notice.end_key,
+                log.get("time"),
+                log.get("fetch_ms"),
+            )
+        )
 
     def flush(self, *, with_stats: bool = False) -> None:
         """Send the waiting results now (and the stats when due or ``with_stats``)."""

@@ -1313,6 +1313,10 @@ class RedisFetcherQueue:
         self.stats_writer.add(crawl, "items_claimed", sum(len(t.items) for t in tasks))
         return tasks
 
+    async def fetch_ended(self, worker: str, notice: ItemResult) -> None:
+        """Ignored: a cluster's manager frees a host at its result (a Redis round trip
+        a notice would cost every short-delay host's page; broad crawls have none)."""
+
     async def report(self, worker: str, results: Sequence[ItemResult]) -> None:
         """Send results to their managers, the links they found to their owners, and end
         the tasks whose last item this is: one transaction."""

@@ -37,10 +37,17 @@ ECHO_WORKER = textwrap.dedent("""
             if kind == "tasks":
                 for task in body:
                     for i, item in enumerate(task.items):
+                        notice = ItemResult(task.task_id, i, item, status=200, held_s=0.002,
+                                            end_key=99, log={"time": 5.0, "fetch_ms": 1.5},
+                                            fetch_ended=True)
+                        if item.report_now:
+                            await queue.fetch_ended(name, notice)
                         if item.url == hold:
                             continue  # never answered: the test kills this worker
                         await queue.report(name, [ItemResult(task.task_id, i, item, status=200,
                                                              log={"by": os.getpid()})])
+                        if item.url.endswith("/late"):  # a notice after its result
+                            await queue.fetch_ended(name, notice)
             elif kind == "sync":
                 queue.flush()
                 queue.send(("synced", body))
@@ -156,6 +163,35 @@ def test_a_dead_workers_items_come_back_failed_and_a_replacement_starts(tmp_path
     assert [(r.item.item_id, r.error, r.status) for r in failed] == [(3, WORKER_DIED, None)]
     assert dead not in names and len(names) == 2
     assert len(later) == 8 and stats.unreported_items == 0
+
+
+def test_a_fetch_ended_notice_comes_ahead_and_leaves_its_item_unreported(tmp_path):
+    """A worker's notice that an item's request ended (FetcherQueue.fetch_ended) reaches
+    the manager with the item it sent and the notice's figures, ahead of the result, and
+    leaves the item unreported; a notice that comes after its result is dropped."""
+
+    async def go():
+        queue = echo_queue(tmp_path, 1, hold="http://h1.test/")
+        await queue.start()
+        try:
+            items = [
+                FetchItem(0, "http://h0.test/late", "127.0.0.1", report_now=True),
+                FetchItem(1, "http://h1.test/", "127.0.0.1", report_now=True),
+            ]
+            await queue.submit([Task(0, items)])
+            got = await collect_all(queue, 3)
+            await asyncio.sleep(0.2)  # the late notice, had it been kept
+            got += await queue.collect(10, 0.1)
+            return items, got, queue.stats()
+        finally:
+            await queue.close()
+
+    items, got, stats = asyncio.run(go())
+    assert [(r.item.item_id, r.fetch_ended) for r in got] == [(0, True), (0, False), (1, True)]
+    notice = got[2]
+    assert notice.item == items[1] and notice.status == 200 and notice.held_s == 0.002
+    assert notice.end_key == 99 and notice.log == {"time": 5.0, "fetch_ms": 1.5}
+    assert stats.unreported_items == 1  # item 1: its result never came
 
 
 def test_workers_that_keep_dying_fail_clearly(tmp_path):

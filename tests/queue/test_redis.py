@@ -127,12 +127,12 @@ def test_loads_builds_queue_classes() -> None:
     assert loads(dumps(task)) == task
     assert loads(dumps((7, [result]))) == (7, [result])
     # Results pickle by position, so a field is only ever added at the end: what an
-    # older drumbeat pickled (every field but the last, by_partition) loads with each
-    # field in its place.
-    assert [f.name for f in fields(ItemResult)][-1] == "by_partition"
+    # older drumbeat pickled (every field but the last ones, by_partition, then
+    # fetch_ended) loads with each field in its place.
+    assert [f.name for f in fields(ItemResult)][-2:] == ["by_partition", "fetch_ended"]
     cls, values = result.__reduce__()
-    assert cls is ItemResult and values[-1] is None
-    assert ItemResult(*values[:-1]) == result
+    assert cls is ItemResult and values[-2:] == (None, False)
+    assert ItemResult(*values[:-1]) == ItemResult(*values[:-2]) == result
 
 
 class _Boom:
