@@ -132,8 +132,12 @@ def _most_at_once(spans: list[tuple[float, float]]) -> int:
 
 
 # Delays under manager.dispatch.EARLY_BELOW_S: each item leaves as the fetch before it
-# ends, and the fetcher waits the rest of the delay (FetchItem.wait_s).
-@pytest.mark.parametrize(("fetchers", "delay"), [("0", 0.02), ("2", 0.02), ("2", 0.005)])
+# ends (its fetcher announces the end before parsing the page: Dispatcher.on_fetch_ended),
+# and the fetcher waits the rest of the delay (FetchItem.wait_s); with no delay the next
+# request may start while the page before it is parsed, never while it is fetched.
+@pytest.mark.parametrize(
+    ("fetchers", "delay"), [("0", 0.02), ("2", 0.02), ("2", 0.005), ("0", 0.0), ("2", 0.0)]
+)
 def test_one_connection_waits_the_delay_after_each_request(site, tmp_path, fetchers, delay):
     stages = _crawl(site, tmp_path / "state", 1, delay, fetchers)
     assert sorted(p for p in site.paths if p.startswith("/p/")) == sorted(
