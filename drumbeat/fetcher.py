@@ -185,7 +185,7 @@ class Fetcher:
             except Exception as e:  # a bug must cost one URL, not a stuck crawl
                 await self.queue.report(self.worker, [_internal_error(task_id, index, item, e)])
                 return
-        if item.report_now and item.kind == PAGE and not retryable(resp.status, resp.error):
+        if item.announce_end and item.kind == PAGE and not retryable(resp.status, resp.error):
             # Its host's next request may leave now, while this page is archived and
             # parsed (a failure waits for its result, which decides the back-off).
             await self.queue.fetch_ended(self.worker, self._notice(task_id, index, item, resp))

@@ -269,13 +269,21 @@ def test_an_item_sent_early_waits_its_wait_before_the_request(tmp_path: Path):
     assert ARRIVALS["plain"] < ARRIVALS["stamped"]
 
 
-def test_an_item_sent_early_waits_from_its_hosts_previous_fetch_here(tmp_path: Path):
+@pytest.mark.parametrize("announced", [False, True])
+def test_an_item_sent_early_waits_from_its_hosts_previous_fetch_here(tmp_path: Path, announced):
     """FetchItem.after_key names the host's previous fetch, made by this fetcher: the
     request waits ``after_s`` past that fetch's end (as the server saw it: no sooner),
-    not ``wait_s`` from the item's arrival."""
+    not ``wait_s`` from the item's arrival. The key comes with the previous fetch's
+    result, or with its notice where its end was announced (FetchItem.announce_end)."""
     after_s = 0.3
     items = [
-        FetchItem(1, "http://127.0.0.1:PORT/when/first", "127.0.0.1", report_now=True),
+        FetchItem(
+            1,
+            "http://127.0.0.1:PORT/when/first",
+            "127.0.0.1",
+            report_now=True,
+            announce_end=announced,
+        ),
         FetchItem(2, "http://127.0.0.1:PORT/when/next", "127.0.0.1", wait_s=30.0),
     ]
 
@@ -283,11 +291,11 @@ def test_an_item_sent_early_waits_from_its_hosts_previous_fetch_here(tmp_path: P
         queue = fetcher.queue
         running = asyncio.ensure_future(fetcher.run())
         await queue.submit([Task(0, [items[0]])])
-        [notice] = await queue.collect(1, 10.0)  # its request ended (report_now)
-        assert notice.fetch_ended and notice.end_key != 0
-        items[1].after_key, items[1].after_s = notice.end_key, after_s
+        [first] = await queue.collect(1, 10.0)  # the notice, if announced
+        assert first.fetch_ended == announced and first.end_key != 0
+        items[1].after_key, items[1].after_s = first.end_key, after_s
         await queue.submit([Task(1, [items[1]])])
-        results: list[ItemResult] = []
+        results: list[ItemResult] = [] if announced else [first]
         while len(results) < 2:
             results += await queue.collect(4, 10.0)  # long before wait_s
         await queue.close()
@@ -302,15 +310,22 @@ def test_an_item_sent_early_waits_from_its_hosts_previous_fetch_here(tmp_path: P
 
 
 def test_a_page_its_host_waits_for_is_announced_as_its_request_ends(tmp_path: Path):
-    """An item marked report_now (its host's next request waits for it) is announced
-    when its request ends (FetcherQueue.fetch_ended), before it is archived and parsed:
-    the notice carries the status and when the request started, and the result follows
-    as for any item. A failure worth a retry
-    is not announced (its result decides the back-off), nor is an item not marked."""
+    """An item marked announce_end (its host's next request waits for it, and its delay
+    would not hide the page's archiving and parsing) is announced when its request ends
+    (FetcherQueue.fetch_ended), before that work: the notice carries the status and when
+    the request started, and the result follows as for any item. A failure worth a
+    retry is not announced (its result decides the back-off), nor is an item not
+    marked, even one reported at once."""
     items = [
-        FetchItem(1, "http://127.0.0.1:PORT/when/announced", "127.0.0.1", report_now=True),
-        FetchItem(2, "http://127.0.0.1:PORT/when/plain", "127.0.0.1"),
-        FetchItem(3, "http://127.0.0.1:1/refused", "127.0.0.1", report_now=True),
+        FetchItem(
+            1,
+            "http://127.0.0.1:PORT/when/announced",
+            "127.0.0.1",
+            report_now=True,
+            announce_end=True,
+        ),
+        FetchItem(2, "http://127.0.0.1:PORT/when/plain", "127.0.0.1", report_now=True),
+        FetchItem(3, "http://127.0.0.1:1/refused", "127.0.0.1", announce_end=True),
     ]
 
     async def each_alone(fetcher: Fetcher, items: list[FetchItem]) -> list[ItemResult]:

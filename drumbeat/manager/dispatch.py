@@ -41,11 +41,12 @@ from drumbeat.settings import Settings
 
 log = logging.getLogger("drumbeat.manager")
 
-# A host whose delay is this short has its results reported at once (FetchItem.report_now),
-# and its requests' ends announced before the pages are archived and parsed
-# (on_fetch_ended): the fetcher processes' batching (up to queue.process.RESULT_DELAY_S)
-# and a page's parsing would be a large share of such a delay, and nothing next to a
-# longer one.
+# A host whose delay is this short has its results reported at once (FetchItem.report_now):
+# the fetcher processes' batching (up to queue.process.RESULT_DELAY_S) would be a large
+# share of such a delay, and nothing next to a longer one. Where the delay is shorter
+# than the pages' archiving and parsing (Dispatcher.held_s), the requests' ends are also
+# announced before that work (FetchItem.announce_end, on_fetch_ended); a longer one hides
+# that work already, and a notice would only cost CPU.
 REPORT_NOW_BELOW_S = 0.25
 # A host whose delay is at most this is sent its next URL the moment its previous fetch's
 # end is known (its notice, or its result), with the rest of the delay to wait at the
@@ -53,6 +54,8 @@ REPORT_NOW_BELOW_S = 0.25
 # held that long costs nothing next to a broad crawl's delays of a second or more, which
 # keep the plain rule.
 EARLY_BELOW_S = 0.05
+# The weight of each new result in Dispatcher.held_s.
+HELD_WEIGHT = 0.05
 # Dispatch latency samples kept (a uniform sample of them all once full: RAM stays bounded).
 LATENCY_SAMPLES = 65_536
 
@@ -94,6 +97,9 @@ class Dispatcher:
         self.in_flight: dict[int, tuple[FetchItem, HostState]] = {}
         # Items in flight whose notice freed their host (on_fetch_ended).
         self._ended: set[int] = set()
+        # How long the fetchers hold a result reported at once (ItemResult.held_s: the
+        # page's archiving and parsing), a moving average.
+        self.held_s = 0.0
         self.in_flight_pages = 0
         self.next_item_id = 0
         self._next_task_id = 0
@@ -164,6 +170,9 @@ class Dispatcher:
                     on_page(item)
             if host.queue and host.delay_s < REPORT_NOW_BELOW_S:
                 item.report_now = True
+                # A delay shorter than a page's archiving and parsing would not hide
+                # them: the fetcher announces the request's end (on_fetch_ended).
+                item.announce_end = host.delay_s <= self.held_s
             if early and (wait := wait_s(host, now)) > 0:
                 item.wait_s = wait
                 item.after_key, item.after_s = host.last_key, host.due - host.last_end
@@ -250,6 +259,8 @@ class Dispatcher:
             if self._measure:
                 self._sample_latency(r, host, now)
             host.last_key, host.last_end = r.end_key, ended
+        if item.report_now:  # reported at once: held_s is the page's archiving and parsing
+            self.held_s += HELD_WEIGHT * (r.held_s - self.held_s)
         if item.kind == ROBOTS:
             self.scheduler.done(host, ended, self._on_robots(r, host))
             if r.found is not None and len(r.found):

@@ -80,6 +80,10 @@ class FetchItem:
     wait_s: float = 0.0
     after_key: int = 0
     after_s: float = 0.0
+    # Announce the request's end before archiving and parsing the page (FetcherQueue.
+    # fetch_ended): its host's delay is shorter than that work, so the next request
+    # would wait for it. Last, with a default: older pickles of a FetchItem still load.
+    announce_end: bool = False
 
 
 @_pickled_as_fields
@@ -242,7 +246,7 @@ class FetcherQueue(Protocol):
     async def fetch_ended(self, worker: str, notice: ItemResult) -> None:
         """The request of ``notice``'s item has ended, well: its host's next request
         need not wait for the page to be archived and parsed (``notice.fetch_ended``).
-        Sent for items marked ``report_now``; a queue may ignore it (the result then
+        Sent for items marked ``announce_end``; a queue may ignore it (the result then
         frees the host), never drop the result that follows."""
 
     @property

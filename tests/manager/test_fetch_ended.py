@@ -27,18 +27,21 @@ def _notice(item: FetchItem, status: int = 200) -> ItemResult:
 
 
 def _with_host(
-    tmp_path: Path, test: Callable[[Manager, FakeClock], Coroutine[Any, Any, None]]
+    tmp_path: Path,
+    test: Callable[[Manager, FakeClock], Coroutine[Any, Any, None]],
+    delay_s: float = 0.0,
+    pages: int = 3,
 ) -> None:
-    """``test(manager, clock)`` with one host (delay 0, one connection) holding 3 pages."""
+    """``test(manager, clock)`` with one host (one connection) holding ``pages`` pages."""
 
     async def main() -> None:
         clock = FakeClock()
         async with offline_manager(
-            tmp_path, clock=clock, host_delay_s=0.0, host_delay_min_s=0.0, ip_delay_s=0.0
+            tmp_path, clock=clock, host_delay_s=delay_s, host_delay_min_s=delay_s, ip_delay_s=0.0
         ) as m:
             h = m.scheduler.host("a.test")
             m.scheduler.set_ip(h, ANSWER)
-            for i in range(3):
+            for i in range(pages):
                 m.scheduler.push(h, QueuedURL(f"http://a.test/p/{i}", 1, None))
             await test(m, clock)
 
@@ -51,7 +54,7 @@ def test_the_next_url_leaves_at_the_notice_and_the_result_counts_once(tmp_path: 
         d.dispatch(clock())
         [first] = _sent(m)
         item = d.in_flight[first][0]
-        assert item.report_now  # the host has more queued and no delay
+        assert item.report_now and item.announce_end  # more queued, and no delay
         clock.advance(0.01)
         d.on_fetch_ended(_notice(item), clock())
         d.on_fetch_ended(_notice(item), clock())  # twice: the second changes nothing
@@ -95,3 +98,26 @@ def test_a_failed_result_after_its_notice_is_retried_and_frees_nothing(tmp_path:
         assert [q.url for q in host.queue][-1] == item.url
 
     _with_host(tmp_path, test)
+
+
+def test_ends_are_announced_where_the_delay_would_not_hide_the_parsing(tmp_path: Path) -> None:
+    """A host's delay of 5 ms hides pages archived and parsed in less (its next URL leaves
+    at the result, early, and waits out the rest): no notice, which would only cost CPU.
+    Once results show pages held longer than the delay, ends are announced."""
+
+    async def test(m: Manager, clock: FakeClock) -> None:
+        d = m.dispatch
+        announced = []
+        for _ in range(12):  # one page at a time, each held 20 ms at its fetcher
+            d.dispatch(clock())
+            [sent] = _sent(m)
+            item = d.in_flight[sent][0]
+            assert item.report_now
+            announced.append(item.announce_end)
+            d.on_result(ItemResult(0, 0, item, status=200, held_s=0.02), clock(), [], [])
+            clock.advance(1.0)
+        assert 0.005 < d.held_s < 0.02  # a moving average of the results' held_s
+        first = announced.index(True)
+        assert first > 0 and all(announced[first:]), announced
+
+    _with_host(tmp_path, test, delay_s=0.005, pages=13)

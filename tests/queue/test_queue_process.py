@@ -40,7 +40,7 @@ ECHO_WORKER = textwrap.dedent("""
                         notice = ItemResult(task.task_id, i, item, status=200, held_s=0.002,
                                             end_key=99, log={"time": 5.0, "fetch_ms": 1.5},
                                             fetch_ended=True)
-                        if item.report_now:
+                        if item.announce_end:
                             await queue.fetch_ended(name, notice)
                         if item.url == hold:
                             continue  # never answered: the test kills this worker
@@ -175,8 +175,11 @@ def test_a_fetch_ended_notice_comes_ahead_and_leaves_its_item_unreported(tmp_pat
         await queue.start()
         try:
             items = [
-                FetchItem(0, "http://h0.test/late", "127.0.0.1", report_now=True),
-                FetchItem(1, "http://h1.test/", "127.0.0.1", report_now=True),
+                # announced, and reported at once (announce_end comes with report_now)
+                FetchItem(
+                    0, "http://h0.test/late", "127.0.0.1", report_now=True, announce_end=True
+                ),
+                FetchItem(1, "http://h1.test/", "127.0.0.1", report_now=True, announce_end=True),
             ]
             await queue.submit([Task(0, items)])
             got = await collect_all(queue, 3)
