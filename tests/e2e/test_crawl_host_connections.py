@@ -132,9 +132,10 @@ def _most_at_once(spans: list[tuple[float, float]]) -> int:
 
 
 # Delays under manager.dispatch.EARLY_BELOW_S: each item leaves as the fetch before it
-# ends (its fetcher announces the end before parsing the page: Dispatcher.on_fetch_ended),
-# and the fetcher waits the rest of the delay (FetchItem.wait_s); with no delay the next
-# request may start while the page before it is parsed, never while it is fetched.
+# is reported, and the fetcher waits the rest of the delay (FetchItem.wait_s). With no
+# delay its fetcher announces the end before parsing the page (Dispatcher.on_fetch_ended):
+# the next request may start while the page before it is parsed, never while it is
+# fetched.
 @pytest.mark.parametrize(
     ("fetchers", "delay"), [("0", 0.02), ("2", 0.02), ("2", 0.005), ("0", 0.0), ("2", 0.0)]
 )
