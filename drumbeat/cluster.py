@@ -121,6 +121,7 @@ def run_manager(
     def on_manager(manager: Manager) -> None:
         queue = holder["queue"]
         manager.dispatch.stamp_ip_delays = True
+        manager.dispatch.announce_ends = False  # RedisFetcherQueue.fetch_ended ignores them
 
         def on_fleet(slots: int) -> None:
             floor = manager.settings.concurrency

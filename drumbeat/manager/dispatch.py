@@ -106,6 +106,9 @@ class Dispatcher:
         self._submits: set[asyncio.Future[None]] = set()  # task submits under way
         # A cluster's fetchers pace IPs cluster-wide by the delay each item carries.
         self.stamp_ip_delays = False
+        # Fetchers announce requests' ends where asked (FetchItem.announce_end); a
+        # cluster's report them with their results, and asks for none.
+        self.announce_ends = True
         # A focused crawl's pages' scores and links, to the crawl order (None: no focus).
         self.on_focus: Callable[[FoundURLs, float], None] | None = None
         # Dispatch latency (module docstring): each waiting host holds when its next
@@ -172,7 +175,7 @@ class Dispatcher:
                 item.report_now = True
                 # A delay shorter than a page's archiving and parsing would not hide
                 # them: the fetcher announces the request's end (on_fetch_ended).
-                item.announce_end = host.delay_s <= self.held_s
+                item.announce_end = self.announce_ends and host.delay_s <= self.held_s
             if early and (wait := wait_s(host, now)) > 0:
                 item.wait_s = wait
                 item.after_key, item.after_s = host.last_key, host.due - host.last_end

@@ -121,3 +121,17 @@ def test_ends_are_announced_where_the_delay_would_not_hide_the_parsing(tmp_path:
         assert first > 0 and all(announced[first:]), announced
 
     _with_host(tmp_path, test, delay_s=0.005, pages=13)
+
+
+def test_a_cluster_manager_asks_for_no_notice(tmp_path: Path) -> None:
+    """A cluster's fetchers report a request's end with its result (a notice would cost a
+    Redis round trip a page), so its managers ask for none (drumbeat.cluster)."""
+
+    async def test(m: Manager, clock: FakeClock) -> None:
+        m.dispatch.announce_ends = False
+        m.dispatch.dispatch(clock())
+        [sent] = _sent(m)
+        item = m.dispatch.in_flight[sent][0]
+        assert item.report_now and not item.announce_end
+
+    _with_host(tmp_path, test)
