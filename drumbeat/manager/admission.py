@@ -235,10 +235,12 @@ class Admission:
         """BEAST is empty, nothing waits to be routed, and the scheduler's RAM holds fewer
         URLs than there are fetch slots: what URL-seen holds is all the crawl has left to
         fill them with."""
+        # Asked at every turn while URL-seen holds URLs: the cheapest test first (a broad
+        # crawl's RAM holds far more than its slots; BEAST's length sums its queues').
         return (
-            len(self.beast) == 0
+            self.scheduler.queued_urls < self.state.fetch_slots
             and not self.gate.to_route
-            and self.scheduler.queued_urls < self.state.fetch_slots
+            and len(self.beast) == 0
         )
 
     def seen_merge_due(self, now: float) -> bool:
