@@ -198,7 +198,7 @@ class Fetcher:
 
     def _notice(self, task_id: int, index: int, item: FetchItem, resp: FetchResponse) -> ItemResult:
         """The notice that ``item``'s request has ended (FetcherQueue.fetch_ended)."""
-        held_s = min(max(0.0, time.time() - resp.fetch_time - resp.elapsed_ms / 1000), 60.0)
+        held_s = _held_s(resp, time.time())
         return ItemResult(
             task_id,
             index,
@@ -239,8 +239,7 @@ class Fetcher:
                 results = self.complete(batch)
                 now, mono = time.time(), time.monotonic()
                 for (_, _, item, resp), result in zip(batch, results):
-                    ended = resp.fetch_time + resp.elapsed_ms / 1000
-                    result.held_s = min(max(0.0, now - ended), 60.0)  # a wall clock may jump
+                    result.held_s = _held_s(resp, now)
                     if item.report_now:  # its host's next item may wait from its end
                         result.end_key = self._note_end(mono - result.held_s)
                 await self.queue.report(self.worker, results)
@@ -593,6 +592,12 @@ def _revisit_records(
                 out = [None] * len(fetched)
             out[j] = revisit
     return out
+
+
+def _held_s(resp: FetchResponse, now: float) -> float:
+    """Seconds from ``resp``'s fetch's end to ``now`` (wall clock), at most a minute and
+    never below 0: a wall clock may jump."""
+    return min(max(0.0, now - resp.fetch_time - resp.elapsed_ms / 1000), 60.0)
 
 
 def _internal_error(task_id: int, index: int, item: FetchItem, e: Exception) -> ItemResult:

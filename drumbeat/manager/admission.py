@@ -245,22 +245,27 @@ class Admission:
 
     def seen_merge_due(self, now: float) -> bool:
         """URL-seen's part-filled buffers are to be merged now (see take_new_urls)."""
+        return self._seen_merge_counter(now) is not None
+
+    def _seen_merge_counter(self, now: float) -> str | None:
+        """The counter of the merge due now (see seen_merge_due), None if none is."""
         if not self.seen.pending:
-            return False
+            return None
         since = now - self._last_seen_flush
         if self.frontier_dry():
-            return since >= min(
+            wait = min(
                 self.settings.urlseen_flush_interval_s,
                 self.seen.last_round_s / self.tuning.dry_seen_merge_share,
             )
+            return "urlseen_merges_dry" if since >= wait else None
         if since < self.settings.urlseen_flush_interval_s:
-            return False
-        if self.frontier_short():
-            return True
-        return (
+            return None
+        if self.frontier_short() or (
             self.frontier_low()
             and since >= self.seen.last_round_s / self.tuning.early_seen_merge_share
-        )
+        ):
+            return "urlseen_merges_forced"
+        return None
 
     def take_new_urls(self, now: float, budget_s: float | None = None) -> None:
         """Move URLs that URL-seen found new into BEAST with their STAR budget.
@@ -283,9 +288,9 @@ class Admission:
         """
         seen, beast = self.seen, self.beast
         started = perf_counter()
-        if self.seen_merge_due(now):
-            dry = self.frontier_dry()
-            self.counters["urlseen_merges_dry" if dry else "urlseen_merges_forced"] += 1
+        merge = self._seen_merge_counter(now)
+        if merge is not None:
+            self.counters[merge] += 1
             seen.flush(wait=False)  # its new URLs come out of take_new once it is done
             self._last_seen_flush = now
         self.counting_edges(lambda: self._step_pld_graph(now))

@@ -20,7 +20,6 @@ from drumbeat import urls
 from drumbeat.queue.base import FoundEdges, FoundURLs
 
 _T = TypeVar("_T")
-_K = TypeVar("_K", str, bytes)
 
 
 def partition_of_pld(pld: str, partitions: int) -> int:
@@ -46,7 +45,6 @@ class Splitter:
 
     def __init__(self, partitions: int) -> None:
         self.partitions = partitions
-        self._owners: dict[bytes, int] = {}
         self._link_owners: dict[str, int] = {}
         self._pld_owners: dict[str, int] = {}
 
@@ -101,15 +99,11 @@ class Splitter:
     def owner_of_payload(self, payload: bytes) -> int:
         """The partition of the URL that opens a URL-seen payload (``url\\n...``)."""
         end = payload.find(b"/", 8)  # a normalized http(s) URL has a path
-        origin = payload[: end if end > 0 else payload.find(b"\n")]
-        owner = self._owners.get(origin)
-        if owner is None:
-            host = urls.host_of(origin.decode() + "/")
-            owner = partition_of_pld(urls.pld(host), self.partitions)
-            self._remember(self._owners, origin, owner)
-        return owner
+        return self._owner_of_link_origin(
+            payload[: end if end > 0 else payload.find(b"\n")].decode()
+        )
 
-    def _remember(self, cache: dict[_K, int], key: _K, owner: int) -> None:
+    def _remember(self, cache: dict[str, int], key: str, owner: int) -> None:
         """Put ``owner`` in ``cache`` under ``key``, emptying the cache first when it
         holds MAX_ORIGINS: a crawl meets origins without end, and RAM is bounded."""
         if len(cache) >= self.MAX_ORIGINS:
