@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from time import thread_time
 
+import numpy as np
+import numpy.typing as npt
 from selectolax.lexbor import LexborHTMLParser
 
 from drumbeat.parse.encoding import UTF8, encode_queries, encode_query, to_utf8, utf8_queries
@@ -76,11 +78,99 @@ _REFS_PER_LINK = 4
 # hours. On a page with many start tags they are renamed to x-<name> before parsing;
 # they hold no links, and without the special tag names the stack is never scanned.
 _QUADRATIC_TAGS = (
-    "address|article|aside|blockquote|center|dd|details|dialog|dir|div|dl|dt|fieldset|"
-    "figcaption|figure|footer|form|h[1-6]|header|hgroup|li|listing|main|menu|nav|ol|p|"
-    "pre|rb|rp|rt|rtc|search|section|summary|ul"
+    "address",
+    "article",
+    "aside",
+    "blockquote",
+    "center",
+    "dd",
+    "details",
+    "dialog",
+    "dir",
+    "div",
+    "dl",
+    "dt",
+    "fieldset",
+    "figcaption",
+    "figure",
+    "footer",
+    "form",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "header",
+    "hgroup",
+    "li",
+    "listing",
+    "main",
+    "menu",
+    "nav",
+    "ol",
+    "p",
+    "pre",
+    "rb",
+    "rp",
+    "rt",
+    "rtc",
+    "search",
+    "section",
+    "summary",
+    "ul",
 )
-_QUADRATIC_RE = re.compile(rb"<(/?)(" + _QUADRATIC_TAGS.encode() + rb")(?=[\s/>])", re.IGNORECASE)
+# What ends a tag's name for the renaming: the tokenizer's tab, LF, FF, space, "/" and
+# ">", CR (read as LF), and VT (a name ending in it is unknown to the parser either way).
+_TAG_NAME_END = np.zeros(256, dtype=bool)
+_TAG_NAME_END[list(b"\t\n\v\f\r /")] = True
+_TAG_NAME_END[ord(">")] = True
+_NameGroup = tuple[
+    int, np.uint64, np.uint64, npt.NDArray[np.uint64], np.uint16, npt.NDArray[np.uint16]
+]
+
+
+def _name_groups() -> list[_NameGroup]:
+    """The names of _QUADRATIC_TAGS as _rename_quadratic compares them: grouped by
+    length and by which bytes are letters (folded to lower case with 0x20; digits are
+    compared as they are), each name its first 8 bytes and its next 2 as little-endian
+    words: (length, fold, care, heads, tail fold, tails)."""
+    groups: dict[bytes, list[bytes]] = {}
+    for tag in _QUADRATIC_TAGS:
+        name = tag.encode().ljust(10, b"\0")
+        fold = bytes(0x20 if c in range(ord("a"), ord("z") + 1) else 0 for c in name)
+        groups.setdefault(bytes([len(tag)]) + fold, []).append(name)
+    plan = []
+    for key, names in groups.items():
+        length, fold = key[0], key[1:]
+        plan.append(
+            (
+                length,
+                np.uint64(int.from_bytes(fold[:8], "little")),
+                np.uint64((1 << 8 * min(length, 8)) - 1),
+                np.array([int.from_bytes(n[:8], "little") for n in names], dtype=np.uint64),
+                np.uint16(int.from_bytes(fold[8:], "little")),
+                np.array([int.from_bytes(n[8:], "little") for n in names], dtype=np.uint16),
+            )
+        )
+    return plan
+
+
+def _name_starts() -> npt.NDArray[np.bool_]:
+    """Which two bytes may start a name of _QUADRATIC_TAGS ("p" and its end included),
+    by their little-endian word with 0x20 set in both bytes (most tags' two bytes, such
+    as "sp", "td" or "a ", fail it, and _rename_quadratic compares only the others)."""
+    starts = np.zeros(1 << 16, dtype=bool)
+    for tag in _QUADRATIC_TAGS:
+        seconds = [tag.encode()[1]] if len(tag) > 1 else np.flatnonzero(_TAG_NAME_END)
+        for second in seconds:
+            starts[(ord(tag[0]) | int(second) << 8) | 0x2020] = True
+    return starts
+
+
+_NAME_GROUPS = _name_groups()
+_NAME_STARTS = _name_starts()
+_RENAMED = np.frombuffer(b"x-", dtype=np.uint8)
 # Below this many start tags the worst nesting costs a few tens of milliseconds.
 _MAX_START_TAGS_AS_IS = 2048
 
@@ -203,7 +293,7 @@ def _parse_references(
     """The references of the UTF-8 markup ``body``, parsed as one document (and its
     body's text, if ``text``)."""
     if len(body) > 3 * _MAX_START_TAGS_AS_IS and _start_tags_at_most(body) > _MAX_START_TAGS_AS_IS:
-        body = _QUADRATIC_RE.sub(rb"<\1x-\2", body)
+        body = _rename_quadratic(body)
     tree = LexborHTMLParser(body)
     found = _anchor_references(tree, url, dropped)
     if found is None:
@@ -473,6 +563,48 @@ def _start_tags_at_most(body: bytes) -> int:
     if opens <= _MAX_START_TAGS_AS_IS:
         return opens  # most pages stop here
     return opens - body.count(b"</")
+
+
+def _rename_quadratic(body: bytes) -> bytes:
+    """``body`` with each start and end tag of _QUADRATIC_TAGS renamed x-<name> (names
+    ASCII case-insensitive, ended as _TAG_NAME_END says). numpy looks at every "<" at
+    once: the tags whose first two bytes may start such a name (_NAME_STARTS) have
+    their next 10 bytes read as two words and compared with the names of each length.
+    The regular expression it replaces (tests/parse/test_links.py keeps it to check
+    this against) cost several times the parse itself on pages of that many tags
+    (docs/benchmarks.md, "Renaming the nesting tags")."""
+    size = len(body)
+    # Zeros after the body: a name read past its end matches nothing (0 ends no name).
+    raw = np.zeros(size + 16, dtype=np.uint8)
+    raw[:size] = np.frombuffer(body, dtype=np.uint8)
+    opens = np.flatnonzero(raw[:size] == ord("<"))
+    if not len(opens):
+        return body
+    starts = opens + 1 + (raw[opens + 1] == ord("/"))  # where each tag's name starts
+    pairs = np.ndarray((size + 15,), dtype="<u2", buffer=raw, offset=0, strides=(1,))[starts]
+    starts = starts[_NAME_STARTS[pairs | 0x2020]]
+    # Unaligned views: the 8 bytes from every offset, and the 2 after those.
+    heads = np.ndarray((size + 9,), dtype="<u8", buffer=raw, offset=0, strides=(1,))[starts]
+    tails = np.ndarray((size + 7,), dtype="<u2", buffer=raw, offset=8, strides=(1,))[starts]
+    hits = np.zeros(len(starts), dtype=bool)
+    for length, fold, care, names, tail_fold, tail_names in _NAME_GROUPS:
+        words = (heads | fold) & care
+        if length <= 8:
+            same = words == names[0]
+            for name in names[1:]:
+                same |= words == name
+        else:  # a name's head and tail together
+            folded = tails | tail_fold
+            same = (words == names[0]) & (folded == tail_names[0])
+            for name, tail in zip(names[1:], tail_names[1:]):
+                same |= (words == name) & (folded == tail)
+        same &= _TAG_NAME_END[raw[starts + length]]
+        hits |= same
+    at = starts[hits]
+    if not len(at):
+        return body
+    renamed = np.insert(raw[:size], np.repeat(at, 2), np.tile(_RENAMED, len(at)))
+    return renamed.tobytes()
 
 
 def _refresh_target(content: str) -> str | None:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import pytest
@@ -8,8 +9,10 @@ from hypothesis import strategies as st
 from selectolax.lexbor import LexborHTMLParser
 
 from drumbeat.parse.links import (
+    _QUADRATIC_TAGS,
     PageLinks,
     _anchor_references,
+    _rename_quadratic,
     _selected_references,
     _start_tags_at_most,
     extract_links,
@@ -498,3 +501,38 @@ def test_the_parse_stops_when_its_time_is_spent() -> None:
     page = extract_links(body, PAGE, max_parse_bytes=len(body) // 4, max_parse_s=0.0)
     assert page.cut == "parse_time"
     assert 0 < len(page.links) < 2_000 and not page.dropped
+
+
+# The regular expression that _rename_quadratic replaced: what it must do, byte for byte.
+_RENAMED_AS_BEFORE = re.compile(
+    rb"<(/?)(" + "|".join(_QUADRATIC_TAGS).encode() + rb")(?=[\s/>])", re.IGNORECASE
+)
+_TAG_PIECES = [
+    *(f"<{tag}".encode() for tag in ("div", "DIV", "dIv", "p", "P", "h1", "H6", "h7", "dd", "d")),
+    *(f"<{tag}".encode() for tag in ("li", "link", "pre", "param", "rt", "rtc", "rtcx", "summary")),
+    *(f"<{tag}".encode() for tag in ("blockquote", "BlockQuote", "blockquoon", "figcaptite")),
+    *(f"<{tag}".encode() for tag in ("figcaption", "figcaptions", "fieldset", "fieldsets")),
+    *(c.encode() for c in ("<", "</", "<<", "<x-div", "<@", "x", "é", ")", ">", "/", " ")),
+    b"\t",
+    b"\n",
+    b"\v",
+    b"\f",
+    b"\r",
+    b"\0",
+    b"<h\x11",  # \x11 | 0x20 is "1"
+]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_TAG_PIECES), max_size=40))
+def test_renaming_the_nesting_tags_is_what_the_expression_did(pieces: list[bytes]) -> None:
+    body = b"".join(pieces)
+    assert _rename_quadratic(body) == _RENAMED_AS_BEFORE.sub(rb"<\1x-\2", body)
+
+
+def test_renaming_the_nesting_tags_keeps_other_names_and_the_end() -> None:
+    body = b"<DIV class=x><p>a</P><link rel=x><pre/><h1\t></ul\n><x-dd><li"
+    assert _rename_quadratic(body) == (
+        b"<x-DIV class=x><x-p>a</x-P><link rel=x><x-pre/><x-h1\t></x-ul\n><x-dd><li"
+    )
+    assert _rename_quadratic(b"no tags") == b"no tags"
