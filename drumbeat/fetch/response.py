@@ -18,10 +18,11 @@ import time
 import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, cast
 from urllib.parse import urljoin
 
 import brotli
+from isal import isal_zlib
 from yarl import URL
 
 from drumbeat.fetch.dns import Resolver
@@ -234,7 +235,7 @@ def decode_body(response: FetchResponse, cap: int) -> None:
             return
         try:
             data, cut = decoder(data, cap)
-        except (zlib.error, brotli.error):
+        except (_INFLATE_ERROR, brotli.error):
             response.decode_error = f"corrupt:{coding}"
             return
         response.decoded_truncated |= cut
@@ -248,14 +249,16 @@ def _inflate(data: bytes, wbits: int, cap: int) -> tuple[bytes, bool]:
 
     An incomplete stream (a truncated body) yields what could be decoded; a
     gzip body may hold several members, and bytes after the last stream are
-    ignored, as browsers do.
+    ignored, as browsers do. ISA-L (python-isal, as for the WARC writer's gzip)
+    inflates with zlib's interface, faster (docs/benchmarks.md, "Fetcher and WARC
+    output").
     """
     out = bytearray()
     pending = data
     while pending:
-        decompressor = zlib.decompressobj(wbits)
-        # max_length: the decompressor keeps the rest of the input in
-        # unconsumed_tail instead of expanding it, which is what bounds a bomb.
+        decompressor = isal_zlib.decompressobj(wbits)
+        # max_length: the decompressor holds the rest of the input back instead of
+        # expanding it, which is what bounds a bomb.
         out += decompressor.decompress(pending, cap - len(out) + 1)
         if len(out) > cap:
             del out[cap:]
@@ -267,9 +270,15 @@ def _inflate(data: bytes, wbits: int, cap: int) -> tuple[bytes, bool]:
 
 
 _GZIP_WBITS: Final = 16 + zlib.MAX_WBITS
+# What ISA-L raises on a corrupt stream (its stubs type it as an instance, not a class).
+_INFLATE_ERROR: Final = cast("type[Exception]", isal_zlib.error)
 
 
 def _gunzip(data: bytes, cap: int) -> tuple[bytes, bool]:
+    # A body that does not start as gzip is corrupt, however short (ISA-L would wait
+    # for the rest of a 10-byte header, and decode a short one to nothing).
+    if len(data) >= 2 and not data.startswith(b"\x1f\x8b"):
+        raise _INFLATE_ERROR("not a gzip stream")
     return _inflate(data, _GZIP_WBITS, cap)
 
 

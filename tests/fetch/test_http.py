@@ -8,6 +8,7 @@ Every test runs once per backend (the ``backend`` fixture: "aiohttp" is AiohttpC
 from __future__ import annotations
 
 import asyncio
+import gzip
 import socket
 import struct
 import tracemalloc
@@ -28,7 +29,7 @@ from drumbeat.fetch.curl import CurlHttpClient
 from drumbeat.fetch.dns import DnsCache
 from drumbeat.fetch.guard import AddressPolicy
 from drumbeat.fetch.http import AiohttpClient
-from drumbeat.fetch.response import FetchResponse
+from drumbeat.fetch.response import FetchResponse, decode_body
 from drumbeat.fetcher import open_http
 from drumbeat.settings import Settings
 from tests.dnsserver import serve_dns
@@ -700,3 +701,26 @@ def test_the_from_setting_reaches_the_client_open_http_makes(backend: str) -> No
     lines = raw.requests[0].split(b"\r\n")
     assert f"From: {FROM}".encode() in lines
     assert f"User-Agent: {UA}".encode() in lines
+
+
+def _decoded(body: bytes, coding: str, cap: int = 1 << 20) -> FetchResponse:
+    response = FetchResponse("http://a.test/", None, 0.0, headers=[("Content-Encoding", coding)])
+    response.body = body
+    decode_body(response, cap)
+    return response
+
+
+def test_decoding_edges_of_gzip_and_deflate() -> None:
+    page = HTML * 50
+    member = gzip.compress(page)
+    two = _decoded(member + member + b"junk after", "gzip")  # members in turn; junk ignored
+    assert (two.decoded, two.decode_error) == (page + page, None)
+    cut = _decoded(member[: len(member) // 2], "gzip")  # a truncated body: what decodes
+    assert cut.decode_error is None and cut.decoded and page.startswith(cut.decoded)
+    assert _decoded(b"OK", "gzip").decode_error == "corrupt:gzip"  # too short to wait for
+    assert _decoded(b"not gzip at all", "gzip").decode_error == "corrupt:gzip"
+    capped = _decoded(member, "gzip", cap=100)
+    assert (capped.decoded, capped.decoded_truncated) == (page[:100], True)
+    raw = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
+    for body in (zlib.compress(page), raw.compress(page) + raw.flush()):
+        assert _decoded(body, "deflate").decoded == page
