@@ -14,7 +14,7 @@ import asyncio
 import logging
 import random
 import time
-from collections import Counter, defaultdict
+from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -118,7 +118,9 @@ class Fetcher:
         self._archiver: asyncio.Task[None] | None = None
         # When recent fetches whose host's next item may be sent early ended (monotonic
         # seconds by ItemResult.end_key): that item waits from there.
-        self._ends: dict[int, float] = {}
+        # An OrderedDict: dropping the oldest from a plain dict scans the holes its
+        # earlier deletions left at the front, a cost that grows with ENDS_KEPT.
+        self._ends: OrderedDict[int, float] = OrderedDict()
         self._keys = random.Random()
         self.fetched = 0
         self.errors: Counter[str] = Counter()
@@ -228,7 +230,7 @@ class Fetcher:
         key = self._keys.getrandbits(63) or 1
         ends[key] = end
         if len(ends) > ENDS_KEPT:
-            del ends[next(iter(ends))]  # the oldest: dicts keep insertion order
+            ends.popitem(last=False)  # the oldest
         return key
 
     async def _archive_fetched(self) -> None:

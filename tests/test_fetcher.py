@@ -410,3 +410,19 @@ def test_open_http_picks_the_backend_of_the_http_client_setting(backend: str):
             await dns.close()
 
     assert asyncio.run(go()) is CLIENTS[backend]
+
+
+def test_the_oldest_fetch_ends_are_forgotten_first(tmp_path: Path, monkeypatch):
+    """Ends are kept for the items sent early after them, at most ENDS_KEPT: an item
+    after a forgotten end waits from its arrival, one after a kept end from that end."""
+    monkeypatch.setattr("drumbeat.fetcher.ENDS_KEPT", 2)
+    fetcher = Fetcher(Settings(), LocalTaskQueue(), None, WarcWriter(tmp_path))  # type: ignore[arg-type]
+    first, second, third = (fetcher._note_end(end) for end in (10.0, 20.0, 30.0))
+    waiting = FetchItem(1, "http://s.test/p", "127.0.0.1", wait_s=5.0, after_s=1.0)
+    waiting.after_key = first
+    before = time.monotonic()
+    assert fetcher._start_at(waiting) >= before + 5.0  # forgotten: 5 s from now
+    waiting.after_key = second
+    assert fetcher._start_at(waiting) == 21.0
+    waiting.after_key = third
+    assert fetcher._start_at(waiting) == 31.0
