@@ -24,7 +24,15 @@ Floors, from the bottom; a module imports only from its own floor or those below
 the crawler.
 """
 
+import os
+
 __version__ = "0.1.0"
+
+# numpy's OpenBLAS starts a thread for each core when it is imported, and each spins on
+# its core for a while before it sleeps: in the manager, in every fetcher process and in
+# every CLI call. drumbeat's matrix products are small; one thread does them. Set before
+# any drumbeat module imports numpy; a value given in the environment wins.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def compiled_modules() -> list[str]:
