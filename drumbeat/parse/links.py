@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from operator import attrgetter
 from time import thread_time
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -125,16 +126,24 @@ _QUADRATIC_TAGS = (
 _TAG_NAME_END = np.zeros(256, dtype=bool)
 _TAG_NAME_END[list(b"\t\n\v\f\r /")] = True
 _TAG_NAME_END[ord(">")] = True
-_NameGroup = tuple[
-    int, np.uint64, np.uint64, npt.NDArray[np.uint64], np.uint16, npt.NDArray[np.uint16]
-]
+
+
+class _NameGroup(NamedTuple):
+    """Names of _QUADRATIC_TAGS of one length whose letters sit at the same places, as
+    _rename_quadratic compares them: each name's first 8 bytes (``heads``) and its next
+    2 (``tails``) as little-endian words."""
+
+    length: int
+    fold: np.uint64  # 0x20 on the letters of the first 8 bytes: "D" | 0x20 is "d"
+    care: np.uint64  # the bytes of the first 8 that are the name's
+    heads: npt.NDArray[np.uint64]
+    tail_fold: np.uint16
+    tails: npt.NDArray[np.uint16]
 
 
 def _name_groups() -> list[_NameGroup]:
-    """The names of _QUADRATIC_TAGS as _rename_quadratic compares them: grouped by
-    length and by which bytes are letters (folded to lower case with 0x20; digits are
-    compared as they are), each name its first 8 bytes and its next 2 as little-endian
-    words: (length, fold, care, heads, tail fold, tails)."""
+    """The names of _QUADRATIC_TAGS grouped by length and by which bytes are letters
+    (folded to lower case; digits are compared as they are)."""
     groups: dict[bytes, list[bytes]] = {}
     for tag in _QUADRATIC_TAGS:
         name = tag.encode().ljust(10, b"\0")
@@ -144,7 +153,7 @@ def _name_groups() -> list[_NameGroup]:
     for key, names in groups.items():
         length, fold = key[0], key[1:]
         plan.append(
-            (
+            _NameGroup(
                 length,
                 np.uint64(int.from_bytes(fold[:8], "little")),
                 np.uint64((1 << 8 * min(length, 8)) - 1),
