@@ -145,6 +145,12 @@ async def _dry_frontier_merges(tmp_path: Path) -> None:
         admission.take_new_urls(t1)  # due: a minute has passed
         assert manager.counters["urlseen_merges_forced"] == 1
         seen.flush()
+        # Its round ran in the background, and its new URL went to BEAST in that call or
+        # waits for the next: placed and routed now, whichever (BEAST empty: running low).
+        admission.take_new_urls(t1)
+        await _feed_until_settled(manager)
+        manager.state.slots_idle = False
+        assert len(manager.stores.beast) == 0 and not admission.frontier_dry()
         manager.admission.admit(["http://site.test/s/1"], 1, None)
         rounds.last_round_s = 0.05
         assert not admission.seen_merge_due(t1 + 0.26)
