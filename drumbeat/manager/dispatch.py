@@ -91,9 +91,7 @@ class Dispatcher:
             max_s=s.backoff_max_s, forgive_s=s.backoff_forgive_s, max_attempts=s.fetch_max_attempts
         )
         self.pages_done = 0
-        # Fetches in flight at most: settings.concurrency, or in a cluster what its fleet
-        # of fetchers calls for (queue.redis.in_flight_budget, set by the manager's face).
-        self.limit = state.fetch_slots = s.concurrency
+        self.limit = s.concurrency
         self.in_flight: dict[int, tuple[FetchItem, HostState]] = {}
         # Items in flight whose notice freed their host (on_fetch_ended).
         self._ended: set[int] = set()
@@ -120,6 +118,17 @@ class Dispatcher:
         # With revisits (manager.revisiting): called with each page's item as it leaves,
         # to give a revisit its validators. None: no revisits, no call.
         self.on_page: Callable[[FetchItem], None] | None = None
+
+    @property
+    def limit(self) -> int:
+        """Fetches in flight at most: settings.concurrency, or in a cluster what its fleet
+        of fetchers calls for (queue.redis.in_flight_budget, set by the manager's face).
+        The loop's state holds it (LoopState.fetch_slots): admission reads it there."""
+        return self.state.fetch_slots
+
+    @limit.setter
+    def limit(self, slots: int) -> None:
+        self.state.fetch_slots = slots
 
     def busy_hosts(self) -> int:
         """Hosts with a request in flight (each counted once, whatever its connections)."""
@@ -149,7 +158,6 @@ class Dispatcher:
         # Past the page limit nothing is sent (robots.txt included): a host released
         # unused would otherwise come straight back from next_ready.
         self.state.slots_idle = False
-        self.state.fetch_slots = limit
         while len(self.in_flight) < limit and not self.page_limit_reached() and sent != allowed:
             host = self.scheduler.next_ready(now)
             if host is None:

@@ -18,7 +18,7 @@ class LoopState:
     # At the last dispatch, fetch slots were left unused for want of a ready host
     # (set by Dispatcher.dispatch).
     slots_idle: bool = True
-    # The fetch slots: how many items may be in flight (set by Dispatcher.dispatch).
+    # The fetch slots: how many items may be in flight (Dispatcher.limit).
     fetch_slots: int = 0
     # When this run resumed a checkpoint (-inf: a new crawl): the previous run may have
     # hit any host just before it stopped (set by Checkpointer.restore).
