@@ -261,15 +261,15 @@ class Dispatcher:
         if entry is None:
             return  # a duplicate report of work already accounted for
         item, host = entry
-        # The host's delays run from the fetch's end, not from when its result got here.
-        ended = now - r.held_s
-        # Unless its notice freed the host already (on_fetch_ended): later requests to
-        # the host may be under way, and its politeness is done with this one.
-        free = not (self._ended and self._forget_ended(item.item_id))
+        # The result frees the host, unless its notice did already (on_fetch_ended):
+        # later requests to the host may be under way, and its politeness is done with
+        # this one.
+        free = not self._ended or item.item_id not in self._ended
         if free:
-            if self._measure:
-                self._sample_latency(r, host, now)
-            host.last_key, host.last_end = r.end_key, ended
+            ended = self._fetch_end(r, host, now)
+        else:
+            self._ended.remove(item.item_id)
+            ended = now - r.held_s
         if item.report_now:  # reported at once: held_s is the page's archiving and parsing
             self.held_s += HELD_WEIGHT * (r.held_s - self.held_s)
         if item.kind == ROBOTS:
@@ -317,19 +317,18 @@ class Dispatcher:
         if item.kind == ROBOTS:
             return  # its rules, which set the host's delays, come with its result
         self._ended.add(item.item_id)
+        self.scheduler.done(host, self._fetch_end(r, host, now))
+        self._note_free(r, host, now)
+
+    def _fetch_end(self, r: ItemResult, host: HostState, now: float) -> float:
+        """Take the end of ``r``'s fetch as its host's last (its notice's or its
+        result's, whichever frees the host): the host's delays run from there, not from
+        when word of it got here. Returns it, after the dispatch latency's sample."""
         if self._measure:
             self._sample_latency(r, host, now)
         ended = now - r.held_s
         host.last_key, host.last_end = r.end_key, ended
-        self.scheduler.done(host, ended)
-        self._note_free(r, host, now)
-
-    def _forget_ended(self, item_id: int) -> bool:
-        """Whether ``item_id``'s notice came (forgetting it)."""
-        if item_id in self._ended:
-            self._ended.remove(item_id)
-            return True
-        return False
+        return ended
 
     def _sample_latency(self, r: ItemResult, host: HostState, now: float) -> None:
         """A sample of the dispatch latency, if ``r``'s request was one its host's delay
