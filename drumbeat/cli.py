@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from drumbeat import __version__
 from drumbeat.runtime.allocator import ALLOCATORS, AllocatorMissing, reexec_if_needed
@@ -32,9 +32,7 @@ from drumbeat.settings import (
     load_saved,
     load_toml,
 )
-
-if TYPE_CHECKING:
-    from drumbeat.web.server import WebAddress
+from drumbeat.web.address import DEFAULT_ADDRESS, AddressError, WebAddress, parse_address
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED = 0, 1, 2, 3
 EXIT_CODES = f"""\
@@ -708,7 +706,7 @@ def _add_web_arg(parser: argparse.ArgumentParser, whose: str = "the") -> None:
     parser.add_argument(
         "--web",
         metavar="[HOST:]PORT",
-        default="127.0.0.1:0",
+        default=DEFAULT_ADDRESS,
         help=f"serve {whose} control API and /metrics there (default 127.0.0.1, a free "
         "port; the address goes to STATE/web.json, the token to STATE/web.token, for "
         "`drumbeat ctl --state STATE`); off: none",
@@ -759,15 +757,17 @@ def check_state_dir(path: Path) -> None:
 
 
 def cmd_crawl(args: argparse.Namespace) -> int:
-    from drumbeat.standalone import run_crawl
-
     web = _web_address(args)
-    return _run_manager(args, lambda settings: run_crawl(settings, web=web))
+
+    def run(settings: Settings) -> Any:
+        from drumbeat.standalone import run_crawl
+
+        return run_crawl(settings, web=web)
+
+    return _run_manager(args, run)
 
 
 def _web_address(args: argparse.Namespace) -> WebAddress | None:
-    from drumbeat.web.server import AddressError, parse_address
-
     try:
         return parse_address(args.web)
     except AddressError as e:
@@ -841,21 +841,28 @@ def cmd_ctl(args: argparse.Namespace) -> int:
 
 
 def cmd_manager(args: argparse.Namespace) -> int:
-    from drumbeat.cluster import ManagerRole, parse_partition, run_manager
+    from drumbeat.queue.partition import parse_partition
 
     part, parts = parse_partition(args.partition)
-    role = ManagerRole(
-        redis_url=args.redis,
-        crawl=_crawl_name(args.crawl),
-        part=part,
-        parts=parts,
-        weight=args.weight,
-        heartbeat_timeout_s=args.heartbeat_timeout,
-        prefix=args.prefix,
-        redis_ca=args.redis_ca,
-    )
+    crawl = _crawl_name(args.crawl)
     web = _web_address(args)
-    return _run_manager(args, lambda settings: run_manager(settings, role, web))
+
+    def run(settings: Settings) -> Any:
+        from drumbeat.cluster import ManagerRole, run_manager
+
+        role = ManagerRole(
+            redis_url=args.redis,
+            crawl=crawl,
+            part=part,
+            parts=parts,
+            weight=args.weight,
+            heartbeat_timeout_s=args.heartbeat_timeout,
+            prefix=args.prefix,
+            redis_ca=args.redis_ca,
+        )
+        return run_manager(settings, role, web)
+
+    return _run_manager(args, run)
 
 
 def _crawl_name(name: str) -> str:
@@ -865,13 +872,10 @@ def _crawl_name(name: str) -> str:
 
 
 def _run_manager(args: argparse.Namespace, run: Callable[[Settings], Any]) -> int:
-    """A crawl's manager, standalone or in a cluster: settings, allocator, run, report."""
-    from drumbeat.checkpoint import CheckpointError
-    from drumbeat.drum import DrumError
+    """A crawl's manager, standalone or in a cluster: settings, allocator, run, report.
+    ``run`` imports the crawl's modules itself: a process that executes itself again for
+    its allocator would import them for nothing."""
     from drumbeat.frontier.scope import check_settings as check_scope
-    from drumbeat.runtime.gctune import tune_gc
-    from drumbeat.standalone import CrawlError
-    from drumbeat.store.journal import JournalError
 
     check_state_path(Path(args.state_dir))
     settings = settings_from_args(args)
@@ -880,6 +884,12 @@ def _run_manager(args: argparse.Namespace, run: Callable[[Settings], Any]) -> in
     check_state_dir(Path(args.state_dir))
     if args.reexec:
         reexec_if_needed(settings.allocator, sys.argv[1:])  # returns if nothing to do
+    from drumbeat.checkpoint import CheckpointError
+    from drumbeat.drum import DrumError
+    from drumbeat.runtime.gctune import tune_gc
+    from drumbeat.standalone import CrawlError
+    from drumbeat.store.journal import JournalError
+
     tune_gc()  # this process is the crawl's manager from here on
     try:
         outcome = run(settings)
@@ -982,7 +992,7 @@ def _add_web_parser(sub: Any) -> None:
     web.add_argument(
         "--web",
         metavar="[HOST:]PORT",
-        default="127.0.0.1:0",
+        default=DEFAULT_ADDRESS,
         help="where to serve it (default 127.0.0.1, a free port)",
     )
     web.add_argument(
@@ -1001,7 +1011,6 @@ def cmd_web(args: argparse.Namespace) -> int:
     from drumbeat.queue.redis import ClusterError, RedisLink
     from drumbeat.stats import StatsReader
     from drumbeat.web.cluster import ClusterView, serve_cluster
-    from drumbeat.web.server import AddressError, parse_address
 
     try:
         address = parse_address(args.web)
@@ -1074,14 +1083,14 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    if args.reexec:
+        reexec_if_needed(_D.allocator, sys.argv[1:])  # returns if nothing to do
     from rich.console import Console
 
     from drumbeat.checkpoint import read_counters
     from drumbeat.standalone import run_crawl
     from drumbeat.store.summary import render_summary, summarize
 
-    if args.reexec:
-        reexec_if_needed(_D.allocator, sys.argv[1:])  # returns if nothing to do
     console = Console(stderr=True)
     state_dir = Path(args.state_dir or f"drumbeat-demo/{time.strftime('%Y%m%d-%H%M%S')}")
     console.print(

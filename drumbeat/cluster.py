@@ -58,7 +58,7 @@ from drumbeat.settings import Settings, SettingsError, build, saved_values
 from drumbeat.standalone import CrawlError, CrawlOutcome, Deployment, Fetching, run_crawl
 from drumbeat.stats import StatsReader
 from drumbeat.store.warc import WarcWriter, recover_directory
-from drumbeat.web.server import WebAddress
+from drumbeat.web.address import WebAddress
 
 log = logging.getLogger("drumbeat.cluster")
 
@@ -73,18 +73,6 @@ class ManagerRole:
     heartbeat_timeout_s: float = 15.0
     prefix: str = DEFAULT_PREFIX
     redis_ca: str | None = None
-
-
-def parse_partition(text: str) -> tuple[int, int]:
-    """``I/M`` -> (I, M), with 0 <= I < M; SettingsError otherwise."""
-    left, sep, right = text.partition("/")
-    try:
-        part, parts = int(left), int(right)
-    except ValueError:
-        part, parts = -1, 0
-    if not sep or parts < 1 or not 0 <= part < parts:
-        raise SettingsError(f"--partition {text!r}: give I/M with 0 <= I < M, e.g. 0/2")
-    return part, parts
 
 
 def run_manager(

@@ -48,7 +48,8 @@ from drumbeat.settings import Settings, SettingsError, save_for_resume
 from drumbeat.store.seedrefusals import SeedRefusals, SeedWatchingLog
 from drumbeat.store.summary import CRAWL_LOG_NAME, note_run_end, note_run_start
 from drumbeat.store.warc import WarcWriter, recover_directory
-from drumbeat.web.server import WebAddress, WebServer
+from drumbeat.web.address import WebAddress
+from drumbeat.web.server import WebServer
 
 STAGES_NAME = "stages.json"
 # The manager's event loop hands out all work, and it wakes often for little (a batch of

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from drumbeat.cluster import parse_partition, render_status
-from drumbeat.settings import SettingsError
+from drumbeat.cluster import render_status
 
 # Nothing listens on port 1 of loopback: a refused connection, never a remote one.
 NOWHERE = "redis://127.0.0.1:1/0"
@@ -32,13 +31,6 @@ def two_fetchers(redis_url: str, state: Path) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
     )  # fmt: skip
-
-
-def test_partitions_are_i_of_m() -> None:
-    assert parse_partition("0/1") == (0, 1) and parse_partition("3/4") == (3, 4)
-    for bad in ("2/2", "-1/2", "1", "a/b", "1/0", ""):
-        with pytest.raises(SettingsError, match="0 <= I < M"):
-            parse_partition(bad)
 
 
 @pytest.mark.parametrize(

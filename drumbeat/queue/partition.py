@@ -18,8 +18,21 @@ import xxhash
 
 from drumbeat import urls
 from drumbeat.queue.base import FoundEdges, FoundURLs
+from drumbeat.settings import SettingsError
 
 _T = TypeVar("_T")
+
+
+def parse_partition(text: str) -> tuple[int, int]:
+    """``I/M`` (``--partition``) -> (I, M), with 0 <= I < M; SettingsError otherwise."""
+    left, sep, right = text.partition("/")
+    try:
+        part, parts = int(left), int(right)
+    except ValueError:
+        part, parts = -1, 0
+    if not sep or parts < 1 or not 0 <= part < parts:
+        raise SettingsError(f"--partition {text!r}: give I/M with 0 <= I < M, e.g. 0/2")
+    return part, parts
 
 
 def partition_of_pld(pld: str, partitions: int) -> int:

@@ -7,6 +7,7 @@ and reads the manager's stats.
   data in ``static/``) and its event stream; ``dashboard``: the snapshot it streams;
   ``metrics``: ``/metrics``; ``status``: ``/api/status``; ``client``: ``drumbeat ctl``.
 - ``cluster``: ``drumbeat web --redis``, the same page over a whole cluster, read-only.
+- ``address``: the ``--web`` value, parsed without importing the server.
 
 Files in the state directory while a crawl with its web server runs::
 

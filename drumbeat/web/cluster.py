@@ -26,9 +26,9 @@ from redis.exceptions import RedisError
 
 from drumbeat.queue.redis import ClusterError
 from drumbeat.stats import StatsReader
+from drumbeat.web.address import WebAddress
 from drumbeat.web.app import error, guard
 from drumbeat.web.pages import PageServer
-from drumbeat.web.server import WebAddress
 
 log = logging.getLogger("drumbeat.web")
 

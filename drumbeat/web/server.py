@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import secrets
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from drumbeat.web.address import WebAddress
 from drumbeat.web.app import build_app
 
 if TYPE_CHECKING:
@@ -19,45 +18,6 @@ if TYPE_CHECKING:
 
 WEB_JSON = "web.json"
 WEB_TOKEN = "web.token"
-DEFAULT_ADDRESS = "127.0.0.1:0"  # loopback, a free port
-
-
-class AddressError(ValueError):
-    """A --web value that is not [HOST:]PORT or off."""
-
-
-@dataclass(frozen=True)
-class WebAddress:
-    host: str
-    port: int
-
-    @property
-    def loopback(self) -> bool:
-        if self.host == "localhost":
-            return True
-        try:
-            return ipaddress.ip_address(self.host).is_loopback
-        except ValueError:
-            return False
-
-
-def parse_address(text: str) -> WebAddress | None:
-    """``[HOST:]PORT`` (HOST 127.0.0.1 when left out; PORT 0: a free one), or None for
-    ``off``."""
-    text = text.strip()
-    if text.lower() == "off":
-        return None
-    host, sep, port_text = text.rpartition(":")
-    if not sep:
-        host = "127.0.0.1"
-    host = host.strip("[]") or "127.0.0.1"
-    try:
-        port = int(port_text)
-    except ValueError:
-        raise AddressError(f"--web {text!r}: expected [HOST:]PORT or off") from None
-    if not 0 <= port <= 65535:
-        raise AddressError(f"--web {text!r}: port out of range")
-    return WebAddress(host, port)
 
 
 def write_token(state_dir: Path) -> str:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from drumbeat import urls
 from drumbeat.fetcher_links import pack_edges, pack_found
 from drumbeat.queue.base import FoundEdges, FoundURLs
-from drumbeat.queue.partition import Splitter, partition_of, partition_of_pld
+from drumbeat.queue.partition import Splitter, parse_partition, partition_of, partition_of_pld
+from drumbeat.settings import SettingsError
 
 SITES = [f"site{i}.test" for i in range(40)] + ["example.co.uk", "alice.github.io"]
 LINKS = [
@@ -141,3 +144,10 @@ def test_group_plds_gives_each_pld_once_to_its_owner_in_order() -> None:
         for part, group in groups.items():
             assert {partition_of_pld(p, parts) for p in group} == {part}
             assert group == sorted(group)
+
+
+def test_partitions_are_i_of_m() -> None:
+    assert parse_partition("0/1") == (0, 1) and parse_partition("3/4") == (3, 4)
+    for bad in ("2/2", "-1/2", "1", "a/b", "1/0", ""):
+        with pytest.raises(SettingsError, match="0 <= I < M"):
+            parse_partition(bad)

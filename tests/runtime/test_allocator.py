@@ -98,6 +98,31 @@ def test_drumbeat_executes_itself_again_once_with_the_allocator(tmp_path) -> Non
         assert f"malloc: {expected}" in (state / "drumbeat.log").read_text()
 
 
+@needs_mimalloc
+def test_the_crawl_is_imported_only_by_the_process_executed_again(tmp_path) -> None:
+    """The process that executes itself again for its allocator checks the flags
+    without importing the crawl's modules, which would be imported again after it."""
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "DRUMBEAT_ALLOCATOR_REEXEC")
+    }
+    env["PYTHONPROFILEIMPORTTIME"] = "1"  # every process lists its imports on stderr
+    proc = subprocess.run(
+        [sys.executable, "-m", "drumbeat", "crawl", "http://127.0.0.1:1/",
+         "--state", str(tmp_path / "state"), "--allow-loopback", "--web", "127.0.0.1:0",
+         "--fetchers", "1", "--max-time", "1", "--no-progress"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()]
+    # Two interpreters started the manager (drumbeat.cli twice); one imported the crawl.
+    assert imported.count("drumbeat.cli") == 2
+    assert imported.count("drumbeat.standalone") == 1
+    assert imported.count("drumbeat.web.server") == 1
+
+
 def _shadow(directory) -> None:
     """A ``drumbeat`` package in ``directory`` that fails on import, as a stale source
     checkout or another project's package would."""

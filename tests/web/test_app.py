@@ -18,16 +18,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from drumbeat.frontier.politeness import QueuedURL
 from drumbeat.manager import Manager
 from drumbeat.testing import offline_manager
+from drumbeat.web.address import AddressError, WebAddress, parse_address
 from drumbeat.web.app import STOP_REASON, build_app
 from drumbeat.web.client import CtlError, call
-from drumbeat.web.server import (
-    WEB_JSON,
-    AddressError,
-    WebAddress,
-    WebServer,
-    parse_address,
-    write_token,
-)
+from drumbeat.web.server import WEB_JSON, WebServer, write_token
 
 TOKEN = "t0k3n"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
