@@ -103,6 +103,7 @@ import numpy as np
 
 from drumbeat.frontier.diskqueue import DiskQueue, PackedRecords, QueueState
 from drumbeat.frontier.order import OrderPolicy, load_tables, save_tables
+from drumbeat.runtime import tables
 from drumbeat.store import durable
 
 FORMAT_VERSION = 1
@@ -737,11 +738,11 @@ class Places:
         if host_cap < 0:
             raise ValueError("host_cap must be >= 0")
         self.slots, self.host_cap, self.host_slots = pld_slots, host_cap, host_slots
-        self.tag = np.zeros(pld_slots, np.uint64)
-        self.turn = np.zeros(pld_slots, np.int64)
-        self.count = np.zeros(pld_slots, np.uint32)
-        self.hturn = np.zeros(host_slots if host_cap else 1, np.int64)
-        self.hcount = np.zeros(host_slots if host_cap else 1, np.uint32)
+        self.tag = tables.zeros(pld_slots, np.uint64)
+        self.turn = tables.zeros(pld_slots, np.int64)
+        self.count = tables.zeros(pld_slots, np.uint32)
+        self.hturn = tables.zeros(host_slots if host_cap else 1, np.int64)
+        self.hcount = tables.zeros(host_slots if host_cap else 1, np.uint32)
         # memoryviews give the per-URL loop Python ints at list speed; numpy owns the RAM.
         self.mtag, self.mturn, self.mcount = self.tag.data, self.turn.data, self.count.data
         self.mhturn, self.mhcount = self.hturn.data, self.hcount.data

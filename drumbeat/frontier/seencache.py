@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from drumbeat.runtime import tables
+
 
 class RecentFingerprints:
     """Fingerprints (uint64) sent to URL-seen lately, in a table of ``ram_bytes`` at most."""
@@ -36,7 +38,7 @@ class RecentFingerprints:
             raise ValueError(f"ram_bytes must be at least 8, got {ram_bytes}")
         entries = 1 << ((ram_bytes // 8).bit_length() - 1)
         # 0 marks an empty slot: a fingerprint of 0 is never taken for remembered.
-        self._table = np.zeros(entries, np.uint64)
+        self._table = tables.zeros(entries, np.uint64)
         self._mask = np.uint64(entries - 1)
 
     @property
