@@ -145,7 +145,9 @@ class Drum:
     log and q files, which that epoch then starts with; only when a bucket of it would
     pass ``bucket_records`` does the submit wait for the round. Results, state and files
     are the same as without it; :meth:`commit` and a waiting :meth:`flush` wait for a
-    running round, :attr:`busy` tells whether one runs.
+    running round, :attr:`busy` tells whether one runs. ``on_round_done`` is called, in
+    the round's thread, once a background round has merged: a caller that waits for
+    something to do can wake then rather than find it on its next turn.
 
     The parts it composes: ``state`` (:class:`~drumbeat.drum.state.DrumState`),
     ``buffer`` (:class:`~drumbeat.drum.buffer.WriteAheadBuffer`), ``rounds``
@@ -165,10 +167,12 @@ class Drum:
         manifest: Mapping[str, Any] | None = None,
         compress_log: bool = True,
         background: bool = False,
+        on_round_done: Callable[[], None] | None = None,
     ) -> None:
         self.directory = Path(directory)
         # Merge rounds in a thread of their own (see the class docstring).
         self._background = bool(background)
+        self._on_round_done = on_round_done
         self._executor: ThreadPoolExecutor | None = None
         self._running: Future[Round] | None = None  # the round in the background
         self._flush_asked = False  # flush(wait=False) came while a round ran
@@ -332,6 +336,9 @@ class Drum:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="drum-round")
         self._running = self._executor.submit(self.rounds.body, rnd)
+        done = self._on_round_done
+        if done is not None:
+            self._running.add_done_callback(lambda _: done())
 
     def _settle(self, wait: bool) -> None:
         """End the background round if it is done (``wait``: once it is done), then add

@@ -85,17 +85,24 @@ class DrumURLSeen:
         manifest: SeenManifest | None = None,
         fsync: bool | str = True,
         background: bool = False,
+        on_round_done: Callable[[], None] | None = None,
         cache_bytes: int = 0,
     ) -> None:
-        """``background``: DRUM's merge rounds run in a thread (see Drum). ``cache_bytes``
-        (0: none): a :class:`RecentFingerprints` of that size drops the copies of URLs
-        sent lately before they reach DRUM."""
+        """``background``: DRUM's merge rounds run in a thread (see Drum), which calls
+        ``on_round_done`` when one has merged. ``cache_bytes`` (0: none): a
+        :class:`RecentFingerprints` of that size drops the copies of URLs sent lately
+        before they reach DRUM."""
         if manifest is None and directory.exists():
             # No checkpoint names this state: it belongs to a run that died before its
             # first checkpoint, whose URLs will all be discovered again.
             shutil.rmtree(directory)
         self.drum = Drum(
-            directory, ram_bytes=ram_bytes, manifest=manifest, fsync=fsync, background=background
+            directory,
+            ram_bytes=ram_bytes,
+            manifest=manifest,
+            fsync=fsync,
+            background=background,
+            on_round_done=on_round_done,
         )
         self._cache = RecentFingerprints(cache_bytes) if cache_bytes else None
         self._submitted_since_flush = 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -42,7 +43,8 @@ class ManagerStats:
 class Manager:
     """Opens the stores at the live checkpoint (if any) and builds the parts that share
     them (manager.parts, whose fields it binds to attributes once, named alike);
-    :meth:`restore` then loads the rest of that checkpoint."""
+    :meth:`restore` then loads the rest of that checkpoint. It is made in the event loop
+    it runs in."""
 
     def __init__(
         self,
@@ -64,7 +66,17 @@ class Manager:
         self.settings, self.tuning, self.clock = settings, tuning, clock
         self.queue, self.inbox, self.crawl_log = queue, inbox, crawl_log
         self._wake = asyncio.Event()
-        sh = Shared.open(settings, tuning, crawl_log, state_dir, clock=clock, wake=self._wake.set)
+        # The loop the manager is made and run in: other threads wake it through it.
+        self._loop = asyncio.get_running_loop()
+        sh = Shared.open(
+            settings,
+            tuning,
+            crawl_log,
+            state_dir,
+            clock=clock,
+            wake=self._wake.set,
+            wake_from_thread=self._wake_from_thread,
+        )
         self.checkpoints, self.counters, self.stage_s = sh.checkpoints, sh.counters, sh.stage_s
         self._resume_from = sh.resume_from
         self.star, self.scheduler, self.state = sh.star, sh.scheduler, sh.state
@@ -328,8 +340,20 @@ class Manager:
             or st.qr.working_origins()
         )
 
+    def _wake_from_thread(self) -> None:
+        """Wake the loop from another thread: a URL-seen round has merged, and the new
+        URLs it found may be all the fetchers wait for (a crawl's start, one site)."""
+        with contextlib.suppress(RuntimeError):  # the loop has closed
+            self._loop.call_soon_threadsafe(self._wake.set)
+
     def _wait_time(self, now: float, deadline: float | None) -> float:
+        """How long a turn waits for results: until the next host is due, the robots
+        checks are to be flushed, or at most 0.25 s (a merge round's end, a result, an
+        operator's change or a DNS answer wake it sooner)."""
         wait = 0.25
+        robots_due = self.gate.robots_due_s(now)
+        if robots_due is not None:
+            wait = min(wait, robots_due)
         due = self.scheduler.next_due_time()
         controls = self.controls
         if controls.speed is not None and (token_s := controls.speed.wait_s(now)) > 0:

@@ -119,6 +119,19 @@ class RobotsGate:
         self.done: set[int] = set()
         self.wake = wake  # a host was resolved or refused: the loop may dispatch
 
+    def _robots_interval(self) -> float:
+        """The least time between two flushes of the robots checks."""
+        if self.state.slots_idle:
+            return self.tuning.robots_flush_starving_s
+        return self.settings.urlseen_flush_interval_s
+
+    def robots_due_s(self, now: float) -> float | None:
+        """Seconds until :meth:`feed` would flush the robots checks pending, submitted or
+        still to submit (None: none are): a loop that waits for work waits no longer."""
+        if not (self.robots.pending or self.to_check):
+            return None
+        return max(0.0, self._last_robots_flush + self._robots_interval() - now)
+
     def feed(self, now: float, budget_s: float | None = None) -> None:
         """Move URLs towards the scheduler: robots answers, QR replays, then BEAST.
 
@@ -135,8 +148,7 @@ class RobotsGate:
         robots, qr, beast, t = self.robots, self.qr, self.beast, self.tuning
         self.submit_checks()
         starving = self.state.slots_idle
-        interval = t.robots_flush_starving_s if starving else self.settings.urlseen_flush_interval_s
-        if robots.pending and now - self._last_robots_flush >= interval:
+        if robots.pending and now - self._last_robots_flush >= self._robots_interval():
             # Two rounds: checks that find no rules make requests, answered by the second.
             for _ in range(2):
                 robots.flush()

@@ -77,9 +77,11 @@ class Shared:
         *,
         clock: Callable[[], float],
         wake: Callable[[], None],
+        wake_from_thread: Callable[[], None] | None = None,
     ) -> Shared:
         """Open the stores at the live checkpoint in ``state_dir`` (or new ones) and build
-        what the parts share; ``wake``: wakes the manager's loop (an operator's change)."""
+        what the parts share; ``wake``: wakes the manager's loop (an operator's change),
+        ``wake_from_thread`` from another thread (a URL-seen round has merged)."""
         checkpoints = Checkpoints(state_dir)
         resume_from = checkpoints.current()
         meta = None if resume_from is None else checkpoints.read_meta(resume_from)
@@ -100,6 +102,7 @@ class Shared:
             rebudget=pricing.places,
             budgets_of=pricing.budgets_by_hash,
             admit_for=lambda robots: robots_admitter(robots, drops.drop),
+            on_seen_round=wake_from_thread,
         )
         started = clock()
         controls = Controls(state_dir, on_change=wake)

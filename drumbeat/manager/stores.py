@@ -75,10 +75,12 @@ class Stores:
         rebudget: Callable[[list[bytes]], tuple[list[int], list[int], list[int]]],
         budgets_of: Callable[[np.ndarray], list[int]],
         admit_for: Callable[[RobotsStore], Callable[[bytes], bool]],
+        on_seen_round: Callable[[], None] | None = None,
     ) -> Stores:
         """Open the stores at ``meta``'s commits (None: a new crawl). BEAST's callbacks
         place URLs by their STAR budget (``rebudget``, ``budgets_of``) and drop those
-        their origin's robots rules disallow (``admit_for`` the robots store)."""
+        their origin's robots rules disallow (``admit_for`` the robots store); URL-seen
+        calls ``on_seen_round`` from its round's thread when a round has merged."""
         d = s.state_dir
         if d is None:
             raise ValueError("the manager needs a state directory")
@@ -94,6 +96,7 @@ class Stores:
             ram_bytes=s.urlseen_ram_bytes,
             manifest=cast("SeenManifest | None", None if meta is None else meta.urlseen_manifest),
             background=True,
+            on_round_done=on_seen_round,
             fsync="commit",
             cache_bytes=s.urlseen_cache_bytes,
         )

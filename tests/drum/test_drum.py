@@ -616,6 +616,43 @@ def test_a_background_round_holds_later_tuples_and_ends_on_a_later_call(tmp_path
     assert gated.stats().keys_stored == 500 and gated.stats().pending == 0
 
 
+def test_a_background_round_calls_on_round_done_from_its_thread_once_merged(
+    tmp_path: Path,
+) -> None:
+    """The caller's loop may sleep while a round merges: the round wakes it when done."""
+    calls: list[str] = []
+    done = threading.Event()
+
+    def on_round_done() -> None:
+        calls.append(threading.current_thread().name)
+        done.set()
+
+    drum = _GatedDrum(
+        tmp_path / "d",
+        ram_bytes=1 << 16,
+        buckets=4,
+        fsync=False,
+        background=True,
+        on_round_done=on_round_done,
+    )
+    drum.check_update(_keys(0, 300), aux=_aux(0, 300))
+    drum.flush(wait=False)
+    assert drum.busy and not done.wait(0.05)  # merging: not called yet
+    drum.gate.set()
+    assert done.wait(30)
+    assert len(calls) == 1 and calls[0].startswith("drum-round")
+    assert drum.busy  # merged, not yet ended: the next call ends it
+    assert [unique for _, _, unique, _, _ in drain(drum)] == [True] * 300
+    assert not drum.busy and len(calls) == 1
+    # A repository that merges in the caller's thread calls nobody.
+    sync = Drum(
+        tmp_path / "s", ram_bytes=1 << 16, buckets=4, fsync=False, on_round_done=on_round_done
+    )
+    sync.check_update(_keys(0, 10), aux=_aux(0, 10))
+    sync.flush()
+    assert len(calls) == 1
+
+
 def _long_aux(lo: int, hi: int) -> list[bytes]:
     return [b"http://host%d.example/page/%08d" % (i % 7, i) for i in range(lo, hi)]
 

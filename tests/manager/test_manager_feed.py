@@ -13,6 +13,7 @@ from pathlib import Path
 from unittest import mock
 
 import numpy as np
+import pytest
 import xxhash
 
 from drumbeat import urls as urls_module
@@ -156,6 +157,46 @@ async def _dry_frontier_merges(tmp_path: Path) -> None:
         assert not admission.seen_merge_due(t1 + 0.26)
         assert not admission.seen_merge_due(t1 + 0.9)
         assert admission.seen_merge_due(t1 + 1.0)
+
+
+def test_the_loop_does_not_wait_for_work_it_can_do_now(tmp_path: Path) -> None:
+    asyncio.run(_no_needless_waits(tmp_path))
+
+
+async def _no_needless_waits(tmp_path: Path) -> None:
+    # A crawl's start sat out the loop's longest wait (0.25 s) three times before its
+    # second request: for the seed's URL-seen round, for the robots check of the seed's
+    # origin, and for the round of the front page's links.
+    clock = FakeClock()
+    async with offline_manager(tmp_path, clock=clock, urlseen_flush_interval_s=0.5) as manager:
+        gate, seen = manager.gate, manager.stores.seen
+        # URL-seen's round merges in its thread, and wakes the loop when it has.
+        manager.admission.admit(["http://site.test/"], 0, None)
+        manager._wake.clear()
+        seen.flush(wait=False)
+        assert seen.drum.busy
+        await asyncio.wait_for(manager._wake.wait(), 30)
+        manager.admission.take_new_urls(clock())
+        assert len(manager.stores.beast) == 1
+
+        # Routed, its origin's robots check waits for a flush: due at once the first time.
+        manager.state.slots_idle = True  # nothing to fetch yet
+        assert gate.robots_due_s(clock()) is None
+        gate.feed(clock())
+        assert gate.robots_due_s(clock()) == 0.0
+        gate.feed(clock())  # flushed: the URL waits in QR for its origin's robots.txt
+        assert gate.robots_due_s(clock()) is None and len(gate.qr) == 1
+
+        # Another origin's check: due robots_flush_starving_s after that flush while the
+        # fetch slots idle, urlseen_flush_interval_s after it while they are busy.
+        gate.route(encode_payload("http://other.test/", 0, None))
+        assert gate.robots_due_s(clock()) == pytest.approx(TUNING.robots_flush_starving_s)
+        gate.submit_checks()  # as the next feed does first
+        assert gate.robots_due_s(clock()) == pytest.approx(TUNING.robots_flush_starving_s)
+        manager.state.slots_idle = False
+        assert gate.robots_due_s(clock()) == pytest.approx(0.5)
+        clock.advance(0.2)
+        assert gate.robots_due_s(clock()) == pytest.approx(0.3)
 
 
 def test_new_urls_are_placed_a_batch_at_a_time_and_a_checkpoint_keeps_their_place(
