@@ -31,11 +31,10 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from drumbeat.fetch.client import HttpClient
 from drumbeat.fetch.dns import DnsCache
-from drumbeat.fetcher import Fetcher, open_content_index, open_http
 from drumbeat.manager import Manager
 from drumbeat.queue.base import FetchItem
 from drumbeat.queue.partition import partition_of
@@ -59,6 +58,9 @@ from drumbeat.standalone import CrawlError, CrawlOutcome, Deployment, Fetching, 
 from drumbeat.stats import StatsReader
 from drumbeat.store.warc import WarcWriter, recover_directory
 from drumbeat.web.address import WebAddress
+
+if TYPE_CHECKING:
+    from drumbeat.fetcher import Fetcher
 
 log = logging.getLogger("drumbeat.cluster")
 
@@ -398,6 +400,10 @@ class FetcherProcess:
         # This process's own --concurrency bounds its transfers, not the crawl's (which is
         # its managers' in-flight floor, shared by every fetcher).
         settings = replace(settings, concurrency=self.role.concurrency)
+        # Here, not at the top: a manager process imports this module too, and has no use
+        # for the fetcher's code (parsers, WARC writer, HTTP client).
+        from drumbeat.fetcher import Fetcher, open_content_index, open_http
+
         http, dns = open_http(settings)
         warc_dir = self.role.state_dir / "warc" / crawl
         warc_dir.mkdir(parents=True, exist_ok=True)

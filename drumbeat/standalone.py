@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 from drumbeat import compiled_modules
-from drumbeat.fetcher import CONTENT_INDEX_DIR, Fetcher, open_content_index, open_http
 from drumbeat.manager import Manager
 from drumbeat.progress import Progress
 from drumbeat.queue.base import Inbox, ManagerQueue
@@ -434,6 +433,10 @@ async def _fetching(settings: Settings, processes: int) -> AsyncIterator[Fetchin
         finally:
             await queue.close()
         return
+    # Only an in-process fetcher needs the fetcher's code (parsers, WARC writer, HTTP
+    # client): a manager with fetcher processes starts sooner without it.
+    from drumbeat.fetcher import CONTENT_INDEX_DIR, Fetcher, open_content_index, open_http
+
     local = LocalTaskQueue()
     http, dns = open_http(settings)
     warc = WarcWriter(

@@ -101,7 +101,8 @@ def test_drumbeat_executes_itself_again_once_with_the_allocator(tmp_path) -> Non
 @needs_mimalloc
 def test_the_crawl_is_imported_only_by_the_process_executed_again(tmp_path) -> None:
     """The process that executes itself again for its allocator checks the flags
-    without importing the crawl's modules, which would be imported again after it."""
+    without importing the crawl's modules, which would be imported again after it; the
+    manager leaves the fetcher's modules to its fetcher processes."""
     env = {
         k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "DRUMBEAT_ALLOCATOR_REEXEC")
     }
@@ -121,6 +122,8 @@ def test_the_crawl_is_imported_only_by_the_process_executed_again(tmp_path) -> N
     assert imported.count("drumbeat.cli") == 2
     assert imported.count("drumbeat.standalone") == 1
     assert imported.count("drumbeat.web.server") == 1
+    # The fetcher's code is its process's alone (--fetchers 1): the manager needs none.
+    assert imported.count("drumbeat.fetcher") == 1
 
 
 def _shadow(directory) -> None:
