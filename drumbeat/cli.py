@@ -936,8 +936,6 @@ def _report_revisits(state_dir: Path) -> None:
 
 
 def cmd_fetcher(args: argparse.Namespace) -> int:
-    from drumbeat.cluster import FetcherRole, run_fetcher
-
     state = Path(args.state_dir)
     check_state_path(state)
     check_state_dir(state)
@@ -946,6 +944,8 @@ def cmd_fetcher(args: argparse.Namespace) -> int:
         # The malloc a crawl's fetchers run on (drumbeat.runtime.allocator); with more
         # processes, the children are started with it.
         reexec_if_needed("auto", sys.argv[1:])  # returns if nothing to do
+    from drumbeat.cluster import FetcherRole, run_fetcher  # after: imported once
+
     return run_fetcher(
         FetcherRole(
             redis_url=args.redis,

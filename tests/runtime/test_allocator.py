@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -124,6 +125,39 @@ def test_the_crawl_is_imported_only_by_the_process_executed_again(tmp_path) -> N
     assert imported.count("drumbeat.web.server") == 1
     # The fetcher's code is its process's alone (--fetchers 1): the manager needs none.
     assert imported.count("drumbeat.fetcher") == 1
+
+
+@needs_mimalloc
+def test_a_lone_fetcher_imports_its_role_only_once_executed_again(tmp_path, redis_server) -> None:
+    """`drumbeat fetcher --processes 1` executes itself again for its allocator, and
+    imports the cluster's code only then."""
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "DRUMBEAT_ALLOCATOR_REEXEC")
+    }
+    env["PYTHONPROFILEIMPORTTIME"] = "1"
+    state, err_path = tmp_path / "fetcher", tmp_path / "stderr"
+    with open(err_path, "w") as err_file:  # a pipe would fill up and block the process
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "drumbeat", "fetcher", "--redis", redis_server.url,
+             "--state", str(state), "--processes", "1"],
+            env=env,
+            stderr=err_file,
+        )  # fmt: skip
+    try:
+        log = state / "drumbeat.log"
+        deadline = time.monotonic() + 60
+        while not (log.exists() and "serving the crawls" in log.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline, "no fetcher started"
+            time.sleep(0.1)
+        proc.terminate()
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    err = err_path.read_text()
+    assert proc.returncode == 0, err[-2000:]
+    imported = [line.rsplit("|", 1)[-1].strip() for line in err.splitlines()]
+    assert imported.count("drumbeat.cli") == 2
+    assert imported.count("drumbeat.cluster") == 1
 
 
 def _shadow(directory) -> None:
