@@ -77,7 +77,7 @@ class Shared:
         *,
         clock: Callable[[], float],
         wake: Callable[[], None],
-        wake_from_thread: Callable[[], None] | None = None,
+        wake_from_thread: Callable[[], None],
     ) -> Shared:
         """Open the stores at the live checkpoint in ``state_dir`` (or new ones) and build
         what the parts share; ``wake``: wakes the manager's loop (an operator's change),

@@ -75,7 +75,7 @@ class Stores:
         rebudget: Callable[[list[bytes]], tuple[list[int], list[int], list[int]]],
         budgets_of: Callable[[np.ndarray], list[int]],
         admit_for: Callable[[RobotsStore], Callable[[bytes], bool]],
-        on_seen_round: Callable[[], None] | None = None,
+        on_seen_round: Callable[[], None],
     ) -> Stores:
         """Open the stores at ``meta``'s commits (None: a new crawl). BEAST's callbacks
         place URLs by their STAR budget (``rebudget``, ``budgets_of``) and drop those
