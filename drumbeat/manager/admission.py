@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
-from itertools import islice
+from itertools import accumulate, compress, islice
 from time import perf_counter, thread_time
 from typing import TypeVar
 
@@ -26,6 +26,10 @@ from drumbeat.queue.base import FoundEdges, FoundURLs
 from drumbeat.settings import Settings
 
 _T = TypeVar("_T")
+# The links of a scoped crawl mostly stay on a few hosts: a link that starts with one of
+# these in-scope "scheme://authority/" prefixes is in the scope too, which one
+# bytes.startswith per link tells.
+_INSIDE_PREFIXES = 8
 
 
 class Admission:
@@ -69,6 +73,9 @@ class Admission:
         # LoopTuning.place_budget_s).
         self.new_urls: Iterator[bytes] | None = None
         self.merge_busy_s = 0.0  # wall time of take_new_urls's DRUM merges, last call
+        # Prefixes of links in the scope, and the seed hosts they were decided for.
+        self._inside: tuple[bytes, ...] = ()
+        self._inside_of: frozenset[str] | None = None
 
     def admit(self, candidates: list[str], depth: int, via: str | None) -> int:
         """Send in-scope URLs to URL-seen; new ones reach BEAST via take_new_urls. Seeds
@@ -157,33 +164,55 @@ class Admission:
         Whether a link is in the scope depends on its host alone, so it is decided once
         per scheme and authority (``verdicts``, for one call of :meth:`admit_found`: a
         page's links mostly share one or a few), from the payload's bytes; only the
-        rules, when there are any, look at each URL."""
-        scoped = self.settings.scope != "any"
-        payloads = found.payloads_list()
-        kept: list[int] = []
-        for i, payload in enumerate(payloads):
-            if scoped:
-                # A normalized http(s) URL has a path: its authority ends at that "/"
-                # (anything else is its own key: the URL's host still decides).
-                end = payload.index(b"\n")
-                path = payload.find(b"/", 8, end)
-                authority = payload[: path if path >= 0 else end]
-                verdict = verdicts.get(authority)
-                if verdict is None:
-                    verdict = verdicts[authority] = self._host_in_scope(payload_url(payload))
-                if not verdict:
-                    self.counters["links_dropped.scope"] += 1
-                    continue
-            if within_rules is None or within_rules(payload_url(payload)):
-                kept.append(i)
-        if len(kept) == len(payloads):
+        rules, when there are any, look at each URL. A link that starts with an
+        authority already found in the scope (:meth:`_inside_prefixes`) is in it."""
+        blob = found.payloads
+        ends = list(accumulate(memoryview(found.lengths).cast("I")))
+        starts = [0, *ends[:-1]] if ends else []
+        if self.settings.scope == "any":
+            keep = [True] * len(starts)
+        else:
+            inside = self._inside_prefixes()
+            keep = [blob.startswith(inside, start) for start in starts]
+            for i in [i for i, known in enumerate(keep) if not known]:
+                keep[i] = self._payload_in_scope(blob, starts[i], verdicts)
+        if within_rules is not None:
+            for i in compress(range(len(keep)), keep):
+                keep[i] = within_rules(payload_url(blob[starts[i] : ends[i]]))
+        if all(keep):
             return found
-        chosen = [payloads[i] for i in kept]
+        kept = list(compress(range(len(keep)), keep))
+        chosen = [blob[starts[i] : ends[i]] for i in kept]
         return FoundURLs(
             np.frombuffer(found.fingerprints, np.uint64)[kept].tobytes(),
             b"".join(chosen),
             np.array([len(p) for p in chosen], np.uint32).tobytes(),
         )
+
+    def _payload_in_scope(self, blob: bytes, start: int, verdicts: dict[bytes, bool]) -> bool:
+        """Whether the link whose payload starts at ``start`` in ``blob`` is in the scope
+        (see :meth:`_admissible`); one out of it is counted."""
+        # A normalized http(s) URL has a path: its authority ends at that "/" (anything
+        # else is its own key: the URL's host still decides).
+        end = blob.index(b"\n", start)
+        path = blob.find(b"/", start + 8, end)
+        authority = blob[start : path if path >= 0 else end]
+        verdict = verdicts.get(authority)
+        if verdict is None:
+            verdict = verdicts[authority] = self._host_in_scope(blob[start:end].decode())
+            if verdict and path >= 0 and len(self._inside) < _INSIDE_PREFIXES:
+                self._inside += (authority + b"/",)
+        if not verdict:
+            self.counters["links_dropped.scope"] += 1
+        return verdict
+
+    def _inside_prefixes(self) -> tuple[bytes, ...]:
+        """The "scheme://authority/" of up to _INSIDE_PREFIXES authorities found in the
+        scope, while the seeds that decide it stay the same."""
+        seeds = self.pricing.seed_hosts
+        if self._inside_of is not seeds:
+            self._inside, self._inside_of = (), seeds
+        return self._inside
 
     @staticmethod
     def _observe_links(

@@ -201,3 +201,28 @@ def test_host_scope_keeps_the_seed_hosts_links_in_order(tmp_path: Path) -> None:
         assert all(p.endswith(b"\n2\n" + page.encode()) for p in payloads)
 
     _run(tmp_path, test, scope="host")
+
+
+def test_host_scope_is_decided_again_when_the_seeds_change(tmp_path: Path) -> None:
+    """The scope's verdicts outlive one batch (a link on a host already found in the
+    scope is admitted by its prefix) until the seeds that decide them change."""
+
+    async def test(m: Manager, clock: FakeClock) -> None:
+        m.pricing.set_seeds(["http://a.test/"])
+        page = "http://a.test/p"
+        links = ["http://a.test/1", "http://a.test:8080/2", "http://a.testx/3", "http://b.test/4"]
+        for depth in (2, 3):  # the second batch meets the prefixes the first one found
+            m.admission.admit_found([pack_found(links, depth, page)])
+        assert m.counters["links_dropped.scope"] == 4
+        m.pricing.set_seeds(["http://b.test/"])
+        m.admission.admit_found([pack_found(links, 4, page)])
+        assert m.counters["links_dropped.scope"] == 4 + 3
+        m.stores.seen.flush()
+        admitted = [(payload_url(p), p.split(b"\n")[1]) for p in m.stores.seen.take_new()]
+        assert admitted == [
+            ("http://a.test/1", b"2"),
+            ("http://a.test:8080/2", b"2"),
+            ("http://b.test/4", b"4"),
+        ]
+
+    _run(tmp_path, test, scope="host")
