@@ -539,7 +539,7 @@ class Beast:
 
     def __len__(self) -> int:
         """Records queued anywhere (ring and QF), not yet read."""
-        return sum(len(q) for q in self._ring) + len(self._qf)
+        return sum(map(len, self._ring)) + len(self._qf)
 
     def stats(self) -> BeastStats:
         queues: list[DiskQueue | _BandedQueue] = [*self._ring, self._qf]
@@ -705,7 +705,7 @@ class _BandedQueue:
         return out
 
     def __len__(self) -> int:
-        return sum(len(q) for q in self.queues)
+        return sum(map(len, self.queues))
 
     @property
     def bytes_written(self) -> int:
