@@ -51,6 +51,13 @@ CONTENT_INDEX_DIR = "content.lmdb"
 # Fetch ends remembered for the next items of their hosts (Fetcher._note_end): RAM stays
 # bounded; an item whose host's previous end was forgotten waits from its arrival (longer).
 ENDS_KEPT = 4096
+# A fetched page whose request's end was announced (FetchItem.announce_end) holds back no
+# request of its host, so its archiving and parsing wait up to GATHER_S, while other
+# fetches of this fetcher are under way, for GATHER_ITEMS such pages: a batch costs less
+# CPU a page than pages one by one, and is reported in one frame (docs/benchmarks.md,
+# "One site"). Any other item ends the wait: a result someone waits for goes at once.
+GATHER_S = 0.005
+GATHER_ITEMS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,9 +120,12 @@ class Fetcher:
         self.worker = worker
         self._slots = slots or asyncio.Semaphore(settings.concurrency)
         self._running: set[asyncio.Task[None]] = set()
+        self._under_way = 0  # items waiting for their start or being fetched
         # Fetched items waiting for _archive_fetched, which runs while any wait.
         self._fetched: list[tuple[int, int, FetchItem, FetchResponse]] = []
+        self._urgent = 0  # of those, the items whose end was not announced
         self._archiver: asyncio.Task[None] | None = None
+        self._gathering: asyncio.Future[None] | None = None  # the archiver's wait (GATHER_S)
         # When recent fetches whose host's next item may be sent early ended (monotonic
         # seconds by ItemResult.end_key): that item waits from there.
         # An OrderedDict: dropping the oldest from a plain dict scans the holes its
@@ -169,6 +179,35 @@ class Fetcher:
             t.add_done_callback(self._running.discard)
 
     async def _run_item(self, task_id: int, index: int, item: FetchItem) -> None:
+        self._under_way += 1
+        try:
+            resp = await self._fetch_when_due(item)
+        except Exception as e:  # a bug must cost one URL, not a stuck crawl
+            await self.queue.report(self.worker, [_internal_error(task_id, index, item, e)])
+            return
+        finally:
+            self._under_way -= 1
+        announced = (
+            item.announce_end and item.kind == PAGE and not retryable(resp.status, resp.error)
+        )
+        if announced:
+            # Its host's next request may leave now, while this page is archived and
+            # parsed (a failure waits for its result, which decides the back-off).
+            await self.queue.fetch_ended(self.worker, self._notice(task_id, index, item, resp))
+        # Archived and parsed with the other pages fetched in this turn of the loop
+        # (most pages are in batches of 10-60): a stage run over a batch keeps its code
+        # and data in the CPU's caches (docs/benchmarks.md, "Fetcher").
+        self._fetched.append((task_id, index, item, resp))
+        if not announced:
+            self._urgent += 1
+        if self._archiver is None:
+            self._archiver = asyncio.ensure_future(self._archive_fetched())
+        elif not announced or len(self._fetched) >= GATHER_ITEMS or not self._under_way:
+            self._end_gathering()  # someone waits, the batch is full, or no more will come
+
+    async def _fetch_when_due(self, item: FetchItem) -> FetchResponse:
+        """``item``'s response, fetched once its wait is over and a fetch slot is free
+        (and, in a cluster, within its pace)."""
         if item.wait_s > 0:
             # The manager sent the item before its host's delay was over: the wait holds
             # no fetch slot. The clock is read again after each sleep: a loop's timers
@@ -178,25 +217,10 @@ class Fetcher:
             while (left := until - time.monotonic()) > 0:
                 await asyncio.sleep(left)
         async with self._slots:
-            try:
-                if self.pace is None:
-                    resp = await self._fetch(item)
-                else:
-                    async with self.pace(item):
-                        resp = await self._fetch(item)
-            except Exception as e:  # a bug must cost one URL, not a stuck crawl
-                await self.queue.report(self.worker, [_internal_error(task_id, index, item, e)])
-                return
-        if item.announce_end and item.kind == PAGE and not retryable(resp.status, resp.error):
-            # Its host's next request may leave now, while this page is archived and
-            # parsed (a failure waits for its result, which decides the back-off).
-            await self.queue.fetch_ended(self.worker, self._notice(task_id, index, item, resp))
-        # Archived and parsed with the other pages fetched in this turn of the loop
-        # (most pages are in batches of 10-60): a stage run over a batch keeps its code
-        # and data in the CPU's caches (docs/benchmarks.md, "Fetcher").
-        self._fetched.append((task_id, index, item, resp))
-        if self._archiver is None:
-            self._archiver = asyncio.ensure_future(self._archive_fetched())
+            if self.pace is None:
+                return await self._fetch(item)
+            async with self.pace(item):
+                return await self._fetch(item)
 
     def _notice(self, task_id: int, index: int, item: FetchItem, resp: FetchResponse) -> ItemResult:
         """The notice that ``item``'s request has ended (FetcherQueue.fetch_ended)."""
@@ -237,7 +261,9 @@ class Fetcher:
         """Archive, parse and report the fetched pages, batch by batch, until none wait."""
         try:
             while self._fetched:
-                batch, self._fetched = self._fetched, []
+                if not self._urgent and len(self._fetched) < GATHER_ITEMS and self._under_way:
+                    await self._gather()
+                batch, self._fetched, self._urgent = self._fetched, [], 0
                 results = self.complete(batch)
                 now, mono = time.time(), time.monotonic()
                 for (_, _, item, resp), result in zip(batch, results):
@@ -247,6 +273,22 @@ class Fetcher:
                 await self.queue.report(self.worker, results)
         finally:
             self._archiver = None
+
+    async def _gather(self) -> None:
+        """Wait up to GATHER_S for more fetched items (see GATHER_S)."""
+        loop = asyncio.get_running_loop()
+        waiter = self._gathering = loop.create_future()
+        timer = loop.call_later(GATHER_S, self._end_gathering)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._gathering = None
+
+    def _end_gathering(self) -> None:
+        waiter = self._gathering
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     async def process(self, task_id: int, index: int, item: FetchItem) -> ItemResult:
         """Fetch, archive, log and parse one item. Never raises for bad input or network trouble."""

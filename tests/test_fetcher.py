@@ -9,12 +9,14 @@ import asyncio
 import gzip
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from aiohttp import web
 from warcio.archiveiterator import ArchiveIterator
 
+from drumbeat import fetcher as fetcher_module
 from drumbeat.fetch.curl import CurlHttpClient
 from drumbeat.fetch.guard import AddressPolicy
 from drumbeat.fetch.http import AiohttpClient
@@ -83,6 +85,11 @@ async def when(request: web.Request) -> web.Response:
     return resp
 
 
+async def slow(request: web.Request) -> web.Response:
+    await asyncio.sleep(float(request.query["s"]))
+    return web.Response(text="<html><body>late</body></html>", content_type="text/html")
+
+
 async def one_by_one(fetcher: Fetcher, items: list[FetchItem]) -> list[ItemResult]:
     return [await fetcher.process(0, i, item) for i, item in enumerate(items)]
 
@@ -98,6 +105,7 @@ def run_fetches(tmp_path: Path, items: list[FetchItem], fetch_all=one_by_one):
         app.router.add_get("/binary", binary)
         app.router.add_get("/robots.txt", robots)
         app.router.add_get("/when/{name}", when)
+        app.router.add_get("/slow", slow)
         runner = web.AppRunner(app)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -351,6 +359,53 @@ def test_a_page_its_host_waits_for_is_announced_as_its_request_ends(tmp_path: Pa
     assert not first.fetch_ended and first.item.item_id == 1 and first.status == 200
     assert second.item.item_id == 2 and not second.fetch_ended
     assert third.item.item_id == 3 and third.error == "connect" and not third.fetch_ended
+
+
+@pytest.mark.parametrize("last", ["announced", "awaited"])
+def test_announced_pages_wait_for_each_other_to_be_archived(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, last: str
+):
+    """A page whose end was announced is archived and reported with the next ones
+    (fetcher.GATHER_S, here a minute) while other fetches of the fetcher are under way.
+    The wait ends when none is left (all three in one batch, once the slow one is
+    answered), or when an item that was not announced comes in: its host waits for its
+    result, which goes out at once with the page that waited (the slow one follows)."""
+    monkeypatch.setattr(fetcher_module, "GATHER_S", 60.0)
+    slow_s = 0.5
+    quick = FetchItem(1, "http://127.0.0.1:PORT/when/quick", "127.0.0.1")
+    late = FetchItem(2, f"http://127.0.0.1:PORT/slow?s={slow_s}", "127.0.0.1")
+    other = FetchItem(3, "http://127.0.0.1:PORT/when/other", "127.0.0.1")
+    for item in (quick, late, other):
+        item.report_now = item.announce_end = True
+    other.announce_end = last == "announced"
+    batches: list[tuple[list[int], float]] = []  # item ids, seconds since submitted
+
+    async def watched(fetcher: Fetcher, items: list[FetchItem]) -> list[ItemResult]:
+        report = fetcher.queue.report
+        started = time.monotonic()
+
+        async def noted(worker: str, results: Sequence[ItemResult]) -> None:
+            batches.append((sorted(r.item.item_id for r in results), time.monotonic() - started))
+            await report(worker, results)
+
+        fetcher.queue.report = noted  # type: ignore[method-assign]
+        running = asyncio.ensure_future(fetcher.run())
+        await fetcher.queue.submit([Task(0, items)])
+        results: list[ItemResult] = []
+        while len(results) < len(items):  # the results, not the notices
+            results += [r for r in await fetcher.queue.collect(8, 10.0) if not r.fetch_ended]
+        await fetcher.queue.close()
+        await running
+        return sorted(results, key=lambda r: r.index)
+
+    _, results = run_fetches(tmp_path, [quick, late, other], watched)
+    assert [r.status for r in results] == [200, 200, 200]
+    if last == "announced":
+        [(ids, at)] = batches
+        assert ids == [1, 2, 3] and slow_s <= at < 10
+    else:
+        [(first, at), (then, _)] = batches
+        assert first == [1, 3] and at < slow_s and then == [2]
 
 
 def test_a_failing_item_does_not_take_its_batch_with_it(tmp_path: Path):

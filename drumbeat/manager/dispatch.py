@@ -270,7 +270,9 @@ class Dispatcher:
         else:
             self._ended.remove(item.item_id)
             ended = now - r.held_s
-        if item.report_now:  # reported at once: held_s is the page's archiving and parsing
+        if item.report_now and not item.announce_end:
+            # Reported at once: held_s is the page's archiving and parsing. (The result of
+            # an announced end may wait for others to be archived with: fetcher.GATHER_S.)
             self.held_s += HELD_WEIGHT * (r.held_s - self.held_s)
         if item.kind == ROBOTS:
             self.scheduler.done(host, ended, self._on_robots(r, host))
