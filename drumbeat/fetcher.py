@@ -57,7 +57,7 @@ ENDS_KEPT = 4096
 # CPU a page than pages one by one, and is reported in one frame (docs/benchmarks.md,
 # "One site"). Any other item ends the wait: a result someone waits for goes at once.
 GATHER_S = 0.005
-GATHER_ITEMS = 8
+GATHER_ITEMS = 4
 
 
 @dataclass(frozen=True, slots=True)
