@@ -18,6 +18,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 SAMPLE_INTERVAL_S = 0.5
 _KILL_GRACE_S = 15.0  # after SIGTERM at the time limit, SIGKILL
@@ -33,6 +34,15 @@ class Usage:
     peak_rss_bytes: int
     max_processes: int
     timed_out: bool
+
+
+def per_page_us(stages: dict[str, Any], part: str = "seconds") -> dict[str, float]:
+    """A crawl's stages.json ``part`` of CPU seconds ("seconds": by stage, "cpu_s": by
+    process) as µs a page over the pages it counted; {} where it counted none."""
+    pages = stages.get("pages") or 0
+    if not pages:
+        return {}
+    return {k: 1e6 * v / pages for k, v in stages.get(part, {}).items()}
 
 
 def _children_map() -> dict[int, list[int]]:

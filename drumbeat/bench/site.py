@@ -20,11 +20,11 @@ pages/s (HTML pages answered 200, over the span from the crawler's first request
 last), coverage (every crawler must fetch the same set of pages: the pages one missed or
 added against wget are counted), CPU ms a page (the crawler's processes, ``wait4``), the
 most requests in flight at once and, with 1 connection, the smallest gap between one
-request's end and the next one's start; drumbeat's dispatch latency (its
-``stages.json``). ``--quick``: wget and the two drumbeat runs the targets name (0 s with 4
-connections, 5 ms with 1); ``--only 5ms-x1`` (repeatable): only the configurations named
-(see ``RUNS``). ``--json``: one JSON object. Skips (exit 0, with a message)
-where the doc package is missing.
+request's end and the next one's start; drumbeat's dispatch latency and where its CPU
+went, µs a page by process and by stage (its ``stages.json``). ``--quick``: wget and the
+two drumbeat runs the targets name (0 s with 4 connections, 5 ms with 1); ``--only
+5ms-x1`` (repeatable): only the configurations named (see ``RUNS``). ``--json``: one JSON
+object. Skips (exit 0, with a message) where the doc package is missing.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from drumbeat.bench._throughput_proc import Usage, run_measured
+from drumbeat.bench._throughput_proc import Usage, per_page_us, run_measured
 from drumbeat.bench._throughput_web import Nginx, nginx_binary, pick_port
 from drumbeat.bench.throughput import INSTALL_HINT, processor
 
@@ -82,7 +82,19 @@ class Run:
     min_gap_s: float | None  # one request's end to the next start (1 connection)
     tcp_connections: int  # TCP connections the requests came on
     server_cpu_s: float | None
-    latency: dict[str, Any] | None  # drumbeat's dispatch latency (stages.json)
+    stages: dict[str, Any] | None  # drumbeat's stages.json
+
+    @property
+    def latency(self) -> dict[str, Any] | None:
+        """drumbeat's dispatch latency."""
+        return None if self.stages is None else self.stages.get("dispatch_latency")
+
+    def us_per_page(self, part: str) -> dict[str, float] | None:
+        """drumbeat's CPU a page in µs from stages.json's ``part``: "cpu_s" (by process)
+        or "seconds" (by stage), over the pages it counted."""
+        if self.stages is None or not self.stages.get("pages"):
+            return None
+        return {k: round(v, 1) for k, v in per_page_us(self.stages, part).items()}
 
     @property
     def pages_per_s(self) -> float:
@@ -152,13 +164,13 @@ class SiteBench:
         self.say(f"{name}: crawling ...")
         server.start()
         try:
-            latency = None
+            stages = None
             if crawler == "wget":
                 usage = self._wget(tag)
             elif crawler == "scrapy":
                 usage = self._scrapy(tag)
             else:
-                usage, latency = self._drumbeat(tag, host_delay_s or 0.0, connections)
+                usage, stages = self._drumbeat(tag, host_delay_s or 0.0, connections)
         finally:
             server_cpu = server.stop()
         pages, requests, span, most, gap, tcp = read_log(server.access_log)
@@ -175,7 +187,7 @@ class SiteBench:
             gap,
             tcp,
             server_cpu,
-            latency,
+            stages,
         )
         self.say(f"{name}: {len(pages):,} pages, {run.pages_per_s:,.0f} pages/s")
         return run
@@ -252,10 +264,10 @@ class SiteBench:
         ]
         usage = run_measured(cmd, log_path=self.work / f"{tag}.out", limit_s=LIMIT_S + 30)
         stages_path = state / "stages.json"
-        latency = None
+        stages = None
         if stages_path.exists():
-            latency = json.loads(stages_path.read_text(encoding="utf-8")).get("dispatch_latency")
-        return usage, latency
+            stages = json.loads(stages_path.read_text(encoding="utf-8"))
+        return usage, stages
 
 
 def report(runs: list[Run], elapsed_s: float) -> dict[str, Any]:
@@ -287,6 +299,8 @@ def report(runs: list[Run], elapsed_s: float) -> dict[str, Any]:
             "exit_code": r.usage.exit_code,
             "timed_out": r.usage.timed_out,
             "dispatch_latency": r.latency,
+            "cpu_us_per_page": r.us_per_page("cpu_s"),
+            "stage_us_per_page": r.us_per_page("seconds"),
             "missing_examples": sorted(base.pages - r.pages)[:3] if base else [],
             "extra_examples": sorted(r.pages - base.pages)[:3] if base else [],
         }
@@ -333,11 +347,22 @@ def print_report(rep: dict[str, Any]) -> None:
             str(r["exit_code"]),
         )
     console.print(table)
+    for name, r in rep["runs"].items():
+        by_process, by_stage = r.get("cpu_us_per_page"), r.get("stage_us_per_page")
+        if by_process and by_stage:
+            stages = sorted(by_stage.items(), key=lambda kv: -kv[1])
+            console.print(
+                f"{name}, CPU µs a page: "
+                + ", ".join(f"{k} {v:,.0f}" for k, v in by_process.items())
+                + "; by stage: "
+                + ", ".join(f"{k} {v:,.0f}" for k, v in stages if v >= 1)
+            )
     t = rep["targets"]
     console.print(
         f"Targets: host delay 0 with 4 connections >= {TARGET_RATIO_TO_WGET:g}x wget: "
-        f"{t['ratio_4_connections_to_wget']}x, same pages: {t['same_coverage']}; host delay 5 ms "
-        f"with 1 connection >= {TARGET_PAGES_PER_S_AT_5MS:g} pages/s: {t['pages_per_s_at_5ms']}."
+        f"{_or_na(t['ratio_4_connections_to_wget'], 'x')}, same pages: {t['same_coverage']}; "
+        f"host delay 5 ms with 1 connection >= {TARGET_PAGES_PER_S_AT_5MS:g} pages/s: "
+        f"{_or_na(t['pages_per_s_at_5ms'])}."
     )
     console.print(
         "Notes: pages = HTML pages answered 200 (nginx's log); pages/s over the first "
@@ -347,6 +372,11 @@ def print_report(rep: dict[str, Any]) -> None:
         "next start; conns = TCP connections; pages are compared %-decoded (drumbeat spells "
         "%3D as =)."
     )
+
+
+def _or_na(value: float | None, unit: str = "") -> str:
+    """A target's figure, or "n/a" where the runs it needs were not made (--only)."""
+    return "n/a" if value is None else f"{value}{unit}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -59,7 +59,13 @@ from pathlib import Path
 from typing import Any
 
 from drumbeat.bench._throughput_dns import DnsThread
-from drumbeat.bench._throughput_proc import ApiPoller, TreeSampler, Usage, run_measured
+from drumbeat.bench._throughput_proc import (
+    ApiPoller,
+    TreeSampler,
+    Usage,
+    per_page_us,
+    run_measured,
+)
 from drumbeat.bench._throughput_web import (
     ONE_PLD,
     Nginx,
@@ -584,7 +590,7 @@ def _run_dict(r: CrawlRun) -> dict[str, Any]:
             **r.stages,
             "pages": pages,
             "seconds": seconds,
-            "us_per_page": {k: 1e6 * v / pages for k, v in seconds.items()} if pages else {},
+            "us_per_page": per_page_us(r.stages),
         }
     return {
         "crawler": r.crawler,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from drumbeat.bench import benchmarks, site
+from drumbeat.bench._throughput_proc import Usage
 
 
 def test_log_gives_pages_overlap_and_gaps(tmp_path):
@@ -50,3 +51,34 @@ def test_instant_requests_count_as_in_flight(tmp_path):
         "10.000 0.000 1 200 /a.html\n10.000 0.000 2 200 /b.html\n10.005 0.000 1 200 /c.html\n"
     )
     assert site.read_log(log)[3] == 1
+
+
+def test_report_gives_drumbeats_cpu_a_page_by_process_and_stage(capsys):
+    """stages.json's CPU seconds, by process and by stage, come out as µs a page."""
+    usage = Usage(0, 0.0, 2.0, 3.0, 0, 3, False)
+    stages = {
+        "pages": 1000,
+        "cpu_s": {"manager": 0.4, "fetchers": 1.5},
+        "seconds": {"parse": 0.62, "fetch": 0.4, "journal": 0.0004},
+        "dispatch_latency": {"p50_ms": 2.5, "p90_ms": 4.5},
+    }
+    pages = {f"/p/{k}.html" for k in range(1000)}
+
+    def run(name: str, crawler: str, delay: float | None, conns: int, st) -> site.Run:
+        return site.Run(name, crawler, delay, conns, usage, pages, 1000, 1.0, 1, None, 1, None, st)
+
+    runs = [run("wget", "wget", None, 1, None), run("drumbeat 0 ms x4", "drumbeat", 0.0, 4, stages)]
+    rep = site.report(runs, 3.0)
+    four = rep["runs"]["drumbeat 0 ms x4"]
+    assert four["cpu_us_per_page"] == {"manager": 400.0, "fetchers": 1500.0}
+    assert four["stage_us_per_page"] == {"parse": 620.0, "fetch": 400.0, "journal": 0.4}
+    assert four["dispatch_latency"] == {"p50_ms": 2.5, "p90_ms": 4.5}
+    assert rep["runs"]["wget"]["cpu_us_per_page"] is None
+    site.print_report(rep)
+    out = capsys.readouterr().out
+    line = "drumbeat 0 ms x4, CPU µs a page: manager 400, fetchers 1,500; by stage: parse 620"
+    assert line + ", fetch 400" in out
+    assert "2x wget: n/a" not in out and "2x wget: 1.0x" in out  # wget ran here
+    site.print_report(site.report(runs[1:], 1.0))  # --only 0ms-x4: no wget to compare with
+    out = capsys.readouterr().out
+    assert "2x wget: n/a" in out and "pages/s: n/a." in out
