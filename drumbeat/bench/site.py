@@ -140,9 +140,10 @@ def read_log(path: Path) -> tuple[set[str], int, float, int, float | None, int]:
 
 
 class SiteBench:
-    def __init__(self, work: Path, nginx: str, log: bool) -> None:
+    def __init__(self, work: Path, nginx: str, log: bool, root: Path = DOC_ROOT) -> None:
         self.work = work
         self.nginx = nginx
+        self.root = root
         self.log = log
         self.port = pick_port(ADDRESS, random.Random())
         self.front = f"http://{ADDRESS}:{self.port}{FRONT_PAGE}"
@@ -159,7 +160,7 @@ class SiteBench:
         )
         tag = name.replace(" ", "-")
         server = Nginx(
-            self.nginx, self.work / f"nginx-{tag}", DOC_ROOT, [ADDRESS], self.port, 1, LOG_FORMAT
+            self.nginx, self.work / f"nginx-{tag}", self.root, [ADDRESS], self.port, 1, LOG_FORMAT
         )
         self.say(f"{name}: crawling ...")
         server.start()
@@ -270,10 +271,10 @@ class SiteBench:
         return usage, stages
 
 
-def report(runs: list[Run], elapsed_s: float) -> dict[str, Any]:
+def report(runs: list[Run], elapsed_s: float, root: Path = DOC_ROOT) -> dict[str, Any]:
     base = next((r for r in runs if r.crawler == "wget"), None)
     out: dict[str, Any] = {
-        "site": {"package": DOC_PACKAGE, "root": str(DOC_ROOT), "front": FRONT_PAGE},
+        "site": {"package": DOC_PACKAGE, "root": str(root), "front": FRONT_PAGE},
         "cpu_model": processor(),
         "runs": {},
         "elapsed_s": round(elapsed_s, 1),
@@ -392,8 +393,21 @@ def main(argv: list[str] | None = None) -> int:
         help="run only this configuration (repeatable; wget's coverage is then not compared)",
     )
     ap.add_argument("--dir", type=Path, default=None, help="work directory (default: a temp dir)")
+    ap.add_argument(
+        "--root",
+        type=Path,
+        default=None,
+        help=f"the site's tree, served from its top (default {DOC_ROOT}, where "
+        f"{DOC_PACKAGE} installs it; the crawls start at {FRONT_PAGE})",
+    )
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
-    if not (DOC_ROOT / FRONT_PAGE.lstrip("/")).exists():
+    root = DOC_ROOT if args.root is None else args.root.resolve()
+    if not (root / FRONT_PAGE.lstrip("/")).exists():
+        if args.root is not None:
+            print(
+                f"drumbeat bench site: --root {args.root}: no {FRONT_PAGE} there", file=sys.stderr
+            )
+            return 2
         print(
             f"drumbeat bench site: skipped: the site ({DOC_PACKAGE}) is not installed: "
             f"{INSTALL_HINT}",
@@ -415,9 +429,9 @@ def main(argv: list[str] | None = None) -> int:
     work.chmod(0o755)
     started = time.perf_counter()
     try:
-        bench = SiteBench(work, nginx, log=not args.json)
+        bench = SiteBench(work, nginx, log=not args.json, root=root)
         runs = [bench.run(*RUNS[name]) for name in RUNS if name in chosen]
-        rep = report(runs, time.perf_counter() - started)
+        rep = report(runs, time.perf_counter() - started, root)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if args.json:

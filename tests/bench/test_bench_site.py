@@ -1,9 +1,15 @@
-"""drumbeat bench site: its reading of nginx's log, and its skip where the site is missing."""
+"""drumbeat bench site: its reading of nginx's log, its skip where the site is missing, and
+another tree given by --root."""
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from drumbeat.bench import benchmarks, site
 from drumbeat.bench._throughput_proc import Usage
+from drumbeat.bench._throughput_web import nginx_binary
 
 
 def test_log_gives_pages_overlap_and_gaps(tmp_path):
@@ -82,3 +88,32 @@ def test_report_gives_drumbeats_cpu_a_page_by_process_and_stage(capsys):
     site.print_report(site.report(runs[1:], 1.0))  # --only 0ms-x4: no wget to compare with
     out = capsys.readouterr().out
     assert "2x wget: n/a" in out and "pages/s: n/a." in out
+
+
+def test_root_without_the_front_page_is_an_error(tmp_path, capsys):
+    assert site.main(["--quick", "--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"--root {tmp_path}" in err and site.FRONT_PAGE in err
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(
+    nginx_binary() is None, reason="nginx is not installed (scripts/install-bench installs it)"
+)
+def test_root_serves_another_tree(tmp_path, capsys):
+    """--root: the site is the tree given (a carried copy where the package cannot be
+    installed); four connections fetch every page of it."""
+    root = tmp_path / "site"
+    (root / "en").mkdir(parents=True)
+    names = [f"p{k}.html" for k in range(6)]
+    links = "".join(f'<a href="{n}">{n}</a>' for n in names)
+    (root / "en" / "index.html").write_text(f"<html><body>{links}</body></html>")
+    for n in names:
+        (root / "en" / n).write_text('<html><body><a href="index.html">up</a></body></html>')
+    root.chmod(0o755)
+    tmp_path.chmod(0o755)  # nginx's workers read the tree as another user
+    code = site.main(["--only", "0ms-x4", "--json", "--root", str(root), "--dir", str(tmp_path)])
+    rep = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert rep["site"]["root"] == str(root)
+    assert rep["runs"]["drumbeat 0 ms x4"]["pages"] == 7
