@@ -24,7 +24,7 @@ import re
 import sys
 from array import array
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import lru_cache
 
 # ada-url's own cffi binding of its C API. The public ``join_url`` re-encodes the base
@@ -494,6 +494,62 @@ def pld_targets(source_url: str, links: list[str]) -> tuple[str, list[str]]:
                 targets.add(_origin_pld(other))
     targets.discard(source)
     return source, sorted(targets)
+
+
+def group_by_origin(
+    origin: str,
+    links: list[str],
+    home: int,
+    owners: dict[str, int],
+    owner_of: Callable[[str], int],
+) -> dict[int, list[str]]:
+    """``links`` (normalized URLs found on a page of ``origin``, its
+    ``scheme://authority``) grouped by owner, the order kept within each: the links
+    within that origin (most of a page's) under ``home``, its owner; any other under its
+    own origin's owner in ``owners``, or, for an origin not there, ``owner_of(origin)``
+    (which remembers it). No empty group.
+
+    A cluster fetcher groups every link of every page so (drumbeat.queue.partition's
+    Splitter): here because this module is compiled (setup.py)."""
+    own = origin + "/"
+    mine: list[str] = []
+    groups: dict[int, list[str]] = {home: mine}
+    for link in links:
+        if link.startswith(own):
+            mine.append(link)
+            continue
+        # A normalized http(s) URL always has a path (see pld_targets).
+        other = link[: link.find("/", 8)]
+        part = owners.get(other)
+        if part is None:
+            part = owner_of(other)
+        group = groups.get(part)
+        if group is None:
+            groups[part] = [link]
+        else:
+            group.append(link)
+    if not mine:
+        del groups[home]
+    return groups
+
+
+def group_by_owner(
+    keys: list[str], owners: dict[str, int], owner_of: Callable[[str], int]
+) -> dict[int, list[str]]:
+    """``keys`` grouped by their owner in ``owners``, or, for a key not there,
+    ``owner_of(key)`` (which remembers it); the order kept within each group. A cluster
+    fetcher groups the PLDs each page links to so (see :func:`group_by_origin`)."""
+    groups: dict[int, list[str]] = {}
+    for key in keys:
+        part = owners.get(key)
+        if part is None:
+            part = owner_of(key)
+        group = groups.get(part)
+        if group is None:
+            groups[part] = [key]
+        else:
+            group.append(key)
+    return groups
 
 
 def in_scope(

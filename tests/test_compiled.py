@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-TESTS = ["test_urls.py", "parse/test_links.py", "test_fetcher.py"]
+TESTS = ["test_urls.py", "parse/test_links.py", "test_fetcher.py", "queue/test_partition.py"]
 
 
-def test_compiled_urls_pass_the_url_link_and_fetcher_tests(tmp_path: Path) -> None:
+def test_compiled_urls_pass_the_url_link_fetcher_and_partition_tests(tmp_path: Path) -> None:
     for name in ("setup.py", "pyproject.toml", "README.md"):
         shutil.copy(REPO / name, tmp_path / name)
     shutil.copytree(

@@ -68,30 +68,17 @@ class Splitter:
         splitting the packed payloads (:meth:`split_found`). The links within the
         source's origin, most of a page's, share its owner and are not looked up."""
         origin = urls.origin_of(source_url)
-        own = origin + "/"
-        home = self._owner_of_link_origin(origin)
-        groups: dict[int, list[str]] = {home: []}
-        mine = groups[home].append
-        known = self._link_owners
-        for link in links:
-            if link.startswith(own):
-                mine(link)
-                continue
-            other = link[: link.find("/", 8)]  # a normalized http(s) URL has a path
-            part = known.get(other)
-            if part is None:
-                part = self._owner_of_link_origin(other)
-            groups.setdefault(part, []).append(link)
-        if not groups[home]:
-            del groups[home]
-        return groups
+        return urls.group_by_origin(
+            origin,
+            links,
+            self._owner_of_link_origin(origin),
+            self._link_owners,
+            self._owner_of_link_origin,
+        )
 
     def group_plds(self, plds: list[str]) -> dict[int, list[str]]:
         """``plds`` by owning partition, the order kept within each."""
-        groups: dict[int, list[str]] = {}
-        for pld in plds:  # a page links to a few: no fast path needed
-            groups.setdefault(self.owner_of_pld(pld), []).append(pld)
-        return groups
+        return urls.group_by_owner(plds, self._pld_owners, self.owner_of_pld)
 
     def _owner_of_link_origin(self, origin: str) -> int:
         """The owner of the URLs of ``origin`` (``scheme://authority``), remembered."""
