@@ -109,6 +109,16 @@ class AuxArray:
         )
 
     @classmethod
+    def concat(cls, parts: Sequence[AuxArray]) -> AuxArray:
+        """The items of ``parts``, in order, as one AuxArray (one copy of the bytes)."""
+        if len(parts) == 1:
+            return parts[0]
+        lengths = np.concatenate([part.lengths() for part in parts])
+        offsets = np.zeros(len(lengths) + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        return cls(b"".join([part.data() for part in parts]), offsets)
+
+    @classmethod
     def from_strs(cls, items: Sequence[str]) -> AuxArray:
         """The UTF-8 encodings of ``items``, with one join and one encode.
 

@@ -75,7 +75,18 @@ class SeenManifest(Snapshot, total=False):
 
 
 class DrumURLSeen:
-    """URL-seen for one crawl, stored in ``directory``."""
+    """URL-seen for one crawl, stored in ``directory``.
+
+    Checks of fewer than GATHER_URLS URLs are gathered in RAM before DRUM gets them (in
+    submission order): each DRUM submit has a fixed cost (its buffer's bookkeeping, in
+    numpy), which dominated where a crawl of one site sends it a page or two of links
+    at a time. Gathered URLs are DRUM's as far as anyone can tell: they count as
+    :attr:`pending`, and :meth:`flush` and :meth:`commit` give them to DRUM first. A
+    process killed before that loses them as it would lose DRUM's own buffer (the
+    manager's journal holds them).
+    """
+
+    GATHER_URLS = 1024
 
     def __init__(
         self,
@@ -106,6 +117,9 @@ class DrumURLSeen:
         )
         self._cache = RecentFingerprints(cache_bytes) if cache_bytes else None
         self._submitted_since_flush = 0
+        # Checks not yet given to DRUM (see GATHER_URLS), and how many URLs they hold.
+        self._gathered: list[tuple[np.ndarray, AuxArray]] = []
+        self._gathered_n = 0
         # [epoch, new URLs] of a round taken that far before the commit reopened here.
         taken = None if manifest is None else manifest.get("urlseen_taken")
         self._taken_before: list[int] = taken or [-1, 0]
@@ -160,14 +174,30 @@ class DrumURLSeen:
                 fps, aux = fps[kept], AuxArray.of(aux).take(kept)
                 if not len(fps):
                     return dropped
+        aux = AuxArray.of(aux)
         if sent is not None:
-            aux = AuxArray.of(aux)
             sent(fps, aux)
-        self.drum.check_update(fps, aux=aux)
+        self._gathered.append((fps, aux))
+        self._gathered_n += len(fps)
+        if self._gathered_n >= self.GATHER_URLS:
+            self._give()
         self._submitted_since_flush += len(fps)
         if cache is not None:
-            cache.remember(fps)  # only now: DRUM has them
+            cache.remember(fps)  # only now: they are as good as DRUM's
         return dropped
+
+    def _give(self) -> None:
+        """Give DRUM the gathered checks, as one submit."""
+        gathered = self._gathered
+        if not gathered:
+            return
+        self._gathered, self._gathered_n = [], 0
+        if len(gathered) == 1:
+            fps, aux = gathered[0]
+        else:
+            fps = np.concatenate([fps for fps, _ in gathered])
+            aux = AuxArray.concat([aux for _, aux in gathered])
+        self.drum.check_update(fps, aux=aux)
 
     @property
     def pending(self) -> int:
@@ -191,6 +221,7 @@ class DrumURLSeen:
     def flush(self, wait: bool = True) -> None:
         """Merge everything submitted so far (``wait=False``: in the background, if so
         configured; see Drum.flush)."""
+        self._give()
         self.drum.flush(wait=wait)
         self._submitted_since_flush = 0
 
@@ -223,6 +254,7 @@ class DrumURLSeen:
     def commit(self) -> SeenManifest:
         """DRUM's manifest (see Drum.commit), with the new URLs taken of the round that
         :meth:`take_new` is delivering."""
+        self._give()  # a checkpoint holds every URL submitted before it
         manifest = cast("SeenManifest", self.drum.commit())  # a fresh copy, ours to extend
         if self._epoch == -1:  # nothing delivered yet: the place reopened at still holds
             manifest["urlseen_taken"] = list(self._taken_before)

@@ -55,6 +55,27 @@ def test_reopening_with_a_manifest_rolls_back_to_it(tmp_path):
     assert _new(again) == ["http://a.test/2", "http://a.test/3"]
 
 
+def test_small_checks_wait_for_one_drum_submit_and_a_commit_keeps_them(tmp_path):
+    """A few URLs at a time are gathered for one DRUM submit (GATHER_URLS): they count
+    as pending, and a commit gives them to DRUM, so that a checkpoint holds them."""
+    seen = DrumURLSeen(tmp_path / "u", ram_bytes=1 << 20)
+    _submit(seen, ["http://a.test/1", "http://a.test/2"])
+    _submit(seen, ["http://a.test/3"])
+    assert seen.pending == 3 and seen.drum.stats().pending == 0
+    manifest = seen.commit()
+    assert seen.drum.stats().pending == 3
+    again = DrumURLSeen(tmp_path / "u", ram_bytes=1 << 20, manifest=manifest)
+    _submit(again, ["http://a.test/2", "http://a.test/4"])
+    assert _new(again) == [f"http://a.test/{i}" for i in (1, 2, 3, 4)]
+    # Enough URLs go to DRUM at once, in the order they came.
+    many = [f"http://b.test/{i}" for i in range(DrumURLSeen.GATHER_URLS)]
+    _submit(again, many[:10])
+    assert again.drum.stats().pending == 0
+    _submit(again, many[10:])
+    assert again.drum.stats().pending == len(many)
+    assert _new(again) == many
+
+
 def test_a_round_taken_partway_goes_on_from_there_after_reopening(tmp_path):
     # A checkpoint may fall in the middle of a round's new URLs (the manager places a
     # large one over many turns): reopened at it, the round goes on where it was left,
