@@ -69,6 +69,18 @@ class GraphManifest(TypedDict):
 
 
 class PLDIndegree:
+    """The two repositories, and the edges found since the last submit to ``edges``.
+
+    Edges come in batches of a page or two where a crawl of one site finds them a few
+    pages a turn; each DRUM submit has a fixed cost, so batches of fewer than
+    GATHER_EDGES edges wait in RAM for one submit (as URL-seen's checks do). They go to
+    the edges DRUM before anything reads it or makes it durable: :meth:`flush`,
+    :meth:`refresh`, :meth:`lookup` and :meth:`commit`. A process killed before that
+    loses them as it loses DRUM's own buffer (the manager's journal holds them).
+    """
+
+    GATHER_EDGES = 1024
+
     def __init__(
         self,
         directory: Path,
@@ -115,13 +127,16 @@ class PLDIndegree:
         # targets of the new edges it has given so far.
         self._taking: Iterator[DrumResult] | None = None
         self._counts: Counter[bytes] = Counter()
+        # Edges not yet given to the edges DRUM (see GATHER_EDGES), and how many.
+        self._gathered: list[tuple[np.ndarray, AuxArray]] = []
+        self._gathered_n = 0
 
     def add(self, edges: Iterable[tuple[str, str]]) -> None:
         """Queue (source PLD, target PLD) edges; repeats are absorbed by the edges DRUM."""
         edges = list(edges)
         if edges:
             keys = np.fromiter((edge_key(s, t) for s, t in edges), np.uint64, len(edges))
-            self.edges.check_update(keys, aux=AuxArray.from_strs([t for _, t in edges]))
+            self._gather(keys, AuxArray.from_strs([t for _, t in edges]))
 
     def add_packed(self, keys: bytes, targets: bytes, lengths: bytes) -> None:
         """:meth:`add` for edges packed by fetchers (see queue.base.FoundEdges, which may
@@ -129,7 +144,26 @@ class PLDIndegree:
         uint32 lengths."""
         key_array = np.frombuffer(keys, np.uint64)
         if len(key_array):
-            self.edges.check_update(key_array, aux=AuxArray.from_lengths(targets, lengths))
+            self._gather(key_array, AuxArray.from_lengths(targets, lengths))
+
+    def _gather(self, keys: np.ndarray, targets: AuxArray) -> None:
+        self._gathered.append((keys, targets))
+        self._gathered_n += len(keys)
+        if self._gathered_n >= self.GATHER_EDGES:
+            self._give()
+
+    def _give(self) -> None:
+        """Give the edges DRUM the gathered edges, as one submit."""
+        gathered = self._gathered
+        if not gathered:
+            return
+        self._gathered, self._gathered_n = [], 0
+        if len(gathered) == 1:
+            keys, targets = gathered[0]
+        else:
+            keys = np.concatenate([keys for keys, _ in gathered])
+            targets = AuxArray.concat([targets for _, targets in gathered])
+        self.edges.check_update(keys, aux=targets)
 
     def pump(self, budget_s: float | None = None) -> int:
         """Turn edges found new by finished merges into in-degree updates; returns how many
@@ -218,10 +252,21 @@ class PLDIndegree:
         """Merge everything queued in both repositories (edges first). ``wait=False``:
         the edges merge in the background, if so configured; what it finds new is
         counted by a later :meth:`pump` (the in-degrees merge now)."""
-        self.edges.flush(wait=wait)
+        self.merge_edges(wait=wait)
         self.pump()
         self.indegree.flush()
         self._report_indegrees()
+
+    def merge_edges(self, wait: bool = True) -> None:
+        """Merge the edges added so far (``wait=False``: in the background, if so
+        configured); what the merge finds new waits for :meth:`pump`."""
+        self._give()
+        self.edges.flush(wait=wait)
+
+    @property
+    def queued_edges(self) -> int:
+        """Edges added and not yet merged."""
+        return self._gathered_n + self.edges.stats().pending
 
     def refresh(self) -> None:
         """What a crawl's periodic budget refresh needs, at little cost to its turn:
@@ -231,7 +276,7 @@ class PLDIndegree:
         in-degrees by later pumps (with a budget) and are reported by the next refresh:
         a whole pump here held the turn too long."""
         self._report_format_1()
-        self.edges.flush(wait=False)
+        self.merge_edges(wait=False)
         self.indegree.flush()
         self._report_indegrees()
 
@@ -251,6 +296,7 @@ class PLDIndegree:
     def commit(self) -> GraphManifest:
         """Durable point for a checkpoint; new edges of every merge are moved first (a
         background round is waited for)."""
+        self._give()  # a checkpoint holds every edge added before it
         self.edges.settle()
         self.pump()
         return {

@@ -38,6 +38,29 @@ def test_rollback_to_a_manifest_never_double_counts(tmp_path):
     assert again.lookup(["hub.test"]) == {"hub.test": 3}
 
 
+def test_small_batches_of_edges_wait_for_one_drum_submit(tmp_path):
+    """Edges a few at a time are gathered for one submit to the edges DRUM
+    (GATHER_EDGES): they count as queued, and a commit or a merge gives them to it."""
+    g = PLDIndegree(tmp_path / "g", ram_bytes=2 << 20)
+    g.add([("a.test", "hub.test")])
+    g.add([("b.test", "hub.test")])
+    assert g.queued_edges == 2 and g.edges.stats().pending == 0
+    manifest = g.commit()
+    assert g.edges.stats().pending == 2
+    again = PLDIndegree(tmp_path / "g", ram_bytes=2 << 20, manifest=manifest)
+    again.add([("a.test", "hub.test")])
+    assert again.lookup(["hub.test"]) == {"hub.test": 2}
+    many = [(f"s{i}.test", "t.test") for i in range(PLDIndegree.GATHER_EDGES)]
+    again.add(many[:10])
+    assert again.edges.stats().pending == 0
+    again.add(many[10:])
+    assert again.edges.stats().pending == len(many)
+    again.add([("late.test", "t.test")])
+    again.merge_edges()
+    assert again.queued_edges == 0
+    assert again.lookup(["t.test"]) == {"t.test": len(many) + 1}
+
+
 def test_each_target_of_new_edges_reports_its_exact_new_indegree(tmp_path):
     """A merge's new edges are counted per target: the target hears its in-degree after
     all of them, once."""
@@ -76,10 +99,10 @@ def test_counts_of_one_target_from_several_pumps_add_up(tmp_path):
         on_indegree=lambda plds, counts: heard.extend(zip(plds, counts)),
     )
     g.add([("a.test", "hub.test"), ("b.test", "hub.test")])
-    g.edges.flush()
+    g.merge_edges()
     g.pump()
     g.add([("c.test", "hub.test"), ("c.test", "x.test")])
-    g.edges.flush()
+    g.merge_edges()
     g.pump()
     assert heard == []  # both still queued in the in-degree repository
     g.flush()
@@ -100,7 +123,7 @@ def test_a_pump_with_a_budget_goes_on_where_it_stopped(tmp_path):
         on_indegree=lambda plds, counts: heard.extend(zip(plds, counts)),
     )
     g.add(edges)
-    g.edges.flush()
+    g.merge_edges()
     calls = 1
     while (moved := g.pump(budget_s=0.0)) == 0:
         calls += 1
@@ -110,7 +133,7 @@ def test_a_pump_with_a_budget_goes_on_where_it_stopped(tmp_path):
     g.flush()
     assert sorted(heard) == sorted((f"t{i}.test", 400) for i in range(50))
     g.add([(f"u{i}.test", "t0.test") for i in range(20_000)])
-    g.edges.flush()
+    g.merge_edges()
     assert g.pump(budget_s=0.0) == 0  # stopped after its first chunk
     g.add([("late.test", "t0.test")])  # submits go on meanwhile
     g.commit()  # takes the rest of the round
@@ -130,14 +153,14 @@ def test_a_refresh_reports_what_pumps_queued_and_leaves_the_rest_to_them(tmp_pat
         on_indegree=lambda plds, counts: heard.extend(zip(plds, counts)),
     )
     g.add([("a.test", "hub.test"), ("b.test", "hub.test")])
-    g.edges.flush()
+    g.merge_edges()
     assert g.pump() == 2
     g.add([("c.test", "hub.test")])
     g.refresh()
     assert heard == [("hub.test", 2)] and g.new_edges == 2
-    assert g.edges.stats().pending == 0  # merged, not yet pumped
+    assert g.queued_edges == 0  # merged, not yet pumped
     g.add([(f"s{i}.test", "hub.test") for i in range(20_000)])
-    g.edges.flush()
+    g.merge_edges()
     assert g.pump(budget_s=0.0) == 0  # stopped after its first chunk
     g.refresh()
     assert heard == [("hub.test", 2)] and g.new_edges == 2
