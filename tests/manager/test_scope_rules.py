@@ -203,6 +203,29 @@ def test_host_scope_keeps_the_seed_hosts_links_in_order(tmp_path: Path) -> None:
     _run(tmp_path, test, scope="host")
 
 
+def test_host_scope_keeps_each_kept_links_fingerprint_with_it(tmp_path: Path) -> None:
+    """Dropped links anywhere in a page's batch (first, last, in runs): each kept link
+    reaches URL-seen with its own fingerprint, so the same links found again are all
+    known, and only the kept ones came out new."""
+
+    async def test(m: Manager, clock: FakeClock) -> None:
+        m.pricing.set_seeds(["http://a.test/"])
+        page = "http://a.test/p"
+        pattern = "oiioooiiioio"  # i: on the seed's host, o: off it
+        links = [f"http://{'a' if c == 'i' else 'b'}.test/{k}" for k, c in enumerate(pattern)]
+        inside = [u for u, c in zip(links, pattern) if c == "i"]
+        m.admission.admit_found([pack_found(links, 2, page)])
+        m.stores.seen.flush()
+        assert [payload_url(p) for p in m.stores.seen.take_new()] == inside
+        assert m.counters["links_dropped.scope"] == pattern.count("o")
+        fresh = [f"http://a.test/new{k}" for k in range(3)]
+        m.admission.admit_found([pack_found(inside[::-1] + fresh, 3, page)])
+        m.stores.seen.flush()
+        assert [payload_url(p) for p in m.stores.seen.take_new()] == fresh
+
+    _run(tmp_path, test, scope="host")
+
+
 def test_host_scope_is_decided_again_when_the_seeds_change(tmp_path: Path) -> None:
     """The scope's verdicts outlive one batch (a link on a host already found in the
     scope is admitted by its prefix) until the seeds that decide them change."""
