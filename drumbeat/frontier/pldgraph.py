@@ -128,7 +128,7 @@ class PLDIndegree:
         self._taking: Iterator[DrumResult] | None = None
         self._counts: Counter[bytes] = Counter()
         # Edges not yet given to the edges DRUM (see GATHER_EDGES), and how many.
-        self._gathered: list[tuple[np.ndarray, AuxArray]] = []
+        self._gathered: list[tuple[bytes, bytes, bytes]] = []
         self._gathered_n = 0
 
     def add(self, edges: Iterable[tuple[str, str]]) -> None:
@@ -136,21 +136,20 @@ class PLDIndegree:
         edges = list(edges)
         if edges:
             keys = np.fromiter((edge_key(s, t) for s, t in edges), np.uint64, len(edges))
-            self._gather(keys, AuxArray.from_strs([t for _, t in edges]))
+            targets = [t.encode() for _, t in edges]
+            self.add_packed(
+                keys.tobytes(), b"".join(targets), array("I", map(len, targets)).tobytes()
+            )
 
     def add_packed(self, keys: bytes, targets: bytes, lengths: bytes) -> None:
         """:meth:`add` for edges packed by fetchers (see queue.base.FoundEdges, which may
         be concatenated): ``n`` uint64 edge keys, the target PLDs back to back and ``n``
-        uint32 lengths."""
-        key_array = np.frombuffer(keys, np.uint64)
-        if len(key_array):
-            self._gather(key_array, AuxArray.from_lengths(targets, lengths))
-
-    def _gather(self, keys: np.ndarray, targets: AuxArray) -> None:
-        self._gathered.append((keys, targets))
-        self._gathered_n += len(keys)
-        if self._gathered_n >= self.GATHER_EDGES:
-            self._give()
+        uint32 lengths. Kept packed until they go to the edges DRUM (see GATHER_EDGES)."""
+        if keys:
+            self._gathered.append((keys, targets, lengths))
+            self._gathered_n += len(keys) // 8
+            if self._gathered_n >= self.GATHER_EDGES:
+                self._give()
 
     def _give(self) -> None:
         """Give the edges DRUM the gathered edges, as one submit."""
@@ -158,11 +157,11 @@ class PLDIndegree:
         if not gathered:
             return
         self._gathered, self._gathered_n = [], 0
-        if len(gathered) == 1:
-            keys, targets = gathered[0]
-        else:
-            keys = np.concatenate([keys for keys, _ in gathered])
-            targets = AuxArray.concat([targets for _, targets in gathered])
+        keys = np.frombuffer(b"".join([keys for keys, _, _ in gathered]), np.uint64)
+        targets = AuxArray.from_lengths(
+            b"".join([targets for _, targets, _ in gathered]),
+            b"".join([lengths for _, _, lengths in gathered]),
+        )
         self.edges.check_update(keys, aux=targets)
 
     def pump(self, budget_s: float | None = None) -> int:
