@@ -368,6 +368,13 @@ class Drum:
 
     # ------------------------------------------------------------------ results
 
+    def results_waiting(self) -> bool:
+        """Whether :meth:`take_results` has a merged round to deliver (a background round
+        that has ended is settled first): a cheap check for callers that look every turn."""
+        self._usable()
+        self._settle(wait=False)
+        return bool(self.state.snap["results"])
+
     def take_results(self) -> Iterator[DrumResult]:
         """Yield the results of every merged round, oldest first, in arrival order.
 

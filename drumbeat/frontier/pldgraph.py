@@ -174,6 +174,10 @@ class PLDIndegree:
         whole pump can hold the manager's turn too long.
         """
         self._report_format_1()
+        if self._taking is None and not self.edges.results_waiting():
+            # No merged round (most turns): no new edge to count, so no in-degree tuple
+            # was queued and no in-degree round can have ended since the last report.
+            return 0
         # One tuple per target: on a crawl's graph most new edges of a merge point to
         # targets that others of the merge point to as well (on the bench web, many
         # times more new edges a merge than PLDs). The counter holds the targets of

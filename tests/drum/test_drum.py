@@ -170,6 +170,21 @@ def test_results_in_arrival_order_across_buckets_and_rounds(tmp_path: Path) -> N
     assert list(drum.take_results()) == []
 
 
+@pytest.mark.parametrize("background", [False, True])
+def test_results_waiting_says_whether_a_merged_round_awaits(
+    tmp_path: Path, background: bool
+) -> None:
+    drum = Drum(tmp_path, ram_bytes=1 << 16, buckets=4, fsync=False, background=background)
+    assert not drum.results_waiting()
+    drum.check_update(np.arange(1, 11, dtype=np.uint64))
+    assert not drum.results_waiting()  # queued, not merged
+    drum.flush()
+    drum.settle()
+    assert drum.results_waiting()
+    assert sum(len(r.keys) for r in drum.take_results()) == 10
+    assert not drum.results_waiting()
+
+
 def test_check_returns_stored_values_and_persists(tmp_path: Path) -> None:
     vd = np.dtype([("ip", "<u4"), ("score", "<f8")])
     drum = Drum(tmp_path, value_dtype=vd, merge="max", ram_bytes=1 << 16, fsync=False)
