@@ -519,15 +519,7 @@ def group_by_origin(
             mine.append(link)
             continue
         # A normalized http(s) URL always has a path (see pld_targets).
-        other = link[: link.find("/", 8)]
-        part = owners.get(other)
-        if part is None:
-            part = owner_of(other)
-        group = groups.get(part)
-        if group is None:
-            groups[part] = [link]
-        else:
-            group.append(link)
+        _file_by_owner(groups, link[: link.find("/", 8)], link, owners, owner_of)
     if not mine:
         del groups[home]
     return groups
@@ -541,15 +533,27 @@ def group_by_owner(
     fetcher groups the PLDs each page links to so (see :func:`group_by_origin`)."""
     groups: dict[int, list[str]] = {}
     for key in keys:
-        part = owners.get(key)
-        if part is None:
-            part = owner_of(key)
-        group = groups.get(part)
-        if group is None:
-            groups[part] = [key]
-        else:
-            group.append(key)
+        _file_by_owner(groups, key, key, owners, owner_of)
     return groups
+
+
+def _file_by_owner(
+    groups: dict[int, list[str]],
+    key: str,
+    item: str,
+    owners: dict[str, int],
+    owner_of: Callable[[str], int],
+) -> None:
+    """Append ``item`` to the group of ``key``'s owner: the one in ``owners``, or, for a
+    key not there, ``owner_of(key)`` (which remembers it)."""
+    part = owners.get(key)
+    if part is None:
+        part = owner_of(key)
+    group = groups.get(part)
+    if group is None:
+        groups[part] = [item]
+    else:
+        group.append(item)
 
 
 def in_scope(
