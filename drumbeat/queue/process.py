@@ -10,7 +10,7 @@ then exchanges length-prefixed pickled frames on the child's stdin and stdout:
 
 Each submit() sends at most one frame per worker. A task goes to the worker of its
 partition, so that a host's requests reuse that worker's keep-alive connection, unless
-that worker has ``PARTITION_SLACK`` more unreported items than the least loaded one. A
+that worker is much busier than the least loaded one (:func:`keeps_partition`). A
 worker sends its results in batches (see :class:`WorkerQueue`), save those whose host's
 next request waits for them. The queue keeps
 server-side ownership: it knows the unreported items of every worker. When a worker
@@ -45,9 +45,11 @@ RESULT_BATCH = 256  # a worker sends its results when this many are waiting ...
 RESULT_DELAY_S = 0.005  # ... or this long after the first of them
 STATS_INTERVAL_S = 1.0  # a worker attaches its stats to a results frame this often
 WORKER_DIED = "fetcher_died"  # the error of items whose worker exited before reporting them
-# A task goes to its partition's worker unless that one has this many more unreported
-# items than the least loaded worker.
-PARTITION_SLACK = 64
+# A task goes to its partition's worker unless that one has more than PARTITION_SHARE
+# times the unreported items of the least loaded worker, plus PARTITION_SLACK (see
+# keeps_partition).
+PARTITION_SHARE = 2
+PARTITION_SLACK = 2
 
 
 class WorkerFailed(RuntimeError):
@@ -64,6 +66,20 @@ async def read_frame(reader: asyncio.StreamReader) -> bytes | None:
         return await reader.readexactly(size)
     except asyncio.IncompleteReadError:
         return None
+
+
+def keeps_partition(own: int, least: int) -> bool:
+    """Whether a task goes to its partition's worker, which has ``own`` unreported
+    items, when the least loaded worker has ``least``.
+
+    A broad crawl's workers each hold many items (the crawl's concurrency shared among
+    them), near one another: its hosts stay on their workers, whose keep-alive
+    connections they reuse. A single site (with ``host_connections`` above 1) has a few
+    items in flight, all of one partition: they go to another worker as soon as theirs
+    holds a few more, so that one process busy parsing does not hold up the site's next
+    requests while the other processes idle.
+    """
+    return own <= PARTITION_SHARE * least + PARTITION_SLACK
 
 
 def encode_frame(obj: Any) -> bytes:
@@ -162,10 +178,8 @@ class ProcessTaskQueue:
         for task in tasks:
             worker = workers[task.partition % len(workers)]
             least = min(workers, key=lambda w: w.outstanding)
-            if worker.outstanding > least.outstanding + PARTITION_SLACK:
-                worker = (
-                    least  # one busy partition (say a single-host crawl) must not idle the rest
-                )
+            if not keeps_partition(worker.outstanding, least.outstanding):
+                worker = least
             worker.owned[task.task_id] = (task, set(range(len(task.items))))
             worker.outstanding += len(task.items)
             batches.setdefault(worker.name, []).append(task)

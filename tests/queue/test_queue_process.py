@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from drumbeat.queue.base import FetchItem, Task
-from drumbeat.queue.process import WORKER_DIED, ProcessTaskQueue, WorkerFailed
+from drumbeat.queue.process import WORKER_DIED, ProcessTaskQueue, WorkerFailed, keeps_partition
 
 ECHO_WORKER = textwrap.dedent("""
     import asyncio, os, pickle, sys
@@ -110,7 +110,7 @@ def test_a_partition_stays_on_one_worker_until_it_is_much_busier(tmp_path):
         await queue.start()
         try:
             assert queue.partitions == 3
-            few = tasks(12, 2)  # 24 items: no worker gets PARTITION_SLACK ahead
+            few = tasks(12, 2)  # 24 items: no worker gets much busier than another
             for t in few:
                 t.partition = t.task_id % 3
             await queue.submit(few)
@@ -130,6 +130,18 @@ def test_a_partition_stays_on_one_worker_until_it_is_much_busier(tmp_path):
     assert len(set().union(*by_part.values())) == 3, "each partition has its own worker"
     assert len(overflow) == 320
     assert len({r.log["by"] for r in overflow}) == 3, "a busy partition spills over"
+
+
+def test_a_broad_crawls_hosts_keep_their_worker_and_one_sites_items_spread():
+    # A broad crawl: workers hold many items each, within a factor of two.
+    assert keeps_partition(60, 45) and keeps_partition(180, 90)
+    assert not keeps_partition(200, 90)
+    # One site, four connections: a few items, all of one partition. Its worker keeps
+    # them while it holds two more than an idle one, then they go elsewhere.
+    assert keeps_partition(2, 0) and not keeps_partition(3, 0)
+    assert keeps_partition(4, 1) and not keeps_partition(5, 1)
+    # A worker started in place of a dead one (nothing unreported) gets work at once.
+    assert not keeps_partition(40, 0)
 
 
 def test_a_dead_workers_items_come_back_failed_and_a_replacement_starts(tmp_path):
