@@ -9,7 +9,6 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from time import perf_counter, thread_time
-from typing import Any
 
 from drumbeat import urls
 from drumbeat.fetch.dns import DnsCache
@@ -21,6 +20,7 @@ from drumbeat.manager.revisiting import Revisiting
 from drumbeat.manager.tuning import TUNING, LoopTuning
 from drumbeat.queue.base import FoundEdges, FoundURLs, Inbox, ItemResult, ManagerQueue
 from drumbeat.runtime.stalls import Stalls
+from drumbeat.runtime.wake import Wake
 from drumbeat.settings import Settings
 from drumbeat.store.crawllog import CrawlLog
 
@@ -65,7 +65,7 @@ class Manager:
             raise ValueError("the manager needs a state directory")
         self.settings, self.tuning, self.clock = settings, tuning, clock
         self.queue, self.inbox, self.crawl_log = queue, inbox, crawl_log
-        self._wake = asyncio.Event()
+        self._wake = Wake()
         # The loop the manager is made and run in: other threads wake it through it.
         self._loop = asyncio.get_running_loop()
         sh = Shared.open(
@@ -379,10 +379,7 @@ class Manager:
         if self._collector is None:
             self._collector = asyncio.ensure_future(self.queue.collect(4096, 1.0))
         if timeout_s > 0 and not self._wake.is_set() and not self._collector.done():
-            waiter = asyncio.ensure_future(self._wake.wait())
-            either: set[asyncio.Future[Any]] = {waiter, self._collector}
-            await asyncio.wait(either, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-            waiter.cancel()
+            await self._wake.wait(timeout_s, self._collector)
         else:
             await asyncio.sleep(0)  # always let fetchers and DNS answers run
         self._wake.clear()

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from drumbeat.queue.base import ItemResult, QueueStats, Task
+from drumbeat.runtime.wake import Wake
 
 log = logging.getLogger("drumbeat.queue")
 
@@ -123,7 +124,7 @@ class ProcessTaskQueue:
         self._names = (f"fetcher-{i}" for i in itertools.count())
         self._restarts = 0
         self._results: deque[ItemResult] = deque()
-        self._result_ready = asyncio.Event()
+        self._result_ready = Wake()  # waited on once a manager's turn: no Task a wait
         self._synced: dict[str, int] = {}
         self._sync_seq = 0
         self._sync_event = asyncio.Event()
@@ -191,10 +192,7 @@ class ProcessTaskQueue:
         if not self._results and not self._closed:
             if self._failed is not None:
                 raise WorkerFailed(self._failed)
-            try:
-                await asyncio.wait_for(self._result_ready.wait(), timeout_s)
-            except TimeoutError:
-                return []
+            await self._result_ready.wait(timeout_s)
         out: list[ItemResult] = []
         while self._results and len(out) < max_results:
             out.append(self._results.popleft())
