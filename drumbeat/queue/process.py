@@ -381,7 +381,7 @@ class WorkerQueue:
         self._writer = writer
         self._stats = stats
         self._pending: deque[Task] = deque()
-        self._ready = asyncio.Event()
+        self._ready = Wake()  # waited on for each frame of tasks
         self._out: list[ItemResult] = []
         self._flush_handle: asyncio.TimerHandle | None = None
         self._last_stats = 0.0
@@ -394,10 +394,7 @@ class WorkerQueue:
 
     async def claim(self, worker: str, max_tasks: int, timeout_s: float) -> list[Task]:
         if not self._pending and not self._closed:
-            try:
-                await asyncio.wait_for(self._ready.wait(), timeout_s)
-            except TimeoutError:
-                return []
+            await self._ready.wait(timeout_s)
         if self._closed:
             return []
         taken: list[Task] = []
