@@ -23,8 +23,12 @@ most requests in flight at once and, with 1 connection, the smallest gap between
 request's end and the next one's start; drumbeat's dispatch latency and where its CPU
 went, µs a page by process and by stage (its ``stages.json``). ``--quick``: wget and the
 two drumbeat runs the targets name (0 s with 4 connections, 5 ms with 1); ``--only
-5ms-x1`` (repeatable): only the configurations named (see ``RUNS``). ``--json``: one JSON
-object. Skips (exit 0, with a message) where the doc package is missing.
+5ms-x1`` (repeatable): only the configurations named (see ``RUNS``). ``--rounds N``: the
+configurations run N times, one after the other in turn; each is reported by its median
+run, and the ratio to wget is the median of each round's (a crawler's rate can swing
+from minute to minute on a shared machine: a ratio of runs made side by side is the
+figure that holds). ``--json``: one JSON object. Skips (exit 0, with a
+message) where the doc package is missing.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import itertools
 import json
 import random
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -147,6 +152,7 @@ class SiteBench:
         self.log = log
         self.port = pick_port(ADDRESS, random.Random())
         self.front = f"http://{ADDRESS}:{self.port}{FRONT_PAGE}"
+        self._made = 0  # runs so far: each has a directory of its own
 
     def say(self, text: str) -> None:
         if self.log:
@@ -158,7 +164,8 @@ class SiteBench:
             if host_delay_s is None
             else f"{crawler} {host_delay_s * 1000:g} ms x{connections}"
         )
-        tag = name.replace(" ", "-")
+        self._made += 1
+        tag = f"{name.replace(' ', '-')}-{self._made}"
         server = Nginx(
             self.nginx, self.work / f"nginx-{tag}", self.root, [ADDRESS], self.port, 1, LOG_FORMAT
         )
@@ -272,15 +279,23 @@ class SiteBench:
 
 
 def report(runs: list[Run], elapsed_s: float, root: Path = DOC_ROOT) -> dict[str, Any]:
-    base = next((r for r in runs if r.crawler == "wget"), None)
+    """The report of ``runs``: one entry a configuration, its median run (by pages/s)
+    where it ran more than once (``--rounds``), with the pages/s of every round."""
+    by_name: dict[str, list[Run]] = {}
+    for r in runs:
+        by_name.setdefault(r.name, []).append(r)
+    wgets = [r for r in runs if r.crawler == "wget"]
+    base = wgets[0] if wgets else None
     out: dict[str, Any] = {
         "site": {"package": DOC_PACKAGE, "root": str(root), "front": FRONT_PAGE},
         "cpu_model": processor(),
+        "rounds": max((len(rs) for rs in by_name.values()), default=0),
         "runs": {},
         "elapsed_s": round(elapsed_s, 1),
     }
-    for r in runs:
-        out["runs"][r.name] = {
+    for name, made in by_name.items():
+        r = _median_run(made)
+        out["runs"][name] = {
             "crawler": r.crawler,
             "host_delay_s": r.host_delay_s,
             "connections": r.connections,
@@ -304,18 +319,29 @@ def report(runs: list[Run], elapsed_s: float, root: Path = DOC_ROOT) -> dict[str
             "stage_us_per_page": r.us_per_page("seconds"),
             "missing_examples": sorted(base.pages - r.pages)[:3] if base else [],
             "extra_examples": sorted(r.pages - base.pages)[:3] if base else [],
+            "pages_per_s_by_round": [round(m.pages_per_s, 1) for m in made],
         }
-    four = next((r for r in runs if r.crawler == "drumbeat" and r.connections == 4), None)
-    slow = next((r for r in runs if r.crawler == "drumbeat" and (r.host_delay_s or 0) > 0), None)
-    same = bool(base and four and four.pages == base.pages)
+    fours = [r for r in runs if r.crawler == "drumbeat" and r.connections == 4]
+    slows = [r for r in runs if r.crawler == "drumbeat" and (r.host_delay_s or 0) > 0]
+    # Each round's ratio: its four-connection run against its own wget run.
+    ratios = [
+        round(four.pages_per_s / wget.pages_per_s, 2)
+        for four, wget in zip(fours, wgets)
+        if wget.pages_per_s
+    ]
     out["targets"] = {
-        "ratio_4_connections_to_wget": round(four.pages_per_s / base.pages_per_s, 2)
-        if base and four and base.pages_per_s
-        else None,
-        "same_coverage": same,
-        "pages_per_s_at_5ms": round(slow.pages_per_s, 1) if slow else None,
+        "ratio_4_connections_to_wget": round(statistics.median(ratios), 2) if ratios else None,
+        "ratio_by_round": ratios,
+        "same_coverage": bool(base and fours and all(f.pages == base.pages for f in fours)),
+        "pages_per_s_at_5ms": round(_median_run(slows).pages_per_s, 1) if slows else None,
     }
     return out
+
+
+def _median_run(runs: list[Run]) -> Run:
+    """The run of median pages/s (of an even number, the slower of the middle two)."""
+    ranked = sorted(runs, key=lambda r: r.pages_per_s)
+    return ranked[(len(ranked) - 1) // 2]
 
 
 def print_report(rep: dict[str, Any]) -> None:
@@ -358,10 +384,21 @@ def print_report(rep: dict[str, Any]) -> None:
                 + "; by stage: "
                 + ", ".join(f"{k} {v:,.0f}" for k, v in stages if v >= 1)
             )
+    if rep.get("rounds", 1) > 1:
+        console.print(
+            f"{rep['rounds']} rounds, each configuration by its median run; pages/s by round: "
+            + "; ".join(
+                f"{name} " + " / ".join(f"{v:,.0f}" for v in r["pages_per_s_by_round"])
+                for name, r in rep["runs"].items()
+            )
+        )
     t = rep["targets"]
+    by_round = t.get("ratio_by_round") or []
     console.print(
         f"Targets: host delay 0 with 4 connections >= {TARGET_RATIO_TO_WGET:g}x wget: "
-        f"{_or_na(t['ratio_4_connections_to_wget'], 'x')}, same pages: {t['same_coverage']}; "
+        f"{_or_na(t['ratio_4_connections_to_wget'], 'x')}"
+        + (f" (median of {' / '.join(f'{x}x' for x in by_round)})" if len(by_round) > 1 else "")
+        + f", same pages: {t['same_coverage']}; "
         f"host delay 5 ms with 1 connection >= {TARGET_PAGES_PER_S_AT_5MS:g} pages/s: "
         f"{_or_na(t['pages_per_s_at_5ms'])}."
     )
@@ -392,6 +429,14 @@ def main(argv: list[str] | None = None) -> int:
         choices=RUNS,
         help="run only this configuration (repeatable; wget's coverage is then not compared)",
     )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run the configurations N times, in turn (default 1): each is reported by its "
+        "median run and the ratio to wget by the median of the rounds' ratios",
+    )
     ap.add_argument("--dir", type=Path, default=None, help="work directory (default: a temp dir)")
     ap.add_argument(
         "--root",
@@ -401,6 +446,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{DOC_PACKAGE} installs it; the crawls start at {FRONT_PAGE})",
     )
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    if not 1 <= args.rounds <= 100:
+        ap.error("--rounds must be 1..100")
     root = DOC_ROOT if args.root is None else args.root.resolve()
     if not (root / FRONT_PAGE.lstrip("/")).exists():
         if args.root is not None:
@@ -430,7 +477,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     try:
         bench = SiteBench(work, nginx, log=not args.json, root=root)
-        runs = [bench.run(*RUNS[name]) for name in RUNS if name in chosen]
+        runs = [
+            bench.run(*RUNS[name]) for _ in range(args.rounds) for name in RUNS if name in chosen
+        ]
         rep = report(runs, time.perf_counter() - started, root)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -90,6 +90,44 @@ def test_report_gives_drumbeats_cpu_a_page_by_process_and_stage(capsys):
     assert "2x wget: n/a" in out and "pages/s: n/a." in out
 
 
+def test_rounds_report_the_median_run_and_the_median_of_the_rounds_ratios(capsys):
+    """--rounds: wget's rate swings between runs, so each round's ratio compares the
+    runs made side by side, and the target's figure is the median of those."""
+    usage = Usage(0, 0.0, 2.0, 3.0, 0, 3, False)
+    pages = {f"/p/{k}.html" for k in range(1000)}
+
+    def run(name: str, crawler: str, delay: float | None, conns: int, span_s: float) -> site.Run:
+        return site.Run(
+            name, crawler, delay, conns, usage, pages, 1000, span_s, 1, None, 1, None, None
+        )
+
+    runs = []
+    # Three rounds: wget at 1,000 / 1,600 / 1,250 pages/s, four connections at 900 /
+    # 1,000 / 1,000.
+    for wget_s, four_s in ((1.0, 1 / 0.9), (1 / 1.6, 1.0), (0.8, 1.0)):
+        runs += [run("wget", "wget", None, 1, wget_s), run("x4", "drumbeat", 0.0, 4, four_s)]
+    rep = site.report(runs, 3.0)
+    assert rep["rounds"] == 3
+    assert rep["runs"]["wget"]["pages_per_s_by_round"] == [1000.0, 1600.0, 1250.0]
+    assert rep["runs"]["wget"]["pages_per_s"] == 1250.0  # the median run
+    assert rep["runs"]["x4"]["pages_per_s"] == 1000.0
+    assert rep["targets"]["ratio_by_round"] == [0.9, 0.62, 0.8]
+    assert rep["targets"]["ratio_4_connections_to_wget"] == 0.8
+    site.print_report(rep)
+    out = capsys.readouterr().out
+    assert "0.8x (median of 0.9x / 0.62x / 0.8x)" in out
+    assert "wget 1,000 / 1,600 / 1,250" in out
+    # Of two rounds, the slower middle run.
+    assert site._median_run(runs[:4:2]).pages_per_s == 1000.0
+
+
+def test_rounds_out_of_range_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as stop:
+        site.main(["--rounds", "0"])
+    assert stop.value.code == 2
+    assert "--rounds must be 1..100" in capsys.readouterr().err
+
+
 def test_root_without_the_front_page_is_an_error(tmp_path, capsys):
     assert site.main(["--quick", "--root", str(tmp_path)]) == 2
     err = capsys.readouterr().err
@@ -112,8 +150,12 @@ def test_root_serves_another_tree(tmp_path, capsys):
         (root / "en" / n).write_text('<html><body><a href="index.html">up</a></body></html>')
     root.chmod(0o755)
     tmp_path.chmod(0o755)  # nginx's workers read the tree as another user
-    code = site.main(["--only", "0ms-x4", "--json", "--root", str(root), "--dir", str(tmp_path)])
+    args = ["--only", "0ms-x4", "--rounds", "2", "--json", "--root", str(root)]
+    code = site.main([*args, "--dir", str(tmp_path)])
     rep = json.loads(capsys.readouterr().out)
     assert code == 0
     assert rep["site"]["root"] == str(root)
     assert rep["runs"]["drumbeat 0 ms x4"]["pages"] == 7
+    # Each round crawled the whole tree again, in a state directory of its own.
+    by_round = rep["runs"]["drumbeat 0 ms x4"]["pages_per_s_by_round"]
+    assert len(by_round) == 2 and all(v > 0 for v in by_round)
