@@ -24,6 +24,7 @@ API::
     for result in drum.take_results(): ...      # DrumResult chunks, global arrival order
     manifest = drum.commit()                    # durable point; JSON-able
     drum.stats()                                # DrumStats
+    Gathered(limit, submit)                     # small submits gathered into one
 
 Calls only buffer. Tuples are spread over ``k`` buckets by the key's high bits;
 when the fullest bucket reaches its limit (or on :meth:`Drum.flush`) a merge
@@ -45,6 +46,7 @@ from __future__ import annotations
 
 from drumbeat.drum.aux import AuxArray
 from drumbeat.drum.format import DrumCorruptError, DrumError
+from drumbeat.drum.gather import Gathered
 from drumbeat.drum.merge import CHECK, CHECK_UPDATE, UPDATE
 from drumbeat.drum.repository import Drum, DrumIOError, DrumResult, DrumStats
 from drumbeat.drum.sizing import Sizing, plan, predicted_alpha
@@ -61,6 +63,7 @@ __all__ = [
     "DrumIOError",
     "DrumResult",
     "DrumStats",
+    "Gathered",
     "Sizing",
     "Snapshot",
     "plan",

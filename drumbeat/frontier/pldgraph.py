@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, TypedDict
 import numpy as np
 import xxhash
 
-from drumbeat.drum import AuxArray, Drum, DrumResult, Snapshot
+from drumbeat.drum import AuxArray, Drum, DrumResult, Gathered, Snapshot
 from drumbeat.urls import xxh3_64_array
 
 if TYPE_CHECKING:
@@ -72,11 +72,10 @@ class PLDIndegree:
     """The two repositories, and the edges found since the last submit to ``edges``.
 
     Edges come in batches of a page or two where a crawl of one site finds them a few
-    pages a turn; each DRUM submit has a fixed cost, so batches of fewer than
-    GATHER_EDGES edges wait in RAM for one submit (as URL-seen's checks do). They go to
-    the edges DRUM before anything reads it or makes it durable: :meth:`flush`,
-    :meth:`refresh`, :meth:`lookup` and :meth:`commit`. A process killed before that
-    loses them as it loses DRUM's own buffer (the manager's journal holds them).
+    pages a turn: they wait in RAM, packed, until GATHER_EDGES do, for one submit (see
+    drumbeat.drum.gather, as URL-seen's checks do). They go to the edges DRUM before
+    anything reads it or makes it durable: :meth:`flush`, :meth:`refresh`,
+    :meth:`lookup` and :meth:`commit` (the manager's journal holds them meanwhile).
     """
 
     GATHER_EDGES = 1024
@@ -127,9 +126,10 @@ class PLDIndegree:
         # targets of the new edges it has given so far.
         self._taking: Iterator[DrumResult] | None = None
         self._counts: Counter[bytes] = Counter()
-        # Edges not yet given to the edges DRUM (see GATHER_EDGES), and how many.
-        self._gathered: list[tuple[bytes, bytes, bytes]] = []
-        self._gathered_n = 0
+        # Edges not yet given to the edges DRUM (see GATHER_EDGES), still packed.
+        self._gathered: Gathered[tuple[bytes, bytes, bytes]] = Gathered(
+            self.GATHER_EDGES, self._submit_gathered
+        )
 
     def add(self, edges: Iterable[tuple[str, str]]) -> None:
         """Queue (source PLD, target PLD) edges; repeats are absorbed by the edges DRUM."""
@@ -146,17 +146,10 @@ class PLDIndegree:
         be concatenated): ``n`` uint64 edge keys, the target PLDs back to back and ``n``
         uint32 lengths. Kept packed until they go to the edges DRUM (see GATHER_EDGES)."""
         if keys:
-            self._gathered.append((keys, targets, lengths))
-            self._gathered_n += len(keys) // 8
-            if self._gathered_n >= self.GATHER_EDGES:
-                self._give()
+            self._gathered.add((keys, targets, lengths), len(keys) // 8)
 
-    def _give(self) -> None:
+    def _submit_gathered(self, gathered: list[tuple[bytes, bytes, bytes]]) -> None:
         """Give the edges DRUM the gathered edges, as one submit."""
-        gathered = self._gathered
-        if not gathered:
-            return
-        self._gathered, self._gathered_n = [], 0
         keys = np.frombuffer(b"".join([keys for keys, _, _ in gathered]), np.uint64)
         targets = AuxArray.from_lengths(
             b"".join([targets for _, targets, _ in gathered]),
@@ -263,13 +256,13 @@ class PLDIndegree:
     def merge_edges(self, wait: bool = True) -> None:
         """Merge the edges added so far (``wait=False``: in the background, if so
         configured); what the merge finds new waits for :meth:`pump`."""
-        self._give()
+        self._gathered.give()
         self.edges.flush(wait=wait)
 
     @property
     def queued_edges(self) -> int:
         """Edges added and not yet merged."""
-        return self._gathered_n + self.edges.stats().pending
+        return self._gathered.items + self.edges.stats().pending
 
     def refresh(self) -> None:
         """What a crawl's periodic budget refresh needs, at little cost to its turn:
@@ -299,7 +292,7 @@ class PLDIndegree:
     def commit(self) -> GraphManifest:
         """Durable point for a checkpoint; new edges of every merge are moved first (a
         background round is waited for)."""
-        self._give()  # a checkpoint holds every edge added before it
+        self._gathered.give()  # a checkpoint holds every edge added before it
         self.edges.settle()
         self.pump()
         return {

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
-from drumbeat.drum import AuxArray, Drum, DrumStats, Snapshot
+from drumbeat.drum import AuxArray, Drum, DrumStats, Gathered, Snapshot
 from drumbeat.frontier.seencache import RecentFingerprints
 
 if TYPE_CHECKING:
@@ -77,13 +77,11 @@ class SeenManifest(Snapshot, total=False):
 class DrumURLSeen:
     """URL-seen for one crawl, stored in ``directory``.
 
-    Checks of fewer than GATHER_URLS URLs are gathered in RAM before DRUM gets them (in
-    submission order): each DRUM submit has a fixed cost (its buffer's bookkeeping, in
-    numpy), which dominated where a crawl of one site sends it a page or two of links
-    at a time. Gathered URLs are DRUM's as far as anyone can tell: they count as
-    :attr:`pending`, and :meth:`flush` and :meth:`commit` give them to DRUM first. A
-    process killed before that loses them as it would lose DRUM's own buffer (the
-    manager's journal holds them).
+    Checks are gathered in RAM until GATHER_URLS URLs wait, then given to DRUM as one
+    submit (in submission order; see drumbeat.drum.gather): a crawl of one site sends a
+    page or two of links at a time. Gathered URLs are DRUM's as far as anyone can tell:
+    they count as :attr:`pending`, and :meth:`flush` and :meth:`commit` give them to
+    DRUM first (the manager's journal holds them meanwhile).
     """
 
     GATHER_URLS = 1024
@@ -117,9 +115,10 @@ class DrumURLSeen:
         )
         self._cache = RecentFingerprints(cache_bytes) if cache_bytes else None
         self._submitted_since_flush = 0
-        # Checks not yet given to DRUM (see GATHER_URLS), and how many URLs they hold.
-        self._gathered: list[tuple[np.ndarray, AuxArray]] = []
-        self._gathered_n = 0
+        # Checks not yet given to DRUM (see GATHER_URLS).
+        self._gathered: Gathered[tuple[np.ndarray, AuxArray]] = Gathered(
+            self.GATHER_URLS, self._submit_gathered
+        )
         # [epoch, new URLs] of a round taken that far before the commit reopened here.
         taken = None if manifest is None else manifest.get("urlseen_taken")
         self._taken_before: list[int] = taken or [-1, 0]
@@ -177,21 +176,14 @@ class DrumURLSeen:
         aux = AuxArray.of(aux)
         if sent is not None:
             sent(fps, aux)
-        self._gathered.append((fps, aux))
-        self._gathered_n += len(fps)
-        if self._gathered_n >= self.GATHER_URLS:
-            self._give()
+        self._gathered.add((fps, aux), len(fps))
         self._submitted_since_flush += len(fps)
         if cache is not None:
             cache.remember(fps)  # only now: they are as good as DRUM's
         return dropped
 
-    def _give(self) -> None:
+    def _submit_gathered(self, gathered: list[tuple[np.ndarray, AuxArray]]) -> None:
         """Give DRUM the gathered checks, as one submit."""
-        gathered = self._gathered
-        if not gathered:
-            return
-        self._gathered, self._gathered_n = [], 0
         if len(gathered) == 1:
             fps, aux = gathered[0]
         else:
@@ -221,7 +213,7 @@ class DrumURLSeen:
     def flush(self, wait: bool = True) -> None:
         """Merge everything submitted so far (``wait=False``: in the background, if so
         configured; see Drum.flush)."""
-        self._give()
+        self._gathered.give()
         self.drum.flush(wait=wait)
         self._submitted_since_flush = 0
 
@@ -254,7 +246,7 @@ class DrumURLSeen:
     def commit(self) -> SeenManifest:
         """DRUM's manifest (see Drum.commit), with the new URLs taken of the round that
         :meth:`take_new` is delivering."""
-        self._give()  # a checkpoint holds every URL submitted before it
+        self._gathered.give()  # a checkpoint holds every URL submitted before it
         manifest = cast("SeenManifest", self.drum.commit())  # a fresh copy, ours to extend
         if self._epoch == -1:  # nothing delivered yet: the place reopened at still holds
             manifest["urlseen_taken"] = list(self._taken_before)
