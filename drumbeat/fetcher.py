@@ -60,6 +60,18 @@ GATHER_S = 0.005
 GATHER_ITEMS = 4
 
 
+class _Lane:
+    """The requests of one lane (FetchItem.lane_key) at a fetcher: one at a time, in
+    their order of arrival."""
+
+    __slots__ = ("free_at", "lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()  # FIFO: its waiters are woken in turn
+        self.users = 0  # items holding or waiting for the lock: at 0 the lane is dropped
+        self.free_at = -1.0  # when (wall clock) its last request ended; -1: none yet
+
+
 @dataclass(frozen=True, slots=True)
 class FetcherStats:
     active: int
@@ -131,6 +143,11 @@ class Fetcher:
         # An OrderedDict: dropping the oldest from a plain dict scans the holes its
         # earlier deletions left at the front, a cost that grows with ENDS_KEPT.
         self._ends: OrderedDict[int, float] = OrderedDict()
+        # The lanes with items here (FetchItem.lane_key), and when the request before
+        # each item fetched on a lane ended (ItemResult.lane_free_at), by item id until
+        # its result is made. Both hold only items under way.
+        self._lanes: dict[int, _Lane] = {}
+        self._lane_free_at: dict[int, float] = {}
         self._keys = random.Random()
         self.fetched = 0
         self.errors: Counter[str] = Counter()
@@ -183,6 +200,7 @@ class Fetcher:
         try:
             resp = await self._fetch_when_due(item)
         except Exception as e:  # a bug must cost one URL, not a stuck crawl
+            self._lane_free_at.pop(item.item_id, None)
             await self.queue.report(self.worker, [_internal_error(task_id, index, item, e)])
             return
         finally:
@@ -216,6 +234,31 @@ class Fetcher:
             until = self._start_at(item)
             while (left := until - time.monotonic()) > 0:
                 await asyncio.sleep(left)
+        if item.lane_key:
+            return await self._fetch_on_lane(item)
+        return await self._fetch_in_slot(item)
+
+    async def _fetch_on_lane(self, item: FetchItem) -> FetchResponse:
+        """``item``'s response, fetched once the items before it on its lane are: the
+        manager queued it behind them, so that it starts the moment the last ends."""
+        key = item.lane_key
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = _Lane()
+        lane.users += 1
+        try:
+            async with lane.lock:
+                self._lane_free_at[item.item_id] = lane.free_at
+                try:
+                    return await self._fetch_in_slot(item)
+                finally:
+                    lane.free_at = time.time()
+        finally:
+            lane.users -= 1
+            if not lane.users:
+                del self._lanes[key]
+
+    async def _fetch_in_slot(self, item: FetchItem) -> FetchResponse:
         async with self._slots:
             if self.pace is None:
                 return await self._fetch(item)
@@ -266,8 +309,11 @@ class Fetcher:
                 batch, self._fetched, self._urgent = self._fetched, [], 0
                 results = self.complete(batch)
                 now, mono = time.time(), time.monotonic()
+                lane_free_at = self._lane_free_at
                 for (_, _, item, resp), result in zip(batch, results):
                     result.held_s = _held_s(resp, now)
+                    if item.lane_key:
+                        result.lane_free_at = lane_free_at.pop(item.item_id, -1.0)
                     if item.report_now:  # its host's next item may wait from its end
                         result.end_key = self._note_end(mono - result.held_s)
                 await self.queue.report(self.worker, results)

@@ -95,6 +95,11 @@ class Settings:
     # own): τh then spaces request starts, and the IP delay still holds (one request per
     # IP at a time unless ip_delay_s is 0).
     host_connections: int = 1
+    # Where a host's delays are all 0 (host_delay_s and ip_delay_s 0, no robots
+    # Crawl-delay): requests queued at the fetchers behind each of its connections, so
+    # that the next starts the moment one ends, not after a round trip through the
+    # manager; still at most host_connections at once (frontier.politeness). 0: none.
+    host_pipeline: int = 3
     # IRLbot scales τh and τs down for high-budget (well-linked) PLDs, to these floors.
     host_delay_min_s: float = 0.5
     ip_delay_min_s: float = 0.1
@@ -399,6 +404,7 @@ def validate(s: Settings) -> Settings:
     need(s.fetchers is None or 0 <= s.fetchers <= 256, "fetchers", "must be 0..256")
     need(s.max_url_bytes >= 16, "max_url_bytes", "must be >= 16")
     need(s.max_redirects >= 0, "max_redirects", "must be >= 0")
+    need(s.host_pipeline >= 0, "host_pipeline", "must be >= 0")
     need(
         s.urlseen_cache_bytes == 0 or s.urlseen_cache_bytes >= 8,
         "urlseen_cache_bytes",

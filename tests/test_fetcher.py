@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import itertools
 import json
 import time
 from collections.abc import Sequence
@@ -85,6 +86,18 @@ async def when(request: web.Request) -> web.Response:
     return resp
 
 
+# /span/{name}?s=S: the server's monotonic clock as the request arrived and as it was
+# answered, S seconds later
+SPANS: dict[str, tuple[float, float]] = {}
+
+
+async def span(request: web.Request) -> web.Response:
+    arrived = time.monotonic()
+    await asyncio.sleep(float(request.query["s"]))
+    SPANS[request.match_info["name"]] = (arrived, time.monotonic())
+    return web.Response(text="<html><body>spanned</body></html>", content_type="text/html")
+
+
 async def slow(request: web.Request) -> web.Response:
     await asyncio.sleep(float(request.query["s"]))
     return web.Response(text="<html><body>late</body></html>", content_type="text/html")
@@ -106,6 +119,7 @@ def run_fetches(tmp_path: Path, items: list[FetchItem], fetch_all=one_by_one):
         app.router.add_get("/robots.txt", robots)
         app.router.add_get("/when/{name}", when)
         app.router.add_get("/slow", slow)
+        app.router.add_get("/span/{name}", span)
         runner = web.AppRunner(app)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -315,6 +329,37 @@ def test_an_item_sent_early_waits_from_its_hosts_previous_fetch_here(tmp_path: P
     _, results = run_fetches(tmp_path, items, one_then_the_other)
     assert [r.status for r in results] == [200, 200]
     assert ARRIVALS["next"] - ANSWERED["first"] >= after_s
+
+
+def test_the_items_of_a_lane_are_fetched_one_after_another(tmp_path: Path):
+    """Items with one FetchItem.lane_key (a piped host's connection) reach the server one
+    at a time, each as the one before it ends, in the order they came; another lane runs
+    beside them. Each item after the first on its lane carries
+    when the one before it ended (ItemResult.lane_free_at), its start soon after."""
+    lane_a, lane_b = 11, 22
+    items = [
+        FetchItem(
+            i, f"http://127.0.0.1:PORT/span/{name}?s=0.1", "127.0.0.1", lane=lane % 3, lane_key=lane
+        )
+        for i, (name, lane) in enumerate(
+            [("a0", lane_a), ("a1", lane_a), ("b0", lane_b), ("a2", lane_a), ("b1", lane_b)]
+        )
+    ]
+    items.append(FetchItem(5, "http://127.0.0.1:PORT/span/free?s=0.1", "127.0.0.1"))
+    SPANS.clear()
+    _, results = run_fetches(tmp_path, items, fetch_through_run)
+    assert [r.status for r in results] == [200] * 6
+    a, b = [SPANS[n] for n in ("a0", "a1", "a2")], [SPANS[n] for n in ("b0", "b1")]
+    for lane in (a, b):
+        for before, after in itertools.pairwise(lane):
+            assert after[0] >= before[1]  # never two at once, in their order
+    assert b[0][0] < a[0][1]  # the other lane ran beside
+    by_id = {r.item.item_id: r for r in results}
+    assert by_id[0].lane_free_at == by_id[2].lane_free_at == -1.0
+    assert by_id[5].lane_free_at == -1.0
+    for i in (1, 3, 4):
+        started = by_id[i].log["time"]
+        assert 0 <= started - by_id[i].lane_free_at < 0.09
 
 
 def test_a_page_its_host_waits_for_is_announced_as_its_request_ends(tmp_path: Path):

@@ -32,6 +32,22 @@ at a time), so several connections to a host need ``ip_delay_s == 0`` too. Start
 spaced where they are dispatched: the hand-off to the fetchers may bring two starts at the
 server a little closer (the "a busy Scrapy" caveat of ``drumbeat bench throughput``).
 
+``pipeline`` (the manager's ``Settings.host_pipeline``): a host whose delays are all 0 (τh,
+τs, no Crawl-delay) and that has not failed lately is *piped*: each of its connections is a
+lane, and up to ``pipeline`` more requests queue behind each one at the fetchers
+(``FetchItem.lane_key``), so that a request starts the moment the one before it on its lane
+has ended instead of after a round trip through the manager, which on one fast site is
+most of a request's time. At most ``host_connections`` requests are still under way at
+once: the fetcher that gets a lane's items (the queue pins them to one) fetches them one
+after another. Whether a host is piped is decided when it has nothing in flight; one
+that stops qualifying (robots.txt gave it a Crawl-delay, or a request failed) takes no
+new request until its piped ones are all back, and its delay then runs from the last
+one's end. Its robots.txt request goes alone: nothing is sent after it until its rules
+are known. While ``piping`` is off (the manager's dispatcher turns it off while the
+crawl's fetch slots, not its hosts, are what limits it: a queued request would hold a
+slot another host could use), no host starts being piped, and a piped one queues
+nothing more behind its lanes: one request a lane, as many as its connections.
+
 Budgets (IRLbot §VII.A): a host of a PLD with budget B gets τh·B0/B, no less than
 ``host_delay_min_s``; an IP gets τs·B0/(average budget of its hosts in RAM), no less than
 ``ip_delay_min_s``. Well-linked sites are so crawled faster and do not clog RAM; the long
@@ -87,6 +103,11 @@ class HostState:
     # (monotonic seconds); an item sent early refers to them.
     last_key: int = 0
     last_end: float = 0.0
+    # A piped host's requests outstanding on each lane (None: not piped), and the lane of
+    # the request it was last offered for (next_ready), which the caller sends it on.
+    lanes: list[int] | None = None
+    lane: int = -1
+    held: bool = False  # a piped host's robots.txt request is out: nothing more (hold)
 
 
 @final
@@ -126,15 +147,22 @@ class PolitenessScheduler:
         default_budget: int = 1,
         host_connections: int = 1,
         early_s: float = 0.0,
+        pipeline: int = 0,
     ) -> None:
         """``early_s``: a host whose delay is at most this is offered that delay early,
         the moment its previous request completes (see :meth:`wait_s`); 0: never. Only
         with one connection a host: the request it waits for is over, so a wait counted
         from the item's arrival at any fetcher is never short; starts of requests in
-        flight at once on several fetchers could not be spaced that way."""
+        flight at once on several fetchers could not be spaced that way. ``pipeline``:
+        requests queued behind each connection of a piped host (the module docstring;
+        0: none)."""
         if host_connections < 1:
             raise ValueError("host_connections must be >= 1")
+        if pipeline < 0:
+            raise ValueError("pipeline must be >= 0")
         self.host_connections = host_connections
+        self.pipeline = pipeline
+        self.piping = True  # hosts may be piped now (see the module docstring)
         self.early_s = early_s if host_connections == 1 else 0.0
         self.host_delay_s = host_delay_s
         self.ip_delay_s = ip_delay_s
@@ -255,20 +283,47 @@ class PolitenessScheduler:
                     self._park(h, ip)
                     continue
                 ip.busy = True
-            if self.host_connections == 1:
-                h.in_flight = 1
-                h.busy = True
-            else:
-                self._start_one(h, now)
+            self._start(h, now)
             return h
         return None
 
+    def _start(self, h: HostState, now: float) -> None:
+        """``h`` sends one request at ``now``: mark it busy as its connections say."""
+        if not h.in_flight:
+            h.lanes = [0] * self.host_connections if self._pipes(h) else None
+        if h.lanes is None and self.host_connections == 1:
+            h.in_flight = 1
+            h.busy = True
+        else:
+            self._start_one(h, now)
+
+    def _pipes(self, h: HostState) -> bool:
+        """Whether ``h`` may start being piped now (the module docstring)."""
+        return self.piping and self._qualifies(h)
+
+    def _qualifies(self, h: HostState) -> bool:
+        """Whether ``h``'s politeness allows it to be piped: delays 0, no recent failure."""
+        return self.pipeline > 0 and self.ip_delay_s <= 0 and h.delay_s <= 0 and not h.failures
+
     def _start_one(self, h: HostState, now: float) -> None:
-        """``h`` sends one more request at ``now`` (host_connections > 1): the next start
-        waits τh, and the host is back in the heap for it while a connection is free."""
+        """``h`` sends one more request at ``now`` (host_connections > 1, or piped): the
+        next start waits τh, and the host is back in the heap for it while a connection
+        (a piped host: a place on a lane) is free."""
         h.in_flight += 1
         h.due = now + h.delay_s
-        if h.in_flight >= self.host_connections:
+        lanes = h.lanes
+        if lanes is None:
+            limit = self.host_connections
+        else:
+            h.lane = lane = lanes.index(min(lanes))
+            lanes[lane] += 1
+            # One that stopped qualifying is sent nothing more until its lanes are empty;
+            # without piping, nothing queues behind its lanes.
+            if not self._qualifies(h):
+                limit = 0
+            else:
+                limit = len(lanes) * (1 + self.pipeline if self.piping else 1)
+        if h.in_flight >= limit:
             h.busy = True
         elif len(h.queue) > 1:  # the caller takes one URL now
             self._push_heap(h, max(h.due, self._start_floor))
@@ -312,11 +367,7 @@ class PolitenessScheduler:
                 continue
             h.heap_token = -1  # an entry it may also have in the heap is void now
             ip.busy = True
-            if self.host_connections == 1:
-                h.in_flight = 1
-                h.busy = True
-            else:
-                self._start_one(h, now)
+            self._start(h, now)
             return h
         return None
 
@@ -331,12 +382,16 @@ class PolitenessScheduler:
         """When the earliest host in the heap becomes due (stale entries may make it early)."""
         return self._heap[0][0] if self._heap else None
 
-    def done(self, host: HostState, now: float, delay_s: float | None = None) -> None:
+    def done(
+        self, host: HostState, now: float, delay_s: float | None = None, lane: int = -1
+    ) -> None:
         """A request to ``host`` has completed at ``now``: start both delays from here
         (with host_connections > 1, τh already runs from the request's start; a
-        ``delay_s`` given, such as a back-off, still runs from now)."""
+        ``delay_s`` given, such as a back-off, still runs from now). ``lane``: the
+        request's lane, where its host is piped (HostState.lane when it was offered)."""
         host.busy = False
-        if self.host_connections == 1:
+        lanes = host.lanes
+        if lanes is None and self.host_connections == 1:
             host.in_flight = 0
             host.due = now + (host.delay_s if delay_s is None else delay_s)
         else:
@@ -344,14 +399,42 @@ class PolitenessScheduler:
             if delay_s is not None and now + delay_s > host.due:
                 host.due = now + delay_s
                 host.heap_token = -1  # an entry it has in the heap is too early now
+            if lanes is not None:
+                if 0 <= lane < len(lanes) and lanes[lane]:
+                    lanes[lane] -= 1
+                if not host.in_flight:
+                    host.lanes = None
+                    if not self._qualifies(host) and now + host.delay_s > host.due:
+                        # No longer piped: its delay runs from this end, as one
+                        # connection's does.
+                        host.due = now + host.delay_s
+                        host.heap_token = -1
+                elif not self._qualifies(host) or host.held:
+                    host.busy = True  # nothing more until its lanes are empty, or its rules known
+                elif not self.piping and host.in_flight >= len(lanes):
+                    host.busy = True  # nothing queued behind its lanes now
         self._free_ip(host, now + self.ip_delay(host.ip or ""))
         self._schedule(host)
+
+    def hold(self, host: HostState) -> None:
+        """Send ``host`` nothing more until :meth:`unhold` (a piped host's robots.txt
+        request goes alone: its rules may give it a delay)."""
+        host.held = host.busy = True
+
+    def unhold(self, host: HostState) -> None:
+        """End :meth:`hold`; the :meth:`done` that follows frees ``host`` as it may."""
+        host.held = False
 
     def release(self, host: HostState) -> None:
         """Nothing was sent to ``host`` after :meth:`next_ready`: free it without a delay
         (with host_connections > 1 the start's τh stands: a wait too long, never short)."""
         host.busy = False
         host.in_flight = max(0, host.in_flight - 1)
+        if host.lanes is not None:
+            if host.lanes[host.lane]:
+                host.lanes[host.lane] -= 1
+            if not host.in_flight:
+                host.lanes = None
         ip = self.ips.get(host.ip or "") if self.ip_delay_s > 0 else None
         self._free_ip(host, ip.due if ip else 0.0)
         self._schedule(host)

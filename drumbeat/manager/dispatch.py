@@ -8,7 +8,10 @@ plus the delay; with host_connections > 1, from its end or the next start the de
 allows, whichever is later) to the next request's start at the fetcher. Both ends are the
 fetchers' wall clocks (one machine). It is what the server sees beyond the politeness
 delay: reporting, the manager's turn, the hand-off. Only measured with ``ip_delay_s`` 0,
-where nothing but the host's own delay holds its next request back.
+where nothing but the host's own delay holds its next request back. For a piped host
+(frontier.politeness: its requests queue at the fetchers behind one another) it is the
+fetcher's hand-off from one request's end to the start of the next queued behind it
+(ItemResult.lane_free_at).
 """
 
 from __future__ import annotations
@@ -78,6 +81,9 @@ class Dispatcher:
         s = self.settings = settings
         self.queue = queue
         self.scheduler = scheduler
+        if not queue.pins_partitions:
+            # Fetchers take tasks as they come: a lane's items could meet on none.
+            scheduler.pipeline = 0
         self.state = state
         self.counters = counters
         self._on_robots = gate.on_robots
@@ -114,6 +120,8 @@ class Dispatcher:
         self._measure = s.ip_delay_s == 0
         self.latency_s = array("d")
         self.latency_seen = 0
+        # Items sent queued behind another on their lane: their hand-off is sampled.
+        self._behind: set[int] = set()
         self._rng = random.Random(0)
         # With revisits (manager.revisiting): called with each page's item as it leaves,
         # to give a revisit its validators. None: no revisits, no call.
@@ -142,6 +150,7 @@ class Dispatcher:
         """Send the next URL of each ready host to the fetchers, up to :attr:`limit`."""
         parts = self.queue.partitions
         by_part: list[list[FetchItem]] = [[] for _ in range(parts)]
+        pinned: list[list[FetchItem]] | None = None  # piped hosts' items, by partition
         limit = self.limit
         controls = self.controls
         if controls.paused:
@@ -157,6 +166,10 @@ class Dispatcher:
             scope.tick()
         # Past the page limit nothing is sent (robots.txt included): a host released
         # unused would otherwise come straight back from next_ready.
+        # Hosts are piped (frontier.politeness) only while the crawl lacks ready hosts
+        # for its fetch slots, as the last dispatch found: where they are plenty (a broad
+        # crawl without delays), a request queued behind another holds a slot idle.
+        self.scheduler.piping = self.state.slots_idle
         self.state.slots_idle = False
         while len(self.in_flight) < limit and not self.page_limit_reached() and sent != allowed:
             host = self.scheduler.next_ready(now)
@@ -190,10 +203,25 @@ class Dispatcher:
             if self.stamp_ip_delays and host.ip:
                 item.ip_delay_s = self.scheduler.ip_delay(host.ip)
             self.in_flight[item.item_id] = (item, host)
-            # A host's items share a partition: one fetcher, one keep-alive connection; with
-            # host_connections > 1, its k-th request in flight goes to the next partition k
-            # (fetchers share its parsing, each with its keep-alive connections).
-            by_part[(hash(host.name) + host.in_flight - 1) % parts].append(item)
+            lanes = host.lanes
+            if lanes is None:
+                # A host's items share a partition: one fetcher, one keep-alive
+                # connection; with host_connections > 1, its k-th request in flight goes
+                # to the next partition k (fetchers share its parsing, each with its
+                # keep-alive connections).
+                by_part[(hash(host.name) + host.in_flight - 1) % parts].append(item)
+                continue
+            # A piped host: lane k's items go to partition k past the host's, pinned to
+            # that fetcher, which fetches them one after another.
+            lane = item.lane = host.lane
+            item.lane_key = hash((host.name, lane)) or 1
+            if q.robots:
+                self.scheduler.hold(host)  # its rules may give the host a delay
+            if lanes[lane] > 1:
+                self._behind.add(item.item_id)
+            if pinned is None:
+                pinned = [[] for _ in range(parts)]
+            pinned[(hash(host.name) + lane) % parts].append(item)
         if speed is not None:
             speed.take(sent)
         size = self.settings.task_max_items
@@ -201,6 +229,10 @@ class Dispatcher:
         for part, items in enumerate(by_part):
             for i in range(0, len(items), size):
                 tasks.append(Task(self._next_task_id, items[i : i + size], part))
+                self._next_task_id += 1
+        for part, items in enumerate(pinned or ()):
+            for i in range(0, len(items), size):
+                tasks.append(Task(self._next_task_id, items[i : i + size], part, pinned=True))
                 self._next_task_id += 1
         if not tasks:
             return
@@ -274,8 +306,13 @@ class Dispatcher:
             # Reported at once: held_s is the page's archiving and parsing. (The result of
             # an announced end may wait for others to be archived with: fetcher.GATHER_S.)
             self.held_s += HELD_WEIGHT * (r.held_s - self.held_s)
+        if item.lane >= 0 and self._behind and item.item_id in self._behind:
+            self._behind.remove(item.item_id)
+            self._sample_hand_off(r)
         if item.kind == ROBOTS:
-            self.scheduler.done(host, ended, self._on_robots(r, host))
+            if item.lane >= 0:
+                self.scheduler.unhold(host)
+            self.scheduler.done(host, ended, self._on_robots(r, host), item.lane)
             if r.found is not None and len(r.found):
                 found.append(r.found)  # the sitemaps it names (Settings.sitemaps)
             for reason, n in r.dropped.items():
@@ -289,7 +326,7 @@ class Dispatcher:
         if retryable(r.status, r.error):
             delay = self._back_off(r, host, now)
             if free:
-                self.scheduler.done(host, ended, delay)
+                self.scheduler.done(host, ended, delay, item.lane)
                 self._note_free(r, host, now)
             return
         self.pages_done += 1 if r.status is not None else 0
@@ -305,7 +342,7 @@ class Dispatcher:
                 self.on_focus(r.found, r.focus)
         self.backoff.succeeded(host)
         if free:
-            self.scheduler.done(host, ended)
+            self.scheduler.done(host, ended, lane=item.lane)
             self._note_free(r, host, now)
 
     def on_fetch_ended(self, r: ItemResult, now: float) -> None:
@@ -319,7 +356,7 @@ class Dispatcher:
         if item.kind == ROBOTS:
             return  # its rules, which set the host's delays, come with its result
         self._ended.add(item.item_id)
-        self.scheduler.done(host, self._fetch_end(r, host, now))
+        self.scheduler.done(host, self._fetch_end(r, host, now), lane=item.lane)
         self._note_free(r, host, now)
 
     def _fetch_end(self, r: ItemResult, host: HostState, now: float) -> float:
@@ -339,9 +376,17 @@ class Dispatcher:
             return
         free_at, host.free_at = host.free_at, -1.0
         started = r.log.get("time")
-        if not isinstance(started, float):
-            return
-        sample = started - free_at
+        if isinstance(started, float):
+            self._add_latency(started - free_at)
+
+    def _sample_hand_off(self, r: ItemResult) -> None:
+        """A sample of the dispatch latency of ``r``'s item, sent queued behind another
+        on its lane: from that one's end to its start, at the fetcher."""
+        started = r.log.get("time") if r.log is not None else None
+        if self._measure and r.lane_free_at >= 0 and isinstance(started, float):
+            self._add_latency(max(0.0, started - r.lane_free_at))
+
+    def _add_latency(self, sample: float) -> None:
         self.latency_seen += 1
         if len(self.latency_s) < LATENCY_SAMPLES:
             self.latency_s.append(sample)
@@ -353,8 +398,8 @@ class Dispatcher:
     def _note_free(self, r: ItemResult, host: HostState, now: float) -> None:
         """``host``'s next URL waits for its delay to pass after ``r``: note when it may
         leave, to be compared with when it does (_sample_latency)."""
-        if not self._measure or not host.queue or r.log is None:
-            return
+        if not self._measure or not host.queue or r.log is None or host.lanes is not None:
+            return  # (a piped host's next request is sampled at the fetcher)
         started, ms = r.log.get("time"), r.log.get("fetch_ms")
         if not isinstance(started, float) or not isinstance(ms, float | int):
             return

@@ -284,4 +284,5 @@ def _scheduler(s: Settings) -> PolitenessScheduler:
         default_budget=s.budget_default,
         host_connections=s.host_connections,
         early_s=EARLY_BELOW_S,
+        pipeline=s.host_pipeline,
     )

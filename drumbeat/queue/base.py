@@ -84,6 +84,13 @@ class FetchItem:
     # fetch_ended): its host's delay is shorter than that work, so the next request
     # would wait for it. Last, with a default: older pickles of a FetchItem still load.
     announce_end: bool = False
+    # A host whose delays are 0 has requests queued at the fetchers behind each of its
+    # connections (Settings.host_pipeline, frontier.politeness): ``lane`` numbers the
+    # connection (-1: none), for the manager; ``lane_key`` (0: none) is what a fetcher
+    # keeps them apart by: of the items with one key, one at a time is fetched, each
+    # started the moment the one before it has ended (no round trip to the manager).
+    lane: int = -1
+    lane_key: int = 0
 
 
 @_pickled_as_fields
@@ -94,6 +101,10 @@ class Task:
     # Tasks of one partition (see ManagerQueue.partitions) go to one fetcher while the
     # load allows, so a host's requests reuse that fetcher's keep-alive connection.
     partition: int = 0
+    # Its items have lanes (FetchItem.lane_key): it goes to its partition's fetcher
+    # whatever the load, where the items queued before it on their lanes are (a queue
+    # that pins partitions; see ManagerQueue.pins_partitions).
+    pinned: bool = False
 
 
 @_pickled_as_fields
@@ -198,6 +209,10 @@ class ItemResult:
     # fetch_ended): only its host's politeness reads it (status, held_s, end_key, and the
     # log's "time" and "fetch_ms"); the result follows, as for any item.
     fetch_ended: bool = False
+    # An item with a lane (FetchItem.lane_key): when (wall clock) the request before it
+    # on its lane ended at this fetcher, -1 if none did; its start less that is the
+    # pipeline's hand-off (the dispatch latency of a request queued behind another).
+    lane_free_at: float = -1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +233,13 @@ class ManagerQueue(Protocol):
         """How many partitions tasks may be put in (``Task.partition`` in
         ``range(partitions)``): the manager puts all items of a host in one, and the
         queue prefers one fetcher per partition. 1 when it makes no difference."""
+
+    @property
+    def pins_partitions(self) -> bool:
+        """Whether a pinned task (``Task.pinned``) always reaches the one fetcher that
+        gets its partition's other pinned tasks while any of them is unreported: the
+        manager then queues a host's requests behind one another there (FetchItem.lane).
+        False where fetchers claim tasks as they come (a cluster)."""
 
     async def submit(self, tasks: Sequence[Task]) -> None:
         """Make tasks available to fetchers, in order."""

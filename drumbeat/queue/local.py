@@ -16,6 +16,8 @@ from drumbeat.queue.base import ItemResult, QueueStats, Task
 
 class LocalTaskQueue:
     partitions = 1  # one process, one connection pool: nothing to keep apart
+    # The standalone crawl's one Fetcher claims every task: a lane's items all meet there.
+    pins_partitions = True
 
     def __init__(self) -> None:
         self._pending: deque[Task] = deque()

@@ -10,7 +10,10 @@ then exchanges length-prefixed pickled frames on the child's stdin and stdout:
 
 Each submit() sends at most one frame per worker. A task goes to the worker of its
 partition, so that a host's requests reuse that worker's keep-alive connection, unless
-that worker is much busier than the least loaded one (:func:`keeps_partition`). A
+that worker is much busier than the least loaded one (:func:`keeps_partition`); a pinned
+task (``Task.pinned``: its items queue behind others on their lanes) always does. A
+partition's worker is the one in its slot: a replacement takes the slot of the worker it
+replaces, and a pinned task for an empty slot waits for the replacement. A
 worker sends its results in batches (see :class:`WorkerQueue`), save those whose host's
 next request waits for them. The queue keeps
 server-side ownership: it knows the unreported items of every worker. When a worker
@@ -92,6 +95,7 @@ def encode_frame(obj: Any) -> bytes:
 class _Worker:
     name: str
     proc: asyncio.subprocess.Process
+    slot: int  # the partitions ``p`` with ``p % workers == slot`` are this worker's
     owned: dict[int, tuple[Task, set[int]]] = field(default_factory=dict)
     outstanding: int = 0  # unreported items
     stats: dict[str, Any] = field(default_factory=dict)
@@ -121,6 +125,10 @@ class ProcessTaskQueue:
         self._max_restarts = max_restarts
         self._sync_timeout_s = sync_timeout_s
         self._workers: dict[str, _Worker] = {}
+        # Each slot's worker (None: it died and its replacement is not up yet), and the
+        # pinned tasks that wait for an empty slot's replacement.
+        self._slots: list[_Worker | None] = [None] * workers
+        self._held: dict[int, list[Task]] = {}
         self._names = (f"fetcher-{i}" for i in itertools.count())
         self._restarts = 0
         self._results: deque[ItemResult] = deque()
@@ -135,10 +143,10 @@ class ProcessTaskQueue:
         self._departed_stats: list[dict[str, Any]] = []  # stats of workers that exited
 
     async def start(self) -> None:
-        for _ in range(self._size):
-            await self._spawn()
+        for slot in range(self._size):
+            await self._spawn(slot)
 
-    async def _spawn(self) -> None:
+    async def _spawn(self, slot: int) -> None:
         name = next(self._names)
         proc = await asyncio.create_subprocess_exec(
             *self._command,
@@ -147,10 +155,14 @@ class ProcessTaskQueue:
             env=self._env,
             # A large pipe reader limit is not needed: frames are read with readexactly.
         )
-        worker = _Worker(name, proc)
+        worker = _Worker(name, proc, slot)
         self._workers[name] = worker
+        self._slots[slot] = worker
         self._send(worker, ("init", (name, self._init)))
         worker.reader = asyncio.ensure_future(self._read(worker))
+        if held := self._held.pop(slot, None):
+            self._give(worker, held)
+            self._send(worker, ("tasks", held))
 
     def _send(self, worker: _Worker, message: tuple[str, Any]) -> None:
         stdin = worker.proc.stdin
@@ -167,6 +179,8 @@ class ProcessTaskQueue:
     def partitions(self) -> int:
         return self._size
 
+    pins_partitions = True  # a pinned task goes to its slot's worker, never another
+
     async def submit(self, tasks: Sequence[Task]) -> None:
         if not tasks:
             return
@@ -175,18 +189,35 @@ class ProcessTaskQueue:
             # manager still counts these items in flight, so its checkpoint keeps them.
             return
         batches: dict[str, list[Task]] = {}
+        slots = self._slots
         workers = list(self._workers.values())
         for task in tasks:
-            worker = workers[task.partition % len(workers)]
-            least = min(workers, key=lambda w: w.outstanding)
-            if not keeps_partition(worker.outstanding, least.outstanding):
-                worker = least
-            worker.owned[task.task_id] = (task, set(range(len(task.items))))
-            worker.outstanding += len(task.items)
+            slot = task.partition % len(slots)
+            worker = slots[slot]
+            if task.pinned:
+                if worker is None:
+                    # Its lanes' earlier items died with the slot's worker: the items
+                    # wait for the replacement, never run beside them elsewhere.
+                    self._held.setdefault(slot, []).append(task)
+                    if self._restarts >= self._max_restarts:
+                        self._fail_held(slot)  # no replacement will come
+                    continue
+            else:
+                least = min(workers, key=lambda w: w.outstanding)
+                if worker is None or not keeps_partition(worker.outstanding, least.outstanding):
+                    worker = least
+            self._give(worker, [task])
             batches.setdefault(worker.name, []).append(task)
         self._submitted += len(tasks)
         for name, batch in batches.items():
             self._send(self._workers[name], ("tasks", batch))
+
+    @staticmethod
+    def _give(worker: _Worker, tasks: list[Task]) -> None:
+        """Make ``worker`` the owner of ``tasks`` (their items unreported)."""
+        for task in tasks:
+            worker.owned[task.task_id] = (task, set(range(len(task.items))))
+            worker.outstanding += len(task.items)
 
     async def collect(self, max_results: int, timeout_s: float) -> list[ItemResult]:
         if not self._results and not self._closed:
@@ -338,8 +369,17 @@ class ProcessTaskQueue:
         self._results.append(notice)
         self._result_ready.set()
 
+    def _fail_held(self, slot: int) -> None:
+        """Report the items of the pinned tasks held for ``slot`` failed (WORKER_DIED):
+        its worker will not be replaced."""
+        for task in self._held.pop(slot, []):
+            for index, item in enumerate(task.items):
+                self._results.append(ItemResult(task.task_id, index, item, error=WORKER_DIED))
+        self._result_ready.set()
+
     async def _departed(self, worker: _Worker, code: int) -> None:
         del self._workers[worker.name]
+        self._slots[worker.slot] = None
         self._synced.pop(worker.name, None)
         self._sync_event.set()
         if worker.stats:
@@ -360,8 +400,10 @@ class ProcessTaskQueue:
         self._result_ready.set()
         if self._restarts < self._max_restarts:
             self._restarts += 1
-            await self._spawn()
-        elif not self._workers:
+            await self._spawn(worker.slot)
+            return
+        self._fail_held(worker.slot)
+        if not self._workers:
             self._failed = (
                 f"fetcher processes keep dying ({self._restarts} restarts); see drumbeat.log"
             )

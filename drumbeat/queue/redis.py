@@ -636,6 +636,7 @@ class RedisManagerQueue:
     """
 
     partitions = 1  # fetchers claim from one list per crawl; no affinity to keep
+    pins_partitions = False  # nor may a host's requests queue behind one another
 
     def __init__(
         self,

@@ -165,3 +165,16 @@ def test_several_connections_overlap_with_starts_spaced(site, tmp_path, fetchers
     assert 2 <= _most_at_once(spans) <= 3
     starts = [s for s, _ in spans]
     assert min(b - a for a, b in itertools.pairwise(starts)) >= delay - START_SLACK_S
+
+
+# Delays 0: the host is piped (Settings.host_pipeline), its requests queued at the fetchers
+# behind its connections; the fetchers still run no more than the connections at once.
+@pytest.mark.parametrize("fetchers", ["0", "2"])
+def test_several_connections_piped_at_delay_0_never_run_more_at_once(site, tmp_path, fetchers):
+    stages = _crawl(site, tmp_path / "state", 3, 0.0, fetchers)
+    assert sorted(p for p in site.paths if p.startswith("/p/")) == sorted(
+        f"/p/{n}.html" for n in range(PAGES)
+    )
+    assert 2 <= _most_at_once(sorted(site.spans)) <= 3
+    latency = stages["dispatch_latency"]
+    assert latency is not None and latency["samples"] >= PAGES // 2

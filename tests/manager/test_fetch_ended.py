@@ -32,12 +32,18 @@ def _with_host(
     delay_s: float = 0.0,
     pages: int = 3,
 ) -> None:
-    """``test(manager, clock)`` with one host (one connection) holding ``pages`` pages."""
+    """``test(manager, clock)`` with one host (one connection, not piped: see
+    test_pipeline) holding ``pages`` pages."""
 
     async def main() -> None:
         clock = FakeClock()
         async with offline_manager(
-            tmp_path, clock=clock, host_delay_s=delay_s, host_delay_min_s=delay_s, ip_delay_s=0.0
+            tmp_path,
+            clock=clock,
+            host_delay_s=delay_s,
+            host_delay_min_s=delay_s,
+            ip_delay_s=0.0,
+            host_pipeline=0,
         ) as m:
             h = m.scheduler.host("a.test")
             m.scheduler.set_ip(h, ANSWER)

@@ -177,6 +177,65 @@ def test_a_dead_workers_items_come_back_failed_and_a_replacement_starts(tmp_path
     assert len(later) == 8 and stats.unreported_items == 0
 
 
+def _pinned(n_tasks: int, per_task: int, partition: int, first_id: int) -> list[Task]:
+    made = tasks(n_tasks, per_task, first_id=first_id)
+    for t in made:
+        t.partition, t.pinned = partition, True
+    return made
+
+
+def test_pinned_tasks_stay_on_their_partitions_worker_however_busy(tmp_path):
+    """A pinned task (its items queue behind others on their lanes) goes to its
+    partition's worker even where keeps_partition would send it elsewhere."""
+
+    async def go():
+        queue = echo_queue(tmp_path, 3)
+        await queue.start()
+        try:
+            assert queue.pins_partitions
+            await queue.submit(_pinned(40, 8, partition=4, first_id=0))
+            return await collect_all(queue, 320)
+        finally:
+            await queue.close()
+
+    results = asyncio.run(go())
+    assert len(results) == 320
+    assert len({r.log["by"] for r in results}) == 1, "one worker for the partition"
+
+
+def test_a_pinned_task_waits_for_its_dead_workers_replacement(tmp_path):
+    """The worker of a pinned task's partition died: the task goes to the worker that
+    takes its slot, never to another one (its lanes' earlier items could still run
+    there otherwise)."""
+
+    async def go():
+        queue = echo_queue(tmp_path, 2, hold="http://h0.test/")
+        await queue.start()
+        try:
+            await queue.submit(_pinned(1, 1, partition=0, first_id=0))  # held: h0
+            for _ in range(100):
+                if queue.stats().unreported_items == 1:
+                    break
+                await asyncio.sleep(0.02)
+            before = queue.worker_pids()
+            [dead] = [pid for name, pid in before.items() if name == "fetcher-0"]
+            [other] = [pid for name, pid in before.items() if name != "fetcher-0"]
+            os.kill(dead, signal.SIGKILL)
+            failed = await collect_all(queue, 1)
+            # Sent while the slot may still be empty: held for the replacement.
+            await queue.submit(_pinned(5, 4, partition=2, first_id=10))
+            later = await collect_all(queue, 20)
+            return dead, other, failed, later, queue.worker_pids()
+        finally:
+            await queue.close()
+
+    dead, other, failed, later, after = asyncio.run(go())
+    assert [(r.item.item_id, r.error) for r in failed] == [(0, WORKER_DIED)]
+    assert len(later) == 20
+    [replacement] = [pid for pid in after.values() if pid not in (dead, other)]
+    assert {r.log["by"] for r in later} == {replacement}
+
+
 def test_a_fetch_ended_notice_comes_ahead_and_leaves_its_item_unreported(tmp_path):
     """A worker's notice that an item's request ended (FetcherQueue.fetch_ended) reaches
     the manager with the item it sent and the notice's figures, ahead of the result, and

@@ -128,11 +128,17 @@ def test_loads_builds_queue_classes() -> None:
     assert loads(dumps((7, [result]))) == (7, [result])
     # Results pickle by position, so a field is only ever added at the end: what an
     # older drumbeat pickled (every field but the last ones, by_partition, then
-    # fetch_ended) loads with each field in its place.
-    assert [f.name for f in fields(ItemResult)][-2:] == ["by_partition", "fetch_ended"]
+    # fetch_ended, then lane_free_at) loads with each field in its place.
+    last = ["by_partition", "fetch_ended", "lane_free_at"]
+    assert [f.name for f in fields(ItemResult)][-3:] == last
     cls, values = result.__reduce__()
-    assert cls is ItemResult and values[-2:] == (None, False)
+    assert cls is ItemResult and values[-3:] == (None, False, -1.0)
     assert ItemResult(*values[:-1]) == ItemResult(*values[:-2]) == result
+    assert ItemResult(*values[:-3]) == result
+    # So are a task's and an item's: a pinned task, an item's lane.
+    assert [f.name for f in fields(Task)][-1] == "pinned"
+    assert [f.name for f in fields(FetchItem)][-2:] == ["lane", "lane_key"]
+    assert Task(*task.__reduce__()[1][:-1]) == task
 
 
 class _Boom:
