@@ -27,8 +27,10 @@ two drumbeat runs the targets name (0 s with 4 connections, 5 ms with 1); ``--on
 configurations run N times, one after the other in turn; each is reported by its median
 run, and the ratio to wget is the median of each round's (a crawler's rate can swing
 from minute to minute on a shared machine: a ratio of runs made side by side is the
-figure that holds). ``--json``: one JSON object. Skips (exit 0, with a
-message) where the doc package is missing.
+figure that holds). ``--set NAME=VALUE`` (repeatable): a crawl setting for
+drumbeat's runs, a line of their config file (``host_pipeline=0`` measures them without
+the pipeline). ``--json``: one JSON object. Skips (exit 0, with a message) where the doc
+package is missing.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ import statistics
 import sys
 import tempfile
 import time
+import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +55,7 @@ from urllib.parse import unquote
 from drumbeat.bench._throughput_proc import Usage, per_page_us, run_measured
 from drumbeat.bench._throughput_web import Nginx, nginx_binary, pick_port
 from drumbeat.bench.throughput import INSTALL_HINT, processor
+from drumbeat.settings import Settings, SettingsError, build
 
 DOC_PACKAGE = "cppreference-doc-en-html"
 DOC_ROOT = Path("/usr/share/cppreference/doc/html")
@@ -145,8 +150,17 @@ def read_log(path: Path) -> tuple[set[str], int, float, int, float | None, int]:
 
 
 class SiteBench:
-    def __init__(self, work: Path, nginx: str, log: bool, root: Path = DOC_ROOT) -> None:
+    def __init__(
+        self,
+        work: Path,
+        nginx: str,
+        log: bool,
+        root: Path = DOC_ROOT,
+        settings: Sequence[str] = (),
+    ) -> None:
+        """``settings``: config file lines (``name = value``) for drumbeat's runs."""
         self.work = work
+        self.settings = list(settings)
         self.nginx = nginx
         self.root = root
         self.log = log
@@ -246,7 +260,8 @@ class SiteBench:
         state = self.work / tag
         config = self.work / f"{tag}.toml"
         # Budget scaling may not shorten the delay: the floor is the delay itself.
-        config.write_text(f"host_delay_min_s = {host_delay_s}\nip_delay_min_s = 0\n")
+        lines = [f"host_delay_min_s = {host_delay_s}", "ip_delay_min_s = 0", *self.settings]
+        config.write_text("".join(f"{line}\n" for line in lines))
         cmd = [
             sys.executable,
             "-m",
@@ -417,6 +432,20 @@ def _or_na(value: float | None, unit: str = "") -> str:
     return "n/a" if value is None else f"{value}{unit}"
 
 
+def _setting_line(ap: argparse.ArgumentParser, text: str) -> str:
+    """``NAME=VALUE`` as a config file line, or a usage error: NAME must be a setting,
+    VALUE a TOML value of its kind (drumbeat crawl checks its range)."""
+    name, sep, value = text.partition("=")
+    name, value = name.strip(), value.strip()
+    if not sep or not name:
+        ap.error(f"--set {text!r}: give NAME=VALUE, NAME a crawl setting")
+    try:
+        build(Settings(), {name: tomllib.loads(f"v = {value}")["v"]})
+    except (tomllib.TOMLDecodeError, SettingsError) as e:
+        ap.error(f"--set {text!r}: {e}")
+    return f"{name} = {value}"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="drumbeat bench site", description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -437,6 +466,14 @@ def main(argv: list[str] | None = None) -> int:
         help="run the configurations N times, in turn (default 1): each is reported by its "
         "median run and the ratio to wget by the median of the rounds' ratios",
     )
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a crawl setting for drumbeat's runs, as in a config file (repeatable; "
+        "host_pipeline=0 measures them without the pipeline)",
+    )
     ap.add_argument("--dir", type=Path, default=None, help="work directory (default: a temp dir)")
     ap.add_argument(
         "--root",
@@ -448,6 +485,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     if not 1 <= args.rounds <= 100:
         ap.error("--rounds must be 1..100")
+    settings = [_setting_line(ap, text) for text in args.set]
     root = DOC_ROOT if args.root is None else args.root.resolve()
     if not (root / FRONT_PAGE.lstrip("/")).exists():
         if args.root is not None:
@@ -476,11 +514,12 @@ def main(argv: list[str] | None = None) -> int:
     work.chmod(0o755)
     started = time.perf_counter()
     try:
-        bench = SiteBench(work, nginx, log=not args.json, root=root)
+        bench = SiteBench(work, nginx, log=not args.json, root=root, settings=settings)
         runs = [
             bench.run(*RUNS[name]) for _ in range(args.rounds) for name in RUNS if name in chosen
         ]
         rep = report(runs, time.perf_counter() - started, root)
+        rep["settings"] = settings
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if args.json:

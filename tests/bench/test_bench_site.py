@@ -128,6 +128,22 @@ def test_rounds_out_of_range_is_a_usage_error(capsys):
     assert "--rounds must be 1..100" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("setting", "says"),
+    [
+        ("host_pipeline", "give NAME=VALUE"),
+        ("no_such=1", "unknown setting 'no_such'"),
+        ("host_pipeline=-1", "must be >= 0"),
+        ("host_pipeline=[", "--set 'host_pipeline=['"),
+    ],
+)
+def test_a_bad_setting_is_a_usage_error(capsys, setting, says):
+    with pytest.raises(SystemExit) as stop:
+        site.main(["--set", setting])
+    assert stop.value.code == 2
+    assert says in capsys.readouterr().err
+
+
 def test_root_without_the_front_page_is_an_error(tmp_path, capsys):
     assert site.main(["--quick", "--root", str(tmp_path)]) == 2
     err = capsys.readouterr().err
@@ -151,10 +167,11 @@ def test_root_serves_another_tree(tmp_path, capsys):
     root.chmod(0o755)
     tmp_path.chmod(0o755)  # nginx's workers read the tree as another user
     args = ["--only", "0ms-x4", "--rounds", "2", "--json", "--root", str(root)]
-    code = site.main([*args, "--dir", str(tmp_path)])
+    code = site.main([*args, "--dir", str(tmp_path), "--set", "host_pipeline = 1"])
     rep = json.loads(capsys.readouterr().out)
     assert code == 0
     assert rep["site"]["root"] == str(root)
+    assert rep["settings"] == ["host_pipeline = 1"]
     assert rep["runs"]["drumbeat 0 ms x4"]["pages"] == 7
     # Each round crawled the whole tree again, in a state directory of its own.
     by_round = rep["runs"]["drumbeat 0 ms x4"]["pages_per_s_by_round"]
