@@ -39,14 +39,16 @@ lane, and up to ``pipeline`` more requests queue behind each one at the fetchers
 has ended instead of after a round trip through the manager, which on one fast site is
 most of a request's time. At most ``host_connections`` requests are still under way at
 once: the fetcher that gets a lane's items (the queue pins them to one) fetches them one
-after another. Whether a host is piped is decided when it has nothing in flight; one
-that stops qualifying (robots.txt gave it a Crawl-delay, or a request failed) takes no
-new request until its piped ones are all back, and its delay then runs from the last
-one's end. Its robots.txt request goes alone: nothing is sent after it until its rules
-are known. While ``piping`` is off (the manager's dispatcher turns it off while the
-crawl's fetch slots, not its hosts, are what limits it: a queued request would hold a
-slot another host could use), no host starts being piped, and a piped one queues
-nothing more behind its lanes: one request a lane, as many as its connections.
+after another. A piped host is offered again once it has as many free places as lanes,
+so that one dispatch refills them all. Whether a host is piped is decided when it has
+nothing in flight; one that stops qualifying (robots.txt gave it a Crawl-delay, or a
+request failed) takes no new request until its piped ones are all back, and its delay
+then runs from the last one's end. Its robots.txt request goes alone (:meth:`hold`):
+nothing is sent after it until its rules are known. While ``piping`` is off (the
+manager's dispatcher turns it off while the crawl's fetch slots, not its hosts, are what
+limits it: a queued request would hold a slot another host could use), no host starts
+being piped, and a piped one queues nothing more behind its lanes: one request a lane,
+as many as its connections.
 
 Budgets (IRLbot §VII.A): a host of a PLD with budget B gets τh·B0/B, no less than
 ``host_delay_min_s``; an IP gets τs·B0/(average budget of its hosts in RAM), no less than
@@ -413,6 +415,10 @@ class PolitenessScheduler:
                     host.busy = True  # nothing more until its lanes are empty, or its rules known
                 elif not self.piping and host.in_flight >= len(lanes):
                     host.busy = True  # nothing queued behind its lanes now
+                elif host.in_flight > len(lanes) * self.pipeline:
+                    # Refilled a place a lane at a time: one dispatch, one frame a lane's
+                    # fetcher, where a place at a time would cost each a turn and a frame.
+                    host.busy = True
         self._free_ip(host, now + self.ip_delay(host.ip or ""))
         self._schedule(host)
 

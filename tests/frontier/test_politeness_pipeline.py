@@ -39,7 +39,9 @@ def test_a_piped_host_fills_each_lane_with_its_queue():
     assert sorted(_offer(s)) == [0, 0, 0, 1, 1, 1]  # 2 connections x (1 + 2)
     assert h.lanes == [3, 3] and h.in_flight == 6
     s.done(h, 0.1, lane=1)
-    assert _offer(s, 0.1) == [1]  # the lane that has room
+    assert _offer(s, 0.1) == []  # refilled once a place a lane is free, in one go
+    s.done(h, 0.2, lane=1)
+    assert _offer(s, 0.2) == [1, 1]  # the lane that has room
 
 
 def test_one_connection_is_one_lane():

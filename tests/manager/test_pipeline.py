@@ -71,13 +71,17 @@ def test_each_lane_gets_its_share_of_the_site_in_pinned_tasks(tmp_path: Path) ->
         assert tasks and all(t.pinned for t in tasks)
         assert sorted(i.item_id for t in tasks for i in t.items) == [i.item_id for i in sent]
 
-        # A notice of a lane-1 request's end: one more goes on lane 1, none on lane 0.
-        first_on_1 = next(i for i in sent if i.lane == 1)
+        # Notices of two lane-1 requests' ends: the lanes are refilled once a place a
+        # lane is free, in one dispatch: two more go on lane 1, none on lane 0.
+        first_on_1, second_on_1 = [i for i in sent if i.lane == 1][:2]
         clock.advance(0.01)
         d.on_fetch_ended(_notice(first_on_1), clock())
         d.dispatch(clock())
-        [more] = [i for i in _sent(m) if i.item_id not in {s.item_id for s in sent}]
-        assert more.lane == 1 and more.lane_key == keys[1]
+        assert [i.item_id for i in _sent(m)] == [i.item_id for i in sent]  # none new yet
+        d.on_fetch_ended(_notice(second_on_1), clock())
+        d.dispatch(clock())
+        more = [i for i in _sent(m) if i.item_id not in {s.item_id for s in sent}]
+        assert [(i.lane, i.lane_key) for i in more] == [(1, keys[1])] * 2
 
     _with_site(tmp_path, test)
 
