@@ -45,17 +45,16 @@ import statistics
 import sys
 import tempfile
 import time
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+from drumbeat.bench._settings import setting_lines
 from drumbeat.bench._throughput_proc import Usage, per_page_us, run_measured
 from drumbeat.bench._throughput_web import Nginx, nginx_binary, pick_port
 from drumbeat.bench.throughput import INSTALL_HINT, processor
-from drumbeat.settings import Settings, SettingsError, build
 
 DOC_PACKAGE = "cppreference-doc-en-html"
 DOC_ROOT = Path("/usr/share/cppreference/doc/html")
@@ -432,20 +431,6 @@ def _or_na(value: float | None, unit: str = "") -> str:
     return "n/a" if value is None else f"{value}{unit}"
 
 
-def _setting_line(ap: argparse.ArgumentParser, text: str) -> str:
-    """``NAME=VALUE`` as a config file line, or a usage error: NAME must be a setting,
-    VALUE a TOML value of its kind (drumbeat crawl checks its range)."""
-    name, sep, value = text.partition("=")
-    name, value = name.strip(), value.strip()
-    if not sep or not name:
-        ap.error(f"--set {text!r}: give NAME=VALUE, NAME a crawl setting")
-    try:
-        build(Settings(), {name: tomllib.loads(f"v = {value}")["v"]})
-    except (tomllib.TOMLDecodeError, SettingsError) as e:
-        ap.error(f"--set {text!r}: {e}")
-    return f"{name} = {value}"
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="drumbeat bench site", description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -485,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     if not 1 <= args.rounds <= 100:
         ap.error("--rounds must be 1..100")
-    settings = [_setting_line(ap, text) for text in args.set]
+    settings = setting_lines(ap, args.set)
     root = DOC_ROOT if args.root is None else args.root.resolve()
     if not (root / FRONT_PAGE.lstrip("/")).exists():
         if args.root is not None:

@@ -58,6 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from drumbeat.bench._settings import setting_lines
 from drumbeat.bench._throughput_dns import DnsThread
 from drumbeat.bench._throughput_proc import (
     ApiPoller,
@@ -856,7 +857,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="a drumbeat setting for its crawls, as a config-file line (TOML value), "
         "e.g. --set journal=false for an A/B; repeatable",
     )
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    args.set = setting_lines(ap, args.set)
+    return args
 
 
 def make_plan(args: argparse.Namespace) -> Plan:

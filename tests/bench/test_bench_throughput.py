@@ -184,3 +184,17 @@ def test_tiny_polite_drumbeat_run_end_to_end(tmp_path):
         Path(python["libpython"]).name.startswith("libpython")
         and Path(python["libpython"]).is_file()
     )
+
+
+def test_set_gives_checked_config_lines(capsys):
+    """--set NAME=VALUE (drumbeat.bench._settings, shared with bench site): a config-file
+    line for drumbeat's crawls; a name or value drumbeat would refuse is a usage error
+    before anything runs."""
+    plan = make_plan(parse(["--set", "journal=false", "--set", "journal_commit_s = 1.0"]))
+    assert plan.settings == ("journal = false", "journal_commit_s = 1.0")
+    for bad, says in (("jornal=false", "unknown setting 'jornal'"), ("journal=1", "journal")):
+        with pytest.raises(SystemExit) as stop:
+            parse(["--set", bad])
+        assert stop.value.code == 2
+        err = capsys.readouterr().err
+        assert f"--set {bad!r}" in err and says in err
