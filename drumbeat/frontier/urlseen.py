@@ -157,6 +157,16 @@ class DrumURLSeen:
             return 0
         return self._check(fps, AuxArray.from_lengths(payloads, lengths), sent)
 
+    def known(self, fingerprints: np.ndarray) -> np.ndarray:
+        """A bool array: which of ``fingerprints`` (uint64) the cache holds, so that
+        :meth:`submit` would drop them as sent before (all False without a cache). A
+        caller that filters links costs less asking this first: such a link passed its
+        filter when it was sent."""
+        if self._cache is None:
+            return np.zeros(len(fingerprints), bool)
+        known: np.ndarray = ~self._cache.unseen(fingerprints)
+        return known
+
     def _check(
         self, fps: np.ndarray, aux: Sequence[bytes] | AuxArray, sent: Sent | None = None
     ) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
-from itertools import accumulate, compress, islice
+from itertools import islice
 from time import perf_counter, thread_time
 from typing import TypeVar
 
@@ -142,59 +142,63 @@ class Admission:
                 return
         if self._order_links is not None:
             self._observe_links(found, self._order_links)
+        fingerprints = b"".join(f.fingerprints for f in found)
+        payloads = b"".join(f.payloads for f in found)
+        lengths = b"".join(f.lengths for f in found)
         within_rules = self._within_rules if self._link_reason is not None else None
         if self.settings.scope != "any" or within_rules is not None:
-            verdicts: dict[bytes, bool] = {}
-            found = [self._admissible(f, within_rules, verdicts) for f in found]
+            fingerprints, payloads, lengths, known = self._admissible(
+                fingerprints, payloads, lengths, within_rules
+            )
+            self.counters["urlseen_cache_hits"] += known
         self.counters["urlseen_cache_hits"] += self.seen.submit_packed(
-            b"".join(f.fingerprints for f in found),
-            b"".join(f.payloads for f in found),
-            b"".join(f.lengths for f in found),
-            sent,
+            fingerprints, payloads, lengths, sent
         )
 
     def _admissible(
         self,
-        found: FoundURLs,
+        fingerprints: bytes,
+        payloads: bytes,
+        lengths: bytes,
         within_rules: Callable[[str], bool] | None,
-        verdicts: dict[bytes, bool],
-    ) -> FoundURLs:
-        """``found`` less the links outside the scope or its rules, still packed.
+    ) -> tuple[bytes, bytes, bytes, int]:
+        """The packed links (as FoundURLs packs them) less those outside the scope or its
+        rules, and how many URL-seen's cache dropped before the scope was asked.
 
-        Whether a link is in the scope depends on its host alone, so it is decided once
-        per scheme and authority (``verdicts``, for one call of :meth:`admit_found`: a
-        page's links mostly share one or a few), from the payload's bytes; only the
-        rules, when there are any, look at each URL. A link that starts with an
-        authority already found in the scope (:meth:`_inside_prefixes`) is in it."""
-        blob = found.payloads
-        ends = list(accumulate(memoryview(found.lengths).cast("I")))
-        starts = [0, *ends[:-1]] if ends else []
-        if self.settings.scope == "any":
-            keep = [True] * len(starts)
-        else:
+        A link the cache holds was sent to URL-seen lately, so it passed the scope then
+        and would be dropped as seen now: most links of a scoped crawl are of those, and
+        only the others are looked at one by one. Whether a link is in the scope depends
+        on its host alone, so it is decided once per scheme and authority (``verdicts``,
+        for one call: a page's links mostly share one or a few), from the payload's
+        bytes; only the rules, when there are any, look at each URL. A link that starts
+        with an authority already found in the scope (:meth:`_inside_prefixes`) is in
+        it."""
+        sizes = np.frombuffer(lengths, np.uint32)
+        ends = np.cumsum(sizes, dtype=np.int64)
+        starts = ends - sizes
+        todo = np.flatnonzero(~self.seen.known(np.frombuffer(fingerprints, np.uint64)))
+        known = len(sizes) - len(todo)
+        blob = payloads
+        keep: list[int] = todo.tolist()
+        if self.settings.scope != "any":
             inside = self._inside_prefixes()
-            keep = [blob.startswith(inside, start) for start in starts]
-            for i in [i for i, known in enumerate(keep) if not known]:
-                keep[i] = self._payload_in_scope(blob, starts[i], verdicts)
+            verdicts: dict[bytes, bool] = {}
+            keep = [
+                i
+                for i, start in zip(keep, starts[todo].tolist())
+                if blob.startswith(inside, start) or self._payload_in_scope(blob, start, verdicts)
+            ]
         if within_rules is not None:
-            for i in compress(range(len(keep)), keep):
-                keep[i] = within_rules(payload_url(blob[starts[i] : ends[i]]))
-        if all(keep):
-            return found
-        # Rebuilt from the runs of kept links between the dropped ones: a page's links
-        # are mostly kept, and a slice a run costs less than a slice a link.
-        fingerprints, lengths = found.fingerprints, found.lengths
-        fps: list[bytes] = []
-        blobs: list[bytes] = []
-        sizes: list[bytes] = []
-        run = 0  # the first link of the run under way
-        for i in [i for i, kept in enumerate(keep) if not kept] + [len(keep)]:
-            if i > run:
-                fps.append(fingerprints[8 * run : 8 * i])
-                blobs.append(blob[starts[run] : ends[i - 1]])
-                sizes.append(lengths[4 * run : 4 * i])
-            run = i + 1
-        return FoundURLs(b"".join(fps), b"".join(blobs), b"".join(sizes))
+            keep = [i for i in keep if within_rules(payload_url(blob[starts[i] : ends[i]]))]
+        if len(keep) == len(sizes):
+            return fingerprints, payloads, lengths, known
+        kept = np.array(keep, np.int64)
+        return (
+            np.frombuffer(fingerprints, np.uint64)[kept].tobytes(),
+            b"".join([blob[starts[i] : ends[i]] for i in keep]),
+            sizes[kept].tobytes(),
+            known,
+        )
 
     def _payload_in_scope(self, blob: bytes, start: int, verdicts: dict[bytes, bool]) -> bool:
         """Whether the link whose payload starts at ``start`` in ``blob`` is in the scope

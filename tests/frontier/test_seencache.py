@@ -98,6 +98,19 @@ def test_repeated_links_do_not_reach_drum_and_are_counted(tmp_path) -> None:
         seen.submit([fingerprint("http://c.test/")], [b"x", b"y"])
 
 
+def test_known_says_which_links_submit_would_drop(tmp_path) -> None:
+    links = [f"http://a.test/{i}" for i in range(4)]
+    fps = np.array([fingerprint(u) for u in links], np.uint64)
+    for cache_bytes, after in ((1 << 16, [True, True, False, False]), (0, [False] * 4)):
+        seen = DrumURLSeen(
+            tmp_path / str(cache_bytes), ram_bytes=1 << 20, fsync=False, cache_bytes=cache_bytes
+        )
+        assert seen.known(fps).tolist() == [False] * 4
+        seen.submit(fps[:2].tolist(), [encode_payload(u, 1, None) for u in links[:2]])
+        assert seen.known(fps).tolist() == after
+        assert seen.submit(fps.tolist(), [encode_payload(u, 1, None) for u in links]) == sum(after)
+
+
 def test_a_crawl_reopened_at_a_checkpoint_finds_again_what_it_lost(tmp_path) -> None:
     # URLs sent after the last checkpoint are lost when the crawl dies; the cache (in RAM)
     # goes with them, so their next copies reach URL-seen and come out new.

@@ -9,6 +9,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from drumbeat.fetcher_links import pack_found
 from drumbeat.frontier.politeness import QueuedURL
 from drumbeat.frontier.urlseen import payload_url
@@ -238,8 +240,13 @@ def test_host_scope_is_decided_again_when_the_seeds_change(tmp_path: Path) -> No
             m.admission.admit_found([pack_found(links, depth, page)])
         assert m.counters["links_dropped.scope"] == 4
         m.pricing.set_seeds(["http://b.test/"])
-        m.admission.admit_found([pack_found(links, 4, page)])
+        # New paths on the old hosts: the links of the batches before are in URL-seen's
+        # cache, and dropped as seen whatever the scope says now.
+        again = ["http://a.test/5", "http://a.test:8080/6", "http://a.testx/3", "http://b.test/4"]
+        hits = m.counters["urlseen_cache_hits"]
+        m.admission.admit_found([pack_found(again + links[:2], 4, page)])
         assert m.counters["links_dropped.scope"] == 4 + 3
+        assert m.counters["urlseen_cache_hits"] == hits + 2
         m.stores.seen.flush()
         admitted = [(payload_url(p), p.split(b"\n")[1]) for p in m.stores.seen.take_new()]
         assert admitted == [
@@ -249,3 +256,29 @@ def test_host_scope_is_decided_again_when_the_seeds_change(tmp_path: Path) -> No
         ]
 
     _run(tmp_path, test, scope="host")
+
+
+@pytest.mark.parametrize("cache_bytes", [64 * 1024, 0])
+def test_links_urlseen_knows_are_dropped_as_seen_before_the_scope_is_asked(
+    tmp_path: Path, cache_bytes: int
+) -> None:
+    """A link in URL-seen's cache passed the scope when it was sent: found again, it is
+    dropped as seen without being looked at. Without the cache every copy is looked at;
+    what is admitted is the same."""
+
+    async def test(m: Manager, clock: FakeClock) -> None:
+        m.pricing.set_seeds(["http://a.test/"])
+        page = "http://a.test/p"
+        links = ["http://a.test/1", "http://b.test/2", "http://a.test/3"]
+        before = m.stores.seen.pending
+        for depth in (2, 3):
+            m.admission.admit_found([pack_found(links, depth, page)])
+        c = m.counters
+        assert c["links_dropped.scope"] == 2  # b.test is never sent, never known
+        assert c["urlseen_cache_hits"] == (2 if cache_bytes else 0)
+        assert m.stores.seen.pending == before + (2 if cache_bytes else 4)
+        m.stores.seen.flush()
+        admitted = [payload_url(p) for p in m.stores.seen.take_new()]
+        assert admitted == ["http://a.test/1", "http://a.test/3"]
+
+    _run(tmp_path, test, scope="host", urlseen_cache_bytes=cache_bytes)
