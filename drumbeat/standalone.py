@@ -496,6 +496,10 @@ def write_stages(
     ``stalls``: the manager's long loop turns (drumbeat.runtime.stalls).
     ``dispatch_latency``: from a host's delay passing to its next request's start, in
     ms (drumbeat.manager.dispatch; null where not measured: IP delays on).
+    ``fetcher_processes``: each fetcher process's fetches and CPU seconds, of which
+    ``startup_cpu_s`` before its first task, busiest first (a one-site crawl's
+    connections each keep one busy: drumbeat.frontier.politeness, pipeline); none with
+    ``fetchers`` 0.
     """
     seconds: defaultdict[str, float] = defaultdict(float)
     fetcher_cpu = 0.0
@@ -528,6 +532,18 @@ def write_stages(
         "switch_interval_s": sys.getswitchinterval(),
         "stalls": manager.stalls.as_dict(),
         "dispatch_latency": manager.dispatch.latency_summary(),
+        "fetcher_processes": sorted(
+            (
+                {
+                    "fetched": s.get("fetched", 0),
+                    "cpu_s": round(s.get("cpu_s", 0.0), 3),
+                    "startup_cpu_s": round(s.get("startup_cpu_s", 0.0), 3),
+                }
+                for s in (fetcher_stats if fetchers else [])  # 0: all in this process
+            ),
+            key=lambda p: p["cpu_s"] - p["startup_cpu_s"],
+            reverse=True,
+        ),
     }
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")

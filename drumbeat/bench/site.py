@@ -106,6 +106,16 @@ class Run:
         return {k: round(v, 1) for k, v in per_page_us(self.stages, part).items()}
 
     @property
+    def busiest_fetcher_cores(self) -> float | None:
+        """The CPU the busiest fetcher process spent crawling (its startup left out),
+        over the span: near 1, that process was the limit (a piped host's connection
+        runs in one process)."""
+        procs = None if self.stages is None else self.stages.get("fetcher_processes")
+        if not procs or self.span_s <= 0:
+            return None
+        return max(p["cpu_s"] - p["startup_cpu_s"] for p in procs) / self.span_s
+
+    @property
     def pages_per_s(self) -> float:
         return len(self.pages) / self.span_s if self.span_s > 0 else 0.0
 
@@ -329,6 +339,9 @@ def report(runs: list[Run], elapsed_s: float, root: Path = DOC_ROOT) -> dict[str
             "exit_code": r.usage.exit_code,
             "timed_out": r.usage.timed_out,
             "dispatch_latency": r.latency,
+            "busiest_fetcher_cores": (
+                None if r.busiest_fetcher_cores is None else round(r.busiest_fetcher_cores, 2)
+            ),
             "cpu_us_per_page": r.us_per_page("cpu_s"),
             "stage_us_per_page": r.us_per_page("seconds"),
             "missing_examples": sorted(base.pages - r.pages)[:3] if base else [],
@@ -392,11 +405,13 @@ def print_report(rep: dict[str, Any]) -> None:
         by_process, by_stage = r.get("cpu_us_per_page"), r.get("stage_us_per_page")
         if by_process and by_stage:
             stages = sorted(by_stage.items(), key=lambda kv: -kv[1])
+            busiest = r.get("busiest_fetcher_cores")
             console.print(
                 f"{name}, CPU µs a page: "
                 + ", ".join(f"{k} {v:,.0f}" for k, v in by_process.items())
                 + "; by stage: "
                 + ", ".join(f"{k} {v:,.0f}" for k, v in stages if v >= 1)
+                + ("" if busiest is None else f"; busiest fetcher process {busiest:.2f} cores")
             )
     if rep.get("rounds", 1) > 1:
         console.print(

@@ -67,6 +67,10 @@ def test_report_gives_drumbeats_cpu_a_page_by_process_and_stage(capsys):
         "cpu_s": {"manager": 0.4, "fetchers": 1.5},
         "seconds": {"parse": 0.62, "fetch": 0.4, "journal": 0.0004},
         "dispatch_latency": {"p50_ms": 2.5, "p90_ms": 4.5},
+        "fetcher_processes": [
+            {"fetched": 700, "cpu_s": 1.1, "startup_cpu_s": 0.3},
+            {"fetched": 300, "cpu_s": 0.4, "startup_cpu_s": 0.3},
+        ],
     }
     pages = {f"/p/{k}.html" for k in range(1000)}
 
@@ -80,10 +84,14 @@ def test_report_gives_drumbeats_cpu_a_page_by_process_and_stage(capsys):
     assert four["stage_us_per_page"] == {"parse": 620.0, "fetch": 400.0, "journal": 0.4}
     assert four["dispatch_latency"] == {"p50_ms": 2.5, "p90_ms": 4.5}
     assert rep["runs"]["wget"]["cpu_us_per_page"] is None
+    # The busiest process's crawling CPU (its startup left out) over the 1 s span.
+    assert four["busiest_fetcher_cores"] == 0.8
+    assert rep["runs"]["wget"]["busiest_fetcher_cores"] is None
     site.print_report(rep)
     out = capsys.readouterr().out
     line = "drumbeat 0 ms x4, CPU µs a page: manager 400, fetchers 1,500; by stage: parse 620"
     assert line + ", fetch 400" in out
+    assert "; busiest fetcher process 0.80 cores" in out
     assert "2x wget: n/a" not in out and "2x wget: 1.0x" in out  # wget ran here
     site.print_report(site.report(runs[1:], 1.0))  # --only 0ms-x4: no wget to compare with
     out = capsys.readouterr().out

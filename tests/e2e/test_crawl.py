@@ -262,6 +262,15 @@ def test_one_process_and_several_fetcher_processes_find_the_same(web, tmp_path):
         # The tests run on an editable install: pure Python (tests/test_compiled.py
         # covers the compiled module).
         assert stages["compiled"] == {"manager": [], "fetchers": []}
+        # Each fetcher process: its fetches, and its CPU with what starting it took.
+        procs = stages["fetcher_processes"]
+        assert len(procs) == int(fetchers)
+        if procs:
+            answered = sum(n for (_, _, status, _), n in log_lines.items() if status is not None)
+            assert sum(p["fetched"] for p in procs) == answered  # robots.txt's too
+            assert all(0 < p["startup_cpu_s"] < p["cpu_s"] for p in procs)
+            crawling = [p["cpu_s"] - p["startup_cpu_s"] for p in procs]
+            assert crawling == sorted(crawling, reverse=True)
         outcomes[fetchers] = (log_lines, same)
     assert outcomes["0"] == outcomes["3"]
 
