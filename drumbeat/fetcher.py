@@ -56,8 +56,11 @@ ENDS_KEPT = 4096
 # fetches of this fetcher are under way, for GATHER_ITEMS such pages: a batch costs less
 # CPU a page than pages one by one, and is reported in one frame (docs/benchmarks.md,
 # "One site"). Any other item ends the wait: a result someone waits for goes at once.
+# GATHER_ITEMS is high so that GATHER_S, not a count, mostly ends the wait: a batch then
+# grows with the rate pages come at (a piped host's lanes fill one while the last one
+# is parsed), and fewer, larger batches cost the fetcher and the manager less a page.
 GATHER_S = 0.005
-GATHER_ITEMS = 4
+GATHER_ITEMS = 16
 
 
 class _Lane:

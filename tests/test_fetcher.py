@@ -406,23 +406,26 @@ def test_a_page_its_host_waits_for_is_announced_as_its_request_ends(tmp_path: Pa
     assert third.item.item_id == 3 and third.error == "connect" and not third.fetch_ended
 
 
-@pytest.mark.parametrize("last", ["announced", "awaited"])
+@pytest.mark.parametrize("last", ["announced", "awaited", "batch full"])
 def test_announced_pages_wait_for_each_other_to_be_archived(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, last: str
 ):
     """A page whose end was announced is archived and reported with the next ones
     (fetcher.GATHER_S, here a minute) while other fetches of the fetcher are under way.
     The wait ends when none is left (all three in one batch, once the slow one is
-    answered), or when an item that was not announced comes in: its host waits for its
-    result, which goes out at once with the page that waited (the slow one follows)."""
+    answered), when an item that was not announced comes in (its host waits for its
+    result, which goes out at once with the page that waited; the slow one follows),
+    or when GATHER_ITEMS pages wait (here 2)."""
     monkeypatch.setattr(fetcher_module, "GATHER_S", 60.0)
+    if last == "batch full":
+        monkeypatch.setattr(fetcher_module, "GATHER_ITEMS", 2)
     slow_s = 0.5
     quick = FetchItem(1, "http://127.0.0.1:PORT/when/quick", "127.0.0.1")
     late = FetchItem(2, f"http://127.0.0.1:PORT/slow?s={slow_s}", "127.0.0.1")
     other = FetchItem(3, "http://127.0.0.1:PORT/when/other", "127.0.0.1")
     for item in (quick, late, other):
         item.report_now = item.announce_end = True
-    other.announce_end = last == "announced"
+    other.announce_end = last != "awaited"
     batches: list[tuple[list[int], float]] = []  # item ids, seconds since submitted
 
     async def watched(fetcher: Fetcher, items: list[FetchItem]) -> list[ItemResult]:
