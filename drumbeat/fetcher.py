@@ -61,6 +61,11 @@ ENDS_KEPT = 4096
 # is parsed), and fewer, larger batches cost the fetcher and the manager less a page.
 GATHER_S = 0.005
 GATHER_ITEMS = 16
+# A lane's hand-off (curl notices a request's end, the lane passes to its next item, whose
+# request starts and is sent) takes a few turns of the event loop. Before a batch blocks
+# the loop with its archiving and parsing, the archiver lets the hand-offs already due
+# run, so that the lanes' next requests are on their way meanwhile.
+HAND_OFF_TURNS = 4
 
 
 class _Lane:
@@ -309,6 +314,9 @@ class Fetcher:
             while self._fetched:
                 if not self._urgent and len(self._fetched) < GATHER_ITEMS and self._under_way:
                     await self._gather()
+                if self._lanes:
+                    for _ in range(HAND_OFF_TURNS):
+                        await asyncio.sleep(0)
                 batch, self._fetched, self._urgent = self._fetched, [], 0
                 results = self.complete(batch)
                 now, mono = time.time(), time.monotonic()
