@@ -319,6 +319,7 @@ def report(runs: list[Run], elapsed_s: float, root: Path = DOC_ROOT) -> dict[str
     }
     for name, made in by_name.items():
         r = _median_run(made)
+        busiest = r.busiest_fetcher_cores
         out["runs"][name] = {
             "crawler": r.crawler,
             "host_delay_s": r.host_delay_s,
@@ -339,9 +340,7 @@ def report(runs: list[Run], elapsed_s: float, root: Path = DOC_ROOT) -> dict[str
             "exit_code": r.usage.exit_code,
             "timed_out": r.usage.timed_out,
             "dispatch_latency": r.latency,
-            "busiest_fetcher_cores": (
-                None if r.busiest_fetcher_cores is None else round(r.busiest_fetcher_cores, 2)
-            ),
+            "busiest_fetcher_cores": None if busiest is None else round(busiest, 2),
             "cpu_us_per_page": r.us_per_page("cpu_s"),
             "stage_us_per_page": r.us_per_page("seconds"),
             "missing_examples": sorted(base.pages - r.pages)[:3] if base else [],

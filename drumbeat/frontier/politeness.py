@@ -402,10 +402,7 @@ class PolitenessScheduler:
                 host.due = now + delay_s
                 host.heap_token = -1  # an entry it has in the heap is too early now
             if lanes is not None:
-                if 0 <= lane < len(lanes) and lanes[lane]:
-                    lanes[lane] -= 1
-                if not host.in_flight:
-                    host.lanes = None
+                if self._leave_lane(host, lane):
                     if not self._qualifies(host) and now + host.delay_s > host.due:
                         # No longer piped: its delay runs from this end, as one
                         # connection's does.
@@ -422,6 +419,20 @@ class PolitenessScheduler:
         self._free_ip(host, now + self.ip_delay(host.ip or ""))
         self._schedule(host)
 
+    @staticmethod
+    def _leave_lane(host: HostState, lane: int) -> bool:
+        """One of piped ``host``'s requests, on ``lane``, is over or was never sent (its
+        in_flight already counted down): free its place. True when the host has none
+        left, and so is piped no more."""
+        lanes = host.lanes
+        assert lanes is not None
+        if 0 <= lane < len(lanes) and lanes[lane]:
+            lanes[lane] -= 1
+        if host.in_flight:
+            return False
+        host.lanes = None
+        return True
+
     def hold(self, host: HostState) -> None:
         """Send ``host`` nothing more until :meth:`unhold` (a piped host's robots.txt
         request goes alone: its rules may give it a delay)."""
@@ -437,10 +448,7 @@ class PolitenessScheduler:
         host.busy = False
         host.in_flight = max(0, host.in_flight - 1)
         if host.lanes is not None:
-            if host.lanes[host.lane]:
-                host.lanes[host.lane] -= 1
-            if not host.in_flight:
-                host.lanes = None
+            self._leave_lane(host, host.lane)
         ip = self.ips.get(host.ip or "") if self.ip_delay_s > 0 else None
         self._free_ip(host, ip.due if ip else 0.0)
         self._schedule(host)

@@ -120,8 +120,6 @@ class Dispatcher:
         self._measure = s.ip_delay_s == 0
         self.latency_s = array("d")
         self.latency_seen = 0
-        # Items sent queued behind another on their lane: their hand-off is sampled.
-        self._behind: set[int] = set()
         self._rng = random.Random(0)
         # With revisits (manager.revisiting): called with each page's item as it leaves,
         # to give a revisit its validators. None: no revisits, no call.
@@ -217,8 +215,6 @@ class Dispatcher:
             item.lane_key = hash((host.name, lane)) or 1
             if q.robots:
                 self.scheduler.hold(host)  # its rules may give the host a delay
-            if lanes[lane] > 1:
-                self._behind.add(item.item_id)
             if pinned is None:
                 pinned = [[] for _ in range(parts)]
             pinned[(hash(host.name) + lane) % parts].append(item)
@@ -306,8 +302,7 @@ class Dispatcher:
             # Reported at once: held_s is the page's archiving and parsing. (The result of
             # an announced end may wait for others to be archived with: fetcher.GATHER_S.)
             self.held_s += HELD_WEIGHT * (r.held_s - self.held_s)
-        if item.lane >= 0 and self._behind and item.item_id in self._behind:
-            self._behind.remove(item.item_id)
+        if item.lane >= 0:
             self._sample_hand_off(r)
         if item.kind == ROBOTS:
             if item.lane >= 0:
@@ -380,8 +375,9 @@ class Dispatcher:
             self._add_latency(started - free_at)
 
     def _sample_hand_off(self, r: ItemResult) -> None:
-        """A sample of the dispatch latency of ``r``'s item, sent queued behind another
-        on its lane: from that one's end to its start, at the fetcher."""
+        """A sample of the dispatch latency of ``r``'s item, if it was queued behind
+        another on its lane at its fetcher (``lane_free_at``, else -1: the lane was
+        empty when it came): from that one's end to its start."""
         started = r.log.get("time") if r.log is not None else None
         if self._measure and r.lane_free_at >= 0 and isinstance(started, float):
             self._add_latency(max(0.0, started - r.lane_free_at))
