@@ -16,6 +16,7 @@ import random
 import time
 from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,10 +62,18 @@ ENDS_KEPT = 4096
 # is parsed), and fewer, larger batches cost the fetcher and the manager less a page.
 GATHER_S = 0.005
 GATHER_ITEMS = 16
-# A lane's hand-off (curl notices a request's end, the lane passes to its next item, whose
-# request starts and is sent) takes a few turns of the event loop. Before a batch blocks
-# the loop with its archiving and parsing, the archiver lets the hand-offs already due
-# run, so that the lanes' next requests are on their way meanwhile.
+# A lane's hand-off (FetchItem.lane_key: curl notices a request's end, the lane passes to
+# its next item, whose request starts and is sent) takes a few turns of the event loop.
+# A batch archived and parsed in the loop holds the hand-offs until it is done, and the
+# lanes' connections sit idle meanwhile. Where the crawl's lanes leave cores spare (fewer
+# connections a host than fetcher processes, one a core by default), a batch with lanes
+# under way is archived and parsed in a thread of the fetcher's own instead: the loop
+# keeps handing the lanes on, and lexbor's parse, SHA-1 and gzip, which release the GIL,
+# run beside it, so the process serving a lane uses more than one core. Where every core
+# has a lane, the thread would only add its cost (the two threads share the GIL), so the
+# archiver lets the hand-offs already due run first (HAND_OFF_TURNS), then blocks the
+# loop. Batches without lanes (a crawl of many hosts, the cluster) stay in the loop.
+# docs/benchmarks.md, "One site", has the figures.
 HAND_OFF_TURNS = 4
 
 
@@ -145,6 +154,10 @@ class Fetcher:
         self._fetched: list[tuple[int, int, FetchItem, FetchResponse]] = []
         self._urgent = 0  # of those, the items whose end was not announced
         self._archiver: asyncio.Task[None] | None = None
+        # Lanes' batches go to the archive thread (made at the first): see HAND_OFF_TURNS.
+        self._lanes_in_thread = settings.host_connections < settings.fetcher_processes()
+        self._archive_thread: ThreadPoolExecutor | None = None
+        self._archiving: Future[list[ItemResult]] | None = None  # a batch in that thread
         self._gathering: asyncio.Future[None] | None = None  # the archiver's wait (GATHER_S)
         # When recent fetches whose host's next item may be sent early ended (monotonic
         # seconds by ItemResult.end_key): that item waits from there.
@@ -182,19 +195,22 @@ class Fetcher:
                 for task in tasks:
                     self.start(task)
         finally:
-            pending = [*self._running, *filter(None, [self._archiver])]
-            for t in pending:
-                t.cancel()
-            if pending:
-                await asyncio.gather(*pending, return_exceptions=True)
+            await self.stop()
 
     async def stop(self) -> None:
-        """Cancel the fetches under way (their items are not reported)."""
+        """Cancel the fetches under way (their items are not reported). A batch being
+        archived in the archive thread is finished first: its files are then closed
+        safely."""
         pending = [*self._running, *filter(None, [self._archiver])]
         for t in pending:
             t.cancel()
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
+        if self._archiving is not None:
+            await asyncio.gather(asyncio.wrap_future(self._archiving), return_exceptions=True)
+        if self._archive_thread is not None:
+            self._archive_thread.shutdown()
+            self._archive_thread = None
 
     def start(self, task: Task) -> None:
         """Fetch the task's items (within the concurrency limit); results go to the queue."""
@@ -314,11 +330,16 @@ class Fetcher:
             while self._fetched:
                 if not self._urgent and len(self._fetched) < GATHER_ITEMS and self._under_way:
                     await self._gather()
-                if self._lanes:
+                in_thread = self._lanes_in_thread and (
+                    bool(self._lanes) or any(f[2].lane_key for f in self._fetched)
+                )
+                if self._lanes and not in_thread:
                     for _ in range(HAND_OFF_TURNS):
                         await asyncio.sleep(0)
                 batch, self._fetched, self._urgent = self._fetched, [], 0
-                results = self.complete(batch)
+                results = (
+                    await self._complete_in_thread(batch) if in_thread else self.complete(batch)
+                )
                 now, mono = time.time(), time.monotonic()
                 lane_free_at = self._lane_free_at
                 for (_, _, item, resp), result in zip(batch, results):
@@ -330,6 +351,19 @@ class Fetcher:
                 await self.queue.report(self.worker, results)
         finally:
             self._archiver = None
+
+    async def _complete_in_thread(
+        self, batch: list[tuple[int, int, FetchItem, FetchResponse]]
+    ) -> list[ItemResult]:
+        """:meth:`complete` of ``batch``, run in the archive thread while the loop goes on."""
+        if self._archive_thread is None:
+            self._archive_thread = ThreadPoolExecutor(1, thread_name_prefix="archive")
+        job = self._archiving = self._archive_thread.submit(self.complete, batch)
+        try:
+            return await asyncio.wrap_future(job)
+        finally:
+            if job.done():  # else cancelled while the thread runs it: stop() waits for it
+                self._archiving = None
 
     async def _gather(self) -> None:
         """Wait up to GATHER_S for more fetched items (see GATHER_S)."""

@@ -9,6 +9,7 @@ import asyncio
 import gzip
 import itertools
 import json
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -107,9 +108,15 @@ async def one_by_one(fetcher: Fetcher, items: list[FetchItem]) -> list[ItemResul
     return [await fetcher.process(0, i, item) for i, item in enumerate(items)]
 
 
-def run_fetches(tmp_path: Path, items: list[FetchItem], fetch_all=one_by_one):
+def run_fetches(
+    tmp_path: Path,
+    items: list[FetchItem],
+    fetch_all=one_by_one,
+    settings: Settings | None = None,
+):
     """``fetch_all(fetcher, items)`` with a fetcher of a loopback server's pages (PORT in
-    the items' URLs is its port); by default Fetcher.process item by item."""
+    the items' URLs is its port); by default Fetcher.process item by item. ``settings``:
+    the fetcher's (default: loopback allowed)."""
 
     async def go():
         app = web.Application()
@@ -125,12 +132,11 @@ def run_fetches(tmp_path: Path, items: list[FetchItem], fetch_all=one_by_one):
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]
-        settings = Settings(allow_loopback=True)
         http = _client_class[0](
             user_agent="drumbeat-test", policy=AddressPolicy(allow_loopback=True), resolver=None
         )
         warc = WarcWriter(tmp_path / "warc")
-        fetcher = Fetcher(settings, LocalTaskQueue(), http, warc)
+        fetcher = Fetcher(settings or Settings(allow_loopback=True), LocalTaskQueue(), http, warc)
         try:
             for item in items:
                 item.url = item.url.replace("PORT", str(port))
@@ -360,6 +366,99 @@ def test_the_items_of_a_lane_are_fetched_one_after_another(tmp_path: Path):
     for i in (1, 3, 4):
         started = by_id[i].log["time"]
         assert 0 <= started - by_id[i].lane_free_at < 0.09
+
+
+class _TimedComplete:
+    """Fetcher.complete, recording each call's thread, items and monotonic start and end;
+    the first call with a lane item first sleeps ``hold_s`` (a long parse)."""
+
+    def __init__(self, fetcher: Fetcher, monkeypatch: pytest.MonkeyPatch, hold_s: float) -> None:
+        self.calls: list[tuple[str, list[int], float, float]] = []
+        self.held = asyncio.Event()  # set (in the loop) as the long one begins
+        self._hold_s, self._real = hold_s, fetcher.complete
+        self._loop = asyncio.get_running_loop()
+        monkeypatch.setattr(fetcher, "complete", self._complete)
+
+    def _complete(self, batch: list) -> list[ItemResult]:
+        started = time.monotonic()
+        if any(item.lane_key for _, _, item, _ in batch) and not self.held.is_set():
+            self._loop.call_soon_threadsafe(self.held.set)
+            time.sleep(self._hold_s)
+        results = self._real(batch)
+        ids = [item.item_id for _, _, item, _ in batch]
+        self.calls.append((threading.current_thread().name, ids, started, time.monotonic()))
+        return results
+
+
+@pytest.mark.parametrize("cores_spare", [True, False])
+def test_a_lanes_batch_is_archived_beside_the_loop_where_cores_are_spare(
+    tmp_path: Path, monkeypatch, cores_spare: bool
+):
+    """Where a host's connections are fewer than the fetcher processes (a core each by
+    default: cores are spare), a batch with a lane under way is archived and parsed in
+    the fetcher's archive thread, and the loop goes on meanwhile: the lane's next
+    request is sent and answered while the first page is still being parsed (here
+    0.4 s). Where they are not, the batch runs in the loop, which waits for it. A batch
+    without a lane item is archived in the loop either way."""
+    items = [
+        FetchItem(i, f"http://127.0.0.1:PORT/span/{name}?s=0.05", "127.0.0.1", lane=0, lane_key=7)
+        for i, name in enumerate(["first", "next"])
+    ]
+    items.append(FetchItem(2, "http://127.0.0.1:PORT/span/free?s=0", "127.0.0.1"))
+    settings = Settings(allow_loopback=True, host_connections=2, fetchers=3 if cores_spare else 2)
+
+    async def lane_then_free(fetcher: Fetcher, items: list[FetchItem]) -> list[ItemResult]:
+        timed = _TimedComplete(fetcher, monkeypatch, 0.4)
+        queue = fetcher.queue
+        running = asyncio.ensure_future(fetcher.run())
+        results: list[ItemResult] = []
+        for task_id, part in enumerate([items[:2], items[2:]]):
+            await queue.submit([Task(task_id, part)])
+            for _ in range(100):  # 100 s at most
+                results += await queue.collect(4096, 1.0)
+                if len(results) == len(items[: 2 + task_id]):
+                    break
+        await queue.close()
+        await running
+        calls.extend(timed.calls)
+        return results
+
+    calls: list[tuple[str, list[int], float, float]] = []
+    SPANS.clear()
+    _, results = run_fetches(tmp_path, items, lane_then_free, settings)
+    assert sorted(r.status for r in results) == [200] * 3
+    first_parsed = next(end for _, ids, _, end in calls if 0 in ids)
+    threads = {i: thread for thread, ids, _, _ in calls for i in ids}
+    main = threading.main_thread().name
+    if cores_spare:
+        assert SPANS["next"][1] < first_parsed  # answered while "first" was parsed
+        assert threads[0].startswith("archive") and threads[1].startswith("archive")
+    else:
+        assert SPANS["next"][1] > first_parsed  # the loop waited for the parse
+        assert threads[0] == threads[1] == main
+    assert threads[2] == main
+
+
+def test_stopping_a_fetcher_waits_for_the_batch_in_its_archive_thread(tmp_path: Path, monkeypatch):
+    """Fetcher.stop returns only once the batch in its archive thread is archived: the
+    caller then closes the WARC files, which no late write may reach."""
+    items = [FetchItem(0, "http://127.0.0.1:PORT/span/only?s=0", "127.0.0.1", lane_key=7)]
+    stopped: list[float] = []
+
+    async def stop_while_parsing(fetcher: Fetcher, items: list[FetchItem]) -> list[ItemResult]:
+        timed = _TimedComplete(fetcher, monkeypatch, 0.3)
+        fetcher.start(Task(0, items))
+        await asyncio.wait_for(timed.held.wait(), 10.0)
+        await fetcher.stop()
+        stopped.append(time.monotonic())
+        calls.extend(timed.calls)
+        return []
+
+    calls: list[tuple[str, list[int], float, float]] = []
+    run_fetches(tmp_path, items, stop_while_parsing, Settings(allow_loopback=True, fetchers=2))
+    [(thread, ids, _, end)] = calls
+    assert thread.startswith("archive") and ids == [0]
+    assert end <= stopped[0]
 
 
 def test_a_page_its_host_waits_for_is_announced_as_its_request_ends(tmp_path: Path):

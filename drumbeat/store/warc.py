@@ -40,6 +40,7 @@ import hashlib
 import io
 import os
 import socket
+import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -243,8 +244,11 @@ class WarcWriter:
     """Writes fetches as WARC/1.1 records into size-rotated files in ``directory``.
 
     A file is opened on the first write after construction or rotation, so an idle
-    writer leaves no file behind. A writer never appends to an existing file. Not
-    thread-safe: use it from one thread (the event loop).
+    writer leaves no file behind. A writer never appends to an existing file. One
+    thread writes; another may flush, sync or close it meanwhile (a fetcher archives a
+    lane's pages in a thread of its own while its event loop answers the manager's
+    syncs): a lock orders what touches the open file, and records are compressed
+    outside it.
     """
 
     def __init__(
@@ -272,6 +276,7 @@ class WarcWriter:
         self._records = 0
         self._bytes_written = 0
         self._closed = False
+        self._lock = threading.RLock()  # the open file and the counters: see the class
 
     def write_fetch(
         self,
@@ -374,25 +379,26 @@ class WarcWriter:
 
     def _write_all(self, records: list[tuple[bytes, bytes]]) -> list[WarcLocation | OSError]:
         """Compress and write each (response, request) pair of records."""
-        if self._closed:
-            raise ValueError("write to a closed WarcWriter")
         level = self._level
         members = [
             (gzip_member(response, level), gzip_member(request, level))
             for response, request in records
         ]
         locations: list[WarcLocation | OSError] = []
-        for response, request in members:
-            try:
-                f = self._ensure_open()
-                locations.append(WarcLocation(self._name, self._size, len(response)))
-                f.write(response)
-                f.write(request)
-                self._advance(2, len(response) + len(request))
-                if self._size >= self._max_file_bytes:
-                    self._finish_file()
-            except OSError as e:
-                locations.append(e)
+        with self._lock:
+            if self._closed:
+                raise ValueError("write to a closed WarcWriter")
+            for response, request in members:
+                try:
+                    f = self._ensure_open()
+                    locations.append(WarcLocation(self._name, self._size, len(response)))
+                    f.write(response)
+                    f.write(request)
+                    self._advance(2, len(response) + len(request))
+                    if self._size >= self._max_file_bytes:
+                        self._finish_file()
+                except OSError as e:
+                    locations.append(e)
         return locations
 
     def _exchange_records(
@@ -466,15 +472,17 @@ class WarcWriter:
 
     def flush(self) -> None:
         """Hand buffered bytes to the OS (survives a process kill, not a power loss)."""
-        if self._file is not None:
-            self._file.flush()
+        with self._lock:
+            if self._file is not None:
+                self._file.flush()
 
     def sync(self) -> None:
         """Flush and fsync the current file: everything written so far is durable (once
         the thread's deferred fsyncs are synced, if it defers them: store.durable)."""
-        if self._file is not None:
-            self._file.flush()
-            durable.fsync(self._file.fileno())
+        with self._lock:
+            if self._file is not None:
+                self._file.flush()
+                durable.fsync(self._file.fileno())
 
     async def sync_off_loop(self) -> None:
         """:meth:`sync`, with the fsync run on a worker thread: the event loop (and this
@@ -484,18 +492,20 @@ class WarcWriter:
         fsync waits for the disk: with a few hundred MB written since the last one
         (half a minute of a fast crawl), it blocked a fetcher for seconds.
         """
-        if self._file is None:
-            return
-        self._file.flush()
-        descriptor = os.dup(self._file.fileno())
+        with self._lock:
+            if self._file is None:
+                return
+            self._file.flush()
+            descriptor = os.dup(self._file.fileno())
         fsynced = asyncio.get_running_loop().run_in_executor(None, _fsync_and_close, descriptor)
         await asyncio.shield(fsynced)  # cancelled or not, the thread closes the descriptor
 
     def close(self) -> None:
         """Sync and rename the current file to its final name. Idempotent."""
-        if self._file is not None:
-            self._finish_file()
-        self._closed = True
+        with self._lock:
+            if self._file is not None:
+                self._finish_file()
+            self._closed = True
 
     def stats(self) -> WarcWriterStats:
         return WarcWriterStats(

@@ -233,6 +233,62 @@ def test_sync_off_loop_goes_on_through_writes_rotation_and_cancellation(tmp_path
     assert urls == [f"http://example.test/p{i}" for i in range(30)]
 
 
+class _SlowToClose(io.BufferedWriter):
+    """A WARC file whose close takes a while after the file is closed (the writer
+    forgets it only then): a sync from another thread finds it closed unless the
+    writer's lock keeps it out."""
+
+    def close(self) -> None:
+        super().close()
+        time.sleep(0.002)
+
+
+def _slow_to_close(path: Path, mode: str = "r", buffering: int = -1, **kwargs):
+    """``open``, with a new WARC file (mode "xb") slow to close."""
+    if mode != "xb":
+        return open(path, mode, buffering, **kwargs)
+    return _SlowToClose(io.FileIO(path, "x"), buffering)
+
+
+def test_syncs_from_the_loop_while_a_thread_writes_and_rotates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fetcher archives a lane's pages in a thread of its own while its event loop
+    answers the manager's syncs: syncs and flushes from the loop, while another thread
+    writes and rotates files every few records, all succeed, and every record is
+    written whole, once, in order."""
+    monkeypatch.setattr(warc, "open", _slow_to_close, raising=False)
+    writer = WarcWriter(tmp_path, max_file_bytes=3_000)
+    pages = 300
+
+    async def crawl() -> int:
+        loop = asyncio.get_running_loop()
+        writing = loop.run_in_executor(
+            None, lambda: [write_pages(writer, 10, start=i) for i in range(0, pages, 10)]
+        )
+        syncs = 0
+        while not writing.done() and syncs < 100_000:
+            writer.flush()
+            if syncs % 20 == 0:
+                await writer.sync_off_loop()
+            else:
+                await asyncio.sleep(0)
+            syncs += 1
+        await writing
+        return syncs
+
+    syncs = asyncio.run(crawl())
+    writer.close()
+    assert syncs > 1 and writer.stats().files_finished > 10
+    urls = [
+        r.header("WARC-Target-URI")
+        for f in warc_files(tmp_path)
+        for r in iter_records(f)
+        if r.rec_type == "response"
+    ]
+    assert urls == [f"http://example.test/p{i}" for i in range(pages)]
+
+
 def exchanges(n: int) -> list[FetchResponse]:
     """The exchanges write_pages writes, as the fetcher hands them over."""
     return [
