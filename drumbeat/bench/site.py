@@ -109,7 +109,8 @@ class Run:
     def busiest_fetcher_cores(self) -> float | None:
         """The CPU the busiest fetcher process spent crawling (its startup left out),
         over the span: near 1, that process was the limit (a piped host's connection
-        runs in one process)."""
+        runs in one process); above 1, its archive thread ran beside its loop (where
+        cores are spare: drumbeat.fetcher, HAND_OFF_TURNS)."""
         procs = None if self.stages is None else self.stages.get("fetcher_processes")
         if not procs or self.span_s <= 0:
             return None
