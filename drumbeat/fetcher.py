@@ -16,7 +16,7 @@ import random
 import time
 from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,7 +157,6 @@ class Fetcher:
         # Lanes' batches go to the archive thread (made at the first): see HAND_OFF_TURNS.
         self._lanes_in_thread = settings.host_connections < settings.fetcher_processes()
         self._archive_thread: ThreadPoolExecutor | None = None
-        self._archiving: Future[list[ItemResult]] | None = None  # a batch in that thread
         self._gathering: asyncio.Future[None] | None = None  # the archiver's wait (GATHER_S)
         # When recent fetches whose host's next item may be sent early ended (monotonic
         # seconds by ItemResult.end_key): that item waits from there.
@@ -206,11 +205,11 @@ class Fetcher:
             t.cancel()
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
-        if self._archiving is not None:
-            await asyncio.gather(asyncio.wrap_future(self._archiving), return_exceptions=True)
         if self._archive_thread is not None:
-            self._archive_thread.shutdown()
-            self._archive_thread = None
+            # A batch cancelled above runs on in the thread: its end is waited for here,
+            # off the loop.
+            thread, self._archive_thread = self._archive_thread, None
+            await asyncio.to_thread(thread.shutdown)
 
     def start(self, task: Task) -> None:
         """Fetch the task's items (within the concurrency limit); results go to the queue."""
@@ -358,12 +357,8 @@ class Fetcher:
         """:meth:`complete` of ``batch``, run in the archive thread while the loop goes on."""
         if self._archive_thread is None:
             self._archive_thread = ThreadPoolExecutor(1, thread_name_prefix="archive")
-        job = self._archiving = self._archive_thread.submit(self.complete, batch)
-        try:
-            return await asyncio.wrap_future(job)
-        finally:
-            if job.done():  # else cancelled while the thread runs it: stop() waits for it
-                self._archiving = None
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._archive_thread, self.complete, batch)
 
     async def _gather(self) -> None:
         """Wait up to GATHER_S for more fetched items (see GATHER_S)."""
