@@ -875,15 +875,17 @@ def _run_manager(args: argparse.Namespace, run: Callable[[Settings], Any]) -> in
     """A crawl's manager, standalone or in a cluster: settings, allocator, run, report.
     ``run`` imports the crawl's modules itself: a process that executes itself again for
     its allocator would import them for nothing."""
-    from drumbeat.frontier.scope import check_settings as check_scope
-
     check_state_path(Path(args.state_dir))
     settings = settings_from_args(args)
+    if args.reexec:
+        # Before the checks below: the process executed again makes them, and this one
+        # would import their modules (the scope's loads the public suffix list) for nothing.
+        reexec_if_needed(settings.allocator, sys.argv[1:])  # returns if nothing to do
+    from drumbeat.frontier.scope import check_settings as check_scope
+
     check_scope(settings)  # the blocklist file's lines, before the state dir is made
     _check_focus(settings)
     check_state_dir(Path(args.state_dir))
-    if args.reexec:
-        reexec_if_needed(settings.allocator, sys.argv[1:])  # returns if nothing to do
     from drumbeat.checkpoint import CheckpointError
     from drumbeat.drum import DrumError
     from drumbeat.runtime.gctune import tune_gc

@@ -34,11 +34,9 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from drumbeat import compiled_modules
-from drumbeat.manager import Manager
-from drumbeat.progress import Progress
 from drumbeat.queue.base import Inbox, ManagerQueue
 from drumbeat.queue.local import LocalTaskQueue
 from drumbeat.queue.process import ProcessTaskQueue, WorkerFailed
@@ -48,7 +46,11 @@ from drumbeat.store.seedrefusals import SeedRefusals, SeedWatchingLog
 from drumbeat.store.summary import CRAWL_LOG_NAME, note_run_end, note_run_start
 from drumbeat.store.warc import WarcWriter, recover_directory
 from drumbeat.web.address import WebAddress
-from drumbeat.web.server import WebServer
+
+if TYPE_CHECKING:
+    from drumbeat.manager import Manager
+    from drumbeat.progress import Progress
+    from drumbeat.web.server import WebServer
 
 STAGES_NAME = "stages.json"
 # The manager's event loop hands out all work, and it wakes often for little (a batch of
@@ -221,6 +223,10 @@ async def _run(
 ) -> CrawlOutcome:
     fetchers = settings.fetcher_processes() if deployment.local_fetchers else 0
     async with deployment.fetching(settings, fetchers) as fetching:
+        # The manager's modules are imported once the fetcher processes are started, so
+        # that those import theirs meanwhile: a crawl's first request comes sooner.
+        from drumbeat.manager import Manager
+
         fetcher_stats = fetching.stats
         manager = Manager(
             settings,
@@ -305,6 +311,8 @@ async def _drive(
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal)
+    from drumbeat.progress import Progress
+
     server = None if web is None else await _serve(manager, state_dir, web)
     progress = Progress(settings, manager, sys.stderr)
     progress_task = asyncio.ensure_future(progress.run())
@@ -368,6 +376,8 @@ def _finish(
 
 async def _serve(manager: Manager, state_dir: Path, address: WebAddress) -> WebServer:
     """Start the control API (its address on stderr and in web.json)."""
+    from drumbeat.web.server import WebServer
+
     server = WebServer(manager, state_dir, address)
     try:
         url = await server.start()

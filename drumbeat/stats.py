@@ -39,10 +39,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.exceptions import WatchError
 
+# redis is imported where Redis is talked to, not here: a standalone crawl's manager uses
+# History only, and starts sooner without loading redis-py.
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -176,6 +175,9 @@ class StatsWriter:
         """Add the counts since the last flush to their per-second buckets and record this
         node as alive, in one MULTI/EXEC round trip. If Redis cannot be reached the counts
         stay for the next flush (a reply lost after Redis applied them counts them twice)."""
+        from redis.exceptions import ConnectionError as RedisConnectionError
+        from redis.exceptions import TimeoutError as RedisTimeoutError
+
         pending, self._pending = self._pending, {}
         now = self._clock()
         seconds = {second for second, _, _ in pending}
@@ -288,6 +290,8 @@ class StatsReader:
         watermark and the seconds read, so a call that raced another (or a late writer)
         starts over and folds only what is still unfolded.
         """
+        from redis.exceptions import WatchError
+
         settled = int(self._clock()) - SETTLE_S  # seconds before it are complete
         for _ in range(ROLL_UP_TRIES):
             async with self._redis.pipeline(transaction=True) as tx:
