@@ -236,8 +236,8 @@ class ApiPoller:
         self._thread.join()
 
     def _run(self) -> None:
+        from drumbeat.web import WEB_JSON
         from drumbeat.web.client import CtlError, find
-        from drumbeat.web.server import WEB_JSON
 
         while not self._stop.wait(self.interval_s):
             try:

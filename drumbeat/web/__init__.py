@@ -14,3 +14,7 @@ Files in the state directory while a crawl with its web server runs::
     DIR/web.json    {"url": "http://127.0.0.1:PORT", "pid": PID}; removed at the end
     DIR/web.token   the bearer token of this run (mode 0600), secrets.token_urlsafe
 """
+
+# The two files by name: ``drumbeat ctl`` reads them without importing the server (aiohttp).
+WEB_JSON = "web.json"
+WEB_TOKEN = "web.token"

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from drumbeat.web.server import WEB_JSON, WEB_TOKEN
+from drumbeat.web import WEB_JSON, WEB_TOKEN
 
 TIMEOUT_S = 10.0
 

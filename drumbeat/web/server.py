@@ -10,14 +10,12 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from drumbeat.web import WEB_JSON, WEB_TOKEN
 from drumbeat.web.address import WebAddress
 from drumbeat.web.app import build_app
 
 if TYPE_CHECKING:
     from drumbeat.manager import Manager
-
-WEB_JSON = "web.json"
-WEB_TOKEN = "web.token"
 
 
 def write_token(state_dir: Path) -> str:

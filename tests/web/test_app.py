@@ -18,10 +18,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from drumbeat.frontier.politeness import QueuedURL
 from drumbeat.manager import Manager
 from drumbeat.testing import offline_manager
+from drumbeat.web import WEB_JSON
 from drumbeat.web.address import AddressError, WebAddress, parse_address
 from drumbeat.web.app import STOP_REASON, build_app
 from drumbeat.web.client import CtlError, call
-from drumbeat.web.server import WEB_JSON, WebServer, write_token
+from drumbeat.web.server import WebServer, write_token
+from tests.imports import loaded_by
 
 TOKEN = "t0k3n"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -181,3 +183,9 @@ def test_server_files_and_ctl_errors(tmp_path: Path) -> None:
     (state / WEB_JSON).write_text(json.dumps({"url": f"http://127.0.0.1:{port}", "pid": 1}))
     with pytest.raises(CtlError, match="not running"):
         call(state, "GET", "/api/status")
+
+
+def test_ctl_loads_neither_the_server_nor_the_manager() -> None:
+    # One HTTP call from the shell: the standard library's client, answered at once.
+    heavy = ("aiohttp", "drumbeat.manager", "drumbeat.web.server", "numpy")
+    assert loaded_by("import drumbeat.cli, drumbeat.web.client", heavy) == []
