@@ -33,9 +33,6 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from drumbeat.fetch.client import HttpClient
-from drumbeat.fetch.dns import DnsCache
-from drumbeat.manager import Manager
 from drumbeat.queue.base import FetchItem
 from drumbeat.queue.partition import partition_of
 from drumbeat.queue.redis import (
@@ -60,7 +57,10 @@ from drumbeat.store.warc import WarcWriter, recover_directory
 from drumbeat.web.address import WebAddress
 
 if TYPE_CHECKING:
+    from drumbeat.fetch.client import HttpClient
+    from drumbeat.fetch.dns import DnsCache
     from drumbeat.fetcher import Fetcher
+    from drumbeat.manager import Manager
 
 log = logging.getLogger("drumbeat.cluster")
 

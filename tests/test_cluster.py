@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from drumbeat.cluster import render_status
+from tests.imports import loaded_by
 
 # Nothing listens on port 1 of loopback: a refused connection, never a remote one.
 NOWHERE = "redis://127.0.0.1:1/0"
@@ -240,3 +241,9 @@ def test_fetchers_refused_mid_crawl_stop_with_one_line(tmp_path) -> None:
     assert proc.returncode == 1, err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "refused" in lines[0], err
+
+
+def test_fetchers_and_status_load_no_manager() -> None:
+    # `drumbeat fetcher` and `drumbeat status` import drumbeat.cluster; only a manager
+    # role needs the manager's modules, and it imports them when it starts.
+    assert loaded_by("import drumbeat.cli, drumbeat.cluster", ["drumbeat.manager"]) == []
