@@ -21,7 +21,9 @@ last), coverage (every crawler must fetch the same set of pages: the pages one m
 added against wget are counted), CPU ms a page (the crawler's processes, ``wait4``), the
 most requests in flight at once and, with 1 connection, the smallest gap between one
 request's end and the next one's start; drumbeat's dispatch latency and where its CPU
-went, µs a page by process and by stage (its ``stages.json``). ``--quick``: wget and the
+went, µs a page by process and by stage (its ``stages.json``); and each crawler's start,
+from its launch to its first request (the span leaves it out; a user timing the crawl
+sees it), beside its wall time from launch to exit. ``--quick``: wget and the
 two drumbeat runs the targets name (0 s with 4 connections, 5 ms with 1); ``--only
 5ms-x1`` (repeatable): only the configurations named (see ``RUNS``). ``--rounds N``: the
 configurations run N times, one after the other in turn; each is reported by its median
@@ -48,7 +50,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote
 
 from drumbeat.bench._settings import setting_lines
@@ -92,6 +94,9 @@ class Run:
     tcp_connections: int  # TCP connections the requests came on
     server_cpu_s: float | None
     stages: dict[str, Any] | None  # drumbeat's stages.json
+    # From the crawler's launch to its first request's start at the server: the start a
+    # user who times the crawl sees, which pages/s (over the span) leaves out.
+    first_request_s: float | None = None
 
     @property
     def latency(self) -> dict[str, Any] | None:
@@ -126,9 +131,20 @@ class Run:
         return 1000 * self.usage.cpu_s / len(self.pages) if self.pages else None
 
 
-def read_log(path: Path) -> tuple[set[str], int, float, int, float | None, int]:
-    """HTML pages answered 200, requests, span, most requests at once, smallest gap,
-    connections."""
+class ServerLog(NamedTuple):
+    """What nginx's access log says of one crawl."""
+
+    pages: set[str]  # URIs of HTML pages answered 200, %-decoded
+    requests: int
+    span_s: float  # the first request's start to the last one's end
+    most_at_once: int
+    min_gap_s: float | None  # one request's end to the next start
+    connections: int  # TCP connections the requests came on
+    first_start: float | None  # epoch seconds: when the first request started
+
+
+def read_log(path: Path) -> ServerLog:
+    """The crawl's requests as nginx logged them (LOG_FORMAT)."""
     spans: list[tuple[float, float]] = []
     pages: set[str] = set()
     connections: set[str] = set()
@@ -144,7 +160,7 @@ def read_log(path: Path) -> tuple[set[str], int, float, int, float | None, int]:
                 # The file served: crawlers spell some names differently (%3D or =).
                 pages.add(unquote(uri))
     if not spans:
-        return pages, 0, 0.0, 0, None, 0
+        return ServerLog(pages, 0, 0.0, 0, None, 0, None)
     spans.sort()
     # Stamps have 1 ms resolution: a request that starts the millisecond the one before
     # ended did not overlap it (ends sort first), and one of "0.000 s" is in flight for an
@@ -157,7 +173,8 @@ def read_log(path: Path) -> tuple[set[str], int, float, int, float | None, int]:
         most = max(most, now + (kind == 1))
     gaps = [b[0] - a[1] for a, b in itertools.pairwise(spans)]
     span = max(e for _, e in spans) - spans[0][0]
-    return pages, len(spans), span, most, min(gaps, default=None), len(connections)
+    gap = min(gaps, default=None)
+    return ServerLog(pages, len(spans), span, most, gap, len(connections), spans[0][0])
 
 
 class SiteBench:
@@ -206,23 +223,24 @@ class SiteBench:
                 usage, stages = self._drumbeat(tag, host_delay_s or 0.0, connections)
         finally:
             server_cpu = server.stop()
-        pages, requests, span, most, gap, tcp = read_log(server.access_log)
+        log = read_log(server.access_log)
         run = Run(
             name,
             crawler,
             host_delay_s,
             connections,
             usage,
-            pages,
-            requests,
-            span,
-            most,
-            gap,
-            tcp,
+            log.pages,
+            log.requests,
+            log.span_s,
+            log.most_at_once,
+            log.min_gap_s,
+            log.connections,
             server_cpu,
             stages,
+            None if log.first_start is None else log.first_start - usage.started_at,
         )
-        self.say(f"{name}: {len(pages):,} pages, {run.pages_per_s:,.0f} pages/s")
+        self.say(f"{name}: {len(log.pages):,} pages, {run.pages_per_s:,.0f} pages/s")
         return run
 
     def _wget(self, tag: str) -> Usage:
@@ -333,6 +351,7 @@ def report(runs: list[Run], elapsed_s: float, root: Path = DOC_ROOT) -> dict[str
             "span_s": round(r.span_s, 3),
             "pages_per_s": round(r.pages_per_s, 1),
             "wall_s": round(r.usage.wall_s, 2),
+            "first_request_s": None if r.first_request_s is None else round(r.first_request_s, 2),
             "cpu_s": round(r.usage.cpu_s, 2),
             "cpu_ms_per_page": None if r.cpu_ms_per_page is None else round(r.cpu_ms_per_page, 3),
             "most_at_once": r.most_at_once,
@@ -381,7 +400,7 @@ def print_report(rep: dict[str, Any]) -> None:
         title=f"One site to completion: {rep['site']['package']} on nginx, 127.0.0.1 "
         f"({rep['cpu_model']})"
     )
-    cols = ("run", "pages", "missing", "extra", "pages/s", "CPU ms/page", "wall s")
+    cols = ("run", "pages", "missing", "extra", "pages/s", "CPU ms/page", "start s", "wall s")
     for col in (*cols, "conns", "at once", "min gap", "dispatch latency p50/p90 ms", "exit"):
         table.add_column(col, justify="left" if col == "run" else "right")
     for name, r in rep["runs"].items():
@@ -394,6 +413,7 @@ def print_report(rep: dict[str, Any]) -> None:
             str(r["extra_vs_wget"]),
             f"{r['pages_per_s']:,.0f}",
             "n/a" if r["cpu_ms_per_page"] is None else f"{r['cpu_ms_per_page']:.2f}",
+            "n/a" if r["first_request_s"] is None else f"{r['first_request_s']:.2f}",
             f"{r['wall_s']:.1f}",
             str(r["tcp_connections"]),
             str(r["most_at_once"]),
@@ -435,7 +455,8 @@ def print_report(rep: dict[str, Any]) -> None:
     console.print(
         "Notes: pages = HTML pages answered 200 (nginx's log); pages/s over the first "
         "request's start to the last one's end; missing/extra against wget's set; CPU of "
-        "the crawler's processes (not nginx's); at once = most requests in flight (1 ms "
+        "the crawler's processes (not nginx's); start = launch to the first request; wall = "
+        "launch to exit; at once = most requests in flight (1 ms "
         "stamps: a fast answer's overlap is not seen); min gap = one request's end to the "
         "next start; conns = TCP connections; pages are compared %-decoded (drumbeat spells "
         "%3D as =)."

@@ -24,20 +24,22 @@ def test_log_gives_pages_overlap_and_gaps(tmp_path):
         "10.070 0.000 1 404 /en/gone.html\n"
         "garbage\n"
     )
-    pages, requests, span, most, gap, conns = site.read_log(log)
-    assert pages == {"/en/index.html", "/en/c=.html", "/en/cpp.html"}
-    assert requests == 6
-    assert abs(span - 0.070) < 1e-9
-    assert most == 2 and conns == 2
-    assert gap is not None and gap < 0  # two requests were in flight at once
+    read = site.read_log(log)
+    assert read.pages == {"/en/index.html", "/en/c=.html", "/en/cpp.html"}
+    assert read.requests == 6
+    assert abs(read.span_s - 0.070) < 1e-9
+    assert read.most_at_once == 2 and read.connections == 2
+    assert read.min_gap_s is not None and read.min_gap_s < 0  # two were in flight at once
+    assert read.first_start == 10.0  # robots.txt, answered at once
 
 
 def test_one_connection_log_has_no_overlap(tmp_path):
     log = tmp_path / "access.log"
     log.write_text("".join(f"{10 + k * 0.01:.3f} 0.004 1 200 /p/{k}.html\n" for k in range(5)))
-    pages, _, _, most, gap, _ = site.read_log(log)
-    assert len(pages) == 5 and most == 1
-    assert gap is not None and abs(gap - 0.006) < 1e-9
+    read = site.read_log(log)
+    assert len(read.pages) == 5 and read.most_at_once == 1
+    assert read.min_gap_s is not None and abs(read.min_gap_s - 0.006) < 1e-9
+    assert read.first_start is not None and abs(read.first_start - 9.996) < 1e-9
 
 
 def test_skips_with_a_message_without_the_doc_package(tmp_path, monkeypatch, capsys):
@@ -51,12 +53,19 @@ def test_is_listed():
     assert "site" in benchmarks()
 
 
+def test_an_empty_log_has_no_first_request(tmp_path):
+    log = tmp_path / "access.log"
+    log.write_text("")
+    read = site.read_log(log)
+    assert read.requests == 0 and read.first_start is None and read.span_s == 0.0
+
+
 def test_instant_requests_count_as_in_flight(tmp_path):
     log = tmp_path / "access.log"
     log.write_text(
         "10.000 0.000 1 200 /a.html\n10.000 0.000 2 200 /b.html\n10.005 0.000 1 200 /c.html\n"
     )
-    assert site.read_log(log)[3] == 1
+    assert site.read_log(log).most_at_once == 1
 
 
 def test_report_gives_drumbeats_cpu_a_page_by_process_and_stage(capsys):
@@ -75,11 +84,15 @@ def test_report_gives_drumbeats_cpu_a_page_by_process_and_stage(capsys):
     pages = {f"/p/{k}.html" for k in range(1000)}
 
     def run(name: str, crawler: str, delay: float | None, conns: int, st) -> site.Run:
-        return site.Run(name, crawler, delay, conns, usage, pages, 1000, 1.0, 1, None, 1, None, st)
+        start = 0.7 if st else None  # launch to first request
+        return site.Run(
+            name, crawler, delay, conns, usage, pages, 1000, 1.0, 1, None, 1, None, st, start
+        )
 
     runs = [run("wget", "wget", None, 1, None), run("drumbeat 0 ms x4", "drumbeat", 0.0, 4, stages)]
     rep = site.report(runs, 3.0)
     four = rep["runs"]["drumbeat 0 ms x4"]
+    assert four["first_request_s"] == 0.7 and rep["runs"]["wget"]["first_request_s"] is None
     assert four["cpu_us_per_page"] == {"manager": 400.0, "fetchers": 1500.0}
     assert four["stage_us_per_page"] == {"parse": 620.0, "fetch": 400.0, "journal": 0.4}
     assert four["dispatch_latency"] == {"p50_ms": 2.5, "p90_ms": 4.5}
@@ -92,6 +105,7 @@ def test_report_gives_drumbeats_cpu_a_page_by_process_and_stage(capsys):
     line = "drumbeat 0 ms x4, CPU µs a page: manager 400, fetchers 1,500; by stage: parse 620"
     assert line + ", fetch 400" in out
     assert "; busiest fetcher process 0.80 cores" in out
+    assert "0.70" in out and "start = launch to the first request" in out
     assert "2x wget: n/a" not in out and "2x wget: 1.0x" in out  # wget ran here
     site.print_report(site.report(runs[1:], 1.0))  # --only 0ms-x4: no wget to compare with
     out = capsys.readouterr().out
