@@ -42,9 +42,13 @@ Ratios: each configuration's pages/s against ``standalone`` and against ``1m1f``
 per added fetcher process, ``(rate / rate(M managers, 1 process) - 1) / (P - 1)``, and per
 added manager, ``(rate / rate(1 manager, P processes) - 1) / (M - 1)``: the issue's target
 is 0.8 for each until a manager's core is the limit, and at most 1 byte of Redis memory
-per queued URL. On a machine with fewer cores than the processes of a configuration
-(nginx and Redis count too) the cores, not the design, cap the growth: "cores busy" shows
-how many the configuration kept busy.
+per queued URL. Each growth is also given over the same pages (``..._same_pages``): the
+two rates over the pages both runs fetched in their windows, from each run's page clock
+(when it had fetched how many pages). A crawl's cost a page falls as its hosts age, and
+in the same seconds a faster run gets further: a ratio of the windows' rates favours it.
+On a machine with fewer cores than the processes of a configuration (nginx and Redis
+count too) the cores, not the design, cap the growth: "cores busy" shows how many the
+configuration kept busy.
 
 ``--quick``: 15 s measured after 5 s warm-up (about 3 min in all). ``--tiny`` (tests): 50
 hosts, 2 s. ``--scaling``: for a 16-core machine, 1 manager with 1, 2, 4, 8 and 12 fetcher
@@ -68,6 +72,7 @@ import sys
 import tempfile
 import threading
 import time
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,6 +105,11 @@ START_SLACK_S = 8.0  # --max-time beyond warm-up + measured seconds (start-up)
 # this long after; a fetcher gets as long from SIGTERM to SIGKILL.
 LIMIT_SLACK_S = 20.0
 TARGET_GROWTH = 0.8  # of one more fetcher process's / manager's share
+# Points of a run's page clock (when it had fetched how many pages), for comparing two
+# runs over the same pages; and the least share of the smaller of two windows' pages that
+# such a comparison must span.
+PAGE_CLOCK_POINTS = 200
+SAME_PAGES_MIN_SHARE = 0.25
 TARGET_BYTES_PER_QUEUED_URL = 1.0
 ROLES = ("manager", "fetchers", "redis", "nginx")
 # The managers' main threads (their event loops) apart: the part of a manager that
@@ -179,6 +189,9 @@ class ConfigRun:
     fetcher_stages: dict[str, float] | None = None
     # The share of the cluster fetchers' wall time they had room and no task, or no room
     fetcher_wall: dict[str, float] | None = None
+    page_clock: list[tuple[int, float]] | None = None  # see page_clock()
+    # Pages fetched before the steady window began, and by its end
+    window_page_range: tuple[int, int] | None = None
 
 
 class RedisProbe:
@@ -494,10 +507,14 @@ class Bench:
         times = sorted(t for state in states for t in crawl_log_page_times(state / "crawl.log"))
         started = sampler.samples[0].at if sampler.samples else time.time()
         rate = steady_rate(times, started, self.plan.warmup_s, self.plan.seconds)
-        window = None
+        window = window_range = None
         if times:
             begin = times[0] + self.plan.warmup_s
             window = (begin, begin + self.plan.seconds)
+            window_range = (
+                bisect_left(times, begin),
+                bisect_left(times, begin + self.plan.seconds),
+            )
         codes = {n: p.returncode for (p, _), n in zip(procs.started, procs.names)}
         # A process the benchmark stopped ran its crawl to the end and then hung (see the
         # report's notes): its figures stand.
@@ -521,6 +538,8 @@ class Bench:
             log_tail=f"{', '.join(failed)}\n{procs.tails()}" if failed else "",
             fetcher_stages=_fetcher_stages(stage_files, standalone),
             fetcher_wall=_fetcher_wall(stage_files),
+            page_clock=page_clock(times),
+            window_page_range=window_range,
         )
 
     def _watch(
@@ -682,6 +701,8 @@ def figures(run: ConfigRun, seconds: float) -> dict[str, Any]:
         "stopped_by_bench": run.stopped,
         "fetcher_stages_us": run.fetcher_stages,
         "fetcher_wall_share": run.fetcher_wall,
+        "page_clock": run.page_clock,
+        "window_page_range": run.window_page_range,
     }
     if run.window is None or not rate.steady_pages:
         return out
@@ -766,30 +787,89 @@ def _memory_trace(
     ]
 
 
-def ratios(configs: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+def page_clock(times: Sequence[float], points: int = PAGE_CLOCK_POINTS) -> list[tuple[int, float]]:
+    """(pages, seconds since the first page) at up to ``points`` + 1 page counts spread
+    over the sorted page ``times``: when the run had fetched how many pages."""
+    n = len(times)
+    counts = sorted({max(1, round(n * k / points)) for k in range(points + 1)}) if n else []
+    return [(k, times[k - 1] - times[0]) for k in counts]
+
+
+def clock_at(clock: Sequence[Sequence[float]], pages: float) -> float | None:
+    """When (seconds since the first page) ``clock`` had ``pages`` pages, interpolated
+    between its points; None outside them."""
+    for (k0, t0), (k1, t1) in itertools.pairwise(clock):
+        if k0 <= pages <= k1:
+            return t0 if k1 == k0 else t0 + (t1 - t0) * (pages - k0) / (k1 - k0)
+    return None
+
+
+def same_pages_ratio(a: dict[str, Any], b: dict[str, Any]) -> tuple[float, int, int] | None:
+    """Configuration ``a``'s pages/s over ``b``'s, each over the same pages: those both
+    fetched in their steady windows (from the later window's start to the earlier end,
+    counted in pages), with that range; None where it is short or a clock is missing.
+
+    A crawl's cost a page changes as it goes: the young hosts of its first minutes give
+    more new links a page (robots checks and BEAST's work in the manager) than older
+    ones. Over the same seconds a faster configuration crawls further into each host, so
+    a ratio of the steady windows' rates favours it; over the same pages it does not.
+    """
+    a_range, b_range = a.get("window_page_range"), b.get("window_page_range")
+    a_clock, b_clock = a.get("page_clock"), b.get("page_clock")
+    if not (a_range and b_range and a_clock and b_clock):
+        return None
+    (a_lo, a_hi), (b_lo, b_hi) = a_range, b_range
+    lo, hi = max(a_lo, b_lo), min(a_hi, b_hi)
+    if hi <= lo or hi - lo < SAME_PAGES_MIN_SHARE * min(a_hi - a_lo, b_hi - b_lo):
+        return None
+    spans = []
+    for clock in (a_clock, b_clock):
+        start, end = clock_at(clock, lo), clock_at(clock, hi)
+        if start is None or end is None or end <= start:
+            return None
+        spans.append(end - start)
+    return spans[1] / spans[0], lo, hi
+
+
+def ratios(configs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Pages/s against ``standalone`` and ``1m1f``; growth per added fetcher process and
-    per added manager (see the module docstring)."""
+    per added manager, over the same seconds and over the same pages (see the module
+    docstring and :func:`same_pages_ratio`)."""
     rate = {name: c["pages_per_s"] for name, c in configs.items()}
     by_shape = {(c["managers"], c["processes"]): name for name, c in configs.items()}
 
     def over(name: str, ref: str | None) -> float | None:
         return rate[name] / rate[ref] if ref and rate.get(ref) else None
 
-    out: dict[str, dict[str, float | None]] = {}
+    def same(name: str, ref: str | None, added: int) -> tuple[float | None, list[int] | None]:
+        found = same_pages_ratio(configs[name], configs[ref]) if ref else None
+        if found is None:
+            return None, None
+        r, lo, hi = found
+        return (r - 1) / added, [lo, hi]
+
+    out: dict[str, dict[str, Any]] = {}
     for name, c in configs.items():
         m, p = c["managers"], c["processes"]
         per_fetcher = per_manager = None
+        same_fetcher = same_manager = fetcher_pages = manager_pages = None
         if m and p > 1:
             r = over(name, by_shape.get((m, 1)))
             per_fetcher = None if r is None else (r - 1) / (p - 1)
+            same_fetcher, fetcher_pages = same(name, by_shape.get((m, 1)), p - 1)
         if m > 1:
             r = over(name, by_shape.get((1, p)))
             per_manager = None if r is None else (r - 1) / (m - 1)
+            same_manager, manager_pages = same(name, by_shape.get((1, p)), m - 1)
         out[name] = {
             "vs_standalone": over(name, by_shape.get((0, 1))),
             "vs_1m1f": over(name, by_shape.get((1, 1))),
             "growth_per_added_fetcher": per_fetcher,
             "growth_per_added_manager": per_manager,
+            "growth_per_added_fetcher_same_pages": same_fetcher,
+            "growth_per_added_manager_same_pages": same_manager,
+            "same_pages_fetcher": fetcher_pages,
+            "same_pages_manager": manager_pages,
         }
     return out
 
@@ -923,6 +1003,18 @@ def _print_notes(console: Any, rep: dict[str, Any]) -> None:
         )
         if c.get("log_tail"):
             console.print(f"[bold]{name} failed[/bold] (exit {c['exit_codes']}):\n{c['log_tail']}")
+    same = [
+        f"{name} {r[f'growth_per_added_{kind}_same_pages']:+.2f} a {kind} "
+        f"(pages {r[f'same_pages_{kind}'][0]:,}-{r[f'same_pages_{kind}'][1]:,})"
+        for name, r in rep["ratios"].items()
+        for kind in ("fetcher", "manager")
+        if r.get(f"growth_per_added_{kind}_same_pages") is not None
+    ]
+    if same:
+        console.print(
+            "Growth over the same pages (each pair over the pages both fetched in their "
+            "windows, where the hosts are as old in both): " + "; ".join(same) + "."
+        )
     t = rep["targets"]
     console.print(
         f"Targets: growth >= {t['growth']:.1f} per added fetcher process (until a manager's "

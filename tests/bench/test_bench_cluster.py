@@ -11,7 +11,18 @@ import sys
 import pytest
 
 from drumbeat.bench._throughput_web import nginx_binary
-from drumbeat.bench.cluster import MAIN, Config, Sample, _cpu_s, at, parse_configs, ratios
+from drumbeat.bench.cluster import (
+    MAIN,
+    Config,
+    Sample,
+    _cpu_s,
+    at,
+    clock_at,
+    page_clock,
+    parse_configs,
+    ratios,
+    same_pages_ratio,
+)
 
 BENCH = [sys.executable, "-m", "drumbeat", "bench", "cluster"]
 
@@ -68,6 +79,47 @@ def test_growth_per_added_fetcher_and_manager():
     assert r["1m1f"]["growth_per_added_fetcher"] is None
 
 
+def test_a_page_clock_says_when_a_run_had_fetched_how_many_pages():
+    times = [100.0 + k * 0.01 for k in range(1000)]  # 100 pages a second
+    clock = page_clock(times, points=10)
+    assert clock[0] == (1, 0.0) and clock[-1] == (1000, pytest.approx(9.99))
+    assert len(clock) == 11
+    assert clock_at(clock, 550) == pytest.approx(5.49)  # between two points
+    assert clock_at(clock, 2000) is None and page_clock([]) == []
+
+
+def _run(rates: list[tuple[int, float]], window: tuple[int, int]) -> dict:
+    """A configuration's figures with a page clock made of ``rates``: (pages, pages/s)
+    legs one after the other."""
+    times, t = [], 0.0
+    for pages, rate in rates:
+        times += [t + (k + 1) / rate for k in range(pages)]
+        t = times[-1]
+    return {"page_clock": page_clock(times), "window_page_range": window}
+
+
+def test_growth_over_the_same_pages_compares_runs_as_far_into_the_crawl():
+    # Both runs slow down alike as the crawl goes on (1,000 pages/s for the first 20,000
+    # pages, then 500): the faster one, twice as fast at every page, reaches the slow
+    # part within its window of the same seconds, so its window's rate is less than twice.
+    one = _run([(20_000, 1000.0), (40_000, 500.0)], (5_000, 20_000))  # 15 s at 1,000
+    two = _run([(20_000, 2000.0), (40_000, 1000.0)], (10_000, 30_000))  # 5 s at 2k, 10 at 1k
+    r, lo, hi = same_pages_ratio(two, one)
+    assert (lo, hi) == (10_000, 20_000)  # the pages both windows hold
+    assert r == pytest.approx(2.0, rel=0.02)
+    configs = {
+        "1m2f": {"managers": 1, "processes": 2, "pages_per_s": 1000.0, **one},
+        "2m2f": {"managers": 2, "processes": 2, "pages_per_s": 20_000 / 15, **two},
+    }
+    got = ratios(configs)["2m2f"]
+    assert got["growth_per_added_manager"] == pytest.approx(1 / 3)  # over the same 15 s
+    assert got["growth_per_added_manager_same_pages"] == pytest.approx(1.0, abs=0.02)
+    assert got["same_pages_manager"] == [10_000, 20_000]
+    # Windows that share too few pages give no figure.
+    far = _run([(60_000, 1000.0)], (40_000, 55_000))
+    assert same_pages_ratio(far, one) is None
+
+
 @pytest.mark.skipif(
     nginx_binary() is None or shutil.which("redis-server") is None,
     reason="needs nginx (scripts/install-bench) and redis-server (scripts/test)",
@@ -104,6 +156,8 @@ def test_tiny_run_end_to_end(tmp_path):
         else:
             assert wall is None
         assert set(report["ratios"][name]) >= {"vs_standalone", "vs_1m1f"}
+        lo, hi = c["window_page_range"]
+        assert 0 <= lo < hi <= c["pages"] and c["page_clock"][-1][0] == c["pages"]
         if c["managers"]:
             redis = c["redis"]
             assert redis["ops_per_page"] > 0 and redis["bytes_per_page"] > 0
