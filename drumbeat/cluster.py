@@ -119,6 +119,20 @@ def run_manager(
 
         queue.upkeep.on_fleet = on_fleet
 
+        def on_absent(parts: tuple[int, ...]) -> None:
+            if not parts:
+                return
+            names = [f"{j}/{role.parts}" for j in parts]
+            line = (
+                f"partition {role.part}/{role.parts} has nothing left and waits for the "
+                f"others, but no manager is running for partition {', '.join(names)} "
+                f"(start `drumbeat manager ... --partition {names[0]}`, same seeds and flags)"
+            )
+            log.warning("%s", line)
+            print(f"drumbeat manager: {line}", file=sys.stderr, flush=True)
+
+        queue.upkeep.on_absent = on_absent
+
         def figures() -> dict[str, Any]:
             st = manager.stats()
             return {

@@ -1052,6 +1052,11 @@ class Upkeep:
         self.figures: Callable[[], dict[str, Any]] = dict  # the manager's, set by its face
         # Told the live fetchers' slots every FLEET_INTERVAL_S (set by the manager's face).
         self.on_fleet: Callable[[int], None] | None = None
+        # Told the partitions this one waits for that have no manager running (see
+        # _note_absent; set by the manager's face), and () once none is missing.
+        self.on_absent: Callable[[tuple[int, ...]], None] | None = None
+        self.absent: tuple[int, ...] = ()
+        self._idle_since: float | None = None
         self._last_fleet = -FLEET_INTERVAL_S
         self._rollups = StatsReader(queue.link.redis, queue.keys.prefix)
         self._last_rollup = 0.0
@@ -1096,6 +1101,38 @@ class Upkeep:
         q.inbox.done = bool(
             await self.link.run_script(IDLE, [q.crawl, q.part, q.parts, idle], "idle record")
         )
+        await self._note_absent(now)
+
+    async def _note_absent(self, now: float) -> None:
+        """Which other partitions have no manager running, while this one has nothing
+        left and waits for them: the crawl ends only when every partition's manager has
+        run out of work, and a partition nobody started (or whose manager died) would
+        keep this one waiting without a word. Said once the wait has lasted the
+        heartbeat timeout (a manager starting up has had time to beat), and again when
+        the set changes."""
+        q = self.queue
+        if not q.inbox.finished or q.inbox.done or q.parts == 1:
+            self._idle_since = None
+            absent: tuple[int, ...] = ()
+        else:
+            if self._idle_since is None:
+                self._idle_since = now
+            if now - self._idle_since < q.heartbeat_timeout_s:
+                return
+            others = [j for j in range(q.parts) if j != q.part]
+
+            async def alive() -> list[int]:
+                async with self.link.redis.pipeline(transaction=False) as p:
+                    for j in others:
+                        p.exists(q.keys.part(q.crawl, "mgr", j))
+                    return [int(n) for n in await p.execute()]
+
+            found = await self.link.call(alive, "managers' heartbeats")
+            absent = tuple(j for j, n in zip(others, found) if not n)
+        if absent != self.absent:
+            self.absent = absent
+            if self.on_absent is not None:
+                self.on_absent(absent)
 
     async def _heartbeat(self) -> None:
         q = self.queue

@@ -277,6 +277,28 @@ def test_a_manager_killed_mid_crawl_resumes_its_partition(web, tmp_path):
     _assert_nothing_lost(web, tmp_path)
 
 
+def test_a_partition_nobody_started_is_named_by_the_manager_waiting_for_it(web, tmp_path):
+    """Manager 0 of 2 alone runs out of work and waits for partition 1, which no manager
+    runs: it says so on stderr (not only in `drumbeat status`); once manager 1 starts,
+    the crawl ends and nothing is lost."""
+    with RedisServer(tmp_path / "redis") as redis:
+        fetchers = subprocess.Popen(fetcher_cmd(redis, tmp_path / "f", "--processes", "2"))
+        managers = [_start_manager(web, redis, tmp_path, 0)]
+        try:
+            said = "no manager is running for partition 1/2 (start `drumbeat manager"
+            _wait_for(lambda: said in (tmp_path / "m0.err").read_text(), 120, "the notice")
+            assert managers[0].poll() is None  # it waits, as it should
+            managers.append(_start_manager(web, redis, tmp_path, 1))
+            codes = _finish(managers)
+        finally:
+            for p in (fetchers, *managers):
+                if p.poll() is None:
+                    p.kill()
+        assert codes == [0, 0]
+    _assert_nothing_lost(web, tmp_path)
+    assert (tmp_path / "m0.err").read_text().count(said) == 1  # said once
+
+
 def test_a_redis_outage_is_waited_out(web, tmp_path):
     """Redis stops for 30 s mid-crawl and comes back with its data: managers and
     fetchers wait, say so in their logs, take no fetcher for dead for it, and the crawl
