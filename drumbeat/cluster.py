@@ -585,7 +585,9 @@ async def cluster_status(
             fetchers.append(
                 {
                     "name": w,
-                    "last_heartbeat_s": round((now_ms - score) / 1000, 1),
+                    # Never "-0.0 s ago": now_ms is cut to the millisecond, and a beat may
+                    # carry a later stamp than it.
+                    "last_heartbeat_s": max(0.0, round((now_ms - score) / 1000, 1)),
                     "tasks_held": await r.llen(k.worker(w)),
                     "slots": int(slots) if slots is not None else None,
                 }

@@ -147,6 +147,27 @@ def test_a_stopped_crawl_can_be_forgotten(redis_server) -> None:
         client.close()
 
 
+def test_status_never_says_a_heartbeat_came_in_the_future(redis_server) -> None:
+    """A fetcher's beat stamped later than the clock `drumbeat status` read (which cuts
+    Redis's TIME to the millisecond) is 0.0 s ago, not "-0.0 s ago"."""
+    import asyncio
+
+    import redis as redis_py
+
+    from drumbeat.cluster import cluster_status
+    from drumbeat.queue.redis import Keys
+
+    client = redis_py.Redis.from_url(redis_server.url)
+    try:
+        seconds, micros = client.time()
+        client.zadd(Keys().workers, {"vm:1": seconds * 1000 + micros / 1000 + 40})
+        status = asyncio.run(cluster_status(redis_server.url))
+        assert [f["last_heartbeat_s"] for f in status["fetchers"]] == [0.0]
+        assert "heartbeat 0.0 s ago" in render_status(status)
+    finally:
+        client.close()
+
+
 def test_a_fetcher_runs_as_many_transfers_as_its_own_concurrency(redis_server, tmp_path) -> None:
     """A crawl's --concurrency is its managers' in-flight floor; each fetcher process's
     HTTP client takes its own --concurrency, whatever the crawl registered."""
