@@ -114,9 +114,7 @@ def cluster_crawl(web, tmp_path_factory):
             codes = [m.wait(timeout=5) for m in managers]
             fetcher_code = fetchers.wait(timeout=60)
         finally:
-            for p in [*managers, fetchers]:
-                if p.poll() is None:
-                    p.kill()
+            _kill_running(*managers, fetchers)
         errors = [p.stderr.read() for p in [*managers, fetchers]]
         assert codes == [0, 0], errors
         assert fetcher_code == 0, errors[-1]
@@ -193,13 +191,18 @@ def _log_lines(state: Path) -> int:
     return path.read_text().count("\n") if path.exists() else 0
 
 
+def _kill_running(*procs: subprocess.Popen) -> None:
+    """Kill those of ``procs`` still running (a test's processes, whatever it ended with)."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+
+
 def _finish(procs: list[subprocess.Popen], timeout_s: float = 240) -> list[int]:
     try:
         return [p.wait(timeout=timeout_s) for p in procs]
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+        _kill_running(*procs)
 
 
 def _assert_nothing_lost(web, work: Path) -> None:
@@ -243,9 +246,7 @@ def test_a_fetcher_killed_mid_task_loses_nothing(web, tmp_path):
             codes = _finish(managers)
         finally:
             client.close()
-            for p in (victim, other, *managers):
-                if p.poll() is None:
-                    p.kill()
+            _kill_running(victim, other, *managers)
         assert codes == [0, 0]
     _assert_nothing_lost(web, tmp_path)
     logs = [(tmp_path / f"m{i}" / "drumbeat.log").read_text() for i in range(2)]
@@ -270,9 +271,7 @@ def test_a_manager_killed_mid_crawl_resumes_its_partition(web, tmp_path):
             managers[0] = _start_manager(web, redis, tmp_path, 0)
             codes = _finish(managers)
         finally:
-            for p in (fetchers, *managers):
-                if p.poll() is None:
-                    p.kill()
+            _kill_running(fetchers, *managers)
         assert codes == [0, 0]
     _assert_nothing_lost(web, tmp_path)
 
@@ -291,9 +290,7 @@ def test_a_partition_nobody_started_is_named_by_the_manager_waiting_for_it(web, 
             managers.append(_start_manager(web, redis, tmp_path, 1))
             codes = _finish(managers)
         finally:
-            for p in (fetchers, *managers):
-                if p.poll() is None:
-                    p.kill()
+            _kill_running(fetchers, *managers)
         assert codes == [0, 0]
     _assert_nothing_lost(web, tmp_path)
     assert (tmp_path / "m0.err").read_text().count(said) == 1  # said once
@@ -314,9 +311,7 @@ def test_a_redis_outage_is_waited_out(web, tmp_path):
             codes = _finish(managers)
             assert fetchers.wait(timeout=60) == 0
         finally:
-            for p in (fetchers, *managers):
-                if p.poll() is None:
-                    p.kill()
+            _kill_running(fetchers, *managers)
         assert codes == [0, 0]
     _assert_nothing_lost(web, tmp_path)
     for log in (tmp_path / "m0" / "drumbeat.log", tmp_path / "f" / "drumbeat.log"):
@@ -378,8 +373,7 @@ def test_two_crawls_share_the_fetchers_by_weight(tmp_path):
             fetcher.terminate()  # it flushes its last counts
             assert fetcher.wait(timeout=30) == 0
         finally:
-            if fetcher.poll() is None:
-                fetcher.kill()
+            _kill_running(fetcher)
         assert codes == [0, 0]
         fetched = _fetched_per_second(redis)
     # The seconds both crawls were served, less the first two and the last (start-up, the
