@@ -1055,6 +1055,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument(
         "--configs",
         metavar="NAME,...",
+        type=parse_configs,
         help="the configurations to run, e.g. standalone,1m1f,2m8f (MmPf: M managers, P "
         "fetcher processes; default standalone,1m1f,1m2f,2m2f)",
     )
@@ -1081,8 +1082,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def parse_configs(text: str) -> tuple[Config, ...]:
     """``standalone,standalone4,1m2f,...`` -> configurations (``standaloneP``: the
-    standalone crawl with P fetcher processes); SystemExit (a usage error) otherwise."""
-    out = []
+    standalone crawl with P fetcher processes); ArgumentTypeError otherwise (``--configs``
+    is parsed with it, so a bad one is a usage error).
+
+    A configuration may be named once: each run's state, Redis and crawl name are its
+    configuration's, so a second run of it would resume the first's crawl. For another
+    round, run the benchmark again."""
+    out: list[Config] = []
     for name in text.split(","):
         m = re.fullmatch(r"(\d+)m(\d+)f", name.strip())
         alone = re.fullmatch(r"standalone(\d*)", name.strip())
@@ -1091,7 +1097,12 @@ def parse_configs(text: str) -> tuple[Config, ...]:
         elif m and int(m[1]) >= 1 and int(m[2]) >= 1:
             out.append(Config(int(m[1]), int(m[2])))
         else:
-            raise SystemExit(f"drumbeat bench cluster: --configs: no configuration {name!r}")
+            raise argparse.ArgumentTypeError(f"no configuration {name.strip()!r}")
+        if out[-1] in out[:-1]:
+            raise argparse.ArgumentTypeError(
+                f"{name.strip()!r} is named twice; name each configuration once "
+                "(run the benchmark again for another round)"
+            )
     return tuple(out)
 
 
@@ -1110,7 +1121,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
         hosts=hosts,
         seeds=min(seeds, hosts),
         ips=min(500, max(1, hosts // 5)),
-        configs=parse_configs(args.configs)
+        configs=args.configs
         if args.configs
         else SCALING_CONFIGS
         if args.scaling

@@ -3,6 +3,7 @@ end (real nginx and redis-server on loopback, real managers and fetchers)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import subprocess
@@ -30,8 +31,23 @@ BENCH = [sys.executable, "-m", "drumbeat", "bench", "cluster"]
 def test_configs_parse_by_name():
     assert parse_configs("standalone,1m2f,4m12f") == (Config(0, 1), Config(1, 2), Config(4, 12))
     assert [c.name for c in parse_configs("standalone,2m8f")] == ["standalone", "2m8f"]
-    with pytest.raises(SystemExit):
+    with pytest.raises(argparse.ArgumentTypeError, match="no configuration '0m1f'"):
         parse_configs("0m1f")
+
+
+def test_a_configuration_named_twice_is_a_usage_error():
+    # Its second run would find the first's state and resume that crawl.
+    with pytest.raises(argparse.ArgumentTypeError, match="'1m2f' is named twice"):
+        parse_configs("1m2f,2m2f,1m2f")
+    with pytest.raises(argparse.ArgumentTypeError, match="named twice"):
+        parse_configs("standalone,standalone1")
+    proc = subprocess.run(
+        [*BENCH, "--configs", "1m2f,1m2f"], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[-1].startswith(
+        "drumbeat bench cluster: error: argument --configs: '1m2f' is named twice"
+    )
 
 
 def test_values_are_interpolated_between_samples():
