@@ -55,9 +55,10 @@ class LinkExtractor:
     """A fetcher's reading of fetched bodies for links, one item at a time, in two
     passes (:meth:`references`, then :meth:`links`). Content that breaks a parser costs
     its item a ``parse_error``, never the crawl. Its CPU time is counted in
-    ``stage_s``: "focus" (a focused crawl's scoring) and "normalize" (resolving links)
-    apart from the "parse" stage they run in; a focus function that raises counts a
-    ``focus_error`` in ``errors``."""
+    ``stage_s``: "focus" (a focused crawl's scoring), "normalize" (resolving links) and
+    "pack" (packing them, and in a cluster grouping them by owner: what a second
+    partition costs a fetcher shows there) apart from the "parse" stage they run in; a
+    focus function that raises counts a ``focus_error`` in ``errors``."""
 
     def __init__(
         self,
@@ -270,6 +271,7 @@ class LinkExtractor:
         )
         result.dropped = dict(page.dropped)
         source, targets = pld_targets(item.url, page.links)
+        packing = thread_time()
         if self._splitter is not None:
             result.by_partition = _packed_by_partition(
                 self._splitter, item, page.links, source, targets
@@ -278,12 +280,14 @@ class LinkExtractor:
             if page.links:
                 result.found = pack_found(page.links, item.depth + 1, item.url)
             result.pld_edges = pack_edges(source, targets)
+        packed = thread_time() - packing
         if page.cut is not None and result.log is not None:
             result.log["links_cut"] = page.cut
         if page.noindex and result.log is not None:
             result.log["noindex"] = True  # meta robots or X-Robots-Tag
         self.stage_s["normalize"] += page.normalize_s
-        self.stage_s["parse"] -= page.normalize_s
+        self.stage_s["pack"] += packed
+        self.stage_s["parse"] -= page.normalize_s + packed
 
 
 def _parse_failed(item: FetchItem, result: ItemResult, e: Exception) -> None:

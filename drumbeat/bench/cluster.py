@@ -627,7 +627,7 @@ class _Processes:
 
 # The stages of a standalone crawl's stages.json that its fetcher processes ran ("handoff"
 # sums both sides of the pipes there, so it is left out).
-_FETCHER_STAGES = frozenset({"warc", "parse", "normalize", "dedup", "focus", "fetch"})
+_FETCHER_STAGES = frozenset({"warc", "parse", "normalize", "pack", "dedup", "focus", "fetch"})
 
 
 def _fetcher_stages(paths: list[Path], standalone: bool) -> dict[str, float] | None:
