@@ -56,9 +56,9 @@ class LinkExtractor:
     passes (:meth:`references`, then :meth:`links`). Content that breaks a parser costs
     its item a ``parse_error``, never the crawl. Its CPU time is counted in
     ``stage_s``: "focus" (a focused crawl's scoring), "normalize" (resolving links) and
-    "pack" (packing them, and in a cluster grouping them by owner: what a second
-    partition costs a fetcher shows there) apart from the "parse" stage they run in; a
-    focus function that raises counts a ``focus_error`` in ``errors``."""
+    "pack" (the PLDs they point to, and packing both, in a cluster grouped by owner: what
+    a second partition costs a fetcher shows there) apart from the "parse" stage they
+    run in; a focus function that raises counts a ``focus_error`` in ``errors``."""
 
     def __init__(
         self,
@@ -270,13 +270,11 @@ class LinkExtractor:
             max_url_bytes=self.settings.max_url_bytes,
         )
         result.dropped = dict(page.dropped)
-        source, targets = pld_targets(item.url, page.links)
         packing = thread_time()
         if self._splitter is not None:
-            result.by_partition = _packed_by_partition(
-                self._splitter, item, page.links, source, targets
-            )
+            result.by_partition = _packed_by_partition(self._splitter, item, page.links)
         else:
+            source, targets = pld_targets(item.url, page.links)
             if page.links:
                 result.found = pack_found(page.links, item.depth + 1, item.url)
             result.pld_edges = pack_edges(source, targets)
@@ -297,14 +295,15 @@ def _parse_failed(item: FetchItem, result: ItemResult, e: Exception) -> None:
 
 
 def _packed_by_partition(
-    splitter: Splitter, item: FetchItem, links: list[str], source: str, targets: list[str]
+    splitter: Splitter, item: FetchItem, links: list[str]
 ) -> dict[int, tuple[FoundURLs | None, FoundEdges | None]]:
-    """A page's ``links`` and its edges from PLD ``source`` to ``targets``, packed for
-    each partition that owns some of them."""
+    """A page's ``links`` and its edges to the other PLDs they point to, packed for each
+    partition that owns some of them."""
+    source, groups, plds = splitter.split_page(item.url, links)
     out: dict[int, tuple[FoundURLs | None, FoundEdges | None]] = {}
-    for part, group in splitter.group_links(item.url, links).items():
+    for part, group in groups.items():
         out[part] = (pack_found(group, item.depth + 1, item.url), None)
-    for part, pld_group in splitter.group_plds(targets).items():
+    for part, pld_group in plds.items():
         out[part] = (out.get(part, (None, None))[0], pack_edges(source, pld_group))
     return out
 

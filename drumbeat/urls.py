@@ -496,62 +496,70 @@ def pld_targets(source_url: str, links: list[str]) -> tuple[str, list[str]]:
     return source, sorted(targets)
 
 
-def group_by_origin(
-    origin: str,
+def split_targets(
+    source_url: str,
     links: list[str],
-    home: int,
     owners: dict[str, int],
-    owner_of: Callable[[str], int],
-) -> dict[int, list[str]]:
-    """``links`` (normalized URLs found on a page of ``origin``, its
-    ``scheme://authority``) grouped by owner, the order kept within each: the links
-    within that origin (most of a page's) under ``home``, its owner; any other under its
-    own origin's owner in ``owners``, or, for an origin not there, ``owner_of(origin)``
-    (which remembers it). No empty group.
+    owner_of_pld: Callable[[str], int],
+) -> tuple[str, dict[int, list[str]], dict[int, list[str]]]:
+    """What :func:`pld_targets` gives, grouped by owner, in its one pass over the links:
+    the PLD of ``source_url``; ``links`` (normalized URLs found on it) by the partition
+    that owns each one's PLD, the order kept within each; and the distinct other PLDs
+    they point to, sorted, by owner. A PLD's owner is the one in ``owners``, or, for a
+    PLD not there, ``owner_of_pld(pld)`` (which remembers it). No empty group; the
+    source's owner's links, most of a page's, come first.
 
-    A cluster fetcher groups every link of every page so (drumbeat.queue.partition's
-    Splitter): here because this module is compiled (setup.py)."""
+    A cluster fetcher splits every page's links so (drumbeat.queue.partition's Splitter):
+    the links within the source's origin share its owner and are neither looked up nor
+    copied one by one (the others are few, and cut out by slices)."""
+    origin = origin_of(source_url)
+    source = _origin_pld(origin)
+    home = owners.get(source)
+    if home is None:
+        home = owner_of_pld(source)
     own = origin + "/"
-    mine: list[str] = []
-    groups: dict[int, list[str]] = {home: mine}
-    for link in links:
+    origin_owners: dict[str, int] = {}  # this page's other origins
+    target_owners: dict[str, int] = {}
+    away: list[int] = []  # the links other partitions own: index, owner, index, ...
+    for i, link in enumerate(links):
         if link.startswith(own):
-            mine.append(link)
             continue
         # A normalized http(s) URL always has a path (see pld_targets).
-        _file_by_owner(groups, link[: link.find("/", 8)], link, owners, owner_of)
-    if not mine:
-        del groups[home]
-    return groups
-
-
-def group_by_owner(
-    keys: list[str], owners: dict[str, int], owner_of: Callable[[str], int]
-) -> dict[int, list[str]]:
-    """``keys`` grouped by their owner in ``owners``, or, for a key not there,
-    ``owner_of(key)`` (which remembers it); the order kept within each group. A cluster
-    fetcher groups the PLDs each page links to so (see :func:`group_by_origin`)."""
+        other = link[: link.find("/", 8)]
+        owner = origin_owners.get(other)
+        if owner is None:
+            target = _origin_pld(other)
+            owner = owners.get(target)
+            if owner is None:
+                owner = owner_of_pld(target)
+            origin_owners[other] = owner
+            if target != source:
+                target_owners[target] = owner
+        if owner != home:
+            away.append(i)
+            away.append(owner)
     groups: dict[int, list[str]] = {}
-    for key in keys:
-        _file_by_owner(groups, key, key, owners, owner_of)
-    return groups
+    if len(away) < 2 * len(links):
+        mine: list[str] = []
+        start = 0
+        for k in range(0, len(away), 2):
+            mine += links[start : away[k]]
+            start = away[k] + 1
+        mine += links[start:]
+        groups[home] = mine
+    for k in range(0, len(away), 2):
+        _append(groups, away[k + 1], links[away[k]])
+    plds: dict[int, list[str]] = {}
+    for target in sorted(target_owners):
+        _append(plds, target_owners[target], target)
+    return source, groups, plds
 
 
-def _file_by_owner(
-    groups: dict[int, list[str]],
-    key: str,
-    item: str,
-    owners: dict[str, int],
-    owner_of: Callable[[str], int],
-) -> None:
-    """Append ``item`` to the group of ``key``'s owner: the one in ``owners``, or, for a
-    key not there, ``owner_of(key)`` (which remembers it)."""
-    part = owners.get(key)
-    if part is None:
-        part = owner_of(key)
-    group = groups.get(part)
+def _append(groups: dict[int, list[str]], owner: int, item: str) -> None:
+    """Append ``item`` to ``owner``'s group in ``groups``, made if missing."""
+    group = groups.get(owner)
     if group is None:
-        groups[part] = [item]
+        groups[owner] = [item]
     else:
         group.append(item)
 

@@ -61,24 +61,15 @@ class Splitter:
         self._link_owners: dict[str, int] = {}
         self._pld_owners: dict[str, int] = {}
 
-    def group_links(self, source_url: str, links: list[str]) -> dict[int, list[str]]:
-        """``links`` (normalized URLs found on ``source_url``) by owning partition, the
-        order kept within each: a fetcher groups a page's links so before it packs them,
-        and packs each group for its owner, which costs less than packing them all and
-        splitting the packed payloads (:meth:`split_found`). The links within the
-        source's origin, most of a page's, share its owner and are not looked up."""
-        origin = urls.origin_of(source_url)
-        return urls.group_by_origin(
-            origin,
-            links,
-            self._owner_of_link_origin(origin),
-            self._link_owners,
-            self._owner_of_link_origin,
-        )
-
-    def group_plds(self, plds: list[str]) -> dict[int, list[str]]:
-        """``plds`` by owning partition, the order kept within each."""
-        return urls.group_by_owner(plds, self._pld_owners, self.owner_of_pld)
+    def split_page(
+        self, source_url: str, links: list[str]
+    ) -> tuple[str, dict[int, list[str]], dict[int, list[str]]]:
+        """The PLD of ``source_url``, its ``links`` (normalized) by owning partition and
+        the other PLDs they point to by owner, the order kept within each
+        (:func:`drumbeat.urls.split_targets`). A fetcher splits a page's links so before
+        it packs them, and packs each group for its owner, which costs less than packing
+        them all and splitting the packed payloads (:meth:`split_found`)."""
+        return urls.split_targets(source_url, links, self._pld_owners, self.owner_of_pld)
 
     def _owner_of_link_origin(self, origin: str) -> int:
         """The owner of the URLs of ``origin`` (``scheme://authority``), remembered."""

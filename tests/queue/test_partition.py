@@ -120,30 +120,38 @@ def test_owner_of_payload_agrees_with_partition_of_past_its_cache() -> None:
             assert splitter.owner_of_payload(payload) == partition_of(url, 5), url
 
 
-def test_group_links_gives_each_link_once_to_its_owner_in_order() -> None:
-    for source in ("http://site3.test/page", "https://www.example.co.uk/x"):
+def test_split_page_gives_each_link_and_pld_once_to_its_owner_in_order() -> None:
+    own = [f"http://site3.test/own{i}" for i in range(5)]
+    pages = [
+        ("http://site3.test/page", LINKS),
+        ("https://www.example.co.uk/x", LINKS),
+        ("http://site3.test/page", own + LINKS[::7] + own),  # own links around others
+        ("http://site3.test/page", own),  # none leaves the source's origin
+        ("http://elsewhere.test/", LINKS[:6]),  # none is on the source's origin
+        ("http://site3.test/page", []),
+    ]
+    for source, links in pages:
+        want_source, want_targets = urls.pld_targets(source, links)
         for parts in (2, 3, 7):
             splitter = Splitter(parts)
-            splitter.MAX_ORIGINS = 8  # the remembered origins are dropped when full
+            splitter.MAX_ORIGINS = 8  # the remembered PLDs are dropped when full
             for _ in range(2):
-                groups = splitter.group_links(source, LINKS)
-                assert sorted(u for g in groups.values() for u in g) == sorted(LINKS)
+                pld, groups, plds = splitter.split_page(source, links)
+                assert pld == want_source
+                assert sorted(u for g in groups.values() for u in g) == sorted(links)
                 for part, group in groups.items():
                     assert group and {partition_of(u, parts) for u in group} == {part}
-                    assert _is_subsequence(group, LINKS)
-                whole = pack_found(LINKS, 1, source)
+                    assert _is_subsequence(group, links)
+                home = partition_of(source, parts)
+                if any(partition_of(u, parts) == home for u in links):
+                    assert next(iter(groups)) == home, "the source's owner's links first"
+                whole = pack_found(links, 1, source)
                 packed = {p: pack_found(g, 1, source) for p, g in groups.items()}
-                assert packed == Splitter(parts).split_found(whole)
-
-
-def test_group_plds_gives_each_pld_once_to_its_owner_in_order() -> None:
-    plds = sorted(SITES)
-    for parts in (2, 5):
-        groups = Splitter(parts).group_plds(plds)
-        assert sorted(p for g in groups.values() for p in g) == plds
-        for part, group in groups.items():
-            assert {partition_of_pld(p, parts) for p in group} == {part}
-            assert group == sorted(group)
+                assert packed == (Splitter(parts).split_found(whole) if links else {})
+                assert sorted(t for g in plds.values() for t in g) == want_targets
+                for part, group in plds.items():
+                    assert group and {partition_of_pld(t, parts) for t in group} == {part}
+                    assert group == sorted(group)
 
 
 def test_partitions_are_i_of_m() -> None:
