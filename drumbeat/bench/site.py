@@ -79,6 +79,18 @@ RUNS: dict[str, tuple[str, float | None, int]] = {
 }
 
 
+class ServerLog(NamedTuple):
+    """What nginx's access log says of one crawl."""
+
+    pages: set[str]  # URIs of HTML pages answered 200, %-decoded
+    requests: int
+    span_s: float  # the first request's start to the last one's end
+    most_at_once: int
+    min_gap_s: float | None  # one request's end to the next start
+    connections: int  # TCP connections the requests came on
+    first_start: float | None  # epoch seconds: when the first request started
+
+
 @dataclass(frozen=True, slots=True)
 class Run:
     name: str
@@ -86,17 +98,21 @@ class Run:
     host_delay_s: float | None
     connections: int
     usage: Usage
-    pages: set[str]  # URIs of HTML pages answered 200, %-decoded
-    requests: int
-    span_s: float  # first request's start to last request's end, at the server
-    most_at_once: int
-    min_gap_s: float | None  # one request's end to the next start (1 connection)
-    tcp_connections: int  # TCP connections the requests came on
+    log: ServerLog  # the crawl's requests as nginx logged them
     server_cpu_s: float | None
     stages: dict[str, Any] | None  # drumbeat's stages.json
-    # From the crawler's launch to its first request's start at the server: the start a
-    # user who times the crawl sees, which pages/s (over the span) leaves out.
-    first_request_s: float | None = None
+
+    @property
+    def pages(self) -> set[str]:
+        """The HTML pages answered 200 (the log's, which coverage compares)."""
+        return self.log.pages
+
+    @property
+    def first_request_s(self) -> float | None:
+        """From the crawler's launch to its first request's start at the server: the
+        start a user who times the crawl sees, which pages/s (over the span) leaves out."""
+        start = self.log.first_start
+        return None if start is None else start - self.usage.started_at
 
     @property
     def latency(self) -> dict[str, Any] | None:
@@ -117,30 +133,18 @@ class Run:
         runs in one process); above 1, its archive thread ran beside its loop (where
         cores are spare: drumbeat.fetcher, HAND_OFF_TURNS)."""
         procs = None if self.stages is None else self.stages.get("fetcher_processes")
-        if not procs or self.span_s <= 0:
+        if not procs or self.log.span_s <= 0:
             return None
         busiest = procs[0]  # stages.json lists them busiest first
-        return (busiest["cpu_s"] - busiest["startup_cpu_s"]) / self.span_s
+        return (busiest["cpu_s"] - busiest["startup_cpu_s"]) / self.log.span_s
 
     @property
     def pages_per_s(self) -> float:
-        return len(self.pages) / self.span_s if self.span_s > 0 else 0.0
+        return len(self.pages) / self.log.span_s if self.log.span_s > 0 else 0.0
 
     @property
     def cpu_ms_per_page(self) -> float | None:
         return 1000 * self.usage.cpu_s / len(self.pages) if self.pages else None
-
-
-class ServerLog(NamedTuple):
-    """What nginx's access log says of one crawl."""
-
-    pages: set[str]  # URIs of HTML pages answered 200, %-decoded
-    requests: int
-    span_s: float  # the first request's start to the last one's end
-    most_at_once: int
-    min_gap_s: float | None  # one request's end to the next start
-    connections: int  # TCP connections the requests came on
-    first_start: float | None  # epoch seconds: when the first request started
 
 
 def read_log(path: Path) -> ServerLog:
@@ -224,22 +228,7 @@ class SiteBench:
         finally:
             server_cpu = server.stop()
         log = read_log(server.access_log)
-        run = Run(
-            name,
-            crawler,
-            host_delay_s,
-            connections,
-            usage,
-            log.pages,
-            log.requests,
-            log.span_s,
-            log.most_at_once,
-            log.min_gap_s,
-            log.connections,
-            server_cpu,
-            stages,
-            None if log.first_start is None else log.first_start - usage.started_at,
-        )
+        run = Run(name, crawler, host_delay_s, connections, usage, log, server_cpu, stages)
         self.say(f"{name}: {len(log.pages):,} pages, {run.pages_per_s:,.0f} pages/s")
         return run
 
@@ -347,16 +336,16 @@ def report(runs: list[Run], elapsed_s: float, root: Path = DOC_ROOT) -> dict[str
             "pages": len(r.pages),
             "missing_vs_wget": len(base.pages - r.pages) if base else None,
             "extra_vs_wget": len(r.pages - base.pages) if base else None,
-            "requests": r.requests,
-            "span_s": round(r.span_s, 3),
+            "requests": r.log.requests,
+            "span_s": round(r.log.span_s, 3),
             "pages_per_s": round(r.pages_per_s, 1),
             "wall_s": round(r.usage.wall_s, 2),
             "first_request_s": None if r.first_request_s is None else round(r.first_request_s, 2),
             "cpu_s": round(r.usage.cpu_s, 2),
             "cpu_ms_per_page": None if r.cpu_ms_per_page is None else round(r.cpu_ms_per_page, 3),
-            "most_at_once": r.most_at_once,
-            "min_gap_s": r.min_gap_s,
-            "tcp_connections": r.tcp_connections,
+            "most_at_once": r.log.most_at_once,
+            "min_gap_s": r.log.min_gap_s,
+            "tcp_connections": r.log.connections,
             "server_cpu_s": r.server_cpu_s,
             "exit_code": r.usage.exit_code,
             "timed_out": r.usage.timed_out,

@@ -84,10 +84,9 @@ def test_report_gives_drumbeats_cpu_a_page_by_process_and_stage(capsys):
     pages = {f"/p/{k}.html" for k in range(1000)}
 
     def run(name: str, crawler: str, delay: float | None, conns: int, st) -> site.Run:
-        start = 0.7 if st else None  # launch to first request
-        return site.Run(
-            name, crawler, delay, conns, usage, pages, 1000, 1.0, 1, None, 1, None, st, start
-        )
+        first = usage.started_at + 0.7 if st else None  # launch to first request: 0.7 s
+        log = site.ServerLog(pages, 1000, 1.0, 1, None, 1, first)
+        return site.Run(name, crawler, delay, conns, usage, log, None, st)
 
     runs = [run("wget", "wget", None, 1, None), run("drumbeat 0 ms x4", "drumbeat", 0.0, 4, stages)]
     rep = site.report(runs, 3.0)
@@ -119,9 +118,8 @@ def test_rounds_report_the_median_run_and_the_median_of_the_rounds_ratios(capsys
     pages = {f"/p/{k}.html" for k in range(1000)}
 
     def run(name: str, crawler: str, delay: float | None, conns: int, span_s: float) -> site.Run:
-        return site.Run(
-            name, crawler, delay, conns, usage, pages, 1000, span_s, 1, None, 1, None, None
-        )
+        log = site.ServerLog(pages, 1000, span_s, 1, None, 1, None)
+        return site.Run(name, crawler, delay, conns, usage, log, None, None)
 
     runs = []
     # Three rounds: wget at 1,000 / 1,600 / 1,250 pages/s, four connections at 900 /
