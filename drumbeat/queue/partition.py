@@ -51,14 +51,12 @@ def partition_of(url: str, partitions: int) -> int:
 
 class Splitter:
     """Splits found links and PLD edges among ``partitions`` owners, remembering the
-    owner of each origin and PLD it met (a page's links mostly share a few), up to a
-    bound."""
+    owner of each PLD it met (a page's links mostly share a few), up to a bound."""
 
-    MAX_ORIGINS = 1 << 16
+    MAX_ORIGINS = 1 << 16  # PLDs remembered
 
     def __init__(self, partitions: int) -> None:
         self.partitions = partitions
-        self._link_owners: dict[str, int] = {}
         self._pld_owners: dict[str, int] = {}
 
     def split_page(
@@ -71,35 +69,22 @@ class Splitter:
         them all and splitting the packed payloads (:meth:`split_found`)."""
         return urls.split_targets(source_url, links, self._pld_owners, self.owner_of_pld)
 
-    def _owner_of_link_origin(self, origin: str) -> int:
-        """The owner of the URLs of ``origin`` (``scheme://authority``), remembered."""
-        owner = self._link_owners.get(origin)
-        if owner is None:
-            owner = partition_of_pld(urls.pld(urls.host_of(origin + "/")), self.partitions)
-            self._remember(self._link_owners, origin, owner)
-        return owner
-
     def owner_of_pld(self, pld: str) -> int:
-        """The partition of the PLD ``pld``, remembered."""
+        """The partition of the PLD ``pld``, remembered (the PLDs are emptied first when
+        MAX_ORIGINS are: a crawl meets PLDs without end, and RAM is bounded)."""
         owner = self._pld_owners.get(pld)
         if owner is None:
             owner = partition_of_pld(pld, self.partitions)
-            self._remember(self._pld_owners, pld, owner)
+            if len(self._pld_owners) >= self.MAX_ORIGINS:
+                self._pld_owners.clear()
+            self._pld_owners[pld] = owner
         return owner
 
     def owner_of_payload(self, payload: bytes) -> int:
         """The partition of the URL that opens a URL-seen payload (``url\\n...``)."""
         end = payload.find(b"/", 8)  # a normalized http(s) URL has a path
-        return self._owner_of_link_origin(
-            payload[: end if end > 0 else payload.find(b"\n")].decode()
-        )
-
-    def _remember(self, cache: dict[str, int], key: str, owner: int) -> None:
-        """Put ``owner`` in ``cache`` under ``key``, emptying the cache first when it
-        holds MAX_ORIGINS: a crawl meets origins without end, and RAM is bounded."""
-        if len(cache) >= self.MAX_ORIGINS:
-            cache.clear()
-        cache[key] = owner
+        origin = payload[: end if end > 0 else payload.find(b"\n")].decode()
+        return self.owner_of_pld(urls.pld(urls.host_of(origin + "/")))
 
     def split_found(self, found: FoundURLs) -> dict[int, FoundURLs]:
         """``found`` as one FoundURLs per owning partition (the order kept within each)."""
